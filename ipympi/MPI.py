@@ -1,0 +1,73 @@
+"""ipympi's MPI module: the API of ``mpi4py.MPI``, implemented in Python.
+
+``from ipympi import MPI`` initializes MPI (unless ``ipympi.rc.initialize`` is
+off): in a process started by ``python -m ipympi.run -n N`` it joins the other
+ranks; anywhere else it is a world of one rank. Every name comes from one of
+the private modules below, each implementing one chapter of the standard; the
+module's ``__all__`` is the union of theirs.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+from . import (
+    _buffers,
+    _comm,
+    _constants,
+    _datatype,
+    _errors,
+    _memory,
+    _message,
+    _pickle,
+    _request,
+    _runtime,
+    _status,
+    _unsupported,
+)
+from ._rc import rc as _rc
+
+_SOURCES: tuple[ModuleType, ...] = (
+    _constants,
+    _errors,
+    _datatype,
+    _buffers,
+    _status,
+    _request,
+    _message,
+    _comm,
+    _runtime,
+    _memory,
+    _pickle,
+    _unsupported,
+)
+
+
+def _collect() -> list[str]:
+    names: list[str] = []
+    namespace = globals()
+    for module in _SOURCES:
+        for name in module.__all__:
+            if name.startswith("_"):
+                continue
+            namespace[name] = getattr(module, name)
+            names.append(name)
+    return names
+
+
+__all__ = _collect()
+
+# Process-wide functions that live with the runtime.
+Attach_buffer = _runtime.Attach_buffer
+Detach_buffer = _runtime.Detach_buffer
+Pcontrol = _runtime.Pcontrol
+__all__ += ["Attach_buffer", "Detach_buffer", "Pcontrol"]
+
+
+def __getattr__(name: str) -> Any:
+    raise AttributeError(f"module 'ipympi.MPI' has no attribute {name!r}")
+
+
+if _rc.initialize:
+    _runtime.Init()

@@ -1,0 +1,266 @@
+"""``MPI.Comm`` and its subclasses: identity, errors, attributes, naming.
+
+A ``Comm`` is a handle on a :class:`CommImpl` (``None`` for ``COMM_NULL``):
+``Free`` nulls the handle, and ``MPI.Comm(other)`` makes a second handle on the
+same communicator, as handles behave in C. Point-to-point methods come from
+:class:`~ipympi._p2p.PointToPoint`; collectives, groups and topologies are
+added by their own modules.
+
+Every error an MPI call raises goes through the communicator's error handler
+(:meth:`Comm._raise`): ``ERRORS_RETURN`` raises the ``MPI.Exception``,
+``ERRORS_ARE_FATAL``/``ERRORS_ABORT`` end the job with a message naming rank,
+call and error, and a user handler runs before the exception is raised.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NoReturn
+
+from . import _constants as K
+from . import _errhandling as hooks
+from . import _errors
+from ._errhandling import mpi_call
+from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER
+from ._errors import Exception as MPIException
+from ._p2p import PointToPoint
+
+__all__ = ["COMM_NULL", "Comm", "CommImpl", "Intercomm", "Intracomm"]
+
+
+class CommImpl:
+    """The state behind a communicator handle."""
+
+    __slots__ = (
+        "attrs",
+        "context",
+        "engine",
+        "errhandler",
+        "name",
+        "predefined",
+        "rank",
+        "remote_world_ranks",
+        "size",
+        "world_ranks",
+    )
+
+    def __init__(
+        self,
+        engine: Any,
+        context: int,
+        world_ranks: list[int],
+        rank: int,
+        name: str,
+        errhandler: Any,
+        predefined: bool = False,
+    ) -> None:
+        self.engine = engine
+        self.context = context  # point-to-point context; context + 1 is collective
+        self.world_ranks = world_ranks  # comm rank -> world rank (local group)
+        self.remote_world_ranks = world_ranks  # differs for intercommunicators
+        self.rank = rank
+        self.size = len(world_ranks)
+        self.name = name
+        self.errhandler = errhandler
+        self.predefined = predefined
+        self.attrs: dict[int, Any] = {}
+
+
+class Comm(PointToPoint):
+    """A communication context and the group of ranks that share it."""
+
+    __slots__ = ("__weakref__", "_impl", "_label")
+
+    def __init__(self, comm: Comm | None = None) -> None:
+        self._impl: CommImpl | None = None if comm is None else comm._impl
+        self._label = "COMM_NULL" if comm is None else comm._label
+
+    @classmethod
+    def _from_impl(cls, impl: CommImpl | None, label: str = "") -> Comm:
+        comm = cls.__new__(cls)
+        comm._impl = impl
+        comm._label = label or (impl.name if impl is not None else "COMM_NULL")
+        return comm
+
+    # -- handle identity -----------------------------------------------------
+    def __bool__(self) -> bool:
+        return self._impl is not None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Comm):
+            return NotImplemented
+        return self._impl is other._impl
+
+    def __hash__(self) -> int:
+        return id(self._impl)
+
+    def __repr__(self) -> str:
+        if self._impl is None:
+            return f"<MPI.{type(self).__name__} {self._label or 'COMM_NULL'}>"
+        return f"<MPI.{type(self).__name__} {self._impl.name!r} size={self._impl.size}>"
+
+    def _live(self) -> CommImpl:
+        """The communicator's state, or ``ERR_COMM`` for a null or unusable handle."""
+        impl = self._impl
+        if impl is not None:
+            return impl
+        if self._label in ("COMM_WORLD", "COMM_SELF") and hooks.state is not None:
+            raise MPIException(ERR_OTHER, f"{self._label}: {hooks.state()}")
+        raise MPIException(ERR_COMM, "invalid communicator: COMM_NULL (null or freed handle)")
+
+    @property
+    def _engine(self) -> Any:
+        return self._live().engine
+
+    # -- error handling ------------------------------------------------------
+    def _raise(self, exc: MPIException, call: str) -> NoReturn:
+        """Apply this communicator's error handler to ``exc`` raised by ``call``."""
+        impl = self._impl
+        handler = hooks.world_errhandler() if impl is None else impl.errhandler
+        kind = getattr(handler, "_kind", "return")
+        if kind in ("fatal", "abort") and hooks.fatal is not None:
+            hooks.fatal(self, call, exc)
+        if kind == "user":
+            handler._fn(self, exc.Get_error_code())
+        raise exc
+
+    @classmethod
+    def Create_errhandler(cls, errhandler_fn: Callable[[Comm, int], None]) -> Any:
+        """A new error handler calling ``errhandler_fn(comm, errorcode)``."""
+        return _errors.Errhandler._create_user(errhandler_fn)
+
+    @mpi_call
+    def Get_errhandler(self) -> Any:
+        return _errors.Errhandler(self._live().errhandler)
+
+    @mpi_call
+    def Set_errhandler(self, errhandler: Any) -> None:
+        impl = self._live()
+        if not isinstance(errhandler, _errors.Errhandler) or not errhandler:
+            raise MPIException(ERR_ARG, "Set_errhandler: not a valid error handler")
+        impl.errhandler = _errors.Errhandler(errhandler)
+
+    def Call_errhandler(self, errorcode: int) -> None:
+        """Invoke the error handler as if an MPI call had failed with ``errorcode``."""
+        impl = self._live()
+        kind = getattr(impl.errhandler, "_kind", "return")
+        if kind in ("fatal", "abort") and hooks.fatal is not None:
+            hooks.fatal(self, "Call_errhandler", MPIException(errorcode))
+        if kind == "user":
+            impl.errhandler._fn(self, errorcode)
+
+    # -- inquiry -------------------------------------------------------------
+    @mpi_call
+    def Get_size(self) -> int:
+        return self._live().size
+
+    @mpi_call
+    def Get_rank(self) -> int:
+        return self._live().rank
+
+    @property
+    def size(self) -> int:
+        return self.Get_size()
+
+    @property
+    def rank(self) -> int:
+        return self.Get_rank()
+
+    def Is_inter(self) -> bool:
+        self._live()
+        return False
+
+    def Is_intra(self) -> bool:
+        return not self.Is_inter()
+
+    @property
+    def is_inter(self) -> bool:
+        return self.Is_inter()
+
+    @property
+    def is_intra(self) -> bool:
+        return self.Is_intra()
+
+    def Get_topology(self) -> int:
+        self._live()
+        return K.UNDEFINED
+
+    @property
+    def topology(self) -> int:
+        return self.Get_topology()
+
+    # -- naming --------------------------------------------------------------
+    @mpi_call
+    def Get_name(self) -> str:
+        return self._live().name
+
+    @mpi_call
+    def Set_name(self, name: str) -> None:
+        impl = self._live()
+        impl.name = str(name)[: K.MAX_OBJECT_NAME - 1]  # longer names are truncated
+
+    @property
+    def name(self) -> str:
+        return self.Get_name()
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.Set_name(value)
+
+    # -- attributes (predefined keys; caching comes with communicators) ------
+    @mpi_call
+    def Get_attr(self, keyval: int) -> Any:
+        """Value of attribute ``keyval``, or ``None`` when it is not set."""
+        impl = self._live()
+        if keyval in impl.attrs:
+            return impl.attrs[keyval]
+        if impl.predefined and impl.name == "MPI_COMM_WORLD":
+            predefined = {
+                K.TAG_UB: K.TAG_UB_VALUE,
+                K.HOST: K.PROC_NULL,
+                K.IO: K.ANY_SOURCE,
+                K.WTIME_IS_GLOBAL: 0,
+                K.UNIVERSE_SIZE: impl.size,
+                K.APPNUM: 0,
+            }
+            if keyval == K.LASTUSEDCODE:
+                return _errors.last_used_code()
+            if keyval in predefined:
+                return predefined[keyval]
+        if keyval == K.KEYVAL_INVALID:
+            raise MPIException(ERR_KEYVAL, "Get_attr: KEYVAL_INVALID is not a valid key")
+        return None
+
+    # -- process management --------------------------------------------------
+    def Abort(self, errorcode: int = 0) -> NoReturn:
+        """End every rank of the job; the launcher exits with ``errorcode``."""
+        assert hooks.abort is not None
+        name = self._impl.name if self._impl is not None else "COMM_NULL"
+        hooks.abort(int(errorcode), f"MPI_Abort({name}, {int(errorcode)})")
+
+    # -- freeing -------------------------------------------------------------
+    @mpi_call
+    def Free(self) -> None:
+        impl = self._live()
+        if impl.predefined:
+            raise MPIException(ERR_COMM, f"Free: {impl.name} is predefined and cannot be freed")
+        self._impl = None
+        self._label = "COMM_NULL"
+
+
+class Intracomm(Comm):
+    """A communicator within one group of ranks."""
+
+    __slots__ = ()
+
+
+class Intercomm(Comm):
+    """A communicator between two disjoint groups of ranks."""
+
+    __slots__ = ()
+
+    def Is_inter(self) -> bool:
+        self._live()
+        return True
+
+
+COMM_NULL = Comm()

@@ -1,0 +1,100 @@
+"""Single-copy transfer of large buffers between ranks on one host.
+
+A large message is read straight from the sender's memory into the receiver's
+buffer with Linux's ``process_vm_readv`` (one copy, the way MPICH's shared-memory
+path does it; about 5x faster than copying through zmq frames). The call may be
+refused (``EPERM`` under Yama ptrace restrictions or seccomp, ``ENOSYS`` on other
+systems): then :class:`VmReader` remembers that and the transport falls back to
+zero-copy zmq frames.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import sys
+
+__all__ = ["VmReader", "buffer_address"]
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = (("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t))
+
+
+def _load_readv():  # type: ignore[no-untyped-def]
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.process_vm_readv
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_ssize_t
+    fn.argtypes = (
+        ctypes.c_int,
+        ctypes.POINTER(_IoVec),
+        ctypes.c_ulong,
+        ctypes.POINTER(_IoVec),
+        ctypes.c_ulong,
+        ctypes.c_ulong,
+    )
+    return fn
+
+
+_readv = _load_readv()
+
+# One call moves at most this much (the kernel may return short reads anyway).
+_CHUNK = 1 << 30
+
+
+def buffer_address(mem: memoryview) -> int:
+    """Address of the first byte of a contiguous memoryview (0 when empty)."""
+    if not mem.nbytes:
+        return 0
+    if mem.readonly:
+        # ctypes refuses read-only buffers; a pointer to bytes' storage works for
+        # bytes objects, and numpy exposes any buffer's address without copying.
+        import numpy as np
+
+        return int(np.frombuffer(mem, dtype=np.uint8).ctypes.data)
+    return ctypes.addressof(ctypes.c_char.from_buffer(mem))
+
+
+class VmReader:
+    """Reads other processes' memory; disables itself when the kernel refuses."""
+
+    def __init__(self) -> None:
+        self.available = _readv is not None and os.environ.get("IPYMPI_NO_VM_READV") != "1"
+        self.reason = "" if self.available else "process_vm_readv unavailable"
+
+    def read(self, pid: int, remote_address: int, mem: memoryview) -> bool:
+        """Copy ``len(mem)`` bytes from ``pid``'s ``remote_address`` into ``mem``.
+
+        Returns False (and disables itself for the rest of the run) when the
+        kernel does not permit the call; other failures raise ``OSError``.
+        """
+        if not self.available or _readv is None:
+            return False
+        total = mem.nbytes
+        if total == 0:
+            return True
+        local_base = ctypes.addressof(ctypes.c_char.from_buffer(mem))
+        done = 0
+        while done < total:
+            n = min(total - done, _CHUNK)
+            local = _IoVec(local_base + done, n)
+            remote = _IoVec(remote_address + done, n)
+            got = _readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+            if got < 0:
+                err = ctypes.get_errno()
+                if err in (errno.EPERM, errno.ENOSYS, errno.EACCES) and done == 0:
+                    self.available = False
+                    self.reason = f"process_vm_readv refused: {os.strerror(err)}"
+                    return False
+                raise OSError(err, f"process_vm_readv from pid {pid}: {os.strerror(err)}")
+            if got == 0:
+                raise OSError(errno.EFAULT, f"process_vm_readv from pid {pid} read nothing")
+            done += got
+        return True

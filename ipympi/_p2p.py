@@ -1,0 +1,527 @@
+"""Point-to-point communication methods of ``MPI.Comm`` (the standard's chapter 4).
+
+Upper-case methods move buffers (``Send``, ``Recv``, ...), lower-case methods
+move pickled Python objects (``send``, ``recv``, ...), with mpi4py's argument
+names and defaults. Arguments are checked first and bad ones raise
+``MPI.Exception`` with the standard's class (``ERR_RANK``, ``ERR_TAG``,
+``ERR_COUNT``, ``ERR_BUFFER``, ``ERR_TYPE``, ``ERR_COMM``) through the
+communicator's error handler, before anything is sent or posted.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import _bsend
+from ._buffers import BufferSpec, recv_buffer, send_buffer
+from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
+from ._engine import WaitInfo
+from ._errhandling import mpi_call as _mpi_call
+from ._errors import ERR_RANK, ERR_TAG
+from ._errors import Exception as MPIException
+from ._ops import RECV, SEND, Op
+from ._request import Prequest, Request
+from ._status import Status
+
+if TYPE_CHECKING:
+    from ._comm import CommImpl
+
+__all__ = ["PointToPoint"]
+
+STANDARD, SYNCHRONOUS, READY, BUFFERED = "standard", "synchronous", "ready", "buffered"
+
+
+# -- argument checks ----------------------------------------------------------
+def _check_dest(impl: CommImpl, dest: int, call: str) -> None:
+    if dest == PROC_NULL:
+        return
+    if not 0 <= dest < len(impl.remote_world_ranks):
+        raise MPIException(
+            ERR_RANK,
+            f"{call}: dest {dest} is not a rank of {impl.name} "
+            f"(ranks 0..{len(impl.remote_world_ranks) - 1} or PROC_NULL)",
+        )
+
+
+def _check_source(impl: CommImpl, source: int, call: str) -> None:
+    if source in (ANY_SOURCE, PROC_NULL):
+        return
+    if not 0 <= source < len(impl.remote_world_ranks):
+        raise MPIException(
+            ERR_RANK,
+            f"{call}: source {source} is not a rank of {impl.name} "
+            f"(ranks 0..{len(impl.remote_world_ranks) - 1}, ANY_SOURCE or PROC_NULL)",
+        )
+
+
+def _check_send_tag(tag: int, call: str) -> None:
+    if not 0 <= tag <= TAG_UB_VALUE:
+        raise MPIException(ERR_TAG, f"{call}: tag {tag} is not in 0..TAG_UB ({TAG_UB_VALUE})")
+
+
+def _check_recv_tag(tag: int, call: str) -> None:
+    if tag != ANY_TAG and not 0 <= tag <= TAG_UB_VALUE:
+        raise MPIException(
+            ERR_TAG, f"{call}: tag {tag} is not in 0..TAG_UB ({TAG_UB_VALUE}) or ANY_TAG"
+        )
+
+
+def _info(call: str, impl: CommImpl, peer: int, tag: int) -> Callable[[], WaitInfo]:
+    return lambda: WaitInfo(call, impl.name, peer, tag)
+
+
+def _set_proc_null_status(status: Status | None) -> None:
+    if status is not None:
+        status._set(PROC_NULL, ANY_TAG, 0)
+
+
+class PointToPoint:
+    """Mixin with every point-to-point method; ``self`` is an ``MPI.Comm``."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        def _live(self) -> CommImpl: ...
+
+        def _raise(self, exc: MPIException, call: str) -> Any: ...
+
+    # -- starting operations (engine held by caller) --------------------------
+    def _start_send(
+        self,
+        impl: CommImpl,
+        call: str,
+        mem: memoryview | bytes,
+        dest: int,
+        tag: int,
+        mode: str,
+    ) -> Op:
+        op = Op(SEND, self, call, dest, tag)
+        if dest == PROC_NULL:
+            op.complete_empty()
+            return op
+        if mode == BUFFERED:
+            nbytes = len(mem) if isinstance(mem, bytes) else mem.nbytes
+            _bsend.reserve(op, nbytes)
+            mem = bytes(mem)  # the user may reuse the buffer at once
+        impl.engine.start_send(
+            op,
+            mem,
+            impl.remote_world_ranks[dest],
+            impl.context,
+            impl.rank,
+            tag,
+            mode == SYNCHRONOUS,
+        )
+        if op.done and op.bsend_bytes:
+            _bsend.release(op)
+        return op
+
+    def _start_recv(
+        self, impl: CommImpl, call: str, mem: memoryview | None, source: int, tag: int
+    ) -> Op:
+        op = Op(RECV, self, call, source, tag)
+        if source == PROC_NULL:
+            op.complete_empty()
+            return op
+        op.mem = mem
+        impl.engine.start_recv(op, impl.context, source, tag)
+        return op
+
+    def _send_checked(self, call: str, dest: int, tag: int) -> CommImpl:
+        impl = self._live()
+        _check_dest(impl, dest, call)
+        _check_send_tag(tag, call)
+        return impl
+
+    def _recv_checked(self, call: str, source: int, tag: int) -> CommImpl:
+        impl = self._live()
+        _check_source(impl, source, call)
+        _check_recv_tag(tag, call)
+        return impl
+
+    # -- blocking helpers ------------------------------------------------------
+    def _blocking_send(self, call: str, mem: Any, dest: int, tag: int, mode: str) -> None:
+        impl = self._send_checked(call, dest, tag)
+        engine = impl.engine
+        engine.enter()
+        try:
+            op = self._start_send(impl, call, mem, dest, tag, mode)
+            if not op.done:
+                engine.wait(op, _info(call, impl, dest, tag))
+        finally:
+            engine.leave()
+
+    def _blocking_recv(
+        self, call: str, mem: memoryview | None, source: int, tag: int, status: Status | None
+    ) -> Op:
+        impl = self._recv_checked(call, source, tag)
+        engine = impl.engine
+        engine.enter()
+        try:
+            op = self._start_recv(impl, call, mem, source, tag)
+            if not op.done:
+                try:
+                    engine.wait(op, _info(call, impl, source, tag))
+                except BaseException:
+                    engine.withdraw(op)
+                    raise
+        finally:
+            engine.leave()
+        if status is not None:
+            status._set(op.source, op.tag, op.count)
+        if op.error:
+            raise MPIException(op.error, f"{call}: {op.error_detail}")
+        return op
+
+    def _nonblocking_send(self, call: str, mem: Any, dest: int, tag: int, mode: str) -> Request:
+        impl = self._send_checked(call, dest, tag)
+        engine = impl.engine
+        engine.enter()
+        try:
+            op = self._start_send(impl, call, mem, dest, tag, mode)
+        finally:
+            engine.leave()
+        return Request._of(op)
+
+    def _nonblocking_recv(
+        self, call: str, mem: memoryview | None, source: int, tag: int
+    ) -> Request:
+        impl = self._recv_checked(call, source, tag)
+        engine = impl.engine
+        engine.enter()
+        try:
+            op = self._start_recv(impl, call, mem, source, tag)
+        finally:
+            engine.leave()
+        return Request._of(op)
+
+    # -- blocking buffer sends -------------------------------------------------
+    @_mpi_call
+    def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Standard-mode blocking send of a buffer."""
+        self._blocking_send("Send", send_buffer(buf).mem, dest, tag, STANDARD)
+
+    @_mpi_call
+    def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Synchronous send: returns once the matching receive has started."""
+        self._blocking_send("Ssend", send_buffer(buf).mem, dest, tag, SYNCHRONOUS)
+
+    @_mpi_call
+    def Rsend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Ready send: the matching receive must already be posted."""
+        self._blocking_send("Rsend", send_buffer(buf).mem, dest, tag, READY)
+
+    @_mpi_call
+    def Bsend(self, buf: Any, dest: int, tag: int = 0) -> None:
+        """Buffered send through the attached buffer; local, never waits for the receiver."""
+        self._blocking_send("Bsend", send_buffer(buf).mem, dest, tag, BUFFERED)
+
+    # -- blocking receive --------------------------------------------------------
+    @_mpi_call
+    def Recv(
+        self,
+        buf: Any,
+        source: int = ANY_SOURCE,
+        tag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> None:
+        """Blocking receive into a buffer."""
+        spec = recv_buffer(buf)
+        self._blocking_recv("Recv", spec.mem, source, tag, status)
+
+    # -- nonblocking buffer operations -----------------------------------------
+    @_mpi_call
+    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        return self._nonblocking_send("Isend", send_buffer(buf).mem, dest, tag, STANDARD)
+
+    @_mpi_call
+    def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        return self._nonblocking_send("Issend", send_buffer(buf).mem, dest, tag, SYNCHRONOUS)
+
+    @_mpi_call
+    def Irsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        return self._nonblocking_send("Irsend", send_buffer(buf).mem, dest, tag, READY)
+
+    @_mpi_call
+    def Ibsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        return self._nonblocking_send("Ibsend", send_buffer(buf).mem, dest, tag, BUFFERED)
+
+    @_mpi_call
+    def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        return self._nonblocking_recv("Irecv", recv_buffer(buf).mem, source, tag)
+
+    # -- persistent requests ------------------------------------------------------
+    def _persistent_send(self, call: str, buf: Any, dest: int, tag: int, mode: str) -> Prequest:
+        spec = send_buffer(buf)
+        self._send_checked(call, dest, tag)
+
+        def start() -> Op:
+            impl = self._live()
+            impl.engine.enter()
+            try:
+                return self._start_send(impl, call, spec.mem, dest, tag, mode)
+            finally:
+                impl.engine.leave()
+
+        return Prequest._persistent(start)
+
+    @_mpi_call
+    def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        return self._persistent_send("Send_init", buf, dest, tag, STANDARD)
+
+    @_mpi_call
+    def Ssend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        return self._persistent_send("Ssend_init", buf, dest, tag, SYNCHRONOUS)
+
+    @_mpi_call
+    def Rsend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        return self._persistent_send("Rsend_init", buf, dest, tag, READY)
+
+    @_mpi_call
+    def Bsend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        return self._persistent_send("Bsend_init", buf, dest, tag, BUFFERED)
+
+    @_mpi_call
+    def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
+        spec: BufferSpec = recv_buffer(buf)
+        self._recv_checked("Recv_init", source, tag)
+
+        def start() -> Op:
+            impl = self._live()
+            impl.engine.enter()
+            try:
+                return self._start_recv(impl, "Recv_init", spec.mem, source, tag)
+            finally:
+                impl.engine.leave()
+
+        return Prequest._persistent(start)
+
+    # -- send-receive ------------------------------------------------------------
+    def _sendrecv(
+        self,
+        call: str,
+        send_mem: Any,
+        dest: int,
+        sendtag: int,
+        recv_mem: memoryview | None,
+        source: int,
+        recvtag: int,
+        status: Status | None,
+    ) -> Op:
+        impl = self._send_checked(call, dest, sendtag)
+        _check_source(impl, source, call)
+        _check_recv_tag(recvtag, call)
+        engine = impl.engine
+        engine.enter()
+        try:
+            rop = self._start_recv(impl, call, recv_mem, source, recvtag)
+            sop = self._start_send(impl, call, send_mem, dest, sendtag, STANDARD)
+            if not (rop.done and sop.done):
+                try:
+                    engine.wait_until(
+                        lambda: rop.done and sop.done, _info(call, impl, source, recvtag)
+                    )
+                except BaseException:
+                    engine.withdraw(rop)
+                    raise
+        finally:
+            engine.leave()
+        if status is not None:
+            status._set(rop.source, rop.tag, rop.count)
+        if rop.error:
+            raise MPIException(rop.error, f"{call}: {rop.error_detail}")
+        return rop
+
+    @_mpi_call
+    def Sendrecv(
+        self,
+        sendbuf: Any,
+        dest: int,
+        sendtag: int = 0,
+        recvbuf: Any = None,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> None:
+        """Send and receive at once, as if by two threads; no cyclic deadlock."""
+        send_mem = send_buffer(sendbuf).mem
+        recv_mem = recv_buffer(recvbuf).mem
+        self._sendrecv("Sendrecv", send_mem, dest, sendtag, recv_mem, source, recvtag, status)
+
+    @_mpi_call
+    def Sendrecv_replace(
+        self,
+        buf: Any,
+        dest: int,
+        sendtag: int = 0,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> None:
+        """Send ``buf`` and replace its contents with the received message."""
+        spec = recv_buffer(buf)
+        outgoing = bytes(spec.mem)
+        self._sendrecv(
+            "Sendrecv_replace", outgoing, dest, sendtag, spec.mem, source, recvtag, status
+        )
+
+    # -- probes ----------------------------------------------------------------
+    def _probe(
+        self, call: str, source: int, tag: int, status: Status | None, block: bool, take: bool
+    ) -> Any:
+        impl = self._recv_checked(call, source, tag)
+        if source == PROC_NULL:
+            _set_proc_null_status(status)
+            return PROC_NULL
+        engine = impl.engine
+        engine.enter()
+        try:
+            if block:
+                env = engine.probe(impl.context, source, tag, take, _info(call, impl, source, tag))
+            else:
+                env = engine.iprobe(impl.context, source, tag, take)
+        finally:
+            engine.leave()
+        if env is not None and status is not None:
+            status._set(env.source, env.tag, env.nbytes)
+        return env
+
+    @_mpi_call
+    def Probe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> bool:
+        """Block until a matching message can be received; fills ``status``."""
+        self._probe("Probe", source, tag, status, block=True, take=False)
+        return True
+
+    @_mpi_call
+    def Iprobe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> bool:
+        """Whether a matching message can be received now."""
+        return self._probe("Iprobe", source, tag, status, block=False, take=False) is not None
+
+    @_mpi_call
+    def Mprobe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> Any:
+        """Matched probe: the message is set aside for ``Message.Recv``."""
+        from ._message import Message
+
+        env = self._probe("Mprobe", source, tag, status, block=True, take=True)
+        return Message._of(self, env)
+
+    @_mpi_call
+    def Improbe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> Any:
+        """Nonblocking matched probe: a ``Message`` or ``None``."""
+        from ._message import Message
+
+        env = self._probe("Improbe", source, tag, status, block=False, take=True)
+        return None if env is None else Message._of(self, env)
+
+    # -- lower case: Python objects ------------------------------------------------
+    @_mpi_call
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
+        """Send a picklable Python object (standard mode)."""
+        self._blocking_send("send", _dumps(obj, dest), dest, tag, STANDARD)
+
+    @_mpi_call
+    def ssend(self, obj: Any, dest: int, tag: int = 0) -> None:
+        self._blocking_send("ssend", _dumps(obj, dest), dest, tag, SYNCHRONOUS)
+
+    @_mpi_call
+    def bsend(self, obj: Any, dest: int, tag: int = 0) -> None:
+        self._blocking_send("bsend", _dumps(obj, dest), dest, tag, BUFFERED)
+
+    @_mpi_call
+    def recv(
+        self,
+        buf: Any = None,
+        source: int = ANY_SOURCE,
+        tag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> Any:
+        """Receive a Python object (``buf`` is accepted and ignored)."""
+        op = self._blocking_recv("recv", None, source, tag, status)
+        return _loads(op)
+
+    @_mpi_call
+    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        return self._nonblocking_send("isend", _dumps(obj, dest), dest, tag, STANDARD)
+
+    @_mpi_call
+    def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        return self._nonblocking_send("issend", _dumps(obj, dest), dest, tag, SYNCHRONOUS)
+
+    @_mpi_call
+    def ibsend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        return self._nonblocking_send("ibsend", _dumps(obj, dest), dest, tag, BUFFERED)
+
+    @_mpi_call
+    def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        return self._nonblocking_recv("irecv", None, source, tag)
+
+    @_mpi_call
+    def sendrecv(
+        self,
+        sendobj: Any,
+        dest: int,
+        sendtag: int = 0,
+        recvbuf: Any = None,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> Any:
+        data = _dumps(sendobj, dest)
+        rop = self._sendrecv("sendrecv", data, dest, sendtag, None, source, recvtag, status)
+        return _loads(rop)
+
+    @_mpi_call
+    def probe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> bool:
+        self._probe("probe", source, tag, status, block=True, take=False)
+        return True
+
+    @_mpi_call
+    def iprobe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> bool:
+        return self._probe("iprobe", source, tag, status, block=False, take=False) is not None
+
+    @_mpi_call
+    def mprobe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> Any:
+        from ._message import Message
+
+        env = self._probe("mprobe", source, tag, status, block=True, take=True)
+        return Message._of(self, env)
+
+    @_mpi_call
+    def improbe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> Any:
+        from ._message import Message
+
+        env = self._probe("improbe", source, tag, status, block=False, take=True)
+        return None if env is None else Message._of(self, env)
+
+
+def _dumps(obj: Any, dest: int) -> bytes:
+    if dest == PROC_NULL:
+        return b""
+    from ._pickle import pickle
+
+    return pickle.dumps(obj)
+
+
+def _loads(op: Op) -> Any:
+    if op.data is None:
+        return None
+    from ._pickle import pickle
+
+    return pickle.loads(op.data)

@@ -1,0 +1,145 @@
+"""The progress thread: moves messages while the user computes, answers queries.
+
+While a thread is inside an MPI call, that thread drives the data socket and
+this thread only listens on the control socket (state queries from the launcher
+or controller). Once no thread has been inside MPI for ``IDLE_HANDOFF`` seconds,
+this thread takes the engine and drives the data socket until a thread entering
+MPI rings the doorbell. Measured on 2 cores, this keeps small-message latency
+within ~1.15x of raw zmq while posted receives, synchronous sends and large
+transfers still complete during long computations.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+import zmq
+
+from ._engine import IDLE_HANDOFF, Engine
+
+__all__ = ["ProgressThread", "describe_state"]
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def _user_location(thread_id: int | None) -> str:
+    """``file:line`` of the innermost frame of ``thread_id`` outside ipympi."""
+    if thread_id is None:
+        return ""
+    frame = sys._current_frames().get(thread_id)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def describe_state(engine: Engine, main_thread_id: int | None) -> dict[str, Any]:
+    """What this rank is doing, as a control-protocol ``state`` message."""
+    state: dict[str, Any] = {
+        "type": "state",
+        "rank": engine.rank,
+        "pid": engine.pid,
+        "host": socket.gethostname(),
+    }
+    waiting = engine.waiting
+    if engine.finalized:
+        state["state"] = "finalized"
+    elif waiting is not None:
+        state["state"] = "blocked"
+        state.update(waiting.as_dict())
+    else:
+        state["state"] = "running"
+    state["where"] = _user_location(main_thread_id)
+    state.update(engine.statistics())
+    return state
+
+
+class ProgressThread(threading.Thread):
+    """Background progress and control for one rank's engine."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(name="ipympi-progress", daemon=True)
+        self.engine = engine
+        self.main_thread_id = threading.main_thread().ident
+        self._stop_requested = False
+        assert engine.transport is not None
+        self.transport = engine.transport
+
+    def stop(self) -> None:
+        self._stop_requested = True
+        self.transport.ring()
+        self.join(timeout=5)
+
+    # -- loop ----------------------------------------------------------------
+    def run(self) -> None:
+        engine = self.engine
+        transport = self.transport
+        parked = zmq.Poller()
+        if transport.ctl is not None:
+            parked.register(transport.ctl, zmq.POLLIN)
+        parked.register(transport.bell_r, zmq.POLLIN)
+        driving = zmq.Poller()
+        driving.register(transport.data, zmq.POLLIN)
+        driving.register(transport.bell_r, zmq.POLLIN)
+        if transport.ctl is not None:
+            driving.register(transport.ctl, zmq.POLLIN)
+        timeout_ms = max(1, int(IDLE_HANDOFF * 1000))
+        try:
+            while not self._stop_requested:
+                events = dict(parked.poll(timeout_ms))
+                if transport.ctl is not None and transport.ctl in events:
+                    self._serve_control()
+                if transport.bell_r in events:
+                    transport.drain_bell()
+                if self._stop_requested:
+                    break
+                idle = time.monotonic() - engine.last_exit >= IDLE_HANDOFF
+                if engine.depth == 0 and engine.wanted == 0 and idle and engine.lock.acquire(False):
+                    try:
+                        self._drive(driving)
+                    finally:
+                        engine.lock.release()
+        except zmq.ContextTerminated:
+            pass
+
+    def _drive(self, poller: zmq.Poller) -> None:
+        """Handle data until a thread wants the engine back."""
+        engine = self.engine
+        transport = self.transport
+        while not self._stop_requested and engine.wanted == 0:
+            events = dict(poller.poll(1000))
+            if transport.bell_r in events:
+                transport.drain_bell()
+                return
+            if transport.ctl is not None and transport.ctl in events:
+                self._serve_control()
+            if transport.data in events:
+                try:
+                    engine.poll_once(False)
+                except Exception as exc:  # a broken frame must not kill progress
+                    print(f"ipympi: rank {engine.rank}: progress error: {exc}", file=sys.stderr)
+
+    def _serve_control(self) -> None:
+        from . import _control
+
+        ctl = self.transport.ctl
+        assert ctl is not None
+        while True:
+            try:
+                with self.transport.ctl_lock:
+                    data = ctl.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                msg = _control.decode(data)
+            except Exception:
+                continue
+            if msg.get("type") == "query":
+                reply = describe_state(self.engine, self.main_thread_id)
+                self.transport.send_control(_control.encode(reply))

@@ -1,0 +1,361 @@
+"""Environment management: Init, Finalize, the world, timers, Abort.
+
+A process started by the launcher (``python -m ipympi.run``) finds its rank,
+the world size and the private session directory in ``IPYMPI_*`` environment
+variables; any other process is a world of one rank. ``Init`` builds the
+engine, binds the rank's socket and starts the progress thread; ``Finalize``
+waits for outgoing messages, synchronises with the other ranks and closes
+everything. Both run automatically (on import and at exit) unless
+``ipympi.rc`` says otherwise, as with mpi4py.
+
+The environment variables are consumed (removed from ``os.environ``) at
+``Init``, so a subprocess a rank starts is not mistaken for that rank.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, NoReturn
+
+from . import __version__, _bsend, _control
+from . import _errhandling as hooks
+from ._comm import CommImpl, Intracomm
+from ._constants import (
+    THREAD_FUNNELED,
+    THREAD_MULTIPLE,
+    THREAD_SERIALIZED,
+    THREAD_SINGLE,
+)
+from ._engine import Engine, WaitInfo
+from ._errors import ERR_OTHER, ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler
+from ._errors import Exception as MPIException
+from ._ops import RECV, SEND, Op
+
+__all__ = [
+    "COMM_SELF",
+    "COMM_WORLD",
+    "Finalize",
+    "Get_library_version",
+    "Get_processor_name",
+    "Get_version",
+    "Init",
+    "Init_thread",
+    "Is_finalized",
+    "Is_initialized",
+    "Is_thread_main",
+    "Query_thread",
+    "Wtick",
+    "Wtime",
+    "get_vendor",
+]
+
+VERSION, SUBVERSION = 3, 1
+
+# Context ids: COMM_WORLD uses 0/1, COMM_SELF 2/3 (point-to-point/collective);
+# Finalize synchronises on its own context so it cannot meet user messages.
+WORLD_CONTEXT, SELF_CONTEXT, FINALIZE_CONTEXT = 0, 2, 0xFFFFFFF0
+
+COMM_WORLD = Intracomm._from_impl(None, "COMM_WORLD")
+COMM_SELF = Intracomm._from_impl(None, "COMM_SELF")
+
+_initialized = False
+_finalized = False
+_failed = False  # an uncaught exception: skip the collective part of Finalize
+_thread_level = THREAD_SINGLE
+_main_thread: threading.Thread | None = None
+_engine: Engine | None = None
+_progress: Any = None
+_launched = False
+
+
+# -- queries allowed at any time ------------------------------------------------
+def Get_version() -> tuple[int, int]:
+    """The version of the MPI standard implemented: (3, 1)."""
+    return (VERSION, SUBVERSION)
+
+
+def Get_library_version() -> str:
+    return f"ipympi {__version__} (MPI {VERSION}.{SUBVERSION}, Python {sys.version.split()[0]})"
+
+
+def get_vendor() -> tuple[str, tuple[int, ...]]:
+    """``("ipympi", version tuple)``, like ``mpi4py.MPI.get_vendor()``."""
+    return ("ipympi", tuple(int(p) for p in __version__.split(".")[:3] if p.isdigit()))
+
+
+def Is_initialized() -> bool:
+    return _initialized
+
+
+def Is_finalized() -> bool:
+    return _finalized
+
+
+def _state() -> str:
+    if _finalized:
+        return "MPI has been finalized; no MPI call is allowed after Finalize"
+    return "MPI is not initialized; call MPI.Init() first (or leave ipympi.rc.initialize on)"
+
+
+def _require_live(call: str) -> Engine:
+    if not _initialized or _finalized or _engine is None:
+        raise MPIException(ERR_OTHER, f"{call}: {_state()}")
+    return _engine
+
+
+# -- initialization -----------------------------------------------------------
+def Init() -> None:
+    """Start MPI (done automatically on import unless ``ipympi.rc.initialize`` is off)."""
+    from ._rc import rc
+
+    Init_thread(_level_from_rc(rc.thread_level))
+
+
+def _level_from_rc(name: Any) -> int:
+    levels = {
+        "single": THREAD_SINGLE,
+        "funneled": THREAD_FUNNELED,
+        "serialized": THREAD_SERIALIZED,
+        "multiple": THREAD_MULTIPLE,
+    }
+    if isinstance(name, int):
+        return name
+    return levels.get(str(name).lower(), THREAD_MULTIPLE)
+
+
+def Init_thread(required: int = THREAD_MULTIPLE) -> int:
+    """Start MPI; returns the thread level provided.
+
+    Calls from several threads are serialized by the engine's lock, so up to
+    ``THREAD_SERIALIZED`` is provided: two threads must not block in MPI calls
+    on each other at the same time.
+    """
+    global _initialized, _thread_level, _main_thread, _engine, _progress, _launched
+    if _finalized:
+        raise MPIException(ERR_OTHER, "Init: MPI has been finalized and cannot be restarted")
+    if _initialized:
+        raise MPIException(ERR_OTHER, "Init: MPI is already initialized (Init may be called once)")
+    env = os.environ
+    rank = int(env.pop(_control.ENV_RANK, "0"))
+    size = int(env.pop(_control.ENV_SIZE, "1"))
+    session_dir = env.pop(_control.ENV_SESSION_DIR, "")
+    ctl = env.pop(_control.ENV_CTL, "")
+    env.pop(_control.ENV_KEY, None)
+    _launched = bool(session_dir)
+    transport = None
+    if session_dir:
+        from ._transport import Transport
+
+        transport = Transport(rank, session_dir, ctl or None)
+    engine = Engine(rank, size, transport)
+    _engine = engine
+    handler = _default_errhandler()
+    COMM_WORLD._impl = CommImpl(
+        engine, WORLD_CONTEXT, list(range(size)), rank, "MPI_COMM_WORLD", handler, True
+    )
+    COMM_SELF._impl = CommImpl(engine, SELF_CONTEXT, [rank], 0, "MPI_COMM_SELF", handler, True)
+    hooks.fatal = _fatal
+    hooks.abort = _abort
+    hooks.state = _state
+    if transport is not None:
+        from ._progress import ProgressThread
+
+        sys.setswitchinterval(0.0005)  # background progress answers within ~0.6 ms
+        if os.environ.get("IPYMPI_NO_PROGRESS") != "1":
+            _progress = ProgressThread(engine)
+            engine.progress = _progress
+            _progress.start()
+        if ctl:
+            transport.send_control(
+                _control.encode(
+                    {
+                        "type": "hello",
+                        "rank": rank,
+                        "pid": os.getpid(),
+                        "host": socket.gethostname(),
+                    }
+                )
+            )
+        _install_excepthook()
+    _thread_level = min(required, THREAD_SERIALIZED)
+    _main_thread = threading.current_thread()
+    _initialized = True
+    from ._rc import rc
+
+    if rc.finalize is None or rc.finalize:
+        atexit.register(_finalize_at_exit)
+    return _thread_level
+
+
+def _default_errhandler() -> Errhandler:
+    from ._rc import rc
+
+    errors = str(rc.errors)
+    if errors in ("fatal", "default"):
+        return ERRORS_ARE_FATAL
+    if errors == "abort":
+        from ._errors import ERRORS_ABORT
+
+        return ERRORS_ABORT
+    return ERRORS_RETURN
+
+
+def Query_thread() -> int:
+    return _thread_level
+
+
+def Is_thread_main() -> bool:
+    return threading.current_thread() is _main_thread
+
+
+# -- finalization -------------------------------------------------------------
+def Finalize() -> None:
+    """Shut MPI down: wait for outgoing messages, synchronise with every rank, close."""
+    global _finalized
+    engine = _require_live("Finalize")
+    from . import _finalize_hooks
+
+    _finalize_hooks.run()  # e.g. COMM_SELF attribute delete callbacks
+    _bsend.detach(engine)
+    if engine.transport is not None:
+        if not _failed:
+            engine.enter()
+            try:
+                engine.wait_until(
+                    lambda: engine.pending_sends() == 0,
+                    lambda: WaitInfo("Finalize (waiting for sends)", "MPI_COMM_WORLD", -1, -1),
+                )
+                _finalize_barrier(engine)
+            finally:
+                engine.leave()
+        engine.finalized = True
+        if _progress is not None:
+            _progress.stop()
+        engine.transport.close(linger_ms=0 if _failed else 5000)
+    engine.finalized = True
+    _finalized = True
+    COMM_WORLD._impl = None
+    COMM_SELF._impl = None
+
+
+def _finalize_barrier(engine: Engine) -> None:
+    """Everyone reports to rank 0, which then releases everyone."""
+    rank, size = engine.rank, engine.size
+    if size == 1:
+        return
+
+    def send(dest: int) -> None:
+        engine.start_send(
+            Op(SEND, None, "Finalize", dest, 0), b"", dest, FINALIZE_CONTEXT, rank, 0, False
+        )
+
+    def recv(source: int) -> None:
+        op = Op(RECV, None, "Finalize", source, 0)
+        engine.start_recv(op, FINALIZE_CONTEXT, source, 0)
+        engine.wait(op, lambda: WaitInfo("Finalize", "MPI_COMM_WORLD", source, 0))
+
+    if rank == 0:
+        for source in range(1, size):
+            recv(source)
+        for dest in range(1, size):
+            send(dest)
+    else:
+        send(0)
+        recv(0)
+
+
+def _finalize_at_exit() -> None:
+    if _initialized and not _finalized:
+        try:
+            Finalize()
+        except BaseException as exc:  # at exit there is nobody left to raise to
+            print(f"ipympi: Finalize at exit failed: {exc}", file=sys.stderr)
+
+
+def _install_excepthook() -> None:
+    """An uncaught exception skips the synchronising part of Finalize.
+
+    The launcher sees the non-zero exit and ends the other ranks, instead of
+    them waiting in Finalize for a rank that has died.
+    """
+    previous = sys.excepthook
+
+    def hook(exc_type: Any, exc: Any, tb: Any) -> None:
+        global _failed
+        _failed = True
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
+
+
+# -- ending the job -------------------------------------------------------------
+def _abort(code: int, reason: str) -> NoReturn:
+    """End every rank: tell the launcher, then exit with ``code``."""
+    engine = _engine
+    rank = engine.rank if engine is not None else 0
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    transport = engine.transport if engine is not None else None
+    if transport is not None and transport.ctl is not None:
+        transport.send_control(
+            _control.encode({"type": "abort", "rank": rank, "code": code, "reason": reason})
+        )
+        time.sleep(3.0)  # the launcher ends us; exit on our own if it does not
+    else:
+        print(f"ipympi: rank {rank}: {reason}", file=sys.stderr, flush=True)
+    os._exit(code & 0xFF)
+
+
+def _fatal(obj: Any, call: str, exc: MPIException) -> NoReturn:
+    """ERRORS_ARE_FATAL: name rank, call and error, then end the job."""
+    engine = _engine
+    rank = engine.rank if engine is not None else 0
+    name = ""
+    impl = getattr(obj, "_impl", None)
+    if impl is not None:
+        name = f" on {impl.name}"
+    reason = f"fatal error in {call}{name}: {exc}"
+    print(f"ipympi: rank {rank}: {reason}", file=sys.stderr, flush=True)
+    _abort(exc.Get_error_class() or 1, reason)
+
+
+# -- timers, names, buffers ----------------------------------------------------------
+_T0 = time.perf_counter()
+
+
+def Wtime() -> float:
+    """Wall-clock seconds since an arbitrary origin fixed for the process's life."""
+    return time.perf_counter() - _T0 + 1.0
+
+
+def Wtick() -> float:
+    return time.get_clock_info("perf_counter").resolution
+
+
+def Get_processor_name() -> str:
+    return socket.gethostname()
+
+
+def Attach_buffer(buf: Any) -> None:
+    _bsend.attach(buf)
+
+
+def Detach_buffer() -> Any:
+    return _bsend.detach(_engine)
+
+
+def Pcontrol(level: int) -> None:
+    """Profiling control: accepted and ignored, as the standard allows."""
+    return None
+
+
+def world_engine() -> Engine:
+    return _require_live("MPI call")

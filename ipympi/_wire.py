@@ -1,0 +1,93 @@
+"""The MPI wire protocol between ranks: one zmq frame per message.
+
+Every frame starts with a fixed 40-byte little-endian header::
+
+    offset size  field
+    0      1     kind      EAGER, RTS, ACK, FIN, CTS, DATA (below)
+    1      1     flags     SYNC (the sender waits for an ACK: Ssend/Issend)
+    2      2     (zero)
+    4      4     context   communicator context id (unsigned)
+    8      4     source    sender's rank in that communicator
+    12     4     tag       message tag
+    16     4     wsource   sender's rank in COMM_WORLD (where replies go)
+    20     4     pid       sender's process id (RTS: whose memory to read)
+    24     8     msgid     sender-local id naming the send (ACK/FIN/CTS/DATA refer to it)
+    32     8     value     EAGER/RTS/DATA: payload size in bytes; RTS: see below
+
+Kinds:
+
+* ``EAGER``: the payload follows the header in the same frame. Small messages.
+* ``RTS`` (ready to send): a large message is announced without its data;
+  ``value`` is its size and a second 8-byte field after the header holds the
+  address of the sender's buffer. On a match the receiver reads the buffer in
+  one copy with ``process_vm_readv`` and answers ``FIN``; if it cannot (other
+  host, not permitted) it answers ``CTS`` and the sender replies with ``DATA``
+  (header + payload as a second zero-copy frame), then the receiver sends
+  ``FIN``.
+* ``ACK``: a synchronous-mode eager message was matched.
+* ``FIN``: the receiver is done with a large message; the send completes.
+
+Packing and unpacking are pure functions; sockets live in ``_transport``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+__all__ = [
+    "ACK",
+    "CTS",
+    "DATA",
+    "EAGER",
+    "FIN",
+    "HEADER",
+    "HEADER_SIZE",
+    "RTS",
+    "RTS_EXTRA",
+    "SYNC",
+    "Header",
+    "pack",
+    "unpack",
+]
+
+EAGER, RTS, ACK, FIN, CTS, DATA = 1, 2, 3, 4, 5, 6
+KIND_NAMES = {EAGER: "EAGER", RTS: "RTS", ACK: "ACK", FIN: "FIN", CTS: "CTS", DATA: "DATA"}
+
+SYNC = 0x01
+
+HEADER = struct.Struct("<BBxxIiiiIQQ")
+HEADER_SIZE = HEADER.size
+RTS_EXTRA = struct.Struct("<Q")  # address of the sender's buffer
+
+
+class Header(NamedTuple):
+    kind: int
+    flags: int
+    context: int
+    source: int
+    tag: int
+    wsource: int
+    pid: int
+    msgid: int
+    value: int
+
+
+def pack(
+    kind: int,
+    flags: int,
+    context: int,
+    source: int,
+    tag: int,
+    wsource: int,
+    pid: int,
+    msgid: int,
+    value: int,
+) -> bytes:
+    """Pack one header (the caller appends any payload)."""
+    return HEADER.pack(kind, flags, context, source, tag, wsource, pid, msgid, value)
+
+
+def unpack(frame: bytes | memoryview) -> Header:
+    """Unpack the header at the start of ``frame``."""
+    return Header._make(HEADER.unpack_from(frame))

@@ -1,0 +1,1 @@
+"""IPython magics for ipympi (``%mpi``, ``%%px``, ...); see the notebook issue."""

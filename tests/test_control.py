@@ -1,0 +1,183 @@
+"""The control protocol: every message type round-trips, garbage is rejected, lines read well."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ipympi import _control as ctl
+from ipympi._constants import ANY_SOURCE, ANY_TAG
+
+VALID = [
+    {"type": "hello", "rank": 0, "pid": 4241, "host": "node1"},
+    {"type": "abort", "rank": 2, "code": 3, "reason": "MPI_Abort(COMM_WORLD, 3)"},
+    {"type": "state", "rank": 1, "state": "running"},
+    {
+        "type": "state",
+        "rank": 1,
+        "pid": 4242,
+        "host": "node1",
+        "state": "blocked",
+        "call": "Recv",
+        "comm": "COMM_WORLD",
+        "peer": 0,
+        "tag": 7,
+        "since": 3.0,
+        "where": "prog.py:5",
+        "posted_receives": 1,
+    },
+    {"type": "state", "rank": 0, "state": "idle", "peer": None, "tag": None},
+    {"type": "query"},
+]
+
+
+@pytest.mark.parametrize("msg", VALID, ids=lambda m: str(m["type"]))
+def test_every_message_type_round_trips(msg: dict) -> None:
+    data = ctl.encode(msg)
+    assert isinstance(data, bytes)
+    assert json.loads(data.decode("utf-8")) == msg
+    assert ctl.decode(data) == msg
+
+
+def test_message_types_match_the_spec_table() -> None:
+    assert {m["type"] for m in VALID} == ctl.MESSAGE_TYPES
+    assert frozenset({"running", "blocked", "idle", "finalized"}) == ctl.RANK_STATES
+
+
+def test_non_ascii_text_is_utf8() -> None:
+    msg = {"type": "abort", "rank": 0, "code": 1, "reason": "Recv: données tronquées"}
+    assert "données".encode() in ctl.encode(msg)
+    assert ctl.decode(ctl.encode(msg)) == msg
+
+
+GARBAGE = [
+    (b"", "not UTF-8 JSON"),
+    (b"\xff\xfe\x00", "not UTF-8 JSON"),
+    (b"{not json", "not UTF-8 JSON"),
+    (b"[1, 2]", "holds a list"),
+    (b'"hello"', "holds a str"),
+    (b"{}", "unknown control message type None"),
+    (b'{"type": "shutdown"}', "unknown control message type 'shutdown'"),
+    (b'{"type": "hello", "rank": 0, "pid": 1}', "without 'host'"),
+    (b'{"type": "hello", "rank": "0", "pid": 1, "host": "h"}', "'rank' must be int"),
+    (b'{"type": "hello", "rank": true, "pid": 1, "host": "h"}', "'rank' must be int"),
+    (b'{"type": "abort", "rank": 0, "code": 1.5, "reason": "x"}', "'code' must be int"),
+    (b'{"type": "state", "rank": 0, "state": "sleeping"}', "unknown rank state"),
+    (b'{"type": "state", "rank": 0, "state": "blocked", "since": "3"}', "'since' must be"),
+    (b"[" * 100000 + b"]" * 100000, "not UTF-8 JSON"),
+    (b" " * (ctl.MAX_FRAME + 1), "exceeds"),
+]
+
+
+@pytest.mark.parametrize(("data", "why"), GARBAGE, ids=range(len(GARBAGE)))
+def test_garbage_raises_a_clear_protocol_error(data: bytes, why: str) -> None:
+    with pytest.raises(ctl.ControlProtocolError, match=why.replace("(", r"\(")):
+        ctl.decode(data)
+
+
+def test_protocol_errors_are_value_errors() -> None:
+    assert issubclass(ctl.ControlProtocolError, ValueError)
+
+
+def test_encode_validates_too() -> None:
+    with pytest.raises(ctl.ControlProtocolError, match="without 'reason'"):
+        ctl.encode({"type": "abort", "rank": 0, "code": 1})
+    with pytest.raises(ctl.ControlProtocolError, match="cannot encode"):
+        ctl.encode({"type": "query", "extra": object()})
+    with pytest.raises(ctl.ControlProtocolError, match="cannot encode"):
+        ctl.encode({"type": "query", "extra": float("nan")})
+
+
+def test_identities() -> None:
+    assert ctl.identity(3) == b"rank3"
+    assert ctl.rank_of(ctl.identity(12)) == 12
+    for bad in (b"", b"rank", b"rank-1", b"engine1", b"rank1x"):
+        with pytest.raises(ctl.ControlProtocolError):
+            ctl.rank_of(bad)
+
+
+def test_env_names_and_addresses() -> None:
+    names = (ctl.ENV_RANK, ctl.ENV_SIZE, ctl.ENV_SESSION_DIR, ctl.ENV_CTL, ctl.ENV_KEY)
+    assert names == (
+        "IPYMPI_RANK",
+        "IPYMPI_SIZE",
+        "IPYMPI_SESSION_DIR",
+        "IPYMPI_CTL",
+        "IPYMPI_KEY",
+    )
+    assert ctl.control_address("/tmp/ipympi-x") == "ipc:///tmp/ipympi-x/ctl"
+
+
+# -- reading states ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("msg", "line"),
+    [
+        (
+            VALID[3],
+            "rank 1 (pid 4242): blocked in Recv(source=0, tag=7) on COMM_WORLD"
+            " for 3.0 s at prog.py:5",
+        ),
+        ({"rank": 0, "pid": 4241, "state": "running"}, "rank 0 (pid 4241): running"),
+        ({"rank": 0, "state": "running", "where": "x.py:9"}, "rank 0: running at x.py:9"),
+        ({"rank": 3, "state": ctl.NO_ANSWER}, "rank 3: no answer"),
+        ({"rank": 3, "pid": 7, "state": ctl.NO_ANSWER}, "rank 3 (pid 7): no answer"),
+        ({"rank": 2, "state": ctl.EXITED, "status": 3}, "rank 2: exited with status 3"),
+        (
+            {"rank": 2, "state": ctl.EXITED, "status": 139, "signal": "SIGSEGV"},
+            "rank 2: killed by signal SIGSEGV",
+        ),
+        (
+            {"rank": 1, "state": "blocked", "call": "Send", "peer": 2, "tag": 0, "since": 0.04},
+            "rank 1: blocked in Send(dest=2, tag=0) for 0.0 s",
+        ),
+        (
+            {"rank": 1, "state": "blocked", "call": "Recv", "peer": ANY_SOURCE, "tag": ANY_TAG},
+            "rank 1: blocked in Recv(source=ANY_SOURCE, tag=ANY_TAG)",
+        ),
+        (
+            {"rank": 0, "state": "blocked", "call": "Bcast", "peer": 0, "comm": "COMM_WORLD"},
+            "rank 0: blocked in Bcast(root=0) on COMM_WORLD",
+        ),
+        (
+            {"rank": 0, "state": "blocked", "call": "Barrier", "where": ""},
+            "rank 0: blocked in Barrier()",
+        ),
+        ({"rank": 0, "state": "finalized"}, "rank 0: finalized"),
+    ],
+)
+def test_format_state(msg: dict, line: str) -> None:
+    assert ctl.format_state(msg) == line
+
+
+def test_format_abort_tells_abort_from_fatal_errors() -> None:
+    abort = {"type": "abort", "rank": 2, "code": 3, "reason": "MPI_Abort(COMM_WORLD, 3)"}
+    assert ctl.format_abort(abort) == (
+        "rank 2 called Abort with error code 3: MPI_Abort(COMM_WORLD, 3)"
+    )
+    fatal = {"type": "abort", "rank": 1, "code": 15, "reason": "Recv: ERR_TRUNCATE: truncated"}
+    assert ctl.format_abort(fatal) == "rank 1: Recv: ERR_TRUNCATE: truncated (error code 15)"
+    bare = {"type": "abort", "rank": 0, "code": 4, "reason": ""}
+    assert ctl.format_abort(bare) == "rank 0 called Abort with error code 4"
+
+
+def test_exit_statuses_read_like_a_shell() -> None:
+    assert ctl.exit_status(0) == 0
+    assert ctl.exit_status(3) == 3
+    assert ctl.exit_status(-9) == 137
+    assert ctl.signal_name(11) == "SIGSEGV"
+    assert ctl.signal_name(99) == "signal 99"
+
+
+def test_launcher_states_for_ranks_that_cannot_answer() -> None:
+    silent = ctl.launcher_state(3, 77, None)
+    assert silent == {"type": "state", "rank": 3, "pid": 77, "state": "no answer"}
+    assert ctl.format_state(silent) == "rank 3 (pid 77): no answer"
+    done = ctl.launcher_state(2, 78, 3)
+    assert (done["state"], done["status"]) == ("exited", 3)
+    assert ctl.format_state(done) == "rank 2 (pid 78): exited with status 3"
+    killed = ctl.launcher_state(1, 79, -11)
+    assert (killed["status"], killed["signal"]) == (139, "SIGSEGV")
+    assert ctl.format_state(killed) == "rank 1 (pid 79): killed by signal SIGSEGV"
+    assert ctl.describe_exit(-11) == "was killed by signal SIGSEGV"
+    assert ctl.describe_exit(3) == "exited with status 3"

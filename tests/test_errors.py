@@ -1,0 +1,395 @@
+"""Error classes, user error codes, MPI.Exception and error-handler handles."""
+
+from __future__ import annotations
+
+import operator
+import pickle
+
+import pytest
+
+from ipympi import _constants, _errors
+from ipympi._errors import (
+    ERR_ARG,
+    ERR_BUFFER,
+    ERR_COUNT,
+    ERR_ERRHANDLER,
+    ERR_LASTCODE,
+    ERR_OTHER,
+    ERR_RANK,
+    ERR_TRUNCATE,
+    ERR_UNKNOWN,
+    ERRHANDLER_NULL,
+    ERRORS_ABORT,
+    ERRORS_ARE_FATAL,
+    ERRORS_RETURN,
+    SUCCESS,
+    Add_error_class,
+    Add_error_code,
+    Add_error_string,
+    Errhandler,
+    Get_error_class,
+    Get_error_string,
+    Remove_error_class,
+    Remove_error_code,
+    Remove_error_string,
+    last_used_code,
+)
+from ipympi._errors import Exception as MPIException
+
+PREDEFINED = {
+    name: getattr(_errors, name)
+    for name in _errors.__all__
+    if (name.startswith("ERR_") or name == "SUCCESS")
+}
+MPI1_CLASSES = [
+    "SUCCESS", "ERR_BUFFER", "ERR_COUNT", "ERR_TYPE", "ERR_TAG", "ERR_COMM", "ERR_RANK",
+    "ERR_REQUEST", "ERR_ROOT", "ERR_GROUP", "ERR_OP", "ERR_TOPOLOGY", "ERR_DIMS", "ERR_ARG",
+    "ERR_UNKNOWN", "ERR_TRUNCATE", "ERR_OTHER", "ERR_INTERN", "ERR_IN_STATUS", "ERR_PENDING",
+]  # fmt: skip
+
+
+# --- error classes -------------------------------------------------------------------------
+
+
+def test_core_values() -> None:
+    assert SUCCESS == 0
+    assert ERR_BUFFER == 1
+    assert ERR_TRUNCATE == 14
+    assert ERR_ARG == 12
+    assert ERR_LASTCODE == 1073741823
+
+
+def test_mpi1_classes_are_distinct_and_ordered() -> None:
+    values = [PREDEFINED[name] for name in MPI1_CLASSES]
+    assert len(set(values)) == len(values)
+    assert all(SUCCESS < v <= ERR_LASTCODE for v in values[1:])
+
+
+@pytest.mark.parametrize("name", sorted(PREDEFINED))
+def test_every_class_maps_to_itself_and_has_a_string(name: str) -> None:
+    value = PREDEFINED[name]
+    assert Get_error_class(value) == value
+    text = Get_error_string(value)
+    assert isinstance(text, str) and text
+    assert len(text) <= _constants.MAX_ERROR_STRING
+
+
+def test_strings_differ_for_unknown_and_other() -> None:
+    assert Get_error_string(ERR_UNKNOWN) != Get_error_string(ERR_OTHER)
+
+
+def test_absent_feature_classes_alias_existing_ones() -> None:
+    assert _errors.ERR_PROC_FAILED == ERR_UNKNOWN
+    assert _errors.ERR_REVOKED == ERR_UNKNOWN
+    assert _errors.ERR_ABI == ERR_LASTCODE
+
+
+@pytest.mark.parametrize("code", [-1, 54, 60, 100, ERR_LASTCODE + 10**6])
+def test_invalid_codes_raise_err_arg(code: int) -> None:
+    with pytest.raises(MPIException) as info:
+        Get_error_class(code)
+    assert info.value.Get_error_class() == ERR_ARG
+    with pytest.raises(MPIException) as info:
+        Get_error_string(code)
+    assert info.value.Get_error_class() == ERR_ARG
+
+
+def test_non_integer_code_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        Get_error_class("12")  # type: ignore[arg-type]
+
+
+# --- user classes, codes and strings ------------------------------------------------------
+
+
+def test_add_error_class_and_code() -> None:
+    before = last_used_code()
+    assert before >= ERR_LASTCODE
+    cls = Add_error_class()
+    assert cls > ERR_LASTCODE
+    assert cls == last_used_code() > before
+    assert _errors.ERR_LASTCODE == 1073741823  # never changes
+    assert Get_error_class(cls) == cls
+    assert Get_error_string(cls) == ""
+    code = Add_error_code(cls)
+    assert code != cls and code == last_used_code()
+    assert Get_error_class(code) == cls
+    assert Get_error_string(code) == ""
+
+
+def test_add_error_code_to_predefined_class() -> None:
+    code = Add_error_code(ERR_RANK)
+    assert code > ERR_LASTCODE
+    assert Get_error_class(code) == ERR_RANK
+    exc = MPIException(code)
+    assert exc.Get_error_code() == code
+    assert exc.Get_error_class() == ERR_RANK
+
+
+@pytest.mark.parametrize("bad", [SUCCESS, -5, 54, ERR_LASTCODE + 10**6])
+def test_add_error_code_needs_a_class(bad: int) -> None:
+    with pytest.raises(MPIException) as info:
+        Add_error_code(bad)
+    assert info.value.error_class == ERR_ARG
+
+
+def test_add_error_code_refuses_a_code_that_is_not_a_class() -> None:
+    code = Add_error_code(Add_error_class())
+    with pytest.raises(MPIException):
+        Add_error_code(code)
+
+
+def test_add_error_string_replaces_and_is_returned() -> None:
+    cls = Add_error_class()
+    code = Add_error_code(cls)
+    Add_error_string(cls, "my class")
+    Add_error_string(code, "first")
+    Add_error_string(code, "second")
+    assert Get_error_string(cls) == "my class"
+    assert Get_error_string(code) == "second"
+    assert str(MPIException(code)) == "second"
+    assert str(MPIException(code, "detail")) == "second: detail"
+
+
+@pytest.mark.parametrize("code", [SUCCESS, ERR_ARG, ERR_TRUNCATE, ERR_LASTCODE])
+def test_add_error_string_on_predefined_code_is_refused(code: int) -> None:
+    with pytest.raises(MPIException) as info:
+        Add_error_string(code, "nope")
+    assert info.value.Get_error_class() == ERR_ARG
+    assert Get_error_string(code) != "nope"
+
+
+def test_add_error_string_on_unknown_code_is_refused() -> None:
+    with pytest.raises(MPIException) as info:
+        Add_error_string(last_used_code() + 1000, "x")
+    assert info.value.Get_error_class() == ERR_ARG
+
+
+def test_add_error_string_length_limit() -> None:
+    cls = Add_error_class()
+    Add_error_string(cls, "x" * _constants.MAX_ERROR_STRING)
+    with pytest.raises(MPIException) as info:
+        Add_error_string(cls, "x" * (_constants.MAX_ERROR_STRING + 1))
+    assert info.value.Get_error_class() == ERR_ARG
+
+
+def test_remove_error_code_class_and_string() -> None:
+    cls = Add_error_class()
+    code = Add_error_code(cls)
+    Add_error_string(code, "text")
+    with pytest.raises(MPIException):
+        Remove_error_class(cls)  # still has a code
+    Remove_error_string(code)
+    assert Get_error_string(code) == ""
+    Remove_error_code(code)
+    with pytest.raises(MPIException):
+        Get_error_class(code)
+    Remove_error_class(cls)
+    with pytest.raises(MPIException):
+        Get_error_class(cls)
+    with pytest.raises(MPIException):
+        Remove_error_class(ERR_ARG)
+    with pytest.raises(MPIException):
+        Remove_error_code(ERR_ARG)
+
+
+# --- MPI.Exception -------------------------------------------------------------------------
+
+
+def test_exception_is_a_runtime_error() -> None:
+    assert issubclass(MPIException, RuntimeError)
+    with pytest.raises(RuntimeError):
+        raise MPIException(ERR_TRUNCATE)
+
+
+def test_exception_accessors() -> None:
+    exc = MPIException(ERR_TRUNCATE)
+    assert exc.Get_error_code() == exc.error_code == ERR_TRUNCATE
+    assert exc.Get_error_class() == exc.error_class == ERR_TRUNCATE
+    assert exc.Get_error_string() == exc.error_string == Get_error_string(ERR_TRUNCATE)
+    assert int(exc) == ERR_TRUNCATE
+    assert exc.args == (ERR_TRUNCATE,)
+
+
+def test_exception_default_is_success_and_false() -> None:
+    exc = MPIException()
+    assert exc.error_code == SUCCESS
+    assert not exc
+    assert MPIException(ERR_ARG)
+
+
+def test_exception_message() -> None:
+    detail = "Recv: source 7 is not a rank of COMM_WORLD (size 4)"
+    exc = MPIException(ERR_RANK, detail)
+    assert exc.args == (ERR_RANK, detail)
+    assert str(exc) == f"{Get_error_string(ERR_RANK)}: {detail}"
+    assert repr(exc) == f"MPI.Exception({ERR_RANK}, {detail!r})"
+    assert str(MPIException(ERR_RANK)) == Get_error_string(ERR_RANK)
+    assert repr(MPIException(ERR_TRUNCATE)) == "MPI.Exception(14)"
+
+
+def test_exception_comparisons_with_ints_and_exceptions() -> None:
+    exc = MPIException(ERR_COUNT)
+    assert exc == ERR_COUNT and operator.eq(ERR_COUNT, exc)  # reflected comparison too
+    assert exc != ERR_ARG
+    assert exc == MPIException(ERR_COUNT)
+    assert exc != MPIException(ERR_ARG)
+    assert exc < ERR_ARG and exc <= ERR_COUNT and exc > SUCCESS and exc >= ERR_COUNT
+    assert MPIException(1) < MPIException(2) <= MPIException(2)
+    assert MPIException(3) > MPIException(2) >= MPIException(2)
+    assert exc != "2"
+    with pytest.raises(TypeError):
+        _ = exc < "x"  # type: ignore[operator]
+
+
+def test_exception_hash_matches_code() -> None:
+    assert hash(MPIException(ERR_RANK)) == hash(ERR_RANK)
+    assert {MPIException(ERR_RANK), MPIException(ERR_RANK, "detail")} == {ERR_RANK}
+
+
+def test_exception_has_no_index() -> None:
+    with pytest.raises(TypeError):
+        [0, 1, 2][MPIException(1)]  # type: ignore[index]
+
+
+@pytest.mark.parametrize("args", [(), (ERR_TRUNCATE,), (ERR_RANK, "detail")])
+def test_exception_pickles(args: tuple) -> None:
+    exc = MPIException(*args)
+    copy = pickle.loads(pickle.dumps(exc))
+    assert type(copy) is MPIException
+    assert copy.args == exc.args
+    assert copy == exc
+    assert str(copy) == str(exc)
+
+
+def test_exception_with_unknown_code_still_works() -> None:
+    exc = MPIException(123456)
+    assert exc.Get_error_class() == ERR_UNKNOWN
+    assert "123456" in exc.Get_error_string()
+    assert str(exc)
+
+
+# --- error handlers ------------------------------------------------------------------------
+
+
+def test_predefined_handlers() -> None:
+    assert ERRORS_RETURN._kind == "return"
+    assert ERRORS_ARE_FATAL._kind == "fatal"
+    assert ERRORS_ABORT._kind == "abort"
+    assert ERRHANDLER_NULL._kind == "null"
+    assert not ERRHANDLER_NULL
+    assert ERRORS_RETURN and ERRORS_ARE_FATAL and ERRORS_ABORT
+    handlers = [ERRHANDLER_NULL, ERRORS_RETURN, ERRORS_ARE_FATAL, ERRORS_ABORT]
+    assert len(set(handlers)) == 4
+    assert repr(ERRORS_RETURN) == "MPI.ERRORS_RETURN"
+
+
+def test_handle_copies_compare_equal() -> None:
+    copy = Errhandler(ERRORS_RETURN)
+    assert copy == ERRORS_RETURN and copy is not ERRORS_RETURN
+    assert hash(copy) == hash(ERRORS_RETURN)
+    assert copy != ERRORS_ARE_FATAL
+    assert Errhandler() == ERRHANDLER_NULL
+    assert (ERRORS_RETURN == 1) is False
+
+
+def test_predefined_constants_cannot_be_freed() -> None:
+    for handler in (ERRORS_RETURN, ERRORS_ARE_FATAL, ERRORS_ABORT):
+        with pytest.raises(MPIException) as info:
+            handler.Free()
+        assert info.value.Get_error_class() == ERR_ARG
+        assert handler
+    with pytest.raises(MPIException) as info:
+        ERRHANDLER_NULL.Free()
+    assert info.value.Get_error_class() == ERR_ERRHANDLER
+
+
+def test_copy_of_predefined_handler_can_be_freed() -> None:
+    copy = Errhandler(ERRORS_ARE_FATAL)  # what Get_errhandler returns
+    copy.Free()
+    assert copy == ERRHANDLER_NULL and not copy
+    assert ERRORS_ARE_FATAL._kind == "fatal"
+    with pytest.raises(MPIException):
+        copy.Free()
+    copy.free()  # lenient form: no error on null
+    ERRORS_RETURN.free()
+    assert ERRORS_RETURN
+
+
+def test_user_handler() -> None:
+    calls: list[tuple[object, int]] = []
+
+    def on_error(comm: object, code: int) -> None:
+        calls.append((comm, code))
+
+    handler = Errhandler._create_user(on_error)
+    assert handler._kind == "user" and handler._fn is on_error
+    assert "on_error" in handler._name and "on_error" in repr(handler)
+    copy = Errhandler(handler)
+    assert copy == handler
+    handler._fn("comm", 5)  # type: ignore[misc]
+    assert calls == [("comm", 5)]
+    handler.Free()
+    assert handler == ERRHANDLER_NULL
+    assert copy._kind == "user"  # other handles still work (freeing is per handle)
+
+
+def test_user_handler_must_be_callable() -> None:
+    with pytest.raises(TypeError):
+        Errhandler._create_user(42)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        Errhandler("ERRORS_RETURN")  # type: ignore[arg-type]
+
+
+# --- differential checks against mpi4py ----------------------------------------------------
+
+
+def test_error_class_values_match_mpi4py() -> None:
+    mpi = pytest.importorskip("mpi4py.MPI")
+    for name in dir(mpi):
+        if name.startswith("ERR_") or name == "SUCCESS":
+            assert getattr(_errors, name) == getattr(mpi, name), name
+
+
+def test_mpi4py_exception_interface_is_covered() -> None:
+    mpi = pytest.importorskip("mpi4py.MPI")
+    public = {n for n in dir(mpi.Exception) if not n.startswith("_")}
+    assert public <= set(dir(MPIException))
+    assert repr(mpi.Exception(14)) == repr(MPIException(14))
+
+
+# Integer names of mpi4py.MPI that are address sentinels rather than constants; ipympi
+# keeps them with the topology code that interprets them.
+SENTINEL_INTS = {"UNWEIGHTED", "WEIGHTS_EMPTY"}
+# Values that deliberately differ: the version of the standard ipympi reports.
+OWN_VALUES = {"VERSION", "SUBVERSION"}
+
+
+def test_constant_names_match_mpi4py() -> None:
+    mpi = pytest.importorskip("mpi4py.MPI")
+    names = {n for n in dir(mpi) if type(getattr(mpi, n)) is int} - SENTINEL_INTS
+    ours = set(_constants.__all__) | set(_errors.__all__)
+    assert names - ours == set()
+    for name in sorted(names - OWN_VALUES):
+        module = _errors if name in _errors.__all__ else _constants
+        assert getattr(module, name) == getattr(mpi, name), name
+
+
+def test_constants_module_exports_only_ints() -> None:
+    for name in _constants.__all__:
+        assert type(getattr(_constants, name)) is int, name
+    assert (_constants.VERSION, _constants.SUBVERSION) == (3, 1)
+    assert _constants.TAG_UB_VALUE == 2**30 - 1
+    assert _constants.TAG_UB_VALUE >= 32767
+    assert _constants.MAX_OBJECT_NAME >= 64
+    assert (_constants.ANY_SOURCE, _constants.ANY_TAG, _constants.PROC_NULL) == (-2, -1, -1)
+    assert (_constants.ROOT, _constants.UNDEFINED) == (-3, -32766)
+    comparisons = (_constants.IDENT, _constants.CONGRUENT, _constants.SIMILAR, _constants.UNEQUAL)
+    assert comparisons == (0, 1, 2, 3)
+    threads = (
+        _constants.THREAD_SINGLE,
+        _constants.THREAD_FUNNELED,
+        _constants.THREAD_SERIALIZED,
+        _constants.THREAD_MULTIPLE,
+    )
+    assert threads == (0, 1, 2, 3)

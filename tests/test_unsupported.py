@@ -1,0 +1,175 @@
+"""Unavailable object types and functions: handles work, everything else says why not."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from typing import Any, Callable
+
+import pytest
+
+from ipympi import _unsupported as U
+
+FEATURES = {
+    "Win": "one-sided communication",
+    "File": "parallel I/O",
+    "Info": "support for info objects",
+    "Session": "the sessions model",
+    "Grequest": "support for generalized requests",
+}
+NULLS = {"Win": "WIN_NULL", "File": "FILE_NULL", "Info": "INFO_NULL", "Session": "SESSION_NULL"}
+
+
+def expect_unavailable(call: Callable[[], Any], what: str, feature: str) -> str:
+    with pytest.raises(NotImplementedError) as info:
+        call()
+    message = str(info.value)
+    assert message.startswith(f"MPI.{what} is not available in ipympi: {feature} is outside")
+    return message
+
+
+def test_message_format() -> None:
+    message = expect_unavailable(lambda: U.Win.Create(None), "Win", "one-sided communication")
+    assert message == (
+        "MPI.Win is not available in ipympi: one-sided communication is outside its scope "
+        "(called Win.Create)"
+    )
+
+
+@pytest.mark.parametrize("cls_name", sorted(NULLS))
+def test_null_handles(cls_name: str) -> None:
+    cls = getattr(U, cls_name)
+    null = getattr(U, NULLS[cls_name])
+    assert isinstance(null, cls)
+    assert not null
+    assert cls() == null and cls(null) == null
+    assert hash(cls()) == hash(null)
+    assert repr(null) == f"MPI.{NULLS[cls_name]}"
+    assert pickle.loads(pickle.dumps(null)) == null
+    assert copy.deepcopy(null) == null and copy.copy(null) == null
+    assert (null == 0) is False
+    with pytest.raises(TypeError):
+        cls(42)
+
+
+def test_handles_of_different_types_differ() -> None:
+    assert U.WIN_NULL != U.FILE_NULL
+    assert U.INFO_NULL != U.SESSION_NULL
+
+
+def test_info_env() -> None:
+    assert U.INFO_ENV and U.INFO_ENV != U.INFO_NULL
+    assert U.Info(U.INFO_ENV) == U.INFO_ENV
+    assert repr(U.INFO_ENV) == "MPI.INFO_ENV"
+    assert pickle.loads(pickle.dumps(U.INFO_ENV)) is U.INFO_ENV
+
+
+CREATORS = [
+    ("Win", lambda: U.Win.Create(bytearray(8))),
+    ("Win", lambda: U.Win.Allocate(8)),
+    ("Win", lambda: U.Win.Allocate_shared(8)),
+    ("Win", lambda: U.Win.Create_dynamic()),
+    ("File", lambda: U.File.Open(None, "x")),
+    ("File", lambda: U.File.Delete("x")),
+    ("Info", lambda: U.Info.Create()),
+    ("Info", lambda: U.Info.Create_env()),
+    ("Session", lambda: U.Session.Init()),
+    ("Grequest", lambda: U.Grequest.Start(None, None, None)),
+]
+
+
+@pytest.mark.parametrize(("cls_name", "call"), CREATORS, ids=[c for c, _ in CREATORS])
+def test_constructors_raise(cls_name: str, call: Callable[[], Any]) -> None:
+    expect_unavailable(call, cls_name, FEATURES[cls_name])
+
+
+HANDLE_CALLS = [
+    ("Win", lambda: U.WIN_NULL.Put(b"", 0)),
+    ("Win", lambda: U.WIN_NULL.Fence()),
+    ("Win", lambda: U.WIN_NULL.Get_name()),
+    ("Win", lambda: U.WIN_NULL.Free()),
+    ("Win", lambda: U.WIN_NULL.tomemory()),
+    ("Win", lambda: U.WIN_NULL.group),
+    ("Win", lambda: U.WIN_NULL.flavor),
+    ("File", lambda: U.FILE_NULL.Read(bytearray(1))),
+    ("File", lambda: U.FILE_NULL.Close()),
+    ("File", lambda: U.FILE_NULL.size),
+    ("Info", lambda: U.INFO_NULL.Get("key")),
+    ("Info", lambda: U.INFO_ENV.Get("host")),
+    ("Info", lambda: U.INFO_NULL.Set("k", "v")),
+    ("Info", lambda: U.INFO_NULL.keys()),
+    ("Info", lambda: len(U.INFO_NULL)),
+    ("Info", lambda: "key" in U.INFO_NULL),
+    ("Info", lambda: U.INFO_NULL["key"]),
+    ("Info", lambda: list(U.INFO_ENV)),
+    ("Session", lambda: U.SESSION_NULL.Finalize()),
+    ("Session", lambda: U.SESSION_NULL.Get_num_psets()),
+    ("Grequest", lambda: U.Grequest().Complete()),
+    ("Grequest", lambda: U.Grequest.Waitall([])),
+]
+
+
+@pytest.mark.parametrize(("cls_name", "call"), HANDLE_CALLS, ids=[c for c, _ in HANDLE_CALLS])
+def test_methods_and_properties_raise(cls_name: str, call: Callable[[], Any]) -> None:
+    expect_unavailable(call, cls_name, FEATURES[cls_name])
+
+
+def test_probing_with_hasattr_does_not_raise() -> None:
+    assert hasattr(U.Win, "Allocate_shared")
+    assert hasattr(U.WIN_NULL, "Put")
+    assert not hasattr(U.WIN_NULL, "no_such_method")
+    assert callable(U.Win.Create)
+
+
+FUNCTIONS = {
+    "Open_port": "dynamic process management",
+    "Close_port": "dynamic process management",
+    "Publish_name": "dynamic process management",
+    "Unpublish_name": "dynamic process management",
+    "Lookup_name": "dynamic process management",
+    "Register_datarep": "parallel I/O",
+    "Get_hw_resource_info": "support for info objects",
+    "Get_abi_version": "the standard ABI",
+    "Get_abi_info": "the standard ABI",
+    "Get_abi_fortran_info": "the standard ABI",
+}
+FUNCTION_ARGS: dict[str, tuple[Any, ...]] = {
+    "Close_port": ("port",),
+    "Publish_name": ("service", "port"),
+    "Unpublish_name": ("service", "port"),
+    "Lookup_name": ("service",),
+    "Register_datarep": ("rep",),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_functions_raise(name: str) -> None:
+    function = getattr(U, name)
+    args = FUNCTION_ARGS.get(name, ())
+    expect_unavailable(lambda: function(*args), name, FUNCTIONS[name])
+
+
+def test_classes_missing_from_the_core_are_all_here() -> None:
+    mpi = pytest.importorskip("mpi4py.MPI")
+    core = {
+        "Comm", "Intracomm", "Intercomm", "Topocomm", "Cartcomm", "Graphcomm",
+        "Distgraphcomm", "Group", "Request", "Prequest", "Status", "Message", "Datatype",
+        "Op", "Errhandler", "Exception", "Pickle", "buffer", "memory",
+        "BottomType", "InPlaceType", "BufferAutomaticType",  # sentinel types in _buffers
+    }  # fmt: skip
+    classes = {n for n in dir(mpi) if isinstance(getattr(mpi, n), type)}
+    assert classes - core <= set(U.__all__)
+
+
+@pytest.mark.parametrize("cls_name", sorted(FEATURES))
+def test_stubs_cover_mpi4py_methods(cls_name: str) -> None:
+    mpi = pytest.importorskip("mpi4py.MPI")
+    theirs = {n for n in dir(getattr(mpi, cls_name)) if not n.startswith("_")}
+    ours = {n for n in dir(getattr(U, cls_name)) if not n.startswith("_")}
+    assert theirs - ours == set()
+
+
+def test_functions_cover_mpi4py() -> None:
+    mpi = pytest.importorskip("mpi4py.MPI")
+    for name in FUNCTIONS:
+        assert hasattr(mpi, name), name
