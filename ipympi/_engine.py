@@ -26,7 +26,7 @@ import itertools
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 import zmq
 
@@ -37,6 +37,7 @@ from ._largebuf import VmReader, buffer_address
 from ._matching import Envelope, Matcher, PostedReceive
 from ._ops import Op
 from ._transport import Transport
+from ._wire import ACK, CTS, DATA, EAGER, FIN, HEADER_SIZE, RTS, SYNC
 
 __all__ = ["EAGER_LIMIT", "Engine", "WaitInfo"]
 
@@ -69,6 +70,14 @@ class WaitInfo:
         }
 
 
+# Payload kinds of a queued envelope besides the wire's EAGER and RTS.
+SELF = 0  # a message this rank sent to itself: (data, SELF, sync sender op or None)
+
+_pack_header = wire.HEADER.pack
+_unpack_header = wire.HEADER.unpack_from
+_pack_address = wire.RTS_EXTRA.pack
+
+
 class Engine:
     """Matching, sending, receiving and waiting for one rank."""
 
@@ -77,13 +86,18 @@ class Engine:
         self.size = size
         self.pid = os.getpid()
         self.transport = transport
+        self._sock = transport.data if transport is not None else None
+        self._peers: dict[int, Any] = {}
         self.matcher = Matcher()
         self.lock = threading.RLock()
         self.vm = VmReader()
         self._msgids = itertools.count(1)
         self._sends: dict[int, Op] = {}  # msgid -> send waiting for ACK/FIN
         self._rdv: dict[tuple[int, int], tuple[Op, Envelope]] = {}  # (wsrc, msgid) -> recv
-        self.waiting: WaitInfo | None = None
+        # What the rank is blocked on: a callable building a WaitInfo (built
+        # only when someone asks, to keep blocking calls cheap), and since when.
+        self.waiting: Callable[[], WaitInfo] | None = None
+        self.waiting_since = 0.0
         self.depth = 0  # threads inside MPI calls
         self.wanted = 0  # threads waiting to enter
         self.last_exit = 0.0
@@ -93,12 +107,14 @@ class Engine:
     # -- entering and leaving MPI --------------------------------------------
     def enter(self) -> None:
         """Take the engine for an MPI call (from the progress thread if needed)."""
-        self.wanted += 1
         if not self.lock.acquire(False):
-            if self.transport is not None:
-                self.transport.ring()
-            self.lock.acquire()
-        self.wanted -= 1
+            self.wanted += 1
+            try:
+                if self.transport is not None:
+                    self.transport.ring()
+                self.lock.acquire()
+            finally:
+                self.wanted -= 1
         self.depth += 1
 
     def leave(self) -> None:
@@ -106,7 +122,23 @@ class Engine:
         self.last_exit = time.monotonic()
         self.lock.release()
 
+    def waiting_info(self) -> WaitInfo | None:
+        """What the rank is blocked on right now, or None."""
+        waiting = self.waiting
+        if waiting is None:
+            return None
+        info = waiting()
+        info.since = self.waiting_since
+        return info
+
     # -- sending -------------------------------------------------------------
+    def _peer(self, wrank: int) -> Any:
+        sock = self._peers.get(wrank)
+        if sock is None:
+            assert self.transport is not None
+            sock = self._peers[wrank] = self.transport.peer(wrank)
+        return sock
+
     def start_send(
         self,
         op: Op,
@@ -116,46 +148,43 @@ class Engine:
         source: int,
         tag: int,
         sync: bool,
-        keep: Any = None,
     ) -> None:
         """Start sending ``mem`` to world rank ``wdest``; completes ``op`` when allowed.
 
         ``source`` is this rank's rank in the communicator. The caller holds the
-        engine and has validated arguments.
+        engine and has validated arguments. Messages to this rank itself are
+        always copied (never rendezvous), so a blocking self-send cannot hang.
         """
-        nbytes = len(mem) if isinstance(mem, bytes) else mem.nbytes
-        flags = wire.SYNC if sync else 0
         if wdest == self.rank:
             self._send_to_self(op, bytes(mem), context, source, tag, sync)
             return
-        assert self.transport is not None
+        nbytes = len(mem) if type(mem) is bytes else mem.nbytes
         msgid = next(self._msgids)
         op.msgid = msgid
         if nbytes <= EAGER_LIMIT:
-            header = wire.HEADER.pack(
-                wire.EAGER, flags, context, source, tag, self.rank, self.pid, msgid, nbytes
+            header = _pack_header(
+                EAGER, SYNC if sync else 0, context, source, tag, self.rank, self.pid, msgid, nbytes
             )
-            self.transport.send(wdest, header + mem)
+            self._peer(wdest).send(header + mem)
             if sync:
                 self._sends[msgid] = op
             else:
                 op.done = True
             return
         # Large: announce it; the receiver reads our buffer and answers FIN.
-        if isinstance(mem, bytes):
+        if type(mem) is bytes:
             mem = memoryview(mem)
-        op.mem = mem  # type: ignore[assignment]
-        op.keep = keep
-        header = wire.HEADER.pack(
-            wire.RTS, flags, context, source, tag, self.rank, self.pid, msgid, nbytes
-        ) + wire.RTS_EXTRA.pack(buffer_address(mem))
+        op.mem = mem  # keeps the buffer alive until FIN
+        header = _pack_header(
+            RTS, SYNC if sync else 0, context, source, tag, self.rank, self.pid, msgid, nbytes
+        ) + _pack_address(buffer_address(mem))
         self._sends[msgid] = op
-        self.transport.send(wdest, header)
+        self._peer(wdest).send(header)
 
     def _send_to_self(
         self, op: Op, data: bytes, context: int, source: int, tag: int, sync: bool
     ) -> None:
-        env = Envelope(context, source, tag, len(data), ("self", data, op if sync else None))
+        env = Envelope(context, source, tag, len(data), (data, SELF, op if sync else None))
         if not sync:
             op.done = True
         recv = self.matcher.arrive(env)
@@ -165,12 +194,13 @@ class Engine:
     # -- receiving -----------------------------------------------------------
     def start_recv(self, op: Op, context: int, source: int, tag: int) -> None:
         """Post a receive; it may complete at once from the unexpected queue."""
-        posted = PostedReceive(context, source, tag, op)
-        env = self.matcher.post(posted)
-        if env is None:
-            op.posted = posted
-        else:
+        env = self.matcher.take(context, source, tag)
+        if env is not None:
             self._deliver(env, op)
+            return
+        posted = PostedReceive(context, source, tag, op)
+        self.matcher.enqueue(posted)
+        op.posted = posted
 
     def withdraw(self, op: Op) -> bool:
         """Take back a posted, unmatched receive (cancel or interrupt)."""
@@ -189,35 +219,36 @@ class Engine:
         op.source = env.source
         op.tag = env.tag
         payload = env.payload
-        origin = payload[0]
-        if origin == "self":
-            _, data, sender = payload
+        kind = payload[1]
+        if kind == EAGER:
+            frame, _, flags, wsource, _, msgid = payload
+            self._fill(op, memoryview(frame)[HEADER_SIZE:], env.nbytes)
+            if flags & SYNC:
+                self._reply(wsource, ACK, msgid)
+            return
+        if kind == SELF:
+            data, _, sender = payload
             self._fill(op, memoryview(data), env.nbytes)
             if sender is not None:
                 sender.done = True
             return
-        frame, h = payload
-        if h.kind == wire.EAGER:
-            self._fill(op, memoryview(frame)[wire.HEADER_SIZE :], env.nbytes)
-            if h.flags & wire.SYNC:
-                self._reply(h, wire.ACK)
-            return
         # RTS: read the sender's buffer directly, or ask for the data.
+        frame, _, flags, wsource, pid, msgid = payload
         target = self._target(op, env.nbytes)
-        (address,) = wire.RTS_EXTRA.unpack_from(frame, wire.HEADER_SIZE)
-        if self.vm.read(h.pid, address, target):
+        (address,) = wire.RTS_EXTRA.unpack_from(frame, HEADER_SIZE)
+        if self.vm.read(pid, address, target):
             self._finish_fill(op, target, env.nbytes)
-            self._reply(h, wire.FIN)
+            self._reply(wsource, FIN, msgid)
         else:
-            self._rdv[(h.wsource, h.msgid)] = (op, env)
-            self._reply(h, wire.CTS)
+            self._rdv[(wsource, msgid)] = (op, env)
+            self._reply(wsource, CTS, msgid)
 
     def _target(self, op: Op, nbytes: int) -> memoryview:
         """Where a message of ``nbytes`` goes: the user's buffer, or new bytes."""
         if op.mem is None:
             op.data = bytearray(nbytes)
             return memoryview(op.data)
-        if nbytes > op.mem.nbytes:
+        if nbytes >= op.mem.nbytes:
             return op.mem
         return op.mem[:nbytes]
 
@@ -232,119 +263,117 @@ class Engine:
         op.done = True
 
     def _fill(self, op: Op, data: memoryview, nbytes: int) -> None:
-        if op.mem is None:
+        mem = op.mem
+        if mem is None:
             op.data = data
             op.count = nbytes
             op.done = True
             return
-        n = min(nbytes, op.mem.nbytes)
+        if nbytes == mem.nbytes:
+            if nbytes:
+                mem[:] = data
+            op.count = nbytes
+            op.done = True
+            return
+        n = min(nbytes, mem.nbytes)
         if n:
-            op.mem[:n] = data[:n]
-        self._finish_fill(op, op.mem[:n], nbytes)
+            mem[:n] = data[:n]
+        self._finish_fill(op, mem[:n], nbytes)
 
-    def _reply(self, h: wire.Header, kind: int) -> None:
-        assert self.transport is not None
-        header = wire.HEADER.pack(kind, 0, h.context, 0, 0, self.rank, self.pid, h.msgid, 0)
-        self.transport.send(h.wsource, header)
+    def _reply(self, wdest: int, kind: int, msgid: int) -> None:
+        self._peer(wdest).send(_pack_header(kind, 0, 0, 0, 0, self.rank, self.pid, msgid, 0))
 
     # -- incoming frames -----------------------------------------------------
     def on_frame(self, frame: bytes) -> None:
-        """Handle one frame from the data socket (caller holds the engine)."""
-        kind = frame[0]
-        if kind == wire.EAGER or kind == wire.RTS:
-            h = wire.unpack(frame)
-            env = Envelope(h.context, h.source, h.tag, h.value, (frame, h))
+        """Handle one single-part frame from the data socket (caller holds the engine)."""
+        kind, flags, context, source, tag, wsource, pid, msgid, value = _unpack_header(frame)
+        if kind in (EAGER, RTS):
+            env = Envelope(context, source, tag, value, (frame, kind, flags, wsource, pid, msgid))
             recv = self.matcher.arrive(env)
             if recv is not None:
                 self._deliver(env, recv.handle)
-            return
-        h = wire.unpack(frame)
-        if kind == wire.ACK or kind == wire.FIN:
-            op = self._sends.pop(h.msgid, None)
+        elif kind in (ACK, FIN):
+            op = self._sends.pop(msgid, None)
             if op is not None:
-                op.keep = None
                 op.mem = None
                 op.done = True
-                self._release_bsend(op)
-        elif kind == wire.CTS:
-            op = self._sends.get(h.msgid)
-            if op is not None and op.mem is not None:
-                header = wire.HEADER.pack(
-                    wire.DATA, 0, h.context, 0, 0, self.rank, self.pid, h.msgid, op.mem.nbytes
-                )
-                assert self.transport is not None
-                self.transport.send_parts(h.wsource, [header, op.mem])
-        else:
-            raise MPIException(ERR_OTHER, f"unknown frame kind {kind} from rank {h.wsource}")
+                if op.bsend_bytes:
+                    from ._bsend import release
 
-    def on_data_parts(self, parts: list[bytes]) -> None:
+                    release(op)
+        elif kind == CTS:
+            op = self._sends.get(msgid)
+            if op is not None and op.mem is not None:
+                header = _pack_header(DATA, 0, 0, 0, 0, self.rank, self.pid, msgid, op.mem.nbytes)
+                self._peer(wsource).send_multipart([header, op.mem], copy=False)
+        else:
+            raise MPIException(ERR_OTHER, f"unknown frame kind {kind} from rank {wsource}")
+
+    def on_data(self, header: bytes, payload: memoryview) -> None:
         """A DATA reply (header + payload) for a large receive in progress."""
-        h = wire.unpack(parts[0])
-        op, env = self._rdv.pop((h.wsource, h.msgid))
-        payload = memoryview(parts[1])
+        _, _, _, _, _, wsource, _, msgid, _ = _unpack_header(header)
+        op, env = self._rdv.pop((wsource, msgid))
         if op.mem is None:
             op.data = payload
             op.count = env.nbytes
             op.done = True
         else:
             self._fill(op, payload, env.nbytes)
-        self._reply(h, wire.FIN)
+        self._reply(wsource, FIN, msgid)
 
-    def _release_bsend(self, op: Op) -> None:
-        if op.bsend_bytes and op.comm is not None:
-            from ._bsend import release
-
-            release(op)
+    def _handle(self, frame: bytes) -> None:
+        if frame[0] == DATA:
+            assert self._sock is not None
+            payload = self._sock.recv(copy=False)
+            self.on_data(frame, payload.buffer)
+        else:
+            self.on_frame(frame)
 
     # -- progress ------------------------------------------------------------
-    def poll_once(self, block: bool) -> bool:
-        """Handle every frame waiting on the data socket (caller holds the engine).
+    def poll_once(self, block: bool = False) -> bool:
+        """Handle frames waiting on the data socket (caller holds the engine).
 
         With ``block`` it first waits, up to the socket's receive timeout, for one.
         Returns True when something was handled.
         """
-        transport = self.transport
-        if transport is None:
+        sock = self._sock
+        if sock is None:
             return False
-        sock = transport.data
         handled = False
         if block:
             try:
-                parts = [sock.recv()]
+                frame = sock.recv()
             except zmq.Again:
                 return False
-            while sock.getsockopt(zmq.RCVMORE):
-                parts.append(sock.recv())
-            self._dispatch(parts)
+            self._handle(frame)
             handled = True
-        while True:
-            try:
-                parts = [sock.recv(zmq.NOBLOCK)]
-            except zmq.Again:
-                return handled
-            while sock.getsockopt(zmq.RCVMORE):
-                parts.append(sock.recv())
-            self._dispatch(parts)
+        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            self._handle(sock.recv(zmq.NOBLOCK))
             handled = True
-
-    def _dispatch(self, parts: list[bytes]) -> None:
-        if len(parts) == 1:
-            self.on_frame(parts[0])
-        else:
-            self.on_data_parts(parts)
+        return handled
 
     def wait(self, op: Op, info: Callable[[], WaitInfo] | None = None) -> None:
         """Block until ``op`` is done (caller holds the engine).
 
-        ``info`` describes the wait for observers; it is built only if the rank
-        really blocks.
+        ``info`` describes the wait for observers; it is called only if someone
+        asks what the rank is doing.
         """
         if op.done:
             return
-        self.poll_once(False)
-        if op.done:
-            return
-        self.wait_until(lambda: op.done, info)
+        sock = self._sock
+        if sock is None:
+            self._deadlock()
+        self.waiting = info or _unknown_wait
+        self.waiting_since = time.monotonic()
+        try:
+            while not op.done:
+                try:
+                    frame = sock.recv()
+                except zmq.Again:
+                    continue
+                self._handle(frame)
+        finally:
+            self.waiting = None
 
     def wait_until(
         self, ready: Callable[[], bool], info: Callable[[], WaitInfo] | None = None
@@ -352,18 +381,22 @@ class Engine:
         """Drive progress until ``ready()`` (caller holds the engine)."""
         if ready():
             return
-        if self.transport is None:
-            raise MPIException(
-                ERR_OTHER,
-                "deadlock: this single-process world has no other rank that could "
-                "ever complete the operation",
-            )
-        self.waiting = info() if info is not None else WaitInfo("wait", "", -1, -1)
+        if self._sock is None:
+            self._deadlock()
+        self.waiting = info or _unknown_wait
+        self.waiting_since = time.monotonic()
         try:
             while not ready():
                 self.poll_once(True)
         finally:
             self.waiting = None
+
+    def _deadlock(self) -> NoReturn:
+        raise MPIException(
+            ERR_OTHER,
+            "deadlock: this single-process world has no other rank that could "
+            "ever complete the operation",
+        )
 
     # -- probes --------------------------------------------------------------
     def iprobe(self, context: int, source: int, tag: int, take: bool) -> Envelope | None:
@@ -376,9 +409,10 @@ class Engine:
         self, context: int, source: int, tag: int, take: bool, info: Callable[[], WaitInfo]
     ) -> Envelope:
         found: list[Envelope] = []
+        look = self.matcher.take if take else self.matcher.probe
 
         def ready() -> bool:
-            env = (self.matcher.take if take else self.matcher.probe)(context, source, tag)
+            env = look(context, source, tag)
             if env is not None:
                 found.append(env)
             return bool(found)
@@ -398,3 +432,7 @@ class Engine:
             "unexpected_messages": stats.unexpected,
             "sends_in_flight": len(self._sends),
         }
+
+
+def _unknown_wait() -> WaitInfo:
+    return WaitInfo("wait", "", -1, -1)

@@ -33,7 +33,6 @@ from ._constants import ANY_SOURCE, ANY_TAG
 __all__ = ["Envelope", "Matcher", "PostedReceive"]
 
 
-@dataclass(eq=False)
 class Envelope:
     """An arrived message (or its announcement, for large messages).
 
@@ -41,21 +40,35 @@ class Envelope:
     the transport needs to deliver the data later (opaque here).
     """
 
-    context: int
-    source: int
-    tag: int
-    nbytes: int
-    payload: Any = None
+    __slots__ = ("context", "nbytes", "payload", "source", "tag")
+
+    def __init__(self, context: int, source: int, tag: int, nbytes: int, payload: Any = None):
+        self.context = context
+        self.source = source
+        self.tag = tag
+        self.nbytes = nbytes
+        self.payload = payload
+
+    def __repr__(self) -> str:
+        return (
+            f"Envelope(context={self.context}, source={self.source}, tag={self.tag}, "
+            f"nbytes={self.nbytes})"
+        )
 
 
-@dataclass(eq=False)
 class PostedReceive:
     """A receive waiting for a message; ``handle`` is opaque to the matcher."""
 
-    context: int
-    source: int
-    tag: int
-    handle: Any = None
+    __slots__ = ("context", "handle", "source", "tag")
+
+    def __init__(self, context: int, source: int, tag: int, handle: Any = None):
+        self.context = context
+        self.source = source
+        self.tag = tag
+        self.handle = handle
+
+    def __repr__(self) -> str:
+        return f"PostedReceive(context={self.context}, source={self.source}, tag={self.tag})"
 
 
 def _matches(source: int, tag: int, env: Envelope) -> bool:
@@ -98,6 +111,10 @@ class Matcher:
         if env is None:
             self._posted[recv.context].append(recv)
         return env
+
+    def enqueue(self, recv: PostedReceive) -> None:
+        """Queue a receive known to match nothing queued (the caller tried ``take``)."""
+        self._posted[recv.context].append(recv)
 
     def cancel(self, recv: PostedReceive) -> bool:
         """Withdraw a posted receive; False when it was already matched."""

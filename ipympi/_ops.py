@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._constants import ANY_SOURCE, ANY_TAG
+from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 
 __all__ = ["RECV", "SEND", "Op"]
 
@@ -21,52 +21,33 @@ class Op:
     """One send or receive in flight.
 
     ``mem`` is the user's buffer (a byte memoryview) for buffer operations, or
-    ``None`` for pickled-object receives, whose bytes land in ``data``.
+    ``None`` for pickled-object receives, whose bytes land in ``data``. Fields
+    default at class level so that creating an operation (on every call) sets
+    only what differs.
     """
 
-    __slots__ = (
-        "bsend_bytes",
-        "call",
-        "cancelled",
-        "comm",
-        "count",
-        "data",
-        "done",
-        "error",
-        "error_detail",
-        "keep",
-        "kind",
-        "mem",
-        "msgid",
-        "peer",
-        "posted",
-        "source",
-        "tag",
-    )
+    done = False
+    cancelled = False
+    error = 0
+    error_detail = ""
+    source = ANY_SOURCE  # status fields, filled on completion
+    count = 0  # bytes received (status count)
+    mem: memoryview | None = None
+    data: Any = None  # received bytes for object receives
+    keep: Any = None  # keeps a send buffer alive until the send completes
+    posted: Any = None  # the PostedReceive while a receive is queued
+    msgid = 0
+    bsend_bytes = 0  # attached-buffer space held by a buffered send
 
     def __init__(self, kind: int, comm: Any, call: str, peer: int, tag: int) -> None:
         self.kind = kind
         self.comm = comm
         self.call = call
         self.peer = peer  # dest for sends, requested source for receives
-        self.tag = tag  # requested tag
-        self.done = False
-        self.cancelled = False
-        self.error = 0
-        self.error_detail = ""
-        self.source = ANY_SOURCE  # status fields, filled on completion
-        self.count = 0  # bytes received (status count)
-        self.mem: memoryview | None = None
-        self.data: Any = None  # received bytes for object receives
-        self.keep: Any = None  # keeps a send buffer alive until the send completes
-        self.posted: Any = None  # the PostedReceive while a receive is queued
-        self.msgid = 0
-        self.bsend_bytes = 0  # attached-buffer space held by a buffered send
+        self.tag = tag  # requested tag; the received tag once complete
 
     def complete_empty(self) -> None:
         """Complete with an empty status (PROC_NULL peers)."""
-        from ._constants import PROC_NULL
-
         self.source = PROC_NULL if self.kind == RECV else ANY_SOURCE
         self.tag = ANY_TAG
         self.count = 0

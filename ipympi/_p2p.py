@@ -31,39 +31,41 @@ __all__ = ["PointToPoint"]
 STANDARD, SYNCHRONOUS, READY, BUFFERED = "standard", "synchronous", "ready", "buffered"
 
 
-# -- argument checks ----------------------------------------------------------
-def _check_dest(impl: CommImpl, dest: int, call: str) -> None:
-    if dest == PROC_NULL:
-        return
-    if not 0 <= dest < len(impl.remote_world_ranks):
-        raise MPIException(
-            ERR_RANK,
-            f"{call}: dest {dest} is not a rank of {impl.name} "
-            f"(ranks 0..{len(impl.remote_world_ranks) - 1} or PROC_NULL)",
-        )
+# -- argument checks (called only once a fast inline test has failed) ---------
+def _bad_dest(impl: CommImpl, dest: int, call: str) -> MPIException:
+    return MPIException(
+        ERR_RANK,
+        f"{call}: dest {dest} is not a rank of {impl.name} "
+        f"(ranks 0..{len(impl.remote_world_ranks) - 1} or PROC_NULL)",
+    )
+
+
+def _bad_source(impl: CommImpl, source: int, call: str) -> MPIException:
+    return MPIException(
+        ERR_RANK,
+        f"{call}: source {source} is not a rank of {impl.name} "
+        f"(ranks 0..{len(impl.remote_world_ranks) - 1}, ANY_SOURCE or PROC_NULL)",
+    )
+
+
+def _bad_send_tag(tag: int, call: str) -> MPIException:
+    return MPIException(ERR_TAG, f"{call}: tag {tag} is not in 0..TAG_UB ({TAG_UB_VALUE})")
+
+
+def _bad_recv_tag(tag: int, call: str) -> MPIException:
+    return MPIException(
+        ERR_TAG, f"{call}: tag {tag} is not in 0..TAG_UB ({TAG_UB_VALUE}) or ANY_TAG"
+    )
 
 
 def _check_source(impl: CommImpl, source: int, call: str) -> None:
-    if source in (ANY_SOURCE, PROC_NULL):
-        return
-    if not 0 <= source < len(impl.remote_world_ranks):
-        raise MPIException(
-            ERR_RANK,
-            f"{call}: source {source} is not a rank of {impl.name} "
-            f"(ranks 0..{len(impl.remote_world_ranks) - 1}, ANY_SOURCE or PROC_NULL)",
-        )
-
-
-def _check_send_tag(tag: int, call: str) -> None:
-    if not 0 <= tag <= TAG_UB_VALUE:
-        raise MPIException(ERR_TAG, f"{call}: tag {tag} is not in 0..TAG_UB ({TAG_UB_VALUE})")
+    if not 0 <= source < len(impl.remote_world_ranks) and source not in (ANY_SOURCE, PROC_NULL):
+        raise _bad_source(impl, source, call)
 
 
 def _check_recv_tag(tag: int, call: str) -> None:
-    if tag != ANY_TAG and not 0 <= tag <= TAG_UB_VALUE:
-        raise MPIException(
-            ERR_TAG, f"{call}: tag {tag} is not in 0..TAG_UB ({TAG_UB_VALUE}) or ANY_TAG"
-        )
+    if not 0 <= tag <= TAG_UB_VALUE and tag != ANY_TAG:
+        raise _bad_recv_tag(tag, call)
 
 
 def _info(call: str, impl: CommImpl, peer: int, tag: int) -> Callable[[], WaitInfo]:
@@ -100,7 +102,7 @@ class PointToPoint:
         if dest == PROC_NULL:
             op.complete_empty()
             return op
-        if mode == BUFFERED:
+        if mode is BUFFERED:
             nbytes = len(mem) if isinstance(mem, bytes) else mem.nbytes
             _bsend.reserve(op, nbytes)
             mem = bytes(mem)  # the user may reuse the buffer at once
@@ -111,7 +113,7 @@ class PointToPoint:
             impl.context,
             impl.rank,
             tag,
-            mode == SYNCHRONOUS,
+            mode is SYNCHRONOUS,
         )
         if op.done and op.bsend_bytes:
             _bsend.release(op)
@@ -129,15 +131,19 @@ class PointToPoint:
         return op
 
     def _send_checked(self, call: str, dest: int, tag: int) -> CommImpl:
-        impl = self._live()
-        _check_dest(impl, dest, call)
-        _check_send_tag(tag, call)
+        impl = self._impl or self._live()  # type: ignore[attr-defined]
+        if not 0 <= dest < len(impl.remote_world_ranks) and dest != PROC_NULL:
+            raise _bad_dest(impl, dest, call)
+        if not 0 <= tag <= TAG_UB_VALUE:
+            raise _bad_send_tag(tag, call)
         return impl
 
     def _recv_checked(self, call: str, source: int, tag: int) -> CommImpl:
-        impl = self._live()
-        _check_source(impl, source, call)
-        _check_recv_tag(tag, call)
+        impl = self._impl or self._live()  # type: ignore[attr-defined]
+        if not 0 <= source < len(impl.remote_world_ranks) and source not in (ANY_SOURCE, PROC_NULL):
+            raise _bad_source(impl, source, call)
+        if not 0 <= tag <= TAG_UB_VALUE and tag != ANY_TAG:
+            raise _bad_recv_tag(tag, call)
         return impl
 
     # -- blocking helpers ------------------------------------------------------

@@ -47,7 +47,7 @@ def describe_state(engine: Engine, main_thread_id: int | None) -> dict[str, Any]
         "pid": engine.pid,
         "host": socket.gethostname(),
     }
-    waiting = engine.waiting
+    waiting = engine.waiting_info()
     if engine.finalized:
         state["state"] = "finalized"
     elif waiting is not None:
