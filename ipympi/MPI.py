@@ -17,6 +17,7 @@ from . import (
     _comm,
     _constants,
     _datatype,
+    _errhandling,
     _errors,
     _memory,
     _message,
@@ -63,6 +64,25 @@ Attach_buffer = _runtime.Attach_buffer
 Detach_buffer = _runtime.Detach_buffer
 Pcontrol = _runtime.Pcontrol
 __all__ += ["Attach_buffer", "Detach_buffer", "Pcontrol"]
+
+# Calls not tied to an object report errors through COMM_WORLD's handler.
+_WORLD_CALLS = (
+    "Attach_buffer",
+    "Detach_buffer",
+    "Alloc_mem",
+    "Free_mem",
+    "Get_error_class",
+    "Get_error_string",
+    "Add_error_class",
+    "Add_error_code",
+    "Add_error_string",
+    "Remove_error_class",
+    "Remove_error_code",
+    "Remove_error_string",
+)
+for _name in _WORLD_CALLS:
+    globals()[_name] = _errhandling.world_call(globals()[_name])
+del _name
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,7 @@ from typing import Any, Callable, NoReturn, TypeVar
 
 from ._errors import Exception as MPIException
 
-__all__ = ["mpi_call"]
+__all__ = ["mpi_call", "world_call"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,5 +46,24 @@ def mpi_call(fn: F) -> F:
             return fn(self, *args, **kwargs)
         except MPIException as exc:
             self._raise(exc, name)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def world_call(fn: F) -> F:
+    """Route ``MPI.Exception`` raised by module-level function ``fn`` through
+    COMM_WORLD's error handler (calls not tied to an object use it)."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except MPIException as exc:
+            from ._runtime import COMM_WORLD
+
+            if COMM_WORLD._impl is None:
+                raise
+            COMM_WORLD._raise(exc, name)
 
     return wrapper  # type: ignore[return-value]

@@ -16,7 +16,7 @@ import errno
 import os
 import sys
 
-__all__ = ["VmReader", "buffer_address"]
+__all__ = ["VmReader", "allow_peer_reads", "buffer_address"]
 
 
 class _IoVec(ctypes.Structure):
@@ -60,6 +60,24 @@ def buffer_address(mem: memoryview) -> int:
 
         return int(np.frombuffer(mem, dtype=np.uint8).ctypes.data)
     return ctypes.addressof(ctypes.c_char.from_buffer(mem))
+
+
+def allow_peer_reads() -> None:
+    """Let sibling ranks read this process's memory under Yama ptrace restrictions.
+
+    With ``kernel.yama.ptrace_scope=1`` (a common default) only ancestors may
+    use ``process_vm_readv`` on a process, unless it names a permitted tracer;
+    ranks are siblings, so each rank allows any process of the same user.
+    Harmless where Yama is absent; ignored where ``prctl`` is unavailable.
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        pr_set_ptracer, pr_set_ptracer_any = 0x59616D61, ctypes.c_ulong(-1)
+        libc.prctl(pr_set_ptracer, pr_set_ptracer_any, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 class VmReader:

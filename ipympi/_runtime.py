@@ -34,6 +34,7 @@ from ._constants import (
 from ._engine import Engine, WaitInfo
 from ._errors import ERR_OTHER, ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler
 from ._errors import Exception as MPIException
+from ._largebuf import allow_peer_reads
 from ._ops import RECV, SEND, Op
 
 __all__ = [
@@ -166,10 +167,10 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
         from ._progress import ProgressThread
 
         sys.setswitchinterval(0.0005)  # background progress answers within ~0.6 ms
-        if os.environ.get("IPYMPI_NO_PROGRESS") != "1":
-            _progress = ProgressThread(engine)
-            engine.progress = _progress
-            _progress.start()
+        allow_peer_reads()
+        _progress = ProgressThread(engine)
+        engine.progress = _progress
+        _progress.start()
         if ctl:
             transport.send_control(
                 _control.encode(
