@@ -181,6 +181,26 @@ class Engine:
         self._sends[msgid] = op
         self._peer(wdest).send(header)
 
+    def send_eager(
+        self, wdest: int, context: int, source: int, tag: int, mem: memoryview | bytes
+    ) -> bool:
+        """Send a small standard-mode message to another rank, with no request.
+
+        The fast path of blocking ``Send``/``send``: the message is on its way
+        when this returns, so nothing needs to be completed later. Returns False
+        (nothing sent) when the general path is needed: to self, or too large.
+        """
+        if wdest == self.rank:
+            return False
+        nbytes = len(mem) if type(mem) is bytes else mem.nbytes
+        if nbytes > EAGER_LIMIT:
+            return False
+        sock = self._peers.get(wdest) or self._peer(wdest)
+        sock.send(
+            _pack_header(EAGER, 0, context, source, tag, self.rank, self.pid, 0, nbytes) + mem
+        )
+        return True
+
     def _send_to_self(
         self, op: Op, data: bytes, context: int, source: int, tag: int, sync: bool
     ) -> None:
@@ -287,7 +307,22 @@ class Engine:
     def on_frame(self, frame: bytes) -> None:
         """Handle one single-part frame from the data socket (caller holds the engine)."""
         kind, flags, context, source, tag, wsource, pid, msgid, value = _unpack_header(frame)
-        if kind in (EAGER, RTS):
+        if kind == EAGER:
+            recv = self.matcher.match_posted(context, source, tag)
+            if recv is None:
+                env = Envelope(
+                    context, source, tag, value, (frame, kind, flags, wsource, pid, msgid)
+                )
+                self.matcher.queue_unexpected(env)
+                return
+            op = recv.handle
+            op.posted = None
+            op.source = source
+            op.tag = tag
+            self._fill(op, memoryview(frame)[HEADER_SIZE:], value)
+            if flags & SYNC:
+                self._reply(wsource, ACK, msgid)
+        elif kind == RTS:
             env = Envelope(context, source, tag, value, (frame, kind, flags, wsource, pid, msgid))
             recv = self.matcher.arrive(env)
             if recv is not None:

@@ -95,14 +95,30 @@ class Matcher:
     # -- messages in ---------------------------------------------------------
     def arrive(self, env: Envelope) -> PostedReceive | None:
         """Match an arriving message to the first posted receive, or queue it."""
-        posted = self._posted.get(env.context)
+        recv = self.match_posted(env.context, env.source, env.tag)
+        if recv is None:
+            self._unexpected[env.context].append(env)
+        return recv
+
+    def match_posted(self, context: int, source: int, tag: int) -> PostedReceive | None:
+        """Take the first posted receive matching a message's envelope fields.
+
+        With :meth:`queue_unexpected` this is :meth:`arrive` split in two, so the
+        transport builds an :class:`Envelope` only for messages nobody awaits.
+        """
+        posted = self._posted.get(context)
         if posted:
             for i, recv in enumerate(posted):
-                if _matches(recv.source, recv.tag, env):
+                if (recv.source == ANY_SOURCE or recv.source == source) and (
+                    recv.tag == ANY_TAG or recv.tag == tag
+                ):
                     del posted[i]
                     return recv
-        self._unexpected[env.context].append(env)
         return None
+
+    def queue_unexpected(self, env: Envelope) -> None:
+        """Queue a message that matched no posted receive (see :meth:`match_posted`)."""
+        self._unexpected[env.context].append(env)
 
     # -- receives in ---------------------------------------------------------
     def post(self, recv: PostedReceive) -> Envelope | None:

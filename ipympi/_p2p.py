@@ -152,6 +152,14 @@ class PointToPoint:
         engine = impl.engine
         engine.enter()
         try:
+            if (
+                (mode is STANDARD or mode is READY)
+                and dest != PROC_NULL
+                and engine.send_eager(
+                    impl.remote_world_ranks[dest], impl.context, impl.rank, tag, mem
+                )
+            ):
+                return
             op = self._start_send(impl, call, mem, dest, tag, mode)
             if not op.done:
                 engine.wait(op, _info(call, impl, dest, tag))
