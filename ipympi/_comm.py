@@ -19,6 +19,8 @@ from typing import Any, Callable, NoReturn
 from . import _constants as K
 from . import _errhandling as hooks
 from . import _errors
+from ._coll import Collectives
+from ._coll_reduce import Reductions
 from ._errhandling import mpi_call
 from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER
 from ._errors import Exception as MPIException
@@ -112,15 +114,19 @@ class Comm(PointToPoint):
         return self._live().engine
 
     # -- error handling ------------------------------------------------------
-    def _raise(self, exc: MPIException, call: str) -> NoReturn:
-        """Apply this communicator's error handler to ``exc`` raised by ``call``."""
+    def _raise(self, exc: MPIException, call: str, code: int | None = None) -> NoReturn:
+        """Apply this communicator's error handler to ``exc`` raised by ``call``.
+
+        A user handler gets ``code`` when given: for ``ERR_IN_STATUS`` the standard
+        passes the failing request's own error code (MPI-3.0 §2.3.1).
+        """
         impl = self._impl
         handler = hooks.world_errhandler() if impl is None else impl.errhandler
         kind = getattr(handler, "_kind", "return")
         if kind in ("fatal", "abort") and hooks.fatal is not None:
             hooks.fatal(self, call, exc)
         if kind == "user":
-            handler._fn(self, exc.Get_error_code())
+            handler._fn(self, exc.Get_error_code() if code is None else code)
         raise exc
 
     @classmethod
@@ -247,7 +253,7 @@ class Comm(PointToPoint):
         self._label = "COMM_NULL"
 
 
-class Intracomm(Comm):
+class Intracomm(Comm, Collectives, Reductions):
     """A communicator within one group of ranks."""
 
     __slots__ = ()

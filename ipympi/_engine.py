@@ -31,13 +31,14 @@ from typing import Any, Callable, NoReturn
 import zmq
 
 from . import _wire as wire
+from ._constants import ANY_SOURCE
 from ._errors import ERR_OTHER, ERR_TRUNCATE
 from ._errors import Exception as MPIException
 from ._largebuf import VmReader, buffer_address
 from ._matching import Envelope, Matcher, PostedReceive
 from ._ops import Op
 from ._transport import Transport
-from ._wire import ACK, CTS, DATA, EAGER, FIN, HEADER_SIZE, RTS, SYNC
+from ._wire import ACK, CERR, CTS, DATA, EAGER, FIN, HEADER_SIZE, RTS, SYNC
 
 __all__ = ["EAGER_LIMIT", "Engine", "WaitInfo"]
 
@@ -103,6 +104,15 @@ class Engine:
         self.last_exit = 0.0
         self.progress: Any = None  # the ProgressThread, once started
         self.finalized = False
+        # Collectives: nonblocking schedules in progress, the last completed
+        # sequence number per collective context, and detected mismatches.
+        self.colls: list[Any] = []
+        self.coll_next: dict[int, int] = {}  # context -> next sequence number
+        self.coll_active: dict[int, set[int]] = {}  # context -> started, unfinished
+        self.coll_errors: dict[int, str] = {}
+        self.coll_members: dict[int, list[int]] = {}  # context -> world ranks
+        self.coll_calls: dict[tuple[int, int], int] = {}  # (context, seq) -> signature
+        self.coll_mismatched: set[tuple[int, int]] = set()  # (context, seq) reported
 
     # -- entering and leaving MPI --------------------------------------------
     def enter(self) -> None:
@@ -148,22 +158,34 @@ class Engine:
         source: int,
         tag: int,
         sync: bool,
+        sig: int = 0,
     ) -> None:
         """Start sending ``mem`` to world rank ``wdest``; completes ``op`` when allowed.
 
-        ``source`` is this rank's rank in the communicator. The caller holds the
-        engine and has validated arguments. Messages to this rank itself are
-        always copied (never rendezvous), so a blocking self-send cannot hang.
+        ``source`` is this rank's rank in the communicator; ``sig`` the signature
+        of the collective the message belongs to (0 for point-to-point). The
+        caller holds the engine and has validated arguments. Messages to this
+        rank itself are always copied (never rendezvous), so a blocking
+        self-send cannot hang.
         """
         if wdest == self.rank:
-            self._send_to_self(op, bytes(mem), context, source, tag, sync)
+            self._send_to_self(op, bytes(mem), context, source, tag, sync, sig)
             return
         nbytes = len(mem) if type(mem) is bytes else mem.nbytes
         msgid = next(self._msgids)
         op.msgid = msgid
         if nbytes <= EAGER_LIMIT:
             header = _pack_header(
-                EAGER, SYNC if sync else 0, context, source, tag, self.rank, self.pid, msgid, nbytes
+                EAGER,
+                SYNC if sync else 0,
+                sig,
+                context,
+                source,
+                tag,
+                self.rank,
+                self.pid,
+                msgid,
+                nbytes,
             )
             self._peer(wdest).send(header + mem)
             if sync:
@@ -176,7 +198,7 @@ class Engine:
             mem = memoryview(mem)
         op.mem = mem  # keeps the buffer alive until FIN
         header = _pack_header(
-            RTS, SYNC if sync else 0, context, source, tag, self.rank, self.pid, msgid, nbytes
+            RTS, SYNC if sync else 0, sig, context, source, tag, self.rank, self.pid, msgid, nbytes
         ) + _pack_address(buffer_address(mem))
         self._sends[msgid] = op
         self._peer(wdest).send(header)
@@ -197,14 +219,14 @@ class Engine:
             return False
         sock = self._peers.get(wdest) or self._peer(wdest)
         sock.send(
-            _pack_header(EAGER, 0, context, source, tag, self.rank, self.pid, 0, nbytes) + mem
+            _pack_header(EAGER, 0, 0, context, source, tag, self.rank, self.pid, 0, nbytes) + mem
         )
         return True
 
     def _send_to_self(
-        self, op: Op, data: bytes, context: int, source: int, tag: int, sync: bool
+        self, op: Op, data: bytes, context: int, source: int, tag: int, sync: bool, sig: int = 0
     ) -> None:
-        env = Envelope(context, source, tag, len(data), (data, SELF, op if sync else None))
+        env = Envelope(context, source, tag, len(data), (data, SELF, op if sync else None, sig))
         if not sync:
             op.done = True
         recv = self.matcher.arrive(env)
@@ -242,18 +264,20 @@ class Engine:
         kind = payload[1]
         if kind == EAGER:
             frame, _, flags, wsource, _, msgid = payload
+            op.rsig = frame[2] | frame[3] << 8
             self._fill(op, memoryview(frame)[HEADER_SIZE:], env.nbytes)
             if flags & SYNC:
                 self._reply(wsource, ACK, msgid)
             return
         if kind == SELF:
-            data, _, sender = payload
+            data, _, sender, op.rsig = payload
             self._fill(op, memoryview(data), env.nbytes)
             if sender is not None:
                 sender.done = True
             return
         # RTS: read the sender's buffer directly, or ask for the data.
         frame, _, flags, wsource, pid, msgid = payload
+        op.rsig = frame[2] | frame[3] << 8
         target = self._target(op, env.nbytes)
         (address,) = wire.RTS_EXTRA.unpack_from(frame, HEADER_SIZE)
         if self.vm.read(pid, address, target):
@@ -301,12 +325,17 @@ class Engine:
         self._finish_fill(op, mem[:n], nbytes)
 
     def _reply(self, wdest: int, kind: int, msgid: int) -> None:
-        self._peer(wdest).send(_pack_header(kind, 0, 0, 0, 0, self.rank, self.pid, msgid, 0))
+        self._peer(wdest).send(_pack_header(kind, 0, 0, 0, 0, 0, self.rank, self.pid, msgid, 0))
 
     # -- incoming frames -----------------------------------------------------
     def on_frame(self, frame: bytes) -> None:
         """Handle one single-part frame from the data socket (caller holds the engine)."""
-        kind, flags, context, source, tag, wsource, pid, msgid, value = _unpack_header(frame)
+        kind, flags, sig, context, source, tag, wsource, pid, msgid, value = _unpack_header(frame)
+        if context & 1 and kind <= RTS and self._is_stray(context, tag):
+            self._stray_collective_message(context, source, tag, sig)
+            if kind == RTS:
+                self._reply(wsource, FIN, msgid)  # release the sender's buffer
+            return
         if kind == EAGER:
             recv = self.matcher.match_posted(context, source, tag)
             if recv is None:
@@ -319,6 +348,7 @@ class Engine:
             op.posted = None
             op.source = source
             op.tag = tag
+            op.rsig = sig
             self._fill(op, memoryview(frame)[HEADER_SIZE:], value)
             if flags & SYNC:
                 self._reply(wsource, ACK, msgid)
@@ -339,14 +369,19 @@ class Engine:
         elif kind == CTS:
             op = self._sends.get(msgid)
             if op is not None and op.mem is not None:
-                header = _pack_header(DATA, 0, 0, 0, 0, self.rank, self.pid, msgid, op.mem.nbytes)
+                header = _pack_header(
+                    DATA, 0, 0, 0, 0, 0, self.rank, self.pid, msgid, op.mem.nbytes
+                )
                 self._peer(wsource).send_multipart([header, op.mem], copy=False)
+        elif kind == CERR:
+            text = bytes(frame[HEADER_SIZE:]).decode(errors="replace")
+            self.fail_collectives(context, text, tag)
         else:
             raise MPIException(ERR_OTHER, f"unknown frame kind {kind} from rank {wsource}")
 
     def on_data(self, header: bytes, payload: memoryview) -> None:
         """A DATA reply (header + payload) for a large receive in progress."""
-        _, _, _, _, _, wsource, _, msgid, _ = _unpack_header(header)
+        _, _, _, _, _, _, wsource, _, msgid, _ = _unpack_header(header)
         op, env = self._rdv.pop((wsource, msgid))
         if op.mem is None:
             op.data = payload
@@ -385,6 +420,8 @@ class Engine:
         while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             self._handle(sock.recv(zmq.NOBLOCK))
             handled = True
+        if self.colls:
+            self.advance_collectives()
         return handled
 
     def wait(self, op: Op, info: Callable[[], WaitInfo] | None = None) -> None:
@@ -407,6 +444,8 @@ class Engine:
                 except zmq.Again:
                     continue
                 self._handle(frame)
+                if self.colls:
+                    self.advance_collectives()
         finally:
             self.waiting = None
 
@@ -432,6 +471,81 @@ class Engine:
             "deadlock: this single-process world has no other rank that could "
             "ever complete the operation",
         )
+
+    # -- collectives -----------------------------------------------------------
+    def advance_collectives(self) -> None:
+        """Move every nonblocking collective whose current round is complete."""
+        for coll in list(self.colls):
+            coll.advance()
+
+    def begin_collective(self, context: int, sig: int, members: list[int]) -> int:
+        """The sequence number (message tag) of this rank's next collective on ``context``.
+
+        ``sig`` is the call's signature and ``members`` the world ranks of the
+        communicator, remembered to explain and report mismatches.
+        """
+        seq = self.coll_next.get(context, 0)
+        self.coll_next[context] = seq + 1
+        self.coll_active.setdefault(context, set()).add(seq)
+        self.coll_members[context] = members
+        calls = self.coll_calls
+        calls[(context, seq)] = sig
+        calls.pop((context, seq - 256), None)  # remember the recent calls only
+        return seq
+
+    def end_collective(self, context: int, seq: int) -> Envelope | None:
+        """Mark collective ``seq`` finished; return a leftover message of it, if any.
+
+        In a correct collective every message sent to a rank is received by it
+        within the call, so a leftover means the ranks called different ones.
+        """
+        self.coll_active[context].discard(seq)
+        return self.matcher.take(context, ANY_SOURCE, seq)
+
+    def _is_stray(self, context: int, tag: int) -> bool:
+        """A collective message for a sequence number this rank already finished."""
+        return tag < self.coll_next.get(context, 0) and tag not in self.coll_active[context]
+
+    def _stray_collective_message(self, context: int, source: int, tag: int, sig: int) -> None:
+        """A message of an already completed collective arrived: the ranks disagree."""
+        from ._collsched import describe_signature
+
+        mine = self.coll_calls.get((context, tag))
+        members = self.coll_members.get(context, [])
+        me = members.index(self.rank) if self.rank in members else self.rank
+        text = (
+            f"collective mismatch (collective #{tag}): rank {source} called "
+            f"{describe_signature(sig)}, rank {me} called "
+            f"{describe_signature(mine) if mine is not None else 'a different collective'}"
+        )
+        self.notify_mismatch(context, tag, self.coll_members.get(context, []), text)
+
+    def fail_collectives(self, context: int, text: str, seq: int) -> None:
+        """Record the mismatch of collective ``seq`` on ``context`` (once, however
+        many ranks report it) and fail the receives waiting on that context."""
+        if (context, seq) in self.coll_mismatched:
+            return
+        self.coll_mismatched.add((context, seq))
+        self.coll_errors.setdefault(context, text)
+        waiting = self.matcher.pending_posted()
+        for recv in [r for r in waiting if r.context == context and r.tag >= seq]:
+            if self.matcher.cancel(recv):
+                op = recv.handle
+                op.posted = None
+                op.error = ERR_OTHER
+                op.error_detail = text
+                op.done = True
+
+    def notify_mismatch(self, context: int, seq: int, wranks: list[int], text: str) -> None:
+        """Tell every other rank of a communicator that collective ``seq`` failed."""
+        if (context, seq) in self.coll_mismatched:
+            return
+        data = text.encode()
+        header = _pack_header(CERR, 0, 0, context, 0, seq, self.rank, self.pid, 0, len(data))
+        for wrank in wranks:
+            if wrank != self.rank:
+                self._peer(wrank).send(header + data)
+        self.fail_collectives(context, text, seq)
 
     # -- probes --------------------------------------------------------------
     def iprobe(self, context: int, source: int, tag: int, take: bool) -> Envelope | None:

@@ -12,9 +12,9 @@ from typing import Any
 
 from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 
-__all__ = ["RECV", "SEND", "Op"]
+__all__ = ["COLL", "RECV", "SEND", "Op"]
 
-SEND, RECV = 1, 2
+SEND, RECV, COLL = 1, 2, 3  # COLL: a whole collective call (see _collsched)
 
 
 class Op:
@@ -38,6 +38,7 @@ class Op:
     posted: Any = None  # the PostedReceive while a receive is queued
     msgid = 0
     bsend_bytes = 0  # attached-buffer space held by a buffered send
+    rsig = 0  # collective signature of the received message
 
     def __init__(self, kind: int, comm: Any, call: str, peer: int, tag: int) -> None:
         self.kind = kind

@@ -5,7 +5,8 @@ Every frame starts with a fixed 40-byte little-endian header::
     offset size  field
     0      1     kind      EAGER, RTS, ACK, FIN, CTS, DATA (below)
     1      1     flags     SYNC (the sender waits for an ACK: Ssend/Issend)
-    2      2     (zero)
+    2      2     sig       collective signature (kind and root of the collective call
+                           a message belongs to; 0 for point-to-point)
     4      4     context   communicator context id (unsigned)
     8      4     source    sender's rank in that communicator
     12     4     tag       message tag
@@ -26,6 +27,8 @@ Kinds:
   ``FIN``.
 * ``ACK``: a synchronous-mode eager message was matched.
 * ``FIN``: the receiver is done with a large message; the send completes.
+* ``CERR``: a collective mismatch was detected on ``context``; the payload is the
+  UTF-8 report. Every rank waiting in a collective on that context fails with it.
 
 Packing and unpacking are pure functions; sockets live in ``_transport``.
 """
@@ -37,6 +40,7 @@ from typing import NamedTuple
 
 __all__ = [
     "ACK",
+    "CERR",
     "CTS",
     "DATA",
     "EAGER",
@@ -51,12 +55,20 @@ __all__ = [
     "unpack",
 ]
 
-EAGER, RTS, ACK, FIN, CTS, DATA = 1, 2, 3, 4, 5, 6
-KIND_NAMES = {EAGER: "EAGER", RTS: "RTS", ACK: "ACK", FIN: "FIN", CTS: "CTS", DATA: "DATA"}
+EAGER, RTS, ACK, FIN, CTS, DATA, CERR = 1, 2, 3, 4, 5, 6, 7
+KIND_NAMES = {
+    EAGER: "EAGER",
+    RTS: "RTS",
+    ACK: "ACK",
+    FIN: "FIN",
+    CTS: "CTS",
+    DATA: "DATA",
+    CERR: "CERR",
+}
 
 SYNC = 0x01
 
-HEADER = struct.Struct("<BBxxIiiiIQQ")
+HEADER = struct.Struct("<BBHIiiiIQQ")
 HEADER_SIZE = HEADER.size
 RTS_EXTRA = struct.Struct("<Q")  # address of the sender's buffer
 
@@ -64,6 +76,7 @@ RTS_EXTRA = struct.Struct("<Q")  # address of the sender's buffer
 class Header(NamedTuple):
     kind: int
     flags: int
+    sig: int
     context: int
     source: int
     tag: int
@@ -76,6 +89,7 @@ class Header(NamedTuple):
 def pack(
     kind: int,
     flags: int,
+    sig: int,
     context: int,
     source: int,
     tag: int,
@@ -85,7 +99,7 @@ def pack(
     value: int,
 ) -> bytes:
     """Pack one header (the caller appends any payload)."""
-    return HEADER.pack(kind, flags, context, source, tag, wsource, pid, msgid, value)
+    return HEADER.pack(kind, flags, sig, context, source, tag, wsource, pid, msgid, value)
 
 
 def unpack(frame: bytes | memoryview) -> Header:

@@ -1,0 +1,386 @@
+"""Reduction collectives of ``MPI.Intracomm``: Reduce, Allreduce, Reduce_scatter(_block),
+Scan, Exscan, in blocking, nonblocking, persistent and lower-case forms.
+
+The reduction runs on a private working copy of each rank's contribution (a
+typed numpy array, or a Python object for lower-case calls) with the
+algorithms of ``_reductions``; results are copied into the receive buffers at
+the end. ``IN_PLACE`` takes the input from the receive buffer where the
+standard allows it (Reduce at the root; Allreduce, Reduce_scatter, Scan,
+Exscan everywhere).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from . import _algorithms as algo
+from . import _reductions as red
+from ._buffers import IN_PLACE, BufferSpec, as_ndarray, recv_buffer, send_buffer
+from ._collsched import Algorithm
+from ._errhandling import mpi_call
+from ._errors import ERR_BUFFER, ERR_COUNT, ERR_OP
+from ._errors import Exception as MPIException
+from ._op import SUM, Op
+from ._request import Prequest, Request
+
+if TYPE_CHECKING:
+    from ._comm import CommImpl
+
+__all__ = ["Reductions"]
+
+# Above this size (bytes) a commutative Allreduce uses the ring algorithm.
+LARGE_ALLREDUCE = 256 * 1024
+
+
+def _check_op(op: Any, call: str) -> Op:
+    if not isinstance(op, Op) or not op:
+        raise MPIException(ERR_OP, f"{call}: {op!r} is not a valid reduction operation")
+    return op
+
+
+def _typed(spec: BufferSpec) -> np.ndarray:
+    """The spec's elements as a 1-D typed array viewing its memory."""
+    return as_ndarray(spec).reshape(-1)
+
+
+class _Reduction:
+    """Parsed arguments of one buffer reduction call on one rank."""
+
+    def __init__(
+        self,
+        call: str,
+        sendbuf: Any,
+        recvbuf: Any,
+        op: Any,
+        in_place_ok: bool,
+        needs_output: bool,
+    ) -> None:
+        self.op = _check_op(op, call)
+        in_place = sendbuf is IN_PLACE
+        if in_place and not in_place_ok:
+            raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is not allowed here")
+        self.out: BufferSpec | None = recv_buffer(recvbuf) if needs_output or in_place else None
+        source = self.out if in_place else send_buffer(sendbuf)
+        assert source is not None
+        self.datatype = source.datatype
+        self.op._check_datatype(self.datatype)
+        self.value = _typed(source).copy()  # private: algorithms combine in place
+        datatype = self.datatype
+        reduce_arrays = self.op._reduce_arrays
+        self.values = red.ArrayValues(lambda left, right: reduce_arrays(left, right, datatype))
+
+    def store(self, result: np.ndarray | None) -> None:
+        """Copy a result into the receive buffer (and scatter derived types)."""
+        if result is None or self.out is None:
+            return
+        out = _typed(self.out)
+        if out.size != result.size:
+            raise MPIException(
+                ERR_COUNT,
+                f"the receive buffer holds {out.size} elements, the result has {result.size}",
+            )
+        np.copyto(out, result.reshape(out.shape))
+        unpack = getattr(self.out, "unpack", None)
+        if unpack is not None:
+            unpack(self.out.mem.nbytes)
+
+
+class Reductions:
+    """Mixin with the reduction collectives; ``self`` is an ``MPI.Intracomm``."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        def _live(self) -> CommImpl: ...
+
+        def _check_root(self, impl: CommImpl, root: int, call: str) -> None: ...
+
+        def _collective(self, call: str, kind: str, root: int, plan: Any, mode: str) -> Any: ...
+
+    # -- Reduce ----------------------------------------------------------------------
+    def _reduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, mode: str) -> Any:
+        impl = self._live()
+        self._check_root(impl, root, call)
+        at_root = impl.rank == root
+        if sendbuf is IN_PLACE and not at_root:
+            raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is allowed at the root only")
+        args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=at_root, needs_output=at_root)
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            gen = red.reduce_binomial(
+                rank, size, root, args.values, args.value.copy(), args.op._commutative
+            )
+            return gen, args.store
+
+        return self._collective(call, "Reduce", root, plan, mode)
+
+    @mpi_call
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> None:
+        """Combine every rank's buffer with ``op`` into ``recvbuf`` at ``root``."""
+        self._reduce("Reduce", sendbuf, recvbuf, op, root, "blocking")
+
+    @mpi_call
+    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> Request:
+        return self._reduce("Ireduce", sendbuf, recvbuf, op, root, "nonblocking")
+
+    @mpi_call
+    def Reduce_init(
+        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0, info: Any = None
+    ) -> Prequest:
+        return self._reduce("Reduce_init", sendbuf, recvbuf, op, root, "persistent")
+
+    @mpi_call
+    def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
+        """Combine one Python object per rank; the root returns the result, others None."""
+        impl = self._live()
+        self._check_root(impl, root, "reduce")
+        op = _object_op(op, "reduce")
+        values = red.ObjectValues(op)
+        commutative = getattr(op, "_commutative", False)
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            return red.reduce_binomial(rank, size, root, values, sendobj, commutative), None
+
+        return self._collective("reduce", "reduce", root, plan, "blocking")
+
+    # -- Allreduce ---------------------------------------------------------------------
+    def _allreduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, mode: str) -> Any:
+        impl = self._live()
+        args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True)
+        nbytes = args.value.nbytes
+        ring = (
+            nbytes >= LARGE_ALLREDUCE
+            and args.op._commutative
+            and impl.size > 2
+            and args.value.size >= impl.size
+        )
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            if ring:
+                gen = red.allreduce_ring(rank, size, args.values, args.value.copy())
+            else:
+                gen = red.allreduce_recursive_doubling(rank, size, args.values, args.value.copy())
+            return gen, args.store
+
+        return self._collective(call, "Allreduce", 0, plan, mode)
+
+    @mpi_call
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        """Combine every rank's buffer with ``op``; every rank gets the same result."""
+        self._allreduce("Allreduce", sendbuf, recvbuf, op, "blocking")
+
+    @mpi_call
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        return self._allreduce("Iallreduce", sendbuf, recvbuf, op, "nonblocking")
+
+    @mpi_call
+    def Allreduce_init(
+        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None
+    ) -> Prequest:
+        return self._allreduce("Allreduce_init", sendbuf, recvbuf, op, "persistent")
+
+    @mpi_call
+    def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
+        """Combine one Python object per rank; every rank returns the result."""
+        op = _object_op(op, "allreduce")
+        values = red.ObjectValues(op)
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            return red.allreduce_recursive_doubling(rank, size, values, sendobj), None
+
+        return self._collective("allreduce", "allreduce", 0, plan, "blocking")
+
+    # -- Reduce_scatter ------------------------------------------------------------------
+    def _reduce_scatter(
+        self, call: str, kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any, mode: str
+    ) -> Any:
+        impl = self._live()
+        size = impl.size
+        args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True)
+        total = args.value.size
+        if counts is None:
+            counts = [total // size] * size
+            if total % size:
+                raise MPIException(
+                    ERR_COUNT, f"{call}: {total} elements do not split evenly over {size} ranks"
+                )
+        counts = [int(c) for c in counts]
+        if len(counts) != size or sum(counts) > total or any(c < 0 for c in counts):
+            raise MPIException(ERR_COUNT, f"{call}: invalid receive counts {counts}")
+        out_count = args.out.count if args.out is not None and sendbuf is not IN_PLACE else None
+        if out_count is not None and out_count < counts[impl.rank]:
+            raise MPIException(
+                ERR_COUNT,
+                f"{call}: receive buffer holds {out_count} elements, needs {counts[impl.rank]}",
+            )
+        offsets = np.concatenate(([0], np.cumsum(counts))).astype(int)
+        itemsize = args.value.itemsize
+
+        def finish(_: Any) -> None:
+            assert args.out is not None
+            out = _typed(args.out)
+            mine = counts[impl.rank]
+            np.copyto(out[:mine], scratch[:mine])
+            unpack = getattr(args.out, "unpack", None)
+            if unpack is not None:
+                unpack(args.out.mem.nbytes)
+
+        scratch = np.empty(counts[impl.rank], dtype=args.value.dtype)
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            def run() -> Algorithm:
+                commutative = args.op._commutative
+                result = yield from red.reduce_binomial(
+                    rank, size, 0, args.values, args.value.copy(), commutative
+                )
+                mem = memoryview(scratch).cast("B") if scratch.size else memoryview(bytearray())
+                if rank == 0:
+                    flat = memoryview(result).cast("B") if result.size else memoryview(b"")
+                    views = [
+                        flat[offsets[r] * itemsize : offsets[r + 1] * itemsize] for r in range(size)
+                    ]
+                    yield from algo.scatterv_linear(rank, size, 0, views, mem)
+                else:
+                    yield from algo.scatterv_linear(rank, size, 0, None, mem)
+
+            return run(), finish
+
+        return self._collective(call, kind, 0, plan, mode)
+
+    @mpi_call
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        """Reduce ``size`` equal blocks; rank i receives the i-th block of the result."""
+        self._reduce_scatter(
+            "Reduce_scatter_block", "Reduce_scatter_block", sendbuf, recvbuf, None, op, "blocking"
+        )
+
+    @mpi_call
+    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        return self._reduce_scatter(
+            "Ireduce_scatter_block",
+            "Reduce_scatter_block",
+            sendbuf,
+            recvbuf,
+            None,
+            op,
+            "nonblocking",
+        )
+
+    @mpi_call
+    def Reduce_scatter_block_init(
+        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None
+    ) -> Prequest:
+        return self._reduce_scatter(
+            "Reduce_scatter_block_init",
+            "Reduce_scatter_block",
+            sendbuf,
+            recvbuf,
+            None,
+            op,
+            "persistent",
+        )
+
+    @mpi_call
+    def Reduce_scatter(
+        self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM
+    ) -> None:
+        """Reduce, then rank i receives ``recvcounts[i]`` elements of the result."""
+        self._reduce_scatter(
+            "Reduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, "blocking"
+        )
+
+    @mpi_call
+    def Ireduce_scatter(
+        self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM
+    ) -> Request:
+        return self._reduce_scatter(
+            "Ireduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, "nonblocking"
+        )
+
+    @mpi_call
+    def Reduce_scatter_init(
+        self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM, info: Any = None
+    ) -> Prequest:
+        return self._reduce_scatter(
+            "Reduce_scatter_init", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, "persistent"
+        )
+
+    # -- Scan / Exscan ----------------------------------------------------------------------
+    def _scan(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, op: Any, mode: str) -> Any:
+        args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True)
+        scan = red.scan_recursive_doubling if kind == "Scan" else red.exscan_recursive_doubling
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            return scan(rank, size, args.values, args.value.copy()), args.store
+
+        return self._collective(call, kind, 0, plan, mode)
+
+    @mpi_call
+    def Scan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        """Inclusive prefix reduction: rank i gets ranks 0..i combined."""
+        self._scan("Scan", "Scan", sendbuf, recvbuf, op, "blocking")
+
+    @mpi_call
+    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        return self._scan("Iscan", "Scan", sendbuf, recvbuf, op, "nonblocking")
+
+    @mpi_call
+    def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None) -> Prequest:
+        return self._scan("Scan_init", "Scan", sendbuf, recvbuf, op, "persistent")
+
+    @mpi_call
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        """Exclusive prefix reduction: rank i gets ranks 0..i-1; rank 0's buffer is untouched."""
+        self._scan("Exscan", "Exscan", sendbuf, recvbuf, op, "blocking")
+
+    @mpi_call
+    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        return self._scan("Iexscan", "Exscan", sendbuf, recvbuf, op, "nonblocking")
+
+    @mpi_call
+    def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None) -> Prequest:
+        return self._scan("Exscan_init", "Exscan", sendbuf, recvbuf, op, "persistent")
+
+    @mpi_call
+    def scan(self, sendobj: Any, op: Any = SUM) -> Any:
+        """Inclusive prefix reduction of Python objects."""
+        values = red.ObjectValues(_object_op(op, "scan"))
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            return red.scan_recursive_doubling(rank, size, values, sendobj), None
+
+        return self._collective("scan", "scan", 0, plan, "blocking")
+
+    @mpi_call
+    def exscan(self, sendobj: Any, op: Any = SUM) -> Any:
+        """Exclusive prefix reduction of Python objects; rank 0 returns None."""
+        values = red.ObjectValues(_object_op(op, "exscan"))
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            return red.exscan_recursive_doubling(rank, size, values, sendobj), None
+
+        return self._collective("exscan", "exscan", 0, plan, "blocking")
+
+
+def _object_op(op: Any, call: str) -> Any:
+    """The object-level combine function of an ``MPI.Op`` (or a plain callable)."""
+    if isinstance(op, Op):
+        _check_op(op, call)
+        return _ObjectOp(op)
+    if callable(op):
+        return op
+    raise MPIException(ERR_OP, f"{call}: {op!r} is not a reduction operation")
+
+
+class _ObjectOp:
+    """Adapter: ``combine(left, right)`` for lower-case reductions, keeping commutativity."""
+
+    def __init__(self, op: Op) -> None:
+        self._op = op
+        self._commutative = op._commutative
+
+    def __call__(self, left: Any, right: Any) -> Any:
+        return self._op._reduce_objects(left, right)

@@ -1,0 +1,315 @@
+"""Running collective algorithms round by round: blocking, nonblocking, persistent.
+
+An algorithm (``_algorithms``, ``_reductions``) is a generator that yields :class:`Round` objects —
+the messages one rank sends and receives in one step — and gets back the
+completed receive operations before it continues (for example to combine a
+received partial reduction). :class:`CollOp` runs such a generator on the
+progress engine:
+
+* a blocking collective starts it and waits until it is done;
+* a nonblocking one returns a request at once; the engine advances it whenever
+  it handles messages (inside any MPI call of this rank, or in the progress
+  thread while the user computes), so several can be outstanding at once;
+* a persistent one builds a fresh generator at each ``Start``.
+
+Collective traffic uses the communicator's collective context (never matched
+by point-to-point receives) with the call's sequence number as the tag, and
+every message carries the call's *signature* (kind and root). A receive that
+brings another signature, a size that does not match, or a message left over
+once the call is finished means the ranks called different collectives: the
+rank that notices tells every other rank, and each gets an ``MPI.Exception``
+(``ERR_NOT_SAME``) naming what each side called, instead of a hang or
+corrupted data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import Any, Callable
+
+from ._constants import ANY_SOURCE
+from ._errors import ERR_NOT_SAME
+from ._errors import Exception as MPIException
+from ._ops import COLL, RECV, SEND, Op
+
+__all__ = ["CollOp", "Round", "check_reported", "describe_signature", "signature"]
+
+# Collective kinds (low 5 bits of a signature); bit 5 marks nonblocking or
+# persistent calls, which never match blocking ones; bits 6-15 hold the root.
+KINDS = (
+    "Barrier",
+    "Bcast",
+    "Gather",
+    "Gatherv",
+    "Scatter",
+    "Scatterv",
+    "Allgather",
+    "Allgatherv",
+    "Alltoall",
+    "Alltoallv",
+    "Alltoallw",
+    "Reduce",
+    "Allreduce",
+    "Reduce_scatter_block",
+    "Reduce_scatter",
+    "Scan",
+    "Exscan",
+    "bcast",
+    "gather",
+    "scatter",
+    "allgather",
+    "alltoall",
+    "reduce",
+    "allreduce",
+    "scan",
+    "exscan",
+)
+KIND_IDS = {name: i + 1 for i, name in enumerate(KINDS)}
+NONBLOCKING = 0x20
+ROOTED = {"Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Reduce"}
+ROOTED |= {name.lower() for name in ROOTED}
+
+
+def signature(kind: str, root: int = 0, nonblocking: bool = False) -> int:
+    """The 16-bit signature of a collective call (kind, nonblocking flag, root)."""
+    return KIND_IDS[kind] | (NONBLOCKING if nonblocking else 0) | ((root & 0x3FF) << 6)
+
+
+def describe_signature(sig: int) -> str:
+    """A readable call name for a signature, e.g. ``Ibcast(root=2)``."""
+    kind_id = sig & 0x1F
+    if not 1 <= kind_id <= len(KINDS):
+        return "a point-to-point message" if sig == 0 else f"an unknown collective ({sig})"
+    name = KINDS[kind_id - 1]
+    if sig & NONBLOCKING:  # Ibcast, Iallreduce, ... (or their persistent *_init forms)
+        name = "I" + name[0].lower() + name[1:]
+    if KINDS[kind_id - 1] in ROOTED:
+        return f"{name}(root={(sig >> 6) & 0x3FF})"
+    return name
+
+
+class Round:
+    """The messages of one step of a collective algorithm, for one rank.
+
+    ``sends`` are ``(peer, data)`` pairs (``data`` is bytes or a byte
+    memoryview that stays untouched until the round completes); ``recvs`` are
+    ``(peer, target)`` pairs where ``target`` is a writable byte memoryview of
+    exactly the expected size, or ``None`` to receive bytes of any size (the
+    pickles of lower-case collectives). ``label`` names the step for traces.
+    """
+
+    __slots__ = ("label", "recvs", "sends")
+
+    def __init__(
+        self,
+        label: str = "",
+        sends: Sequence[tuple[int, Any]] = (),
+        recvs: Sequence[tuple[int, memoryview | None]] = (),
+    ) -> None:
+        self.label = label
+        self.sends = sends
+        self.recvs = recvs
+
+
+Algorithm = Generator[Round, "list[Op]", Any]
+
+
+class CollOp(Op):
+    """A collective call in progress: completes when its algorithm finishes.
+
+    ``result`` is what the algorithm returned (the object of a lower-case
+    collective); ``finish`` runs once at the end (e.g. copying out of scratch
+    buffers) before the operation counts as done.
+    """
+
+    def __init__(
+        self,
+        comm: Any,
+        call: str,
+        algorithm: Algorithm,
+        sig: int,
+        finish: Callable[[Any], Any] | None = None,
+    ) -> None:
+        super().__init__(COLL, comm, call, ANY_SOURCE, 0)
+        impl = comm._impl
+        self.engine = impl.engine
+        self.context = impl.context + 1
+        self.world_ranks = impl.world_ranks
+        self.rank = impl.rank
+        self.sig = sig
+        self.seq = self.engine.begin_collective(self.context, sig, impl.world_ranks)
+        self.algorithm = algorithm
+        self.finish = finish
+        self.result: Any = None
+        self.round: Round | None = None
+        self.rounds = 0
+        self.recv_ops: list[Op] = []
+        self.send_ops: list[Op] = []
+
+    # -- running -------------------------------------------------------------
+    def start(self) -> None:
+        """Run the first rounds; register with the engine if the call is not done."""
+        self._step(None)
+        if not self.done:
+            self.engine.colls.append(self)
+
+    def advance(self) -> None:
+        """Continue once the current round's messages have all completed."""
+        if self.done:
+            return
+        if all(op.done for op in self.recv_ops) and all(op.done for op in self.send_ops):
+            self._step(self.recv_ops)
+
+    def _step(self, received: list[Op] | None) -> None:
+        try:
+            while True:
+                if received is not None:
+                    self._check(received)
+                rnd = (
+                    self.algorithm.send(received) if received is not None else next(self.algorithm)
+                )
+                self.rounds += 1
+                self.round = rnd
+                self._start_round(rnd)
+                if not (
+                    all(op.done for op in self.recv_ops) and all(op.done for op in self.send_ops)
+                ):
+                    return
+                received = self.recv_ops
+        except StopIteration as stop:
+            self._complete(stop.value)
+        except _Reported as exc:
+            self._fail(str(exc), notify=False)
+        except _Mismatch as exc:
+            self._fail(str(exc), notify=True)
+            self.engine.coll_errors.pop(self.context, None)
+
+    def _start_round(self, rnd: Round) -> None:
+        engine = self.engine
+        context, seq, ranks, me = self.context, self.seq, self.world_ranks, self.rank
+        recv_ops = []
+        for peer, target in rnd.recvs:
+            op = Op(RECV, self.comm, self.call, peer, seq)
+            op.mem = target
+            engine.start_recv(op, context, peer, seq)
+            recv_ops.append(op)
+        send_ops = []
+        for peer, data in rnd.sends:
+            op = Op(SEND, self.comm, self.call, peer, seq)
+            engine.start_send(op, data, ranks[peer], context, me, seq, False, self.sig)
+            send_ops.append(op)
+        self.recv_ops = recv_ops
+        self.send_ops = send_ops
+
+    def _check(self, ops: list[Op]) -> None:
+        for op in ops:
+            if op.error:
+                reported = self.engine.coll_errors.pop(self.context, None)
+                if reported:
+                    raise _Reported(reported)
+                raise _Mismatch(
+                    f"{self._who()}: rank {op.source} sent more data than this rank "
+                    f"expects in {describe_signature(self.sig)} ({op.error_detail})"
+                )
+            if op.rsig != self.sig:
+                raise _Mismatch(
+                    f"collective mismatch (collective #{self.seq} on {self._name()}): "
+                    f"rank {op.source} called {describe_signature(op.rsig)}, "
+                    f"rank {self.rank} called {describe_signature(self.sig)}"
+                )
+            if op.mem is not None and op.count != op.mem.nbytes:
+                raise _Mismatch(
+                    f"{self._who()}: rank {op.source} sent {op.count} bytes where rank "
+                    f"{self.rank} expects {op.mem.nbytes} in {describe_signature(self.sig)}; "
+                    "counts or datatypes differ between ranks"
+                )
+
+    def _who(self) -> str:
+        return f"collective size mismatch (collective #{self.seq} on {self._name()})"
+
+    def _name(self) -> str:
+        return self.comm._impl.name if self.comm._impl is not None else "a freed communicator"
+
+    def _complete(self, value: Any) -> None:
+        leftover = self.engine.end_collective(self.context, self.seq)
+        if leftover is not None:
+            payload_sig = _envelope_signature(leftover)
+            self._fail(
+                f"collective mismatch (collective #{self.seq} on {self._name()}): "
+                f"rank {leftover.source} called {describe_signature(payload_sig)}, "
+                f"rank {self.rank} called {describe_signature(self.sig)}",
+                notify=True,
+                ended=True,
+            )
+            return
+        if self.finish is not None:
+            value = self.finish(value)
+        self.result = value
+        self._done()
+
+    def _fail(self, text: str, notify: bool, ended: bool = False) -> None:
+        if notify:
+            self.engine.notify_mismatch(self.context, self.seq, self.world_ranks, text)
+        if not ended:
+            self.engine.end_collective(self.context, self.seq)
+        for op in self.recv_ops:
+            if not op.done:
+                self.engine.withdraw(op)
+        self.error = ERR_NOT_SAME
+        self.error_detail = text
+        self._done()
+
+    def _done(self) -> None:
+        self.done = True
+        self.algorithm.close()
+        if self in self.engine.colls:
+            self.engine.colls.remove(self)
+
+    def raise_if_failed(self) -> None:
+        if self.error:
+            raise MPIException(self.error, f"{self.call}: {self.error_detail}")
+
+
+class _Mismatch(Exception):
+    """Internal: this rank found that the ranks disagree about a collective call."""
+
+
+class _Reported(_Mismatch):
+    """Internal: another rank found a mismatch and told this one."""
+
+
+def check_reported(engine: Any, context: int, call: str) -> None:
+    """Raise a mismatch reported to this rank after it had left the collective.
+
+    Raised once, before the next collective starts (it uses no sequence
+    number), so the error reaches every rank instead of leaving some with
+    silently wrong results.
+    """
+    error = engine.coll_errors.pop(context, None)
+    if error is not None:
+        raise MPIException(ERR_NOT_SAME, f"{call}: an earlier {error}")
+
+
+def _envelope_signature(env: Any) -> int:
+    payload = env.payload
+    if payload[1] == 0:  # a message to self
+        return payload[3]
+    frame = payload[0]
+    return frame[2] | frame[3] << 8
+
+
+def run_blocking(coll: CollOp) -> Any:
+    """Run a collective to completion (caller holds the engine); its result."""
+    coll.start()
+    if not coll.done:
+        coll.engine.wait(coll, lambda: _blocked_in(coll))
+    coll.raise_if_failed()
+    return coll.result
+
+
+def _blocked_in(coll: CollOp) -> Any:
+    from ._engine import WaitInfo
+
+    pending = [op.peer for op in coll.recv_ops if not op.done]
+    call = f"{coll.call} (collective #{coll.seq}, round {coll.rounds})"
+    return WaitInfo(call, coll._name(), pending[0] if pending else -1, coll.seq)

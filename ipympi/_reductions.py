@@ -1,0 +1,267 @@
+"""Reduction algorithms: reduce, allreduce, reduce-scatter, scan, exscan.
+
+Values are combined with ``combine(left, right)``, where ``left`` always holds
+the contributions of lower ranks, so non-commutative operations combine in
+ascending rank order (invec on the left) as the standard requires. Partners
+of a recursive-doubling round evaluate the same expression on the same
+operands, which makes Allreduce bit-identical on every rank, also for floating
+point.
+
+* reduce: binomial tree (rooted at the root for commutative operations, at
+  rank 0 then forwarded otherwise);
+* allreduce: recursive doubling with the usual fold for p not a power of two
+  (small), ring reduce-scatter + ring allgather for large commutative ones;
+* reduce_scatter: reduce + scatter; scan/exscan: recursive doubling.
+
+A :class:`Values` object hides whether values are numpy arrays (buffer calls)
+or Python objects (lower-case calls, moved as pickles).
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any, Callable
+
+import numpy as np
+
+from ._collsched import Algorithm, Round
+
+__all__ = [
+    "ArrayValues",
+    "ObjectValues",
+    "Values",
+    "allreduce_recursive_doubling",
+    "allreduce_ring",
+    "exscan_recursive_doubling",
+    "reduce_binomial",
+    "scan_recursive_doubling",
+]
+
+
+class Values:
+    """How an algorithm sends, receives and combines its values."""
+
+    def wire(self, value: Any) -> Any:
+        raise NotImplementedError
+
+    def target(self, like: Any) -> tuple[Any, memoryview | None]:
+        """(holder, receive target) for a value shaped like ``like``."""
+        raise NotImplementedError
+
+    def received(self, op: Any, holder: Any) -> Any:
+        raise NotImplementedError
+
+    def combine(self, left: Any, right: Any) -> Any:
+        raise NotImplementedError
+
+
+class ArrayValues(Values):
+    """1-D numpy arrays combined in place with the op's vectorised kernel."""
+
+    def __init__(self, reduce_arrays: Callable[[np.ndarray, np.ndarray], None]) -> None:
+        self._reduce = reduce_arrays
+
+    def wire(self, value: np.ndarray) -> memoryview:
+        return memoryview(value).cast("B") if value.size else memoryview(b"")
+
+    def target(self, like: np.ndarray) -> tuple[np.ndarray, memoryview]:
+        arr = np.empty_like(like)
+        return arr, (memoryview(arr).cast("B") if arr.size else memoryview(bytearray()))
+
+    def received(self, op: Any, holder: np.ndarray) -> np.ndarray:
+        return holder
+
+    def combine(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
+        """``left op right``, computed into ``right`` (returned)."""
+        self._reduce(left, right)
+        return right
+
+
+class ObjectValues(Values):
+    """Python objects, moved as pickles, combined by ``op(left, right)``."""
+
+    def __init__(self, reduce_objects: Callable[[Any, Any], Any]) -> None:
+        self._reduce = reduce_objects
+
+    def wire(self, value: Any) -> bytes:
+        return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+
+    def target(self, like: Any) -> tuple[None, None]:
+        return None, None
+
+    def received(self, op: Any, holder: Any) -> Any:
+        return pickle.loads(op.data)
+
+    def combine(self, left: Any, right: Any) -> Any:
+        return self._reduce(left, right)
+
+
+# -- reduce ----------------------------------------------------------------------------
+def reduce_binomial(
+    rank: int, size: int, root: int, values: Values, value: Any, commutative: bool
+) -> Algorithm:
+    """Binomial reduction; returns the result at the root (None elsewhere).
+
+    Relative rank r holds the combination of ranks r .. r + mask - 1 and
+    receives the next block from r + mask, which is higher, so it goes on the
+    right. For a commutative operation the tree is rooted at ``root``;
+    otherwise at rank 0 (keeping rank order) and the result is forwarded.
+    """
+    base = root if commutative else 0
+    rel = (rank - base) % size
+    acc = value
+    mask = 1
+    while mask < size:
+        if rel & mask:
+            yield Round(
+                "send partial result to parent", sends=[((rank - mask) % size, values.wire(acc))]
+            )
+            acc = None
+            break
+        if rel + mask < size:
+            holder, target = values.target(acc)
+            (op,) = yield Round(
+                f"combine with subtree at distance {mask}",
+                recvs=[((rank + mask) % size, target)],
+            )
+            acc = values.combine(acc, values.received(op, holder))
+        mask <<= 1
+    if base == root:
+        return acc if rank == root else None
+    if rank == base:
+        yield Round("forward result to root", sends=[(root, values.wire(acc))])
+        return None
+    if rank == root:
+        holder, target = values.target(value)
+        (op,) = yield Round("receive result from rank 0", recvs=[(base, target)])
+        return values.received(op, holder)
+    return None
+
+
+# -- allreduce -------------------------------------------------------------------------
+def allreduce_recursive_doubling(rank: int, size: int, values: Values, value: Any) -> Algorithm:
+    """Recursive doubling; with p = 2^k + r, the first 2r ranks fold in pairs first."""
+    pof2 = 1 << (size.bit_length() - 1)
+    rem = size - pof2
+    acc = value
+    if rank < 2 * rem:
+        if rank % 2 == 0:
+            yield Round("fold: send to odd neighbour", sends=[(rank + 1, values.wire(acc))])
+            newrank = -1
+        else:
+            holder, target = values.target(acc)
+            (op,) = yield Round("fold: receive from even neighbour", recvs=[(rank - 1, target)])
+            acc = values.combine(values.received(op, holder), acc)
+            newrank = rank // 2
+    else:
+        newrank = rank - rem
+    if newrank >= 0:
+        mask = 1
+        while mask < pof2:
+            partner_new = newrank ^ mask
+            partner = partner_new * 2 + 1 if partner_new < rem else partner_new + rem
+            holder, target = values.target(acc)
+            (op,) = yield Round(
+                f"exchange at distance {mask}",
+                sends=[(partner, values.wire(acc))],
+                recvs=[(partner, target)],
+            )
+            other = values.received(op, holder)
+            acc = values.combine(other, acc) if partner < rank else values.combine(acc, other)
+            mask <<= 1
+    if rank < 2 * rem:
+        if rank % 2:
+            yield Round(
+                "unfold: send result to even neighbour", sends=[(rank - 1, values.wire(acc))]
+            )
+        else:
+            holder, target = values.target(value)
+            (op,) = yield Round("unfold: receive result", recvs=[(rank + 1, target)])
+            acc = values.received(op, holder)
+    return acc
+
+
+def allreduce_ring(rank: int, size: int, values: ArrayValues, value: np.ndarray) -> Algorithm:
+    """Large commutative allreduce: ring reduce-scatter, then ring allgather.
+
+    Each rank sends and receives 2 (p-1)/p of the data; every piece is reduced
+    on exactly one rank and then copied, so all ranks end bit-identical.
+    """
+    acc = value.copy()
+    bounds = np.linspace(0, acc.size, size + 1).astype(int)
+    right, left = (rank + 1) % size, (rank - 1) % size
+
+    def piece(i: int) -> np.ndarray:
+        return acc[bounds[i] : bounds[i + 1]]
+
+    for step in range(size - 1):
+        send_i, recv_i = (rank - step) % size, (rank - step - 1) % size
+        holder, target = values.target(piece(recv_i))
+        yield Round(
+            f"reduce-scatter step {step + 1}",
+            sends=[(right, values.wire(piece(send_i)))],
+            recvs=[(left, target)],
+        )
+        values.combine(holder, piece(recv_i))
+    for step in range(size - 1):
+        send_i, recv_i = (rank - step + 1) % size, (rank - step) % size
+        yield Round(
+            f"allgather step {step + 1}",
+            sends=[(right, values.wire(piece(send_i)))],
+            recvs=[(left, values.wire(piece(recv_i)))],
+        )
+    return acc
+
+
+# -- scan / exscan -----------------------------------------------------------------------
+def scan_recursive_doubling(rank: int, size: int, values: Values, value: Any) -> Algorithm:
+    """Inclusive prefix: after round k, ``partial`` covers 2^(k+1) ranks ending here."""
+    result = value
+    partial = value
+    mask = 1
+    while mask < size:
+        partner = rank ^ mask
+        if partner < size:
+            holder, target = values.target(partial)
+            (op,) = yield Round(
+                f"exchange at distance {mask}",
+                sends=[(partner, values.wire(partial))],
+                recvs=[(partner, target)],
+            )
+            other = values.received(op, holder)
+            if partner < rank:
+                result = values.combine(other, _copy(values, result))
+                partial = values.combine(_copy(values, other), partial)
+            else:
+                partial = values.combine(_copy(values, partial), other)
+        mask <<= 1
+    return result
+
+
+def exscan_recursive_doubling(rank: int, size: int, values: Values, value: Any) -> Algorithm:
+    """Exclusive prefix; rank 0 gets nothing (its receive buffer stays untouched)."""
+    result = None
+    partial = value
+    mask = 1
+    while mask < size:
+        partner = rank ^ mask
+        if partner < size:
+            holder, target = values.target(partial)
+            (op,) = yield Round(
+                f"exchange at distance {mask}",
+                sends=[(partner, values.wire(partial))],
+                recvs=[(partner, target)],
+            )
+            other = values.received(op, holder)
+            if partner < rank:
+                result = other if result is None else values.combine(_copy(values, other), result)
+                partial = values.combine(_copy(values, other), partial)
+            else:
+                partial = values.combine(_copy(values, partial), other)
+        mask <<= 1
+    return result
+
+
+def _copy(values: Values, value: Any) -> Any:
+    """A private copy of an array value (combine writes into its right operand)."""
+    return value.copy() if isinstance(values, ArrayValues) else value
