@@ -66,10 +66,16 @@ class _Reduction:
         assert source is not None
         self.datatype = source.datatype
         self.op._check_datatype(self.datatype)
-        self.value = _typed(source).copy()  # private: algorithms combine in place
+        # The contribution is read when the operation starts (every Start, for a
+        # persistent request) into a private copy: algorithms combine in place.
+        self.source = _typed(source)
         datatype = self.datatype
         reduce_arrays = self.op._reduce_arrays
         self.values = red.ArrayValues(lambda left, right: reduce_arrays(left, right, datatype))
+
+    def fresh(self) -> np.ndarray:
+        """A private copy of this rank's contribution, taken now."""
+        return self.source.copy()
 
     def store(self, result: np.ndarray | None) -> None:
         """Copy a result into the receive buffer (and scatter derived types)."""
@@ -111,7 +117,7 @@ class Reductions:
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             gen = red.reduce_binomial(
-                rank, size, root, args.values, args.value.copy(), args.op._commutative
+                rank, size, root, args.values, args.fresh(), args.op._commutative
             )
             return gen, args.store
 
@@ -150,19 +156,19 @@ class Reductions:
     def _allreduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, mode: str) -> Any:
         impl = self._live()
         args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True)
-        nbytes = args.value.nbytes
+        nbytes = args.source.nbytes
         ring = (
             nbytes >= LARGE_ALLREDUCE
             and args.op._commutative
             and impl.size > 2
-            and args.value.size >= impl.size
+            and args.source.size >= impl.size
         )
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             if ring:
-                gen = red.allreduce_ring(rank, size, args.values, args.value.copy())
+                gen = red.allreduce_ring(rank, size, args.values, args.fresh())
             else:
-                gen = red.allreduce_recursive_doubling(rank, size, args.values, args.value.copy())
+                gen = red.allreduce_recursive_doubling(rank, size, args.values, args.fresh())
             return gen, args.store
 
         return self._collective(call, "Allreduce", 0, plan, mode)
@@ -200,7 +206,7 @@ class Reductions:
         impl = self._live()
         size = impl.size
         args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True)
-        total = args.value.size
+        total = args.source.size
         if counts is None:
             counts = [total // size] * size
             if total % size:
@@ -217,7 +223,7 @@ class Reductions:
                 f"{call}: receive buffer holds {out_count} elements, needs {counts[impl.rank]}",
             )
         offsets = np.concatenate(([0], np.cumsum(counts))).astype(int)
-        itemsize = args.value.itemsize
+        itemsize = args.source.itemsize
 
         def finish(_: Any) -> None:
             assert args.out is not None
@@ -228,13 +234,13 @@ class Reductions:
             if unpack is not None:
                 unpack(args.out.mem.nbytes)
 
-        scratch = np.empty(counts[impl.rank], dtype=args.value.dtype)
+        scratch = np.empty(counts[impl.rank], dtype=args.source.dtype)
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             def run() -> Algorithm:
                 commutative = args.op._commutative
                 result = yield from red.reduce_binomial(
-                    rank, size, 0, args.values, args.value.copy(), commutative
+                    rank, size, 0, args.values, args.fresh(), commutative
                 )
                 mem = memoryview(scratch).cast("B") if scratch.size else memoryview(bytearray())
                 if rank == 0:
@@ -314,7 +320,7 @@ class Reductions:
         scan = red.scan_recursive_doubling if kind == "Scan" else red.exscan_recursive_doubling
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
-            return scan(rank, size, args.values, args.value.copy()), args.store
+            return scan(rank, size, args.values, args.fresh()), args.store
 
         return self._collective(call, kind, 0, plan, mode)
 

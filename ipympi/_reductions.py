@@ -44,7 +44,7 @@ class Values:
     def wire(self, value: Any) -> Any:
         raise NotImplementedError
 
-    def target(self, like: Any) -> tuple[Any, memoryview | None]:
+    def target(self, like: Any, reuse: Any = None) -> tuple[Any, memoryview | None]:
         """(holder, receive target) for a value shaped like ``like``."""
         raise NotImplementedError
 
@@ -64,8 +64,12 @@ class ArrayValues(Values):
     def wire(self, value: np.ndarray) -> memoryview:
         return memoryview(value).cast("B") if value.size else memoryview(b"")
 
-    def target(self, like: np.ndarray) -> tuple[np.ndarray, memoryview]:
-        arr = np.empty_like(like)
+    def target(
+        self, like: np.ndarray, reuse: np.ndarray | None = None
+    ) -> tuple[np.ndarray, memoryview]:
+        """A receive array shaped like ``like`` (``reuse`` when given: large
+        arrays are recycled across rounds, sparing fresh pages each time)."""
+        arr = np.empty_like(like) if reuse is None else reuse
         return arr, (memoryview(arr).cast("B") if arr.size else memoryview(bytearray()))
 
     def received(self, op: Any, holder: np.ndarray) -> np.ndarray:
@@ -86,7 +90,7 @@ class ObjectValues(Values):
     def wire(self, value: Any) -> bytes:
         return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
 
-    def target(self, like: Any) -> tuple[None, None]:
+    def target(self, like: Any, reuse: Any = None) -> tuple[None, None]:
         return None, None
 
     def received(self, op: Any, holder: Any) -> Any:
@@ -156,18 +160,22 @@ def allreduce_recursive_doubling(rank: int, size: int, values: Values, value: An
     else:
         newrank = rank - rem
     if newrank >= 0:
+        spare = None  # the array not holding the result, reused for the next receive
         mask = 1
         while mask < pof2:
             partner_new = newrank ^ mask
             partner = partner_new * 2 + 1 if partner_new < rem else partner_new + rem
-            holder, target = values.target(acc)
+            holder, target = values.target(acc, spare)
             (op,) = yield Round(
                 f"exchange at distance {mask}",
                 sends=[(partner, values.wire(acc))],
                 recvs=[(partner, target)],
             )
             other = values.received(op, holder)
-            acc = values.combine(other, acc) if partner < rank else values.combine(acc, other)
+            if partner < rank:
+                acc, spare = values.combine(other, acc), other
+            else:
+                acc, spare = values.combine(acc, other), acc
             mask <<= 1
     if rank < 2 * rem:
         if rank % 2:
@@ -184,11 +192,14 @@ def allreduce_recursive_doubling(rank: int, size: int, values: Values, value: An
 def allreduce_ring(rank: int, size: int, values: ArrayValues, value: np.ndarray) -> Algorithm:
     """Large commutative allreduce: ring reduce-scatter, then ring allgather.
 
+    ``value`` is a private array; the result is computed in it.
+
     Each rank sends and receives 2 (p-1)/p of the data; every piece is reduced
     on exactly one rank and then copied, so all ranks end bit-identical.
     """
-    acc = value.copy()
+    acc = value
     bounds = np.linspace(0, acc.size, size + 1).astype(int)
+    scratch = np.empty(int(np.diff(bounds).max()), dtype=acc.dtype)
     right, left = (rank + 1) % size, (rank - 1) % size
 
     def piece(i: int) -> np.ndarray:
@@ -196,7 +207,7 @@ def allreduce_ring(rank: int, size: int, values: ArrayValues, value: np.ndarray)
 
     for step in range(size - 1):
         send_i, recv_i = (rank - step) % size, (rank - step - 1) % size
-        holder, target = values.target(piece(recv_i))
+        holder, target = values.target(piece(recv_i), scratch[: piece(recv_i).size])
         yield Round(
             f"reduce-scatter step {step + 1}",
             sends=[(right, values.wire(piece(send_i)))],
