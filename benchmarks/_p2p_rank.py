@@ -21,6 +21,7 @@ import sys
 import time
 from typing import Any
 
+import _harness
 import numpy as np
 
 RESULT_PREFIX = "P2P-RESULT "
@@ -57,11 +58,8 @@ def make_plan(trials: int, quick: bool) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None, impls: tuple[str, ...]) -> argparse.Namespace:
-    """Command line shared by the rank programs: ``--impl`` and ``--plan``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", choices=impls, required=True)
-    parser.add_argument("--plan", required=True, help="JSON plan from make_plan()")
-    return parser.parse_args(argv)
+    """Command line of the p2p rank programs: ``--impl`` and ``--plan``."""
+    return _harness.parse_rank_args(__doc__.splitlines()[0], argv, impls)
 
 
 def make_buffers(rank: int, nbytes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -81,8 +79,7 @@ def check_received(recv: np.ndarray, peer: int, name: str) -> None:
 
 def emit_result(impl: str, version: str, results: dict[str, list[float]]) -> None:
     """Print the result line read by ``p2p.py``."""
-    line = json.dumps({"impl": impl, "version": version, "rows": results})
-    print(RESULT_PREFIX + line, flush=True)
+    _harness.emit_result(RESULT_PREFIX, {"impl": impl, "version": version, "rows": results})
 
 
 def _pickle_loop(comm: Any, rank: int, iters: int) -> float:
@@ -150,22 +147,13 @@ def run(comm: Any, plan: dict[str, Any]) -> dict[str, list[float]]:
 def main(argv: list[str] | None = None) -> int:
     """Run the plan with ipympi's or mpi4py's ``MPI.COMM_WORLD``."""
     args = parse_args(argv, ("ipympi", "mpi4py"))
-    if args.impl == "ipympi":
-        import ipympi as package
-        from ipympi import MPI
-    else:
-        import mpi4py as package
-        from mpi4py import MPI
+    MPI, version = _harness.load_mpi(args.impl)
     comm = MPI.COMM_WORLD
     if comm.Get_size() != 2:
         print(f"_p2p_rank.py needs 2 ranks, got {comm.Get_size()}", file=sys.stderr)
         return 2
     results = run(comm, json.loads(args.plan))
     if comm.Get_rank() == 0:
-        vendor, numbers = MPI.get_vendor()
-        version = f"{args.impl} {package.__version__}"
-        if vendor != args.impl:
-            version += f" on {vendor} {'.'.join(map(str, numbers))}"
         emit_result(args.impl, version, results)
     return 0
 

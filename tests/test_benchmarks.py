@@ -1,4 +1,6 @@
-"""Smoke test of ``benchmarks/p2p.py``: it runs and prints a complete table.
+"""Smoke tests of ``benchmarks/p2p.py`` and ``benchmarks/collectives.py``.
+
+Each runs with ``--quick --no-mpi4py`` and prints a complete table.
 
 Only the shape of the output is checked: benchmark numbers are measurements,
 never assertions.
@@ -12,6 +14,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+COLLECTIVE_ROWS = [
+    "Barrier, us",
+    "Bcast 1 f64, us",
+    "Bcast 1 Ki f64, us",
+    "Bcast 1 Mi f64, ms",
+    "Allreduce 1 f64, us",
+    "Allreduce 1 Ki f64, us",
+    "Allreduce 1 Mi f64, ms",
+    "allreduce int, us",
+]
 ROWS = ["pickled int", "8 B buffer", "1 KiB buffer", "64 KiB", "1 MiB", "16 MiB"]
 NUMBER = r"\d+(?:\.\d+)?"
 PAIR = rf"{NUMBER} / {NUMBER}"
@@ -42,3 +54,30 @@ def test_p2p_quick_prints_every_row() -> None:
     assert list(found) == ROWS, detail
     for match in found.values():
         assert float(match["ratio"]) > 0, detail
+
+
+def test_collectives_quick_prints_every_row() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "collectives.py"),
+            "--quick",
+            "--no-mpi4py",
+            "--timeout",
+            "40",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        cwd=str(ROOT),
+    )
+    detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert proc.returncode == 0, detail
+    lines = proc.stdout.splitlines()
+    assert any(" 2 ranks " in line and " 4 ranks " in line for line in lines), detail
+    row_format = re.compile(
+        rf"^(?P<label>\S.*?)\s+(?P<two>{PAIR})\s+n/a\s+n/a\s+(?P<four>{PAIR})\s+n/a\s+n/a$"
+    )
+    found = [match["label"] for match in map(row_format.match, lines) if match]
+    assert found == COLLECTIVE_ROWS, detail
+    assert "mpi4py: n/a (--no-mpi4py)" in lines, detail

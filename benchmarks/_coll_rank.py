@@ -1,0 +1,206 @@
+"""Rank-side program of ``benchmarks/collectives.py``: timed loops of collective calls.
+
+Run on the number of ranks named in the plan, by ipympi or by a real MPI::
+
+    python -m ipympi.run -n 4 benchmarks/_coll_rank.py --impl ipympi --plan PLAN
+    mpiexec -n 4 python benchmarks/_coll_rank.py --impl mpi4py --plan PLAN
+
+``PLAN`` is the JSON text built by :func:`make_plan`. Every row runs one untimed
+warm-up loop (whose data are checked); then, when the plan gives no repetition
+count ``reps``, timed calibration loops, longer and longer until one lasts at least
+a fifth of ``target`` seconds, set ``reps`` so that a trial takes about ``target``
+seconds; then ``trials`` timed loops of ``reps`` calls (data checked again). A
+timed loop is::
+
+    comm.Barrier(); t0 = perf_counter(); reps calls; t1 = perf_counter()
+    per_call = comm.allreduce((t1 - t0) / reps, op=MPI.MAX)
+
+so a trial's time is the slowest rank's mean time per call (the closing reduction
+is outside the timed region). Rank 0 prints one line ``COLL-RESULT {json}`` with,
+per row, ``reps``, the calibration estimate and the per-call seconds of each trial.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from typing import Any, Callable
+
+import _harness
+import numpy as np
+
+RESULT_PREFIX = "COLL-RESULT "
+TARGET_SECONDS = 0.25
+MAX_REPS = 200_000
+CALIBRATION_FRACTION = 0.2
+
+# (name, label, kind, float64 count, unit, warm-up calls, quick reps); the same for every run.
+ROWS: list[tuple[str, str, str, int, str, int, int]] = [
+    ("Barrier", "Barrier, us", "Barrier", 0, "us", 200, 40),
+    ("Bcast-1", "Bcast 1 f64, us", "Bcast", 1, "us", 200, 40),
+    ("Bcast-1Ki", "Bcast 1 Ki f64, us", "Bcast", 1 << 10, "us", 200, 40),
+    ("Bcast-1Mi", "Bcast 1 Mi f64, ms", "Bcast", 1 << 20, "ms", 3, 2),
+    ("Allreduce-1", "Allreduce 1 f64, us", "Allreduce", 1, "us", 200, 40),
+    ("Allreduce-1Ki", "Allreduce 1 Ki f64, us", "Allreduce", 1 << 10, "us", 200, 40),
+    ("Allreduce-1Mi", "Allreduce 1 Mi f64, ms", "Allreduce", 1 << 20, "ms", 3, 2),
+    ("allreduce-int", "allreduce int, us", "allreduce", 0, "us", 200, 40),
+]
+
+
+def make_plan(ranks: int, trials: int, quick: bool) -> dict[str, Any]:
+    """The plan of one run on ``ranks`` ranks; ``reps`` is fixed only with ``quick``."""
+    rows = []
+    for name, label, kind, count, unit, warmup, quick_reps in ROWS:
+        rows.append(
+            {
+                "name": name,
+                "label": label,
+                "kind": kind,
+                "count": count,
+                "unit": unit,
+                "warmup": min(warmup, quick_reps) if quick else warmup,
+                "reps": quick_reps if quick else None,
+            }
+        )
+    return {"ranks": ranks, "trials": trials, "target": TARGET_SECONDS, "rows": rows}
+
+
+def nice_reps(seconds_per_call: float, target: float) -> int:
+    """Calls that take at least ``target`` seconds, rounded up to 2 significant digits."""
+    reps = max(2, math.ceil(target / max(seconds_per_call, 1e-9)))
+    scale = 10 ** max(0, len(str(reps)) - 2)
+    return min(MAX_REPS, -(-reps // scale) * scale)
+
+
+def _barrier_loop(comm: Any, reps: int) -> None:
+    Barrier = comm.Barrier
+    for _ in range(reps):
+        Barrier()
+
+
+def _bcast_loop(comm: Any, reps: int, buf: np.ndarray) -> None:
+    Bcast = comm.Bcast
+    for _ in range(reps):
+        Bcast(buf, root=0)
+
+
+def _allreduce_loop(comm: Any, reps: int, sbuf: np.ndarray, rbuf: np.ndarray, op: Any) -> None:
+    Allreduce = comm.Allreduce
+    for _ in range(reps):
+        Allreduce(sbuf, rbuf, op=op)
+
+
+def _pyobj_loop(comm: Any, reps: int) -> int:
+    allreduce = comm.allreduce
+    total = 0
+    for i in range(reps):
+        total = allreduce(i)
+    return total
+
+
+def make_row(
+    comm: Any, MPI: Any, row: dict[str, Any]
+) -> tuple[Callable[[int], None], Callable[[int], None]]:
+    """``(loop, check)``: ``loop(reps)`` makes ``reps`` calls of the row's collective;
+    ``check(reps)`` raises if the last loop of ``reps`` calls gave wrong results."""
+    rank, size, kind, count = comm.Get_rank(), comm.Get_size(), row["kind"], row["count"]
+    name = row["name"]
+
+    def fail(what: str) -> None:
+        raise RuntimeError(f"row {name}: rank {rank} {what}")
+
+    if kind == "Barrier":
+        return (lambda reps: _barrier_loop(comm, reps)), (lambda reps: None)
+    if kind == "Bcast":
+        pattern = np.arange(count, dtype=np.float64) + 1.0
+        buf = pattern.copy() if rank == 0 else np.zeros(count, dtype=np.float64)
+
+        def check_bcast(reps: int) -> None:
+            if not np.array_equal(buf, pattern):
+                fail("received other data than rank 0 broadcast")
+
+        return (lambda reps: _bcast_loop(comm, reps, buf)), check_bcast
+    if kind == "Allreduce":
+        sbuf = np.arange(count, dtype=np.float64) + rank
+        rbuf = np.zeros(count, dtype=np.float64)
+        expected = np.arange(count, dtype=np.float64) * size + size * (size - 1) / 2
+
+        def check_allreduce(reps: int) -> None:
+            if not np.array_equal(rbuf, expected):
+                fail("got a wrong Allreduce sum")
+
+        return (lambda reps: _allreduce_loop(comm, reps, sbuf, rbuf, MPI.SUM)), check_allreduce
+    last = [0]
+
+    def pyobj(reps: int) -> None:
+        last[0] = _pyobj_loop(comm, reps)
+
+    def check_pyobj(reps: int) -> None:
+        if reps and last[0] != (reps - 1) * size:
+            fail(f"got allreduce sum {last[0]!r}, expected {(reps - 1) * size}")
+
+    return pyobj, check_pyobj
+
+
+def timed(comm: Any, MPI: Any, loop: Callable[[int], None], reps: int) -> float:
+    """Barrier, then ``reps`` calls timed on every rank: the slowest rank's seconds per call."""
+    comm.Barrier()
+    start = time.perf_counter()
+    loop(reps)
+    elapsed = time.perf_counter() - start
+    return comm.allreduce(elapsed / reps, op=MPI.MAX)
+
+
+def calibrate(comm: Any, MPI: Any, loop: Callable[[int], None], reps: int, target: float) -> float:
+    """Seconds per call from timed loops of growing length, the last lasting ``target / 5``.
+
+    Every rank takes the same decisions: they depend only on the reduced per-call time.
+    """
+    floor = target * CALIBRATION_FRACTION
+    while True:
+        per_call = timed(comm, MPI, loop, reps)
+        if per_call * reps >= floor or reps >= MAX_REPS:
+            return per_call
+        reps = min(MAX_REPS, max(2 * reps, math.ceil(1.2 * floor / max(per_call, 1e-9))))
+
+
+def run(comm: Any, MPI: Any, plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every row of ``plan``: warm-up, calibration when needed, timed trials."""
+    results: dict[str, dict[str, Any]] = {}
+    for row in plan["rows"]:
+        loop, check = make_row(comm, MPI, row)
+        loop(row["warmup"])
+        check(row["warmup"])
+        reps, estimate = row["reps"], None
+        if reps is None:
+            estimate = calibrate(comm, MPI, loop, row["warmup"], plan["target"])
+            reps = nice_reps(estimate, plan["target"])
+        times = [timed(comm, MPI, loop, reps) for _ in range(plan["trials"])]
+        check(reps)
+        results[row["name"]] = {"reps": reps, "calibration": estimate, "times": times}
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the plan with ipympi's or mpi4py's ``MPI.COMM_WORLD``."""
+    args = _harness.parse_rank_args(__doc__.splitlines()[0], argv, ("ipympi", "mpi4py"))
+    plan = json.loads(args.plan)
+    MPI, version = _harness.load_mpi(args.impl)
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() != plan["ranks"]:
+        print(
+            f"_coll_rank.py: plan is for {plan['ranks']} ranks, got {comm.Get_size()}",
+            file=sys.stderr,
+        )
+        return 2
+    results = run(comm, MPI, plan)
+    if comm.Get_rank() == 0:
+        payload = {"impl": args.impl, "version": version, "ranks": plan["ranks"]}
+        _harness.emit_result(RESULT_PREFIX, {**payload, "rows": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

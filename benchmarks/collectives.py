@@ -1,0 +1,170 @@
+"""Collective operations of ipympi and mpi4py at 2 and 4 ranks, in one table.
+
+``python benchmarks/collectives.py [--trials 7] [--quick] [--no-mpi4py] [--json FILE]``
+
+For 2 and then 4 ranks, runs ``_coll_rank.py`` under ``python -m ipympi.run -n N``,
+then under ``mpiexec -n N`` with mpi4py (when mpi4py and ``mpiexec`` are available)
+with the repetition counts the ipympi run chose, and prints one table of min / median
+per-call times over the trials. See ``benchmarks/README.md`` for the method.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _coll_rank import RESULT_PREFIX, make_plan  # noqa: E402
+from _harness import (  # noqa: E402
+    announce,
+    cell,
+    ipympi_env,
+    ipympi_launcher,
+    machine,
+    mpi4py_missing,
+    mpiexec_launcher,
+    parse_arguments,
+    ratio,
+    run_job,
+    run_jobs,
+    write_json,
+)
+
+RANKS = (2, 4)
+IMPLS = ("ipympi", "mpi4py")
+SCALE = {"us": 1e6, "ms": 1e3}
+LABEL_WIDTH = 24
+VALUE_WIDTH = 14
+RATIO_WIDTH = 9
+GROUP_WIDTH = 2 * VALUE_WIDTH + RATIO_WIDTH
+
+
+def command(impl: str, ranks: int, plan: dict[str, Any], timeout: float) -> list[str]:
+    """The command line of one run of ``_coll_rank.py``."""
+    launcher = ipympi_launcher(ranks, timeout) if impl == "ipympi" else mpiexec_launcher(ranks)
+    plan_text = json.dumps(plan, separators=(",", ":"))
+    return [*launcher, str(HERE / "_coll_rank.py"), "--impl", impl, "--plan", plan_text]
+
+
+def with_reps(plan: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """``plan`` with every row's ``reps`` fixed to what the run ``result`` used."""
+    fixed = copy.deepcopy(plan)
+    for row in fixed["rows"]:
+        row["reps"] = result["rows"][row["name"]]["reps"]
+    return fixed
+
+
+def summarize(
+    plans: dict[str, dict[str, Any]], results: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Per row, rank count and implementation: min / median per-call time in the row's unit."""
+    table = []
+    for index, row in enumerate(plans[str(RANKS[0])]["rows"]):
+        name, unit = row["name"], row["unit"]
+        entry: dict[str, Any] = {
+            "name": name,
+            "label": row["label"],
+            "unit": unit,
+            "count": row["count"],
+            "ranks": {},
+        }
+        for ranks in map(str, RANKS):
+            assert plans[ranks]["rows"][index]["name"] == name
+            column: dict[str, Any] = {"reps": None}
+            medians = {}
+            for impl in IMPLS:
+                run = results.get(ranks, {}).get(impl)
+                if run is None:
+                    column[impl] = None
+                    continue
+                measured = run["rows"][name]
+                times = [t * SCALE[unit] for t in measured["times"]]
+                column["reps"] = measured["reps"]
+                medians[impl] = statistics.median(times)
+                column[impl] = {"min": min(times), "median": medians[impl]}
+            column["ipympi/mpi4py"] = (
+                medians["ipympi"] / medians["mpi4py"] if len(medians) == 2 else None
+            )
+            entry["ranks"][ranks] = column
+        table.append(entry)
+    return table
+
+
+def render(
+    trials: int,
+    quick: bool,
+    table: list[dict[str, Any]],
+    versions: dict[str, str],
+    mpi4py_note: str | None,
+) -> str:
+    """The printed table, with a header and footnotes."""
+    lines = [
+        f"Collectives, {trials} trials each: min / median time per call ({machine()})",
+        " | ".join(versions.get(impl, f"{impl}: n/a") for impl in IMPLS),
+        "",
+    ]
+    groups = "".join(f"  {f' {ranks} ranks ':-^{GROUP_WIDTH - 2}}" for ranks in RANKS)
+    lines.append(f"{'':<{LABEL_WIDTH}}{groups}")
+    titles = f"{'ipympi':>{VALUE_WIDTH}}{'mpi4py':>{VALUE_WIDTH}}{'ratio':>{RATIO_WIDTH}}"
+    lines.append(f"{'':<{LABEL_WIDTH}}" + titles * len(RANKS))
+    for entry in table:
+        line = f"{entry['label']:<{LABEL_WIDTH}}"
+        for ranks in map(str, RANKS):
+            column = entry["ranks"][ranks]
+            line += "".join(f"{cell(column[i], entry['unit']):>{VALUE_WIDTH}}" for i in IMPLS)
+            line += f"{ratio(column['ipympi/mpi4py']):>{RATIO_WIDTH}}"
+        lines.append(line)
+    reps = "fixed small counts (--quick)" if quick else "an ipympi trial takes ~0.25 s"
+    lines += [
+        "",
+        "time per call: Barrier, then K back-to-back calls timed on every rank; the max over",
+        f"  ranks of the mean per call. K: {reps}; mpi4py runs the same K (see --json)",
+        "ratio = ipympi median / mpi4py median, lower is better; f64 = float64 elements",
+    ]
+    if mpi4py_note:
+        lines.append(f"mpi4py: n/a ({mpi4py_note})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every rank count and implementation, print the table, optionally write JSON."""
+    args = parse_arguments(__doc__.splitlines()[0], argv)
+    plans = {str(ranks): make_plan(ranks, args.trials, args.quick) for ranks in RANKS}
+    mpi4py_note = "--no-mpi4py" if args.no_mpi4py else mpi4py_missing()
+    impls = [impl for impl in IMPLS if impl != "mpi4py" or mpi4py_note is None]
+    envs = {"ipympi": ipympi_env(), "mpi4py": dict(os.environ)}
+
+    def run_all() -> dict[str, Any]:
+        results: dict[str, dict[str, Any]] = {}
+        for ranks in RANKS:
+            runs = results[str(ranks)] = {}
+            plan = plans[str(ranks)]
+            for impl in impls:
+                if impl == "mpi4py":
+                    plan = with_reps(plan, runs["ipympi"])
+                title = f"{impl} -n {ranks}"
+                cmd = command(impl, ranks, plan, args.timeout)
+                announce("collectives.py", title)
+                runs[impl] = run_job(title, cmd, envs[impl], args.timeout + 30, RESULT_PREFIX)
+        return results
+
+    status, results = run_jobs("collectives.py", run_all)
+    if status:
+        return status
+    table = summarize(plans, results)
+    versions = {impl: run["version"] for runs in results.values() for impl, run in runs.items()}
+    print(render(args.trials, args.quick, table, versions, mpi4py_note), flush=True)
+    if args.json:
+        write_json(args.json, plans, mpi4py_note, results, table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
