@@ -15,7 +15,9 @@ mpi4py's forms::
 array.array, memoryview, ctypes arrays) or a CPU DLPack tensor; ``datatype`` is an
 ``MPI.Datatype`` or a type code such as ``'i'`` or ``'d'``. :func:`send_buffer` and
 :func:`recv_buffer` turn these into a :class:`BufferSpec`: a flat byte view of the user's
-memory (no copy), the element count and the datatype.
+memory (no copy), the element count and the datatype. For a derived datatype whose
+elements are not one dense block of memory, the spec holds the *packed* message instead
+(see :class:`BufferSpec`).
 
 Errors are always ``MPI.Exception`` with a message naming the problem: ``ERR_BUFFER`` for
 anything that is not usable memory (including Python lists and strings, for which
@@ -30,13 +32,17 @@ from __future__ import annotations
 
 import ctypes
 import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ._datatype import _FORMATS, BYTE, Datatype, _TypeImpl, datatype_for_format
+from ._datatype_derived import check_span
 from ._errors import ERR_BUFFER, ERR_COUNT, ERR_TYPE
 from ._errors import Exception as MPIException
+from ._typemap import element_dtype
+from ._typemap_copy import gather, scatter
 
 __all__ = [
     "BOTTOM",
@@ -47,6 +53,7 @@ __all__ = [
     "BufferSpec",
     "InPlaceType",
     "as_ndarray",
+    "byte_view",
     "recv_buffer",
     "send_buffer",
 ]
@@ -115,19 +122,40 @@ BUFFER_AUTOMATIC: Any = BufferAutomaticType()
 class BufferSpec:
     """User memory described by a buffer argument.
 
-    ``mem`` is a 1-D, C-contiguous, format ``'B'`` view of the user's memory (not a copy)
-    covering exactly the message: ``count`` elements of ``datatype``, each ``extent``
-    bytes long, so ``nbytes == count * datatype.extent``. For the pair types
-    (``DOUBLE_INT``, ...) the extent includes the C struct padding, which is carried
-    along with the data.
+    ``mem`` is a 1-D, C-contiguous, format ``'B'`` view holding exactly the message:
+    ``count`` elements of ``datatype``, ``datatype._packed_size`` bytes each.
+
+    * For predefined datatypes, and derived ones whose elements are dense memory,
+      ``mem`` views the user's memory (no copy) and ``unpack``/``repack`` are None.
+      For the pair types (``DOUBLE_INT``, ...) an element is its C struct, padding
+      included.
+    * For other derived datatypes ``mem`` is the *packed* form (the basic elements in
+      typemap order, no gaps). A send spec holds a packed copy made when it was parsed;
+      ``repack()`` refreshes it from the user's memory (persistent requests call it at
+      each start). A receive spec holds a zeroed buffer; ``unpack(nbytes, offset=0)``
+      stores the whole basic elements among ``nbytes`` packed bytes from ``offset`` (a
+      multiple of ``datatype._packed_size``) into the user's memory and leaves the rest
+      of it untouched.
+
+    ``element_dtype`` is the numpy dtype of the basic elements when they are all of one
+    type (what reductions work on), else None.
     """
 
-    __slots__ = ("count", "datatype", "mem")
+    __slots__ = ("count", "datatype", "mem", "repack", "unpack")
 
-    def __init__(self, mem: memoryview, count: int, datatype: Datatype) -> None:
+    def __init__(
+        self,
+        mem: memoryview,
+        count: int,
+        datatype: Datatype,
+        unpack: Callable[..., None] | None = None,
+        repack: Callable[[], None] | None = None,
+    ) -> None:
         self.mem = mem
         self.count = count
         self.datatype = datatype
+        self.unpack = unpack
+        self.repack = repack
 
     def __repr__(self) -> str:
         return f"BufferSpec(nbytes={self.mem.nbytes}, count={self.count}, datatype={self.datatype})"
@@ -136,6 +164,14 @@ class BufferSpec:
     def nbytes(self) -> int:
         """Length of the memory in bytes."""
         return self.mem.nbytes
+
+    @property
+    def element_dtype(self) -> np.dtype[Any] | None:
+        """The numpy dtype of the basic elements if they are all alike, else None."""
+        impl = self.datatype._impl
+        if impl.predefined or impl.np_dtype is not None:
+            return impl.np_dtype
+        return element_dtype(impl.layout)
 
     @property
     def address(self) -> int:
@@ -149,12 +185,12 @@ class BufferSpec:
 
 
 def as_ndarray(spec: BufferSpec) -> np.ndarray:
-    """Return a numpy array of the spec's elements viewing its memory (no copy).
+    """Return a numpy array of the spec's basic elements viewing ``mem`` (no copy).
 
-    The array has the datatype's numpy dtype (raw ``uint8`` for ``PACKED``) and is
-    writable exactly when the user's memory is.
+    The array has the dtype of the basic elements (raw ``uint8`` for ``PACKED`` and
+    for derived datatypes mixing several types) and is writable exactly when ``mem`` is.
     """
-    dtype = spec.datatype._impl.np_dtype
+    dtype = spec.element_dtype
     if dtype is None:
         dtype = np.dtype(np.uint8)
     if not spec.mem.nbytes:
@@ -349,17 +385,7 @@ def _from_object(
     obj: Any, count: int | None, displ: int, datatype: Datatype | None, writable: bool
 ) -> BufferSpec:
     """Build the spec for buffer object ``obj`` with optional count/displ/datatype."""
-    try:
-        view = memoryview(obj)
-    except TypeError:
-        view = _view_of_non_buffer(obj)
-    if writable and view.readonly:
-        raise _buffer_error(
-            f"receive buffer is read-only ({type(obj).__name__}); use a writable buffer "
-            "such as a numpy array or a bytearray"
-        )
-    if not view.c_contiguous:
-        view = _c_contiguous(view)
+    view = _contiguous_view(obj, writable, "receive buffer")
     if datatype is None:
         datatype = _FORMATS.get(view.format)
         if datatype is None or datatype._impl.extent != view.itemsize:
@@ -368,8 +394,10 @@ def _from_object(
     mem = view if view.ndim == 1 and view.format == "B" else view.cast("B")
     extent = impl.extent
     nbytes = mem.nbytes
+    if not impl.predefined and not impl.layout.raw:
+        return _packed_spec(mem, count, displ, datatype, impl, writable)
     if count is None:
-        start = displ * extent
+        start = displ * extent + impl.lb
         count, remainder = divmod(nbytes - start, extent)
         if remainder or count < 0:
             raise _buffer_error(
@@ -378,8 +406,12 @@ def _from_object(
                 + (f" after a displacement of {displ}" if displ else "")
             )
         return BufferSpec(mem[start:] if start else mem, count, datatype)
-    start = displ * extent
+    start = displ * extent + impl.lb
     stop = start + count * extent
+    if start < 0:
+        raise _buffer_error(
+            f"the datatype's lower bound {impl.lb} puts its data before the buffer's start"
+        )
     if stop > nbytes:
         raise _buffer_error(
             f"buffer too small: {count} x {impl.name or 'datatype'} (extent {extent})"
@@ -389,6 +421,76 @@ def _from_object(
     if start or stop != nbytes:
         mem = mem[start:stop]
     return BufferSpec(mem, count, datatype)
+
+
+def _contiguous_view(obj: Any, writable: bool, what: str) -> memoryview:
+    """A C-contiguous memoryview of a buffer object (``ERR_BUFFER`` if there is none)."""
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        view = _view_of_non_buffer(obj)
+    if writable and view.readonly:
+        raise _buffer_error(
+            f"{what} is read-only ({type(obj).__name__}); use a writable buffer "
+            "such as a numpy array or a bytearray"
+        )
+    if not view.c_contiguous:
+        view = _c_contiguous(view)
+    return view
+
+
+def byte_view(obj: Any, writable: bool, call: str = "buffer") -> memoryview:
+    """A 1-D, format ``'B'`` view of the memory of a buffer object."""
+    view = _contiguous_view(obj, writable, f"{call}: output buffer")
+    return view if view.ndim == 1 and view.format == "B" else view.cast("B")
+
+
+def _packed_spec(
+    mem: memoryview,
+    count: int | None,
+    displ: int,
+    datatype: Datatype,
+    impl: _TypeImpl,
+    writable: bool,
+) -> BufferSpec:
+    """The spec of a non-contiguous derived datatype: packed copy or receive area."""
+    layout = impl.layout
+    extent, nbytes = impl.extent, mem.nbytes
+    origin = displ * extent
+    if count is None:
+        if extent <= 0:
+            raise _buffer_error(
+                f"cannot infer the count from a datatype of extent {extent}; "
+                "use [buf, count, datatype]"
+            )
+        count, remainder = divmod(nbytes - origin, extent)
+        if remainder or count < 0:
+            raise _buffer_error(
+                f"cannot infer the count: the buffer has {nbytes} bytes, not a multiple of "
+                f"the datatype's extent {extent}"
+                + (f" after a displacement of {displ}" if displ else "")
+            )
+    check_span(layout, nbytes, origin, count, "buffer too small")
+    user = np.frombuffer(mem, dtype=np.uint8) if nbytes else np.empty(0, np.uint8)
+    size = count * layout.packed
+    if not writable:
+        packed = np.zeros(size, dtype=np.uint8)
+
+        def repack() -> None:
+            gather(layout, user, origin, count, packed)
+
+        repack()
+        return BufferSpec(memoryview(packed), count, datatype, repack=repack)
+    area = bytearray(size)
+    target = np.frombuffer(area, dtype=np.uint8) if size else np.empty(0, np.uint8)
+
+    def unpack(received: int, offset: int = 0) -> None:
+        first, rest = divmod(offset, layout.packed or 1)
+        if rest:
+            raise ValueError(f"offset {offset} is not a multiple of {layout.packed}")
+        scatter(layout, target, offset, count - first, received, user, origin + first * extent)
+
+    return BufferSpec(memoryview(area), count, datatype, unpack=unpack)
 
 
 def _view_of_non_buffer(obj: Any) -> memoryview:

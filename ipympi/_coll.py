@@ -41,12 +41,14 @@ def _in_place(buf: Any) -> bool:
     return buf is IN_PLACE
 
 
-def _unpack_after(spec: BufferSpec) -> Callable[[Any], Any] | None:
-    """The finishing step for receive buffers of non-contiguous datatypes."""
-    unpack = getattr(spec, "unpack", None)
+def _unpack_after(spec: BufferSpec, nbytes: int | None = None) -> Callable[[Any], Any] | None:
+    """The finishing step for receive buffers of non-contiguous datatypes:
+    scatter the first ``nbytes`` (default: all) received bytes into place."""
+    unpack = spec.unpack
     if unpack is None:
         return None
-    nbytes = spec.mem.nbytes
+    if nbytes is None:
+        nbytes = spec.mem.nbytes
 
     def finish(value: Any) -> Any:
         unpack(nbytes)
@@ -66,6 +68,38 @@ def _chain(*steps: Callable[[Any], Any] | None) -> Callable[[Any], Any] | None:
         return value
 
     return finish
+
+
+def _per_rank(
+    spec: Any, size: int, call: str, writable: bool
+) -> tuple[BufferSpec, list[memoryview], Callable[[Any], Any] | None]:
+    """Parse the buffer of Gather/Scatter/Allgather/Alltoall into one block per rank.
+
+    As in mpi4py, an explicit count (``[buf, count, datatype]``) is the count
+    per rank; without one the buffer is split into ``size`` equal blocks.
+    Returns the whole spec, the blocks, and the unpacking step for receives.
+    """
+    parse = recv_buffer if writable else send_buffer
+    count = None
+    if isinstance(spec, (list, tuple)) and len(spec) in (2, 3) and type(spec[1]) is int:
+        count = spec[1]
+        whole = parse([spec[0], spec[2]] if len(spec) == 3 else spec[0])
+    else:
+        whole = parse(spec)
+    if count is None:
+        n = whole.mem.nbytes // max(size, 1)
+    else:
+        if count < 0:
+            raise MPIException(ERR_COUNT, f"{call}: negative count {count}")
+        n = count * whole.datatype._packed_size
+        if n * size > whole.mem.nbytes:
+            raise MPIException(
+                ERR_BUFFER,
+                f"{call}: {size} blocks of {count} items need {n * size} bytes, "
+                f"the buffer has {whole.mem.nbytes}",
+            )
+    views = [whole.mem[r * n : (r + 1) * n] for r in range(size)]
+    return whole, views, _unpack_after(whole, n * size) if writable else None
 
 
 def _vspec(spec: Any, size: int, call: str, writable: bool) -> tuple[BufferSpec, list[memoryview]]:
@@ -98,10 +132,23 @@ def _vspec(spec: Any, size: int, call: str, writable: bool) -> tuple[BufferSpec,
     whole = (recv_buffer if writable else send_buffer)(
         [buf, datatype] if datatype is not None else buf
     )
-    extent = whole.datatype.Get_extent()[1]
+    # Blocks are measured in the message's packed form (the memory itself for
+    # contiguous datatypes); a receive buffer of a derived datatype is unpacked
+    # block by block at the end, so only received blocks change.
+    packed = whole.datatype._packed_size
+    if whole.unpack is not None:
+        unpack = whole.unpack
+        blocks = [(displ * packed, count * packed) for count, displ in zip(counts, displs)]
+
+        def unpack_blocks(_: int) -> None:
+            for offset, nbytes in blocks:
+                if nbytes:
+                    unpack(nbytes, offset)
+
+        whole = BufferSpec(whole.mem, whole.count, whole.datatype, unpack=unpack_blocks)
     views = []
     for count, displ in zip(counts, displs):
-        start, stop = displ * extent, (displ + count) * extent
+        start, stop = displ * packed, (displ + count) * packed
         if start < 0 or stop > whole.mem.nbytes:
             raise MPIException(
                 ERR_BUFFER,
@@ -242,17 +289,15 @@ class Collectives:
         if at_root:
             if v:
                 whole, views = _vspec(recvbuf, size, call, writable=True)
+                finish = _unpack_after(whole)
             else:
-                whole = recv_buffer(recvbuf)
-                n = whole.mem.nbytes // size
-                views = [whole.mem[r * n : (r + 1) * n] for r in range(size)]
+                whole, views, finish = _per_rank(recvbuf, size, call, writable=True)
             if block is not None and block.nbytes != views[root].nbytes:
                 raise MPIException(
                     ERR_COUNT,
                     f"{call}: the root sends {block.nbytes} bytes but expects "
                     f"{views[root].nbytes} from itself",
                 )
-            finish = _unpack_after(whole)
         else:
             whole, views, finish = None, None, None
 
@@ -260,7 +305,7 @@ class Collectives:
             if v:
                 return algo.gatherv_linear(rank, size, root, block, views), finish
             own = block if block is not None else views[root]  # type: ignore[index]
-            out = whole.mem if whole is not None else None
+            out = whole.mem[: own.nbytes * size] if whole is not None else None
             return algo.gather_binomial(rank, size, root, own, out), finish
 
         return self._collective(call, "Gatherv" if v else "Gather", root, plan, mode)
@@ -321,9 +366,8 @@ class Collectives:
             if v:
                 _, views = _vspec(sendbuf, size, call, writable=False)
             else:
-                src = send_buffer(sendbuf).mem
-                n = src.nbytes // size
-                views = [src[r * n : (r + 1) * n] for r in range(size)]
+                whole_src, views, _ = _per_rank(sendbuf, size, call, writable=False)
+                src = whole_src.mem[: views[0].nbytes * size]
             if block is not None and block.nbytes != views[root].nbytes:
                 raise MPIException(
                     ERR_COUNT,
@@ -392,10 +436,9 @@ class Collectives:
         rank, size = impl.rank, impl.size
         if v:
             whole, views = _vspec(recvbuf, size, call, writable=True)
+            finish = _unpack_after(whole)
         else:
-            whole = recv_buffer(recvbuf)
-            n = whole.mem.nbytes // size
-            views = [whole.mem[r * n : (r + 1) * n] for r in range(size)]
+            whole, views, finish = _per_rank(recvbuf, size, call, writable=True)
         block = None if _in_place(sendbuf) else send_buffer(sendbuf).mem
         if block is not None and block.nbytes != views[rank].nbytes:
             raise MPIException(
@@ -403,15 +446,15 @@ class Collectives:
                 f"{call}: this rank sends {block.nbytes} bytes but its block in the receive "
                 f"buffer has {views[rank].nbytes}",
             )
-        finish = _unpack_after(whole)
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
-            if v or whole.mem.nbytes // max(size, 1) >= LARGE_ALLGATHER:
+            if v or views[rank].nbytes >= LARGE_ALLGATHER:
                 if block is not None:
                     views[rank][:] = block
                 return algo.allgatherv_ring(rank, size, views), finish
             own = block if block is not None else bytes(views[rank])
-            return algo.allgather_bruck(rank, size, memoryview(own), whole.mem), finish
+            out = whole.mem[: views[rank].nbytes * size]
+            return algo.allgather_bruck(rank, size, memoryview(own), out), finish
 
         return self._collective(call, "Allgatherv" if v else "Allgather", 0, plan, mode)
 
@@ -457,20 +500,17 @@ class Collectives:
         impl = self._live()
         size = impl.size
         if kind == "Alltoall":
-            whole = recv_buffer(recvbuf)
-            n = whole.mem.nbytes // size
-            recvs = [whole.mem[r * n : (r + 1) * n] for r in range(size)]
+            whole, recvs, finish = _per_rank(recvbuf, size, call, writable=True)
             if _in_place(sendbuf):
                 sends = [memoryview(bytes(view)) for view in recvs]
             else:
-                src = send_buffer(sendbuf).mem
-                if src.nbytes != whole.mem.nbytes:
+                _, sends, _ = _per_rank(sendbuf, size, call, writable=False)
+                if sends[0].nbytes != recvs[0].nbytes:
                     raise MPIException(
                         ERR_COUNT,
-                        f"{call}: send buffer has {src.nbytes} bytes, receive buffer "
-                        f"{whole.mem.nbytes}",
+                        f"{call}: blocks of {sends[0].nbytes} bytes are sent but blocks of "
+                        f"{recvs[0].nbytes} bytes are expected",
                     )
-                sends = [src[r * n : (r + 1) * n] for r in range(size)]
         else:
             parse = _wspec if kind == "Alltoallw" else _vspec
             whole, recvs = parse(recvbuf, size, call, writable=True)
@@ -478,7 +518,7 @@ class Collectives:
                 sends = [memoryview(bytes(view)) for view in recvs]
             else:
                 _, sends = parse(sendbuf, size, call, writable=False)
-        finish = _unpack_after(whole)
+            finish = _unpack_after(whole)
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.alltoallw_pairwise(rank, size, sends, recvs), finish
@@ -544,22 +584,31 @@ class Collectives:
 
 
 def _wspec(spec: Any, size: int, call: str, writable: bool) -> tuple[BufferSpec, list[memoryview]]:
-    """Parse an Alltoallw buffer ``[buf, counts, byte displs, datatypes]``."""
+    """Parse an Alltoallw buffer ``[buf, counts, byte displs, datatypes]``.
+
+    Each block is parsed as ``[region, count, datatype]`` so that per-peer
+    derived datatypes work; a receive spec's ``unpack`` scatters every block.
+    """
     if not isinstance(spec, (list, tuple)) or len(spec) != 4:
         raise MPIException(ERR_BUFFER, f"{call}: expected [buf, counts, displs, datatypes]")
     buf, counts, displs, datatypes = spec
-    whole = (recv_buffer if writable else send_buffer)(buf)
+    parse = recv_buffer if writable else send_buffer
+    whole = parse(buf)
     if not (len(counts) == len(displs) == len(datatypes) == size):
         raise MPIException(ERR_COUNT, f"{call}: need {size} counts, displacements and datatypes")
-    views = []
+    views, unpacks = [], []
     for count, displ, datatype in zip(counts, displs, datatypes):
-        if count < 0:
-            raise MPIException(ERR_COUNT, f"{call}: negative count {count}")
-        stop = displ + count * datatype.Get_extent()[1]
-        if displ < 0 or stop > whole.mem.nbytes:
-            raise MPIException(
-                ERR_BUFFER,
-                f"{call}: block at byte {displ} of {count} items lies outside the buffer",
-            )
-        views.append(whole.mem[displ:stop])
+        if displ < 0 or displ > whole.mem.nbytes:
+            raise MPIException(ERR_BUFFER, f"{call}: displacement {displ} lies outside the buffer")
+        block = parse([whole.mem[displ:], count, datatype])
+        views.append(block.mem)
+        if block.unpack is not None:
+            unpacks.append((block.unpack, block.mem.nbytes))
+    if unpacks:
+
+        def unpack_blocks(_: int) -> None:
+            for unpack, nbytes in unpacks:
+                unpack(nbytes)
+
+        whole = BufferSpec(whole.mem, whole.count, whole.datatype, unpack=unpack_blocks)
     return whole, views

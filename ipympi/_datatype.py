@@ -2,7 +2,9 @@
 
 A datatype says how to interpret the bytes of a message buffer. Each predefined datatype
 corresponds to a C or Fortran type and, when one exists, to a numpy dtype of the same
-size; the numpy dtype lets reductions work on typed views of the raw memory.
+size; the numpy dtype lets reductions work on typed views of the raw memory. Every
+datatype also has a typemap (:class:`ipympi._typemap.Layout`); the constructors of
+derived datatypes, their decoding and Pack/Unpack live in :mod:`ipympi._datatype_derived`.
 
 Handles are small objects referring to a shared :class:`_TypeImpl`, so that two handles of
 the same datatype compare equal and ``Free()`` can turn one handle into ``DATATYPE_NULL``
@@ -20,7 +22,15 @@ from typing import Any
 
 import numpy as np
 
+from . import _typemap as tm
 from ._constants import COMBINER_DUP, COMBINER_NAMED, MAX_OBJECT_NAME
+from ._datatype_derived import (
+    Aint_add,
+    Aint_diff,
+    DerivedMixin,
+    Get_address,
+    predefined_layout,
+)
 from ._errors import ERR_TYPE
 from ._errors import Exception as MPIException
 
@@ -39,7 +49,7 @@ __all__ = [
     "SIGNED_LONG", "SIGNED_LONG_LONG", "SIGNED_SHORT", "SINT8_T", "SINT16_T", "SINT32_T",
     "SINT64_T", "TWOINT", "UB", "UINT8_T", "UINT16_T", "UINT32_T", "UINT64_T", "UNSIGNED",
     "UNSIGNED_CHAR", "UNSIGNED_INT", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG", "UNSIGNED_SHORT",
-    "WCHAR", "Datatype", "datatype_for_format",
+    "WCHAR", "Aint_add", "Aint_diff", "Datatype", "Get_address", "datatype_for_format",
 ]  # fmt: skip
 
 
@@ -50,17 +60,19 @@ class _TypeImpl:
     memory span, padding included, which is the stride between consecutive elements;
     ``true_lb``/``true_extent`` span the data bytes only. ``np_dtype`` is the numpy dtype
     with itemsize ``extent`` used for typed views, or ``None`` when numpy has no
-    equivalent. ``msg_ok`` tells whether the type may describe message data. ``typemap``
-    is reserved for derived datatypes ((basic type, displacement) pairs); it is ``None``
-    for predefined ones, whose elements are contiguous blocks of ``extent`` bytes.
+    equivalent. ``msg_ok`` tells whether the type may describe message data. ``layout``
+    is the typemap and ``contents`` the constructor's arguments (integers, addresses,
+    datatype objects) for ``Get_contents``.
     """
 
     __slots__ = (
         "code",
         "combiner",
         "committed",
+        "contents",
         "extent",
         "key",
+        "layout",
         "lb",
         "msg_ok",
         "name",
@@ -70,7 +82,6 @@ class _TypeImpl:
         "size",
         "true_extent",
         "true_lb",
-        "typemap",
     )
 
     def __init__(
@@ -102,7 +113,32 @@ class _TypeImpl:
         self.committed = True
         self.combiner = combiner
         self.parent = parent
-        self.typemap: tuple[tuple[_TypeImpl, int], ...] | None = None
+        self.layout: tm.Layout = _ZERO_LAYOUT
+        self.contents: tuple[list[int], list[int], list[_TypeImpl]] = ([], [], [])
+
+    @classmethod
+    def derived(
+        cls, layout: tm.Layout, combiner: int, contents: tuple[list[int], list[int], list[Any]]
+    ) -> _TypeImpl:
+        """A new, uncommitted derived datatype with the given typemap."""
+        table = tm.leaves()
+        impl = cls(
+            None,
+            "",
+            layout.size,
+            layout.extent,
+            None,
+            None,
+            true_extent=layout.true_ub - layout.true_lb,
+            msg_ok=all(table[int(i)].msg_ok for i in layout.leaf_ids),
+            predefined=False,
+            combiner=combiner,
+        )
+        impl.lb, impl.true_lb = layout.lb, layout.true_lb
+        impl.committed = False
+        impl.layout = layout
+        impl.contents = contents
+        return impl
 
     def duplicate(self) -> _TypeImpl:
         """Return an unnamed, non-predefined copy with combiner ``COMBINER_DUP``."""
@@ -121,10 +157,12 @@ class _TypeImpl:
         )
         dup.lb, dup.true_lb = self.lb, self.true_lb
         dup.committed = self.committed
-        dup.typemap = self.typemap
+        dup.layout = self.layout
+        dup.contents = ([], [], [self])
         return dup
 
 
+_ZERO_LAYOUT = tm.zerolen()
 _NULL_IMPL = _TypeImpl("DATATYPE_NULL", "MPI_DATATYPE_NULL", 0, 0, None, None, msg_ok=False)
 
 
@@ -132,7 +170,7 @@ def _type_error(message: str) -> MPIException:
     return MPIException(ERR_TYPE, message)
 
 
-class Datatype:
+class Datatype(DerivedMixin):
     """A handle to an MPI datatype.
 
     ``Datatype(dt)`` makes a new handle to the same datatype as ``dt`` (equal to it);
@@ -154,6 +192,20 @@ class Datatype:
         handle = cls.__new__(cls)
         handle._impl = impl
         return handle
+
+    @classmethod
+    def _derive(
+        cls, layout: tm.Layout, combiner: int, contents: tuple[list[int], list[int], list[Any]]
+    ) -> Datatype:
+        """A handle to a new derived datatype."""
+        return cls._from_impl(_TypeImpl.derived(layout, combiner, contents))
+
+    @classmethod
+    def _handle(cls, impl: _TypeImpl) -> Datatype:
+        """The predefined handle of a predefined datatype, else a new handle to it."""
+        if impl.key is not None:
+            return _NAMED[impl.key]
+        return cls._from_impl(impl)
 
     def _live(self) -> _TypeImpl:
         """Return the datatype object, or raise ``ERR_TYPE`` for a null handle."""
@@ -260,42 +312,6 @@ class Datatype:
         impl = self._impl
         if impl is not _NULL_IMPL and not impl.predefined:
             self.Free()
-
-    def Dup(self) -> Datatype:
-        """Return a new datatype with the same type map (combiner ``COMBINER_DUP``)."""
-        return Datatype._from_impl(self._live().duplicate())
-
-    Create_dup = Dup
-
-    # -- decoding -----------------------------------------------------------------------
-    def Get_envelope(self) -> tuple[int, int, int, int, int]:
-        """Return ``(num_integers, num_addresses, num_large_counts, num_datatypes,
-        combiner)``, the sizes of the arrays ``Get_contents`` would fill."""
-        impl = self._live()
-        if impl.combiner == COMBINER_DUP:
-            return (0, 0, 0, 1, COMBINER_DUP)
-        return (0, 0, 0, 0, impl.combiner)
-
-    @property
-    def envelope(self) -> tuple[int, int, int, int, int]:
-        """The result of ``Get_envelope()``."""
-        return self.Get_envelope()
-
-    @property
-    def combiner(self) -> int:
-        """The constructor that made the datatype (``COMBINER_*``)."""
-        return self._live().combiner
-
-    @property
-    def is_named(self) -> bool:
-        """Whether the datatype is a named predefined one."""
-        return self._live().combiner == COMBINER_NAMED
-
-    @property
-    def is_predefined(self) -> bool:
-        """Whether the datatype is predefined (named) or null."""
-        impl = self._impl
-        return impl is _NULL_IMPL or impl.predefined
 
     # -- type codes ---------------------------------------------------------------------
     def tocode(self) -> str:
@@ -519,6 +535,11 @@ LONG_DOUBLE_INT = _pair("LONG_DOUBLE_INT", "MPI_LONG_DOUBLE_INT", "g")
 # Deprecated bound markers (removed in MPI-3): zero-size, never valid in a message
 LB = _opaque("LB", "MPI_LB", 0, msg_ok=False)
 UB = _opaque("UB", "MPI_UB", 0, msg_ok=False)
+
+# Each predefined datatype is a leaf of typemaps.
+for _impl in {id(h._impl): h._impl for h in _NAMED.values() if h}.values():
+    _impl.layout = predefined_layout(_impl)
+del _impl
 
 
 # --- Type codes and buffer formats -------------------------------------------------------

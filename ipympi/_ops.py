@@ -39,6 +39,9 @@ class Op:
     msgid = 0
     bsend_bytes = 0  # attached-buffer space held by a buffered send
     rsig = 0  # collective signature of the received message
+    # Scatters received packed bytes into the user's memory (receives with a
+    # non-contiguous derived datatype); run once by settle().
+    unpack: Any = None
 
     def __init__(self, kind: int, comm: Any, call: str, peer: int, tag: int) -> None:
         self.kind = kind
@@ -46,6 +49,14 @@ class Op:
         self.call = call
         self.peer = peer  # dest for sends, requested source for receives
         self.tag = tag  # requested tag; the received tag once complete
+
+    def settle(self) -> None:
+        """Finish a completed receive: unpack derived-datatype data, once."""
+        unpack = self.unpack
+        if unpack is not None and self.done:
+            self.unpack = None
+            if not self.cancelled and self.count:
+                unpack(self.count)
 
     def complete_empty(self) -> None:
         """Complete with an empty status (PROC_NULL peers)."""

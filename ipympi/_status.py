@@ -65,10 +65,11 @@ class Status:
     def Get_count(self, datatype: Any = None) -> int:
         """Number of whole ``datatype`` entries received, or ``UNDEFINED``.
 
-        Messages carry each element with its extent (pair types keep their C
-        struct padding), so the count is measured in extents.
+        Messages carry each element in its packed form (``_packed_size`` bytes:
+        the extent for predefined types, pair types keeping their C struct
+        padding; the packed size for derived types).
         """
-        size = 1 if datatype is None else datatype.Get_extent()[1]
+        size = 1 if datatype is None else datatype._packed_size
         if size == 0:
             return 0 if self.count == 0 else UNDEFINED
         if self.count % size:
@@ -83,7 +84,10 @@ class Status:
         return self.Get_count(datatype)
 
     def Set_elements(self, datatype: Any, count: int) -> None:
-        self.count = count * (1 if datatype is None else datatype.Get_size())
+        if datatype is None:
+            self.count = count
+        else:
+            self.count = datatype._bytes_of_elements(count)
 
     def Is_cancelled(self) -> bool:
         return self._cancelled
