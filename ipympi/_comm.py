@@ -141,8 +141,12 @@ class Comm(PointToPoint):
     @mpi_call
     def Set_errhandler(self, errhandler: Any) -> None:
         impl = self._live()
-        if not isinstance(errhandler, _errors.Errhandler) or not errhandler:
-            raise MPIException(ERR_ARG, "Set_errhandler: not a valid error handler")
+        if not isinstance(errhandler, _errors.Errhandler):
+            raise MPIException(ERR_ARG, f"Set_errhandler: {errhandler!r} is not an error handler")
+        if not errhandler:
+            raise MPIException(
+                _errors.ERR_ERRHANDLER, "Set_errhandler: ERRHANDLER_NULL cannot be attached"
+            )
         impl.errhandler = _errors.Errhandler(errhandler)
 
     def Call_errhandler(self, errorcode: int) -> None:

@@ -38,7 +38,19 @@ from ._largebuf import VmReader, buffer_address
 from ._matching import Envelope, Matcher, PostedReceive
 from ._ops import Op
 from ._transport import Transport
-from ._wire import ACK, CERR, CTS, DATA, EAGER, FIN, HEADER_SIZE, RTS, SYNC
+from ._wire import (
+    ACK,
+    CANCEL,
+    CANCELLED,
+    CERR,
+    CTS,
+    DATA,
+    EAGER,
+    FIN,
+    HEADER_SIZE,
+    RTS,
+    SYNC,
+)
 
 __all__ = ["EAGER_LIMIT", "Engine", "WaitInfo"]
 
@@ -373,11 +385,49 @@ class Engine:
                     DATA, 0, 0, 0, 0, 0, self.rank, self.pid, msgid, op.mem.nbytes
                 )
                 self._peer(wsource).send_multipart([header, op.mem], copy=False)
+        elif kind == CANCEL:
+            self._withdraw_unexpected(wsource, msgid)
+        elif kind == CANCELLED:
+            op = self._sends.pop(msgid, None)
+            if op is not None:
+                op.mem = None
+                op.cancelled = True
+                op.done = True
+                if op.bsend_bytes:
+                    from ._bsend import release
+
+                    release(op)
         elif kind == CERR:
             text = bytes(frame[HEADER_SIZE:]).decode(errors="replace")
             self.fail_collectives(context, text, tag)
         else:
             raise MPIException(ERR_OTHER, f"unknown frame kind {kind} from rank {wsource}")
+
+    def cancel_send(self, op: Op, wdest: int) -> None:
+        """Ask the receiver to drop a send that is still waiting (Request.Cancel).
+
+        Only sends that wait for the receiver (synchronous or large ones) can
+        be withdrawn; the answer (CANCELLED, or the usual ACK/FIN when the
+        message was already matched) completes the operation either way.
+        """
+        if wdest == self.rank:
+            for env in self.matcher.pending_unexpected():
+                payload = env.payload
+                if payload[1] == SELF and payload[2] is op and self.matcher.remove(env):
+                    op.cancelled = True
+                    op.done = True
+                    return
+        elif op.msgid in self._sends:
+            self._reply(wdest, CANCEL, op.msgid)
+
+    def _withdraw_unexpected(self, wsource: int, msgid: int) -> None:
+        """Drop an unmatched message of ``wsource`` whose sender cancelled it."""
+        for env in self.matcher.pending_unexpected():
+            payload = env.payload
+            if payload[1] in (EAGER, RTS) and payload[3] == wsource and payload[5] == msgid:
+                if self.matcher.remove(env):
+                    self._reply(wsource, CANCELLED, msgid)
+                return
 
     def on_data(self, header: bytes, payload: memoryview) -> None:
         """A DATA reply (header + payload) for a large receive in progress."""

@@ -160,6 +160,16 @@ class Matcher:
                     return env
         return None
 
+    def remove(self, env: Envelope) -> bool:
+        """Remove a queued unexpected message (its sender cancelled it)."""
+        queue = self._unexpected.get(env.context)
+        if queue:
+            for i, other in enumerate(queue):
+                if other is env:
+                    del queue[i]
+                    return True
+        return False
+
     def requeue_front(self, env: Envelope) -> None:
         """Put a message back at the head of its queue (a cancelled matched receive)."""
         self._unexpected[env.context].insert(0, env)

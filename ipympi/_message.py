@@ -84,18 +84,24 @@ class Message:
                 engine.receive_matched(env, op)
             finally:
                 engine.leave()
-        self._comm, self._env, self._kind = None, None, "null"
+        if self is not MESSAGE_NO_PROC:  # the predefined constant stays as it is
+            self._comm, self._env, self._kind = None, None, "null"
         return op
 
     @mpi_call
     def Recv(self, buf: Any, status: Status | None = None) -> None:
         """Receive the matched message into ``buf``."""
-        req = Request._of(self._take("Recv", recv_buffer(buf).mem))
-        req.Wait(status)
+        spec = recv_buffer(buf)
+        op = self._take("Recv", spec.mem)
+        op.unpack = spec.unpack
+        Request._of(op).Wait(status)
 
     @mpi_call
     def Irecv(self, buf: Any) -> Request:
-        return Request._of(self._take("Irecv", recv_buffer(buf).mem))
+        spec = recv_buffer(buf)
+        op = self._take("Irecv", spec.mem)
+        op.unpack = spec.unpack
+        return Request._of(op)
 
     @mpi_call
     def recv(self, status: Status | None = None) -> Any:

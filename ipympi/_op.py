@@ -163,10 +163,14 @@ def _null_arrays(invec: np.ndarray, inoutvec: np.ndarray, datatype: Datatype) ->
 
 
 def _max(left: Any, right: Any) -> Any:
+    if isinstance(left, np.ndarray) or isinstance(right, np.ndarray):
+        return np.maximum(left, right)  # element-wise for arrays
     return right if right > left else left
 
 
 def _min(left: Any, right: Any) -> Any:
+    if isinstance(left, np.ndarray) or isinstance(right, np.ndarray):
+        return np.minimum(left, right)  # element-wise for arrays
     return right if right < left else left
 
 

@@ -103,9 +103,24 @@ class PointToPoint:
             op.complete_empty()
             return op
         if mode is BUFFERED:
-            nbytes = len(mem) if isinstance(mem, bytes) else mem.nbytes
-            _bsend.reserve(op, nbytes)
-            mem = bytes(mem)  # the user may reuse the buffer at once
+            # Buffered mode is local: the data is copied and the call completes
+            # now; a separate transfer holds the attached-buffer space until
+            # the message has left (for a large one, until the receiver read it).
+            transfer = Op(SEND, self, call, dest, tag)
+            _bsend.reserve(transfer, len(mem) if isinstance(mem, bytes) else mem.nbytes)
+            impl.engine.start_send(
+                transfer,
+                bytes(mem),
+                impl.remote_world_ranks[dest],
+                impl.context,
+                impl.rank,
+                tag,
+                False,
+            )
+            if transfer.done:
+                _bsend.release(transfer)
+            op.done = True
+            return op
         impl.engine.start_send(
             op,
             mem,
@@ -115,18 +130,23 @@ class PointToPoint:
             tag,
             mode is SYNCHRONOUS,
         )
-        if op.done and op.bsend_bytes:
-            _bsend.release(op)
         return op
 
     def _start_recv(
-        self, impl: CommImpl, call: str, mem: memoryview | None, source: int, tag: int
+        self,
+        impl: CommImpl,
+        call: str,
+        mem: memoryview | None,
+        source: int,
+        tag: int,
+        unpack: Any = None,
     ) -> Op:
         op = Op(RECV, self, call, source, tag)
         if source == PROC_NULL:
             op.complete_empty()
             return op
         op.mem = mem
+        op.unpack = unpack
         impl.engine.start_recv(op, impl.context, source, tag)
         return op
 
@@ -167,13 +187,19 @@ class PointToPoint:
             engine.leave()
 
     def _blocking_recv(
-        self, call: str, mem: memoryview | None, source: int, tag: int, status: Status | None
+        self,
+        call: str,
+        mem: memoryview | None,
+        source: int,
+        tag: int,
+        status: Status | None,
+        unpack: Any = None,
     ) -> Op:
         impl = self._recv_checked(call, source, tag)
         engine = impl.engine
         engine.enter()
         try:
-            op = self._start_recv(impl, call, mem, source, tag)
+            op = self._start_recv(impl, call, mem, source, tag, unpack)
             if not op.done:
                 try:
                     engine.wait(op, _info(call, impl, source, tag))
@@ -182,6 +208,7 @@ class PointToPoint:
                     raise
         finally:
             engine.leave()
+        op.settle()
         if status is not None:
             status._set(op.source, op.tag, op.count)
         if op.error:
@@ -199,13 +226,13 @@ class PointToPoint:
         return Request._of(op)
 
     def _nonblocking_recv(
-        self, call: str, mem: memoryview | None, source: int, tag: int
+        self, call: str, mem: memoryview | None, source: int, tag: int, unpack: Any = None
     ) -> Request:
         impl = self._recv_checked(call, source, tag)
         engine = impl.engine
         engine.enter()
         try:
-            op = self._start_recv(impl, call, mem, source, tag)
+            op = self._start_recv(impl, call, mem, source, tag, unpack)
         finally:
             engine.leave()
         return Request._of(op)
@@ -242,7 +269,7 @@ class PointToPoint:
     ) -> None:
         """Blocking receive into a buffer."""
         spec = recv_buffer(buf)
-        self._blocking_recv("Recv", spec.mem, source, tag, status)
+        self._blocking_recv("Recv", spec.mem, source, tag, status, spec.unpack)
 
     # -- nonblocking buffer operations -----------------------------------------
     @_mpi_call
@@ -263,7 +290,8 @@ class PointToPoint:
 
     @_mpi_call
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        return self._nonblocking_recv("Irecv", recv_buffer(buf).mem, source, tag)
+        spec = recv_buffer(buf)
+        return self._nonblocking_recv("Irecv", spec.mem, source, tag, spec.unpack)
 
     # -- persistent requests ------------------------------------------------------
     def _persistent_send(self, call: str, buf: Any, dest: int, tag: int, mode: str) -> Prequest:
@@ -272,6 +300,8 @@ class PointToPoint:
 
         def start() -> Op:
             impl = self._live()
+            if spec.repack is not None:
+                spec.repack()  # a derived datatype: gather the buffer's current contents
             impl.engine.enter()
             try:
                 return self._start_send(impl, call, spec.mem, dest, tag, mode)
@@ -305,7 +335,7 @@ class PointToPoint:
             impl = self._live()
             impl.engine.enter()
             try:
-                return self._start_recv(impl, "Recv_init", spec.mem, source, tag)
+                return self._start_recv(impl, "Recv_init", spec.mem, source, tag, spec.unpack)
             finally:
                 impl.engine.leave()
 
@@ -322,6 +352,7 @@ class PointToPoint:
         source: int,
         recvtag: int,
         status: Status | None,
+        unpack: Any = None,
     ) -> Op:
         impl = self._send_checked(call, dest, sendtag)
         _check_source(impl, source, call)
@@ -329,7 +360,7 @@ class PointToPoint:
         engine = impl.engine
         engine.enter()
         try:
-            rop = self._start_recv(impl, call, recv_mem, source, recvtag)
+            rop = self._start_recv(impl, call, recv_mem, source, recvtag, unpack)
             sop = self._start_send(impl, call, send_mem, dest, sendtag, STANDARD)
             if not (rop.done and sop.done):
                 try:
@@ -341,6 +372,7 @@ class PointToPoint:
                     raise
         finally:
             engine.leave()
+        rop.settle()
         if status is not None:
             status._set(rop.source, rop.tag, rop.count)
         if rop.error:
@@ -360,8 +392,10 @@ class PointToPoint:
     ) -> None:
         """Send and receive at once, as if by two threads; no cyclic deadlock."""
         send_mem = send_buffer(sendbuf).mem
-        recv_mem = recv_buffer(recvbuf).mem
-        self._sendrecv("Sendrecv", send_mem, dest, sendtag, recv_mem, source, recvtag, status)
+        recv = recv_buffer(recvbuf)
+        self._sendrecv(
+            "Sendrecv", send_mem, dest, sendtag, recv.mem, source, recvtag, status, recv.unpack
+        )
 
     @_mpi_call
     def Sendrecv_replace(
@@ -374,10 +408,18 @@ class PointToPoint:
         status: Status | None = None,
     ) -> None:
         """Send ``buf`` and replace its contents with the received message."""
+        outgoing = bytes(send_buffer(buf).mem)  # a copy: the receive overwrites buf
         spec = recv_buffer(buf)
-        outgoing = bytes(spec.mem)
         self._sendrecv(
-            "Sendrecv_replace", outgoing, dest, sendtag, spec.mem, source, recvtag, status
+            "Sendrecv_replace",
+            outgoing,
+            dest,
+            sendtag,
+            spec.mem,
+            source,
+            recvtag,
+            status,
+            spec.unpack,
         )
 
     # -- probes ----------------------------------------------------------------

@@ -18,7 +18,7 @@ from ._constants import UNDEFINED
 from ._engine import WaitInfo
 from ._errors import ERR_IN_STATUS, ERR_REQUEST, SUCCESS
 from ._errors import Exception as MPIException
-from ._ops import RECV, Op
+from ._ops import RECV, SEND, Op
 from ._status import Status
 
 __all__ = ["REQUEST_NULL", "Prequest", "Request"]
@@ -33,6 +33,7 @@ def _loads(op: Op) -> Any:
 
 
 def _fill_status(op: Op, status: Status | None) -> None:
+    op.settle()
     if status is None:
         return
     if op.kind == RECV:
@@ -176,25 +177,33 @@ class Request:
     def Cancel(self) -> None:
         """Mark the operation for cancellation; a later Wait/Test completes it.
 
-        A receive that has not been matched is cancelled. A send has left this
-        rank once started, so cancelling it does not succeed (the standard
-        deprecates send cancellation and allows it to fail).
+        A receive that has not been matched is cancelled at once. A send that
+        still waits for its receiver (synchronous, or large) is withdrawn if
+        the receiver has not matched it yet; a send whose data has already
+        left completes normally (cancelling sends is deprecated and may fail).
+        Either way, a Wait after Cancel returns without the user's peer acting.
         """
         op = self._op
-        if op is None or op.done:
+        if op is None:
+            raise MPIException(ERR_REQUEST, "Cancel: the request is REQUEST_NULL")
+        if op.done:
             return
-        if op.kind == RECV:
-            engine = op.comm._engine
-            engine.enter()
-            try:
+        engine = op.comm._engine
+        engine.enter()
+        try:
+            if op.kind == RECV:
                 if engine.withdraw(op):
                     op.cancelled = True
                     op.done = True
-            finally:
-                engine.leave()
+            elif op.kind == SEND:
+                engine.cancel_send(op, op.comm._live().remote_world_ranks[op.peer])
+        finally:
+            engine.leave()
 
     def Free(self) -> None:
         """Release the handle; the communication itself still completes."""
+        if self._op is None and not self._is_persistent():
+            raise MPIException(ERR_REQUEST, "Free: the request is REQUEST_NULL")
         # A started send or posted receive stays referenced by the engine until
         # it completes, so dropping the handle is all that is needed here.
         self._op = None
@@ -433,7 +442,7 @@ def _raise_in_status(failed: Op, call: str) -> None:
     if failed.error_detail:
         detail += f": {failed.error_detail}"
     exc = MPIException(ERR_IN_STATUS, detail)
-    failed.comm._raise(exc, call)
+    failed.comm._raise(exc, call, failed.error)
 
 
 class Prequest(Request):
@@ -482,8 +491,7 @@ class Prequest(Request):
         cls.Startall(requests)
 
     def Free(self) -> None:
-        if self._op is not None and not self._op.done:
-            raise MPIException(ERR_REQUEST, "Free: a persistent request must be inactive")
+        """Release the handle, also while active: the communication still completes."""
         self._op = None
         self._start = None
 

@@ -27,6 +27,9 @@ Kinds:
   ``FIN``.
 * ``ACK``: a synchronous-mode eager message was matched.
 * ``FIN``: the receiver is done with a large message; the send completes.
+* ``CANCEL``: the sender asks to withdraw send ``msgid`` (``Request.Cancel``);
+  if the message is still unmatched the receiver drops it and answers
+  ``CANCELLED``, otherwise it answers nothing (the ACK/FIN follows as usual).
 * ``CERR``: a collective mismatch was detected on ``context``; the payload is the
   UTF-8 report. Every rank waiting in a collective on that context fails with it.
 
@@ -40,6 +43,8 @@ from typing import NamedTuple
 
 __all__ = [
     "ACK",
+    "CANCEL",
+    "CANCELLED",
     "CERR",
     "CTS",
     "DATA",
@@ -55,7 +60,7 @@ __all__ = [
     "unpack",
 ]
 
-EAGER, RTS, ACK, FIN, CTS, DATA, CERR = 1, 2, 3, 4, 5, 6, 7
+EAGER, RTS, ACK, FIN, CTS, DATA, CERR, CANCEL, CANCELLED = 1, 2, 3, 4, 5, 6, 7, 8, 9
 KIND_NAMES = {
     EAGER: "EAGER",
     RTS: "RTS",
@@ -64,6 +69,8 @@ KIND_NAMES = {
     CTS: "CTS",
     DATA: "DATA",
     CERR: "CERR",
+    CANCEL: "CANCEL",
+    CANCELLED: "CANCELLED",
 }
 
 SYNC = 0x01
