@@ -317,15 +317,12 @@ def _abort(code: int, reason: str) -> NoReturn:
 
 def _fatal(obj: Any, call: str, exc: MPIException) -> NoReturn:
     """ERRORS_ARE_FATAL: name rank, call and error, then end the job."""
-    engine = _engine
-    rank = engine.rank if engine is not None else 0
     name = ""
     impl = getattr(obj, "_impl", None)
     if impl is not None:
         name = f" on {impl.name}"
     reason = f"fatal error in {call}{name}: {exc}"
-    print(f"ipympi: rank {rank}: {reason}", file=sys.stderr, flush=True)
-    _abort(exc.Get_error_class() or 1, reason)
+    _abort(exc.Get_error_class() or 1, reason)  # the launcher (or _abort) reports it
 
 
 # -- timers, names, buffers ----------------------------------------------------------
