@@ -33,6 +33,7 @@ from ._datatype_derived import (
 )
 from ._errors import ERR_TYPE
 from ._errors import Exception as MPIException
+from ._handle import ImplHandle
 
 __all__ = [
     "AINT", "BFLOAT16_T", "BOOL", "BYTE", "CHAR", "CHARACTER", "COMPLEX", "COMPLEX4",
@@ -170,7 +171,7 @@ def _type_error(message: str) -> MPIException:
     return MPIException(ERR_TYPE, message)
 
 
-class Datatype(DerivedMixin):
+class Datatype(DerivedMixin, ImplHandle):
     """A handle to an MPI datatype.
 
     ``Datatype(dt)`` makes a new handle to the same datatype as ``dt`` (equal to it);
@@ -348,22 +349,6 @@ class Datatype(DerivedMixin):
         raise ValueError(f"cannot map code {code!r} to an MPI datatype")
 
     # -- handle semantics ---------------------------------------------------------------
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Datatype):
-            return NotImplemented
-        return self._impl is other._impl
-
-    def __ne__(self, other: object) -> bool:
-        if not isinstance(other, Datatype):
-            return NotImplemented
-        return self._impl is not other._impl
-
-    def __hash__(self) -> int:
-        return hash((Datatype, id(self._impl)))
-
-    def __bool__(self) -> bool:
-        return self._impl is not _NULL_IMPL
-
     def __repr__(self) -> str:
         impl = self._impl
         if impl.key is not None:
@@ -421,6 +406,7 @@ def _alias(key: str, handle: Datatype) -> Datatype:
     return handle
 
 
+Datatype._null_impl = _NULL_IMPL
 DATATYPE_NULL: Datatype = Datatype._from_impl(_NULL_IMPL)
 _NAMED["DATATYPE_NULL"] = DATATYPE_NULL
 

@@ -33,6 +33,7 @@ from ._datatype import Datatype, _TypeImpl
 from ._errhandling import world_call
 from ._errors import ERR_BUFFER, ERR_COUNT, ERR_OP, ERR_TYPE
 from ._errors import Exception as MPIException
+from ._handle import ImplHandle
 
 __all__ = [
     "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR", "MAX", "MAXLOC", "MIN", "MINLOC",
@@ -287,7 +288,7 @@ def _user_impl(function: UserFunction, commute: bool) -> _OpImpl:
     return _OpImpl(None, commute, reduce_arrays, reduce_objects, None, function)
 
 
-class Op:
+class Op(ImplHandle):
     """A handle to a reduction operation.
 
     ``Op(op)`` makes a new handle to the same operation as ``op`` (equal to it);
@@ -464,22 +465,6 @@ class Op:
         return self._impl.reduce_objects(left, right)
 
     # -- handle semantics -----------------------------------------------------------------
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Op):
-            return NotImplemented
-        return self._impl is other._impl
-
-    def __ne__(self, other: object) -> bool:
-        if not isinstance(other, Op):
-            return NotImplemented
-        return self._impl is not other._impl
-
-    def __hash__(self) -> int:
-        return hash((Op, id(self._impl)))
-
-    def __bool__(self) -> bool:
-        return self._impl is not _NULL_IMPL
-
     def __repr__(self) -> str:
         impl = self._impl
         if impl.key is not None:
@@ -517,6 +502,7 @@ def _predefined(
     return handle
 
 
+Op._null_impl = _NULL_IMPL
 OP_NULL: Op = Op._from_impl(_NULL_IMPL)
 _NAMED["OP_NULL"] = OP_NULL
 
