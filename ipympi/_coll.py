@@ -83,21 +83,12 @@ def _per_rank(
     count = None
     if isinstance(spec, (list, tuple)) and len(spec) in (2, 3) and type(spec[1]) is int:
         count = spec[1]
-        whole = parse([spec[0], spec[2]] if len(spec) == 3 else spec[0])
-    else:
-        whole = parse(spec)
-    if count is None:
-        n = whole.mem.nbytes // max(size, 1)
-    else:
         if count < 0:
             raise MPIException(ERR_COUNT, f"{call}: negative count {count}")
-        n = count * whole.datatype._packed_size
-        if n * size > whole.mem.nbytes:
-            raise MPIException(
-                ERR_BUFFER,
-                f"{call}: {size} blocks of {count} items need {n * size} bytes, "
-                f"the buffer has {whole.mem.nbytes}",
-            )
+        whole = parse([spec[0], count * size, *spec[2:]])
+    else:
+        whole = parse(spec)
+    n = whole.mem.nbytes // max(size, 1) if count is None else count * whole.datatype._packed_size
     views = [whole.mem[r * n : (r + 1) * n] for r in range(size)]
     return whole, views, _unpack_after(whole, n * size) if writable else None
 
@@ -179,8 +170,7 @@ class Collectives:
         """Run ``plan`` as a blocking call, or return its (persistent) request."""
         impl = self._live()
         engine = impl.engine
-        nonblocking = mode != "blocking"
-        sig = signature(kind, root, nonblocking)
+        sig = signature(kind, root, mode)
 
         def launch() -> CollOp:
             check_reported(engine, impl.context + 1, call)
@@ -376,9 +366,12 @@ class Collectives:
                 )
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
-            if v or block is None:
+            if v:
                 return algo.scatterv_linear(rank, size, root, views, block), finish
-            return algo.scatter_binomial(rank, size, root, src, block), finish
+            # With IN_PLACE the root's own block stays where it is; the tree
+            # still hands it a copy, which goes to scratch space.
+            own = block if block is not None else memoryview(bytearray(views[root].nbytes))
+            return algo.scatter_binomial(rank, size, root, src, own), finish
 
         return self._collective(call, "Scatterv" if v else "Scatter", root, plan, mode)
 

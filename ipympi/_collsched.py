@@ -34,8 +34,9 @@ from ._ops import COLL, RECV, SEND, Op
 
 __all__ = ["CollOp", "Round", "check_reported", "describe_signature", "signature"]
 
-# Collective kinds (low 5 bits of a signature); bit 5 marks nonblocking or
-# persistent calls, which never match blocking ones; bits 6-15 hold the root.
+# Collective kinds (low 5 bits of a signature); bit 5 marks nonblocking and
+# bit 6 persistent calls (the three forms never match each other); bits 7-15
+# hold the root (modulo 512).
 KINDS = (
     "Barrier",
     "Bcast",
@@ -66,13 +67,15 @@ KINDS = (
 )
 KIND_IDS = {name: i + 1 for i, name in enumerate(KINDS)}
 NONBLOCKING = 0x20
+PERSISTENT = 0x40
 ROOTED = {"Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Reduce"}
 ROOTED |= {name.lower() for name in ROOTED}
 
 
-def signature(kind: str, root: int = 0, nonblocking: bool = False) -> int:
-    """The 16-bit signature of a collective call (kind, nonblocking flag, root)."""
-    return KIND_IDS[kind] | (NONBLOCKING if nonblocking else 0) | ((root & 0x3FF) << 6)
+def signature(kind: str, root: int = 0, mode: str = "blocking") -> int:
+    """The 16-bit signature of a collective call (kind, form, root)."""
+    form = {"blocking": 0, "nonblocking": NONBLOCKING, "persistent": PERSISTENT}[mode]
+    return KIND_IDS[kind] | form | ((root & 0x1FF) << 7)
 
 
 def describe_signature(sig: int) -> str:
@@ -81,10 +84,12 @@ def describe_signature(sig: int) -> str:
     if not 1 <= kind_id <= len(KINDS):
         return "a point-to-point message" if sig == 0 else f"an unknown collective ({sig})"
     name = KINDS[kind_id - 1]
-    if sig & NONBLOCKING:  # Ibcast, Iallreduce, ... (or their persistent *_init forms)
+    if sig & NONBLOCKING:
         name = "I" + name[0].lower() + name[1:]
+    elif sig & PERSISTENT:
+        name += "_init"
     if KINDS[kind_id - 1] in ROOTED:
-        return f"{name}(root={(sig >> 6) & 0x3FF})"
+        return f"{name}(root={(sig >> 7) & 0x1FF})"
     return name
 
 
@@ -207,15 +212,17 @@ class CollOp(Op):
                 reported = self.engine.coll_errors.pop(self.context, None)
                 if reported:
                     raise _Reported(reported)
-                raise _Mismatch(
-                    f"{self._who()}: rank {op.source} sent more data than this rank "
-                    f"expects in {describe_signature(self.sig)} ({op.error_detail})"
-                )
             if op.rsig != self.sig:
                 raise _Mismatch(
                     f"collective mismatch (collective #{self.seq} on {self._name()}): "
                     f"rank {op.source} called {describe_signature(op.rsig)}, "
                     f"rank {self.rank} called {describe_signature(self.sig)}"
+                )
+            if op.error:
+                raise _Mismatch(
+                    f"{self._who()}: rank {op.source} sent more data than rank {self.rank} "
+                    f"expects in {describe_signature(self.sig)} ({op.error_detail}); "
+                    "counts or datatypes differ between ranks"
                 )
             if op.mem is not None and op.count != op.mem.nbytes:
                 raise _Mismatch(
@@ -250,6 +257,9 @@ class CollOp(Op):
     def _fail(self, text: str, notify: bool, ended: bool = False) -> None:
         if notify:
             self.engine.notify_mismatch(self.context, self.seq, self.world_ranks, text)
+        else:
+            # Late messages of this failed call are consequences, not news.
+            self.engine.coll_mismatched.add((self.context, self.seq))
         if not ended:
             self.engine.end_collective(self.context, self.seq)
         for op in self.recv_ops:

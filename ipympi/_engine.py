@@ -560,6 +560,8 @@ class Engine:
         """A message of an already completed collective arrived: the ranks disagree."""
         from ._collsched import describe_signature
 
+        if (context, tag) in self.coll_mismatched:
+            return  # a late message of a collective that already failed
         mine = self.coll_calls.get((context, tag))
         members = self.coll_members.get(context, [])
         me = members.index(self.rank) if self.rank in members else self.rank
