@@ -5,15 +5,15 @@ The engine ties the pure :class:`~ipympi._matching.Matcher` to the sockets of
 and every :class:`~ipympi._ops.Op`; whoever holds it *drives* the data socket:
 
 * a thread inside an MPI call holds it and, when it must wait, blocks in the
-  data socket's ``recv`` itself (no thread hand-off: latency stays at raw zmq's);
+  data socket's ``recv`` itself (no thread hand-off between kernel and rank);
 * while no thread is inside MPI for more than ~2 ms, the progress thread
   (``_progress``) takes it and keeps matching and moving data, so a posted
   receive is satisfied and a synchronous or large send completes while the
   user computes. A thread entering MPI rings the doorbell to take it back.
 
 Small messages travel eagerly in one frame. Large ones are announced (RTS) and
-read by the receiver straight from the sender's memory (``_largebuf``), with a
-zero-copy zmq fallback. See ``_wire`` for the frame layout.
+read by the receiver straight from the sender's memory (``_largebuf``), or
+sent in chunks where that is not permitted. See ``_wire`` for the frame layout.
 
 Every blocking wait is interruptible (Ctrl-C raises ``KeyboardInterrupt``; the
 posted receive is withdrawn) and observable: :attr:`Engine.waiting` says what
@@ -27,8 +27,6 @@ import os
 import threading
 import time
 from typing import Any, Callable, NoReturn
-
-import zmq
 
 from . import _wire as wire
 from ._constants import ANY_SOURCE
@@ -99,14 +97,15 @@ class Engine:
         self.size = size
         self.pid = os.getpid()
         self.transport = transport
-        self._sock = transport.data if transport is not None else None
-        self._peers: dict[int, Any] = {}
+        self._send = transport.send if transport is not None else None
         self.matcher = Matcher()
         self.lock = threading.RLock()
         self.vm = VmReader()
         self._msgids = itertools.count(1)
         self._sends: dict[int, Op] = {}  # msgid -> send waiting for ACK/FIN
-        self._rdv: dict[tuple[int, int], tuple[Op, Envelope]] = {}  # (wsrc, msgid) -> recv
+        # (wsrc, msgid) -> (recv, envelope, target, bytes so far) for large
+        # messages arriving in frames
+        self._rdv: dict[tuple[int, int], tuple[Op, Envelope, memoryview, int]] = {}
         # What the rank is blocked on: a callable building a WaitInfo (built
         # only when someone asks, to keep blocking calls cheap), and since when.
         self.waiting: Callable[[], WaitInfo] | None = None
@@ -154,13 +153,6 @@ class Engine:
         return info
 
     # -- sending -------------------------------------------------------------
-    def _peer(self, wrank: int) -> Any:
-        sock = self._peers.get(wrank)
-        if sock is None:
-            assert self.transport is not None
-            sock = self._peers[wrank] = self.transport.peer(wrank)
-        return sock
-
     def start_send(
         self,
         op: Op,
@@ -199,7 +191,7 @@ class Engine:
                 msgid,
                 nbytes,
             )
-            self._peer(wdest).send(header + mem)
+            self._send(wdest, header + mem)
             if sync:
                 self._sends[msgid] = op
             else:
@@ -213,7 +205,7 @@ class Engine:
             RTS, SYNC if sync else 0, sig, context, source, tag, self.rank, self.pid, msgid, nbytes
         ) + _pack_address(buffer_address(mem))
         self._sends[msgid] = op
-        self._peer(wdest).send(header)
+        self._send(wdest, header)
 
     def send_eager(
         self, wdest: int, context: int, source: int, tag: int, mem: memoryview | bytes
@@ -229,9 +221,9 @@ class Engine:
         nbytes = len(mem) if type(mem) is bytes else mem.nbytes
         if nbytes > EAGER_LIMIT:
             return False
-        sock = self._peers.get(wdest) or self._peer(wdest)
-        sock.send(
-            _pack_header(EAGER, 0, 0, context, source, tag, self.rank, self.pid, 0, nbytes) + mem
+        self._send(
+            wdest,
+            _pack_header(EAGER, 0, 0, context, source, tag, self.rank, self.pid, 0, nbytes) + mem,
         )
         return True
 
@@ -296,7 +288,7 @@ class Engine:
             self._finish_fill(op, target, env.nbytes)
             self._reply(wsource, FIN, msgid)
         else:
-            self._rdv[(wsource, msgid)] = (op, env)
+            self._rdv[(wsource, msgid)] = (op, env, target, 0)
             self._reply(wsource, CTS, msgid)
 
     def _target(self, op: Op, nbytes: int) -> memoryview:
@@ -337,7 +329,7 @@ class Engine:
         self._finish_fill(op, mem[:n], nbytes)
 
     def _reply(self, wdest: int, kind: int, msgid: int) -> None:
-        self._peer(wdest).send(_pack_header(kind, 0, 0, 0, 0, 0, self.rank, self.pid, msgid, 0))
+        self._send(wdest, _pack_header(kind, 0, 0, 0, 0, 0, self.rank, self.pid, msgid, 0))
 
     # -- incoming frames -----------------------------------------------------
     def on_frame(self, frame: bytes) -> None:
@@ -381,10 +373,13 @@ class Engine:
         elif kind == CTS:
             op = self._sends.get(msgid)
             if op is not None and op.mem is not None:
-                header = _pack_header(
-                    DATA, 0, 0, 0, 0, 0, self.rank, self.pid, msgid, op.mem.nbytes
-                )
-                self._peer(wsource).send_multipart([header, op.mem], copy=False)
+                me, pid = self.rank, self.pid
+
+                def header_at(offset: int) -> bytes:
+                    return _pack_header(DATA, 0, 0, 0, 0, 0, me, pid, msgid, offset)
+
+                assert self.transport is not None
+                self.transport.send_chunked(wsource, header_at, op.mem)
         elif kind == CANCEL:
             self._withdraw_unexpected(wsource, msgid)
         elif kind == CANCELLED:
@@ -429,23 +424,26 @@ class Engine:
                     self._reply(wsource, CANCELLED, msgid)
                 return
 
-    def on_data(self, header: bytes, payload: memoryview) -> None:
-        """A DATA reply (header + payload) for a large receive in progress."""
-        _, _, _, _, _, _, wsource, _, msgid, _ = _unpack_header(header)
-        op, env = self._rdv.pop((wsource, msgid))
-        if op.mem is None:
-            op.data = payload
-            op.count = env.nbytes
-            op.done = True
-        else:
-            self._fill(op, payload, env.nbytes)
+    def on_data(self, frame: bytes) -> None:
+        """A chunk (header ``value`` = offset) of a large message sent through frames."""
+        _, _, _, _, _, _, wsource, _, msgid, offset = _unpack_header(frame)
+        key = (wsource, msgid)
+        op, env, target, got = self._rdv[key]
+        chunk = memoryview(frame)[HEADER_SIZE:]
+        end = min(offset + chunk.nbytes, target.nbytes)
+        if end > offset:
+            target[offset:end] = chunk[: end - offset]
+        got += chunk.nbytes
+        if got < env.nbytes:
+            self._rdv[key] = (op, env, target, got)
+            return
+        del self._rdv[key]
+        self._finish_fill(op, target, env.nbytes)
         self._reply(wsource, FIN, msgid)
 
     def _handle(self, frame: bytes) -> None:
         if frame[0] == DATA:
-            assert self._sock is not None
-            payload = self._sock.recv(copy=False)
-            self.on_data(frame, payload.buffer)
+            self.on_data(frame)
         else:
             self.on_frame(frame)
 
@@ -453,22 +451,19 @@ class Engine:
     def poll_once(self, block: bool = False) -> bool:
         """Handle frames waiting on the data socket (caller holds the engine).
 
-        With ``block`` it first waits, up to the socket's receive timeout, for one.
-        Returns True when something was handled.
+        With ``block`` it first waits for one. Returns True when something was
+        handled.
         """
-        sock = self._sock
-        if sock is None:
+        transport = self.transport
+        if transport is None:
             return False
         handled = False
         if block:
-            try:
-                frame = sock.recv()
-            except zmq.Again:
-                return False
-            self._handle(frame)
+            self._handle(transport.recv())
             handled = True
-        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            self._handle(sock.recv(zmq.NOBLOCK))
+        recv_nowait = transport.recv_nowait
+        while (frame := recv_nowait()) is not None:
+            self._handle(frame)
             handled = True
         if self.colls:
             self.advance_collectives()
@@ -482,18 +477,15 @@ class Engine:
         """
         if op.done:
             return
-        sock = self._sock
-        if sock is None:
+        transport = self.transport
+        if transport is None:
             self._deadlock()
+        recv = transport.recv
         self.waiting = info or _unknown_wait
         self.waiting_since = time.monotonic()
         try:
             while not op.done:
-                try:
-                    frame = sock.recv()
-                except zmq.Again:
-                    continue
-                self._handle(frame)
+                self._handle(recv())
                 if self.colls:
                     self.advance_collectives()
         finally:
@@ -505,7 +497,7 @@ class Engine:
         """Drive progress until ``ready()`` (caller holds the engine)."""
         if ready():
             return
-        if self._sock is None:
+        if self.transport is None:
             self._deadlock()
         self.waiting = info or _unknown_wait
         self.waiting_since = time.monotonic()
@@ -596,7 +588,7 @@ class Engine:
         header = _pack_header(CERR, 0, 0, context, 0, seq, self.rank, self.pid, 0, len(data))
         for wrank in wranks:
             if wrank != self.rank:
-                self._peer(wrank).send(header + data)
+                self._send(wrank, header + data)
         self.fail_collectives(context, text, seq)
 
     # -- probes --------------------------------------------------------------

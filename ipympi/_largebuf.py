@@ -2,10 +2,10 @@
 
 A large message is read straight from the sender's memory into the receiver's
 buffer with Linux's ``process_vm_readv`` (one copy, the way MPICH's shared-memory
-path does it; about 5x faster than copying through zmq frames). The call may be
+path does it; several times faster than copying through socket frames). The call may be
 refused (``EPERM`` under Yama ptrace restrictions or seccomp, ``ENOSYS`` on other
 systems): then :class:`VmReader` remembers that and the transport falls back to
-zero-copy zmq frames.
+sending the data in frames.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from typing import Any
 import zmq
 
 from ._engine import IDLE_HANDOFF, Engine
+from ._transport import RETRY_MS
 
 __all__ = ["ProgressThread", "describe_state"]
 
@@ -85,7 +86,7 @@ class ProgressThread(threading.Thread):
             parked.register(transport.ctl, zmq.POLLIN)
         parked.register(transport.bell_r, zmq.POLLIN)
         driving = zmq.Poller()
-        driving.register(transport.data, zmq.POLLIN)
+        driving.register(transport.data_fd, zmq.POLLIN)
         driving.register(transport.bell_r, zmq.POLLIN)
         if transport.ctl is not None:
             driving.register(transport.ctl, zmq.POLLIN)
@@ -113,13 +114,14 @@ class ProgressThread(threading.Thread):
         engine = self.engine
         transport = self.transport
         while not self._stop_requested and engine.wanted == 0:
-            events = dict(poller.poll(1000))
+            # Frames queued for full peers are retried every few milliseconds.
+            events = dict(poller.poll(RETRY_MS if transport.has_output else 1000))
             if transport.bell_r in events:
                 transport.drain_bell()
                 return
             if transport.ctl is not None and transport.ctl in events:
                 self._serve_control()
-            if transport.data in events:
+            if transport.data_fd in events or transport.has_output:
                 try:
                     engine.poll_once(False)
                 except Exception as exc:  # a broken frame must not kill progress

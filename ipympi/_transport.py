@@ -1,56 +1,75 @@
 """Sockets of one rank: where frames come in, go out, and control talks.
 
-Each rank binds one zmq PULL socket (``ipc://<session dir>/r<rank>``) and
-connects one PUSH socket per peer, lazily, on the first message to it. zmq keeps
-per-pipe FIFO order, which gives MPI's non-overtaking rule between two ranks.
-High-water marks are off, so a standard-mode send never blocks on a slow
-receiver (MPICH behaves the same for small messages).
+Data frames travel as Unix datagrams. Each rank binds one ``SOCK_DGRAM``
+socket at ``<session dir>/r<rank>`` and reads every frame from it in the
+calling thread: no I/O thread sits between the kernel and the rank, which
+measured 2-3x faster than zmq ipc once more ranks than cores share a machine
+(a 4-rank dissemination barrier on 2 cores: 29 us against 77 us). Each peer
+gets one non-blocking socket connected to its address; a datagram socket
+keeps per-sender FIFO order, which gives MPI's non-overtaking rule.
+
+The kernel queues only a few datagrams per receiver (``net.unix.max_dgram_qlen``),
+so a send that finds the queue full is kept in a per-peer queue (still in
+order) and retried whenever this rank waits for input, and the waiting rank
+also watches the full peers for room. A standard-mode send therefore never
+blocks on a slow receiver, as with MPICH for small messages.
 
 The session directory is private (mode 0700, created by the launcher), so no
-other local user can connect to a rank's endpoint.
+other local user can send a frame to a rank.
 
 Besides the data socket a rank has:
 
 * a *doorbell* (a pipe) that a thread entering MPI rings to take the socket
   back from the progress thread;
-* an optional control DEALER connected to the launcher or controller (hello,
-  abort, state queries; see ``_control``).
+* an optional control DEALER (zmq) connected to the launcher or controller
+  (hello, abort, state queries; see ``_control``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
+import socket
 import threading
+import time
+from collections import deque
+from typing import Callable
 
 import zmq
 
-__all__ = ["Transport"]
+__all__ = ["MAX_FRAME", "Transport"]
 
-# A blocked receive wakes up this often (ms) to re-check liveness and flags.
-RECV_TIMEOUT_MS = 1000
+# The largest frame: an eager message (64 KiB) with its header, or a chunk of
+# a large message sent through frames (when process_vm_readv is refused).
+MAX_FRAME = 64 * 1024 + 256
+CHUNK = 60 * 1024
+
+# While sends wait for room, blocked receives wake up this often (ms) to retry
+# peers that were not reachable yet (still starting up).
+RETRY_MS = 5
 
 
 def endpoint(session_dir: str, rank: int) -> str:
-    """The data endpoint of ``rank`` in a session."""
-    return f"ipc://{session_dir}/r{rank}"
+    """The data socket address of ``rank`` in a session."""
+    return f"{session_dir}/r{rank}"
 
 
 class Transport:
-    """The zmq sockets and doorbell of one rank (not thread-safe: callers lock)."""
+    """The data socket, peer sockets and doorbell of one rank (callers lock)."""
 
     def __init__(self, rank: int, session_dir: str, ctl_endpoint: str | None) -> None:
         self.rank = rank
         self.session_dir = session_dir
-        self.context = zmq.Context()
-        self.data = self.context.socket(zmq.PULL)
-        self.data.setsockopt(zmq.RCVHWM, 0)
-        self.data.setsockopt(zmq.LINGER, 0)
-        self.data.setsockopt(zmq.RCVTIMEO, RECV_TIMEOUT_MS)
-        self.data.bind(endpoint(session_dir, rank))
-        self._peers: dict[int, zmq.Socket] = {}
+        self.data = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.path = endpoint(session_dir, rank)
+        self.data.bind(self.path)
+        self.data_fd = self.data.fileno()
+        self._peers: dict[int, socket.socket] = {}
+        self._pending: dict[int, deque[bytes]] = {}  # peer -> frames waiting for room
         self.bell_r, self.bell_w = os.pipe()
         os.set_blocking(self.bell_r, False)
+        self.context = zmq.Context()
         self.ctl: zmq.Socket | None = None
         self.ctl_lock = threading.Lock()
         if ctl_endpoint:
@@ -59,25 +78,97 @@ class Transport:
             self.ctl.setsockopt(zmq.LINGER, 2000)
             self.ctl.connect(ctl_endpoint)
 
-    # -- data ----------------------------------------------------------------
-    def peer(self, wrank: int) -> zmq.Socket:
-        """The PUSH socket to world rank ``wrank`` (connected on first use)."""
+    # -- sending -------------------------------------------------------------
+    def _peer(self, wrank: int) -> socket.socket | None:
+        """The socket connected to ``wrank``, or None while it is not bound yet."""
         sock = self._peers.get(wrank)
         if sock is None:
-            sock = self.context.socket(zmq.PUSH)
-            sock.setsockopt(zmq.SNDHWM, 0)
-            sock.setsockopt(zmq.LINGER, 5000)
-            sock.setsockopt(zmq.RECONNECT_IVL, 10)
-            sock.connect(endpoint(self.session_dir, wrank))
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+            try:
+                sock.connect(endpoint(self.session_dir, wrank))
+            except (FileNotFoundError, ConnectionRefusedError):
+                sock.close()
+                return None
             self._peers[wrank] = sock
         return sock
 
     def send(self, wrank: int, frame: bytes) -> None:
-        self.peer(wrank).send(frame, copy=True)
+        """Send one frame to world rank ``wrank`` (queued if it has no room now)."""
+        queue = self._pending.get(wrank)
+        if queue is None:
+            sock = self._peers.get(wrank) or self._peer(wrank)
+            if sock is not None:
+                try:
+                    sock.send(frame)
+                    return
+                except BlockingIOError:
+                    pass
+                except ConnectionRefusedError:
+                    return  # the peer has ended: nobody can receive this any more
+            queue = self._pending[wrank] = deque()
+        queue.append(frame)
+        self._flush_peer(wrank)
 
-    def send_parts(self, wrank: int, parts: list) -> None:
-        """Send a header and a large payload without copying the payload."""
-        self.peer(wrank).send_multipart(parts, copy=False)
+    def send_chunked(self, wrank: int, header_at: Callable[[int], bytes], mem: memoryview) -> None:
+        """Send a large payload as frames ``header_at(offset) + chunk``."""
+        for offset in range(0, mem.nbytes, CHUNK):
+            self.send(wrank, header_at(offset) + mem[offset : offset + CHUNK])
+
+    def _flush_peer(self, wrank: int) -> None:
+        queue = self._pending[wrank]
+        sock = self._peers.get(wrank) or self._peer(wrank)
+        if sock is None:
+            return
+        while queue:
+            try:
+                sock.send(queue[0])
+            except BlockingIOError:
+                return
+            except ConnectionRefusedError:
+                queue.clear()  # the peer has ended
+                break
+            queue.popleft()
+        del self._pending[wrank]
+
+    def flush(self) -> None:
+        """Retry every queued frame (in order, per peer)."""
+        for wrank in list(self._pending):
+            self._flush_peer(wrank)
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self._pending)
+
+    # -- receiving -----------------------------------------------------------
+    def recv(self) -> bytes:
+        """Wait for the next frame, sending queued frames meanwhile."""
+        if not self._pending:
+            return self.data.recv(MAX_FRAME)
+        while True:
+            self.flush()
+            if not self._pending:
+                return self.data.recv(MAX_FRAME)
+            poller = select.poll()
+            poller.register(self.data_fd, select.POLLIN)
+            for wrank in self._pending:
+                sock = self._peers.get(wrank)
+                if sock is not None:
+                    poller.register(sock.fileno(), select.POLLOUT)
+            for fd, _ in poller.poll(RETRY_MS):
+                if fd == self.data_fd:
+                    frame = self.recv_nowait()
+                    if frame is not None:
+                        return frame
+
+    def recv_nowait(self) -> bytes | None:
+        """The next frame if one is waiting, else None (also retries queued sends)."""
+        if self._pending:
+            self.flush()
+        try:
+            return self.data.recv(MAX_FRAME, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return None
 
     # -- doorbell ------------------------------------------------------------
     def ring(self) -> None:
@@ -95,15 +186,23 @@ class Transport:
             with self.ctl_lock:
                 self.ctl.send(data)
 
-    def close(self, linger_ms: int = 5000) -> None:
-        """Close every socket; queued outgoing frames get ``linger_ms`` to leave."""
+    def close(self, linger_ms: int = 1000) -> None:
+        """Close every socket; queued frames get ``linger_ms`` to leave."""
+        deadline = time.monotonic() + linger_ms / 1000
+        while self._pending and time.monotonic() < deadline:
+            self.flush()
+            if self._pending:
+                time.sleep(RETRY_MS / 1000)
         for sock in self._peers.values():
-            sock.close(linger=linger_ms)
+            sock.close()
         self._peers.clear()
+        self._pending.clear()
         if self.ctl is not None:
             self.ctl.close(linger=1000)
             self.ctl = None
-        self.data.close(linger=0)
+        self.data.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
         self.context.term()
         for fd in (self.bell_r, self.bell_w):
             with contextlib.suppress(OSError):

@@ -1,4 +1,4 @@
-"""The MPI wire protocol between ranks: one zmq frame per message.
+"""The MPI wire protocol between ranks: one datagram (frame) per message.
 
 Every frame starts with a fixed 40-byte little-endian header::
 
@@ -22,10 +22,11 @@ Kinds:
   ``value`` is its size and a second 8-byte field after the header holds the
   address of the sender's buffer. On a match the receiver reads the buffer in
   one copy with ``process_vm_readv`` and answers ``FIN``; if it cannot (other
-  host, not permitted) it answers ``CTS`` and the sender replies with ``DATA``
-  (header + payload as a second zero-copy frame), then the receiver sends
+  host, not permitted) it answers ``CTS`` and the sender replies with the data
+  in ``DATA`` frames (``value`` is the chunk's offset), then the receiver sends
   ``FIN``.
 * ``ACK``: a synchronous-mode eager message was matched.
+* ``DATA``: a chunk of a large message (after ``CTS``); ``value`` is its offset.
 * ``FIN``: the receiver is done with a large message; the send completes.
 * ``CANCEL``: the sender asks to withdraw send ``msgid`` (``Request.Cancel``);
   if the message is still unmatched the receiver drops it and answers
