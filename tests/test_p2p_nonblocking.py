@@ -419,17 +419,20 @@ def test_cancel_and_errors_in_status(run_mpi, n: int) -> None:
 
     # Cancel of a send (deprecated): Wait returns, and either the cancel or the
     # communication succeeds, never both; the receiver is told which (P-44)
-    for nbytes, isend in ((16, comm.Isend), (16, comm.Issend), (EAGER, comm.Issend)):
-        sreq = isend(np.ones(nbytes, "B"), nxt, 26)
+    # (each round has its own tag: the previous rank may already be in the next round)
+    for tag, (nbytes, isend) in enumerate(
+        ((16, comm.Isend), (16, comm.Issend), (EAGER, comm.Issend)), start=40
+    ):
+        sreq = isend(np.ones(nbytes, "B"), nxt, tag)
         sreq.Cancel()
         st = MPI.Status()
         sreq.Wait(st)
         comm.send(st.Is_cancelled(), nxt, 27)
         if comm.recv(source=prv, tag=27):
-            assert not comm.Iprobe(prv, 26)
+            assert not comm.Iprobe(prv, tag)
         else:
             got = np.zeros(nbytes, "B")
-            comm.Recv(got, prv, 26)
+            comm.Recv(got, prv, tag)
             assert (got == 1).all()
 
     # a failed request in Waitall -> ERR_IN_STATUS, per-status error fields (P-35)
@@ -481,17 +484,18 @@ def test_cancelled_large_send_wait_is_local(run_mpi) -> None:
     body = """
     # P-44: after Cancel, Wait returns whatever the receiver does; then either the
     # cancel or the communication succeeded, and the receiver is told which
-    for isend in (comm.Isend, comm.Issend):
-        sreq = isend(np.ones(200_000, "B"), nxt, 26)
+    # (each round has its own tag: the peer may already be in the next round)
+    for tag, isend in enumerate((comm.Isend, comm.Issend), start=40):
+        sreq = isend(np.ones(200_000, "B"), nxt, tag)
         sreq.Cancel()
         st = MPI.Status()
         sreq.Wait(st)
         comm.send(st.Is_cancelled(), nxt, 27)
         if comm.recv(source=prv, tag=27):
-            assert not comm.Iprobe(prv, 26)
+            assert not comm.Iprobe(prv, tag)
         else:
             got = np.zeros(200_000, "B")
-            comm.Recv(got, prv, 26)
+            comm.Recv(got, prv, tag)
             assert (got == 1).all()
     """
     assert_ok(run_mpi(2, program(body), timeout=5), 2)
