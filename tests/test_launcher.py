@@ -55,8 +55,9 @@ send(type="hello", rank=rank, pid=os.getpid(), host=socket.gethostname())
 
 
 def ready():
-    open(os.path.join(ready_dir, f"ready-{rank}"), "w").close()
+    # Announce the pid first: others act once every ready file exists.
     print(f"PID {os.getpid()} rank {rank}", flush=True)
+    open(os.path.join(ready_dir, f"ready-{rank}"), "w").close()
 
 
 def wait_for_others():
