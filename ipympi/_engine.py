@@ -16,8 +16,8 @@ read by the receiver straight from the sender's memory (``_largebuf``), or
 sent in chunks where that is not permitted. See ``_wire`` for the frame layout.
 
 Every blocking wait is interruptible (Ctrl-C raises ``KeyboardInterrupt``; the
-posted receive is withdrawn) and observable: :attr:`Engine.waiting` says what
-the rank is blocked on, for hang reports.
+posted receive is withdrawn) and observable: :meth:`Engine.waiting_info` says
+what the rank is blocked on, for hang reports.
 """
 
 from __future__ import annotations
@@ -115,8 +115,8 @@ class Engine:
         self.last_exit = 0.0
         self.progress: Any = None  # the ProgressThread, once started
         self.finalized = False
-        # Collectives: nonblocking schedules in progress, the last completed
-        # sequence number per collective context, and detected mismatches.
+        # Collectives: schedules in progress, sequence numbers per collective
+        # context, and what is known about mismatches (see _collsched).
         self.colls: list[Any] = []
         self.coll_next: dict[int, int] = {}  # context -> next sequence number
         self.coll_active: dict[int, set[int]] = {}  # context -> started, unfinished
