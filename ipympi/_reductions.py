@@ -226,32 +226,20 @@ def allreduce_ring(rank: int, size: int, values: ArrayValues, value: np.ndarray)
 
 # -- scan / exscan -----------------------------------------------------------------------
 def scan_recursive_doubling(rank: int, size: int, values: Values, value: Any) -> Algorithm:
-    """Inclusive prefix: after round k, ``partial`` covers 2^(k+1) ranks ending here."""
-    result = value
-    partial = value
-    mask = 1
-    while mask < size:
-        partner = rank ^ mask
-        if partner < size:
-            holder, target = values.target(partial)
-            (op,) = yield Round(
-                f"exchange at distance {mask}",
-                sends=[(partner, values.wire(partial))],
-                recvs=[(partner, target)],
-            )
-            other = values.received(op, holder)
-            if partner < rank:
-                result = values.combine(other, _copy(values, result))
-                partial = values.combine(_copy(values, other), partial)
-            else:
-                partial = values.combine(_copy(values, partial), other)
-        mask <<= 1
-    return result
+    """Inclusive prefix: rank i gets ranks 0..i combined."""
+    return (yield from _prefix(rank, size, values, value, inclusive=True))
 
 
 def exscan_recursive_doubling(rank: int, size: int, values: Values, value: Any) -> Algorithm:
     """Exclusive prefix; rank 0 gets nothing (its receive buffer stays untouched)."""
-    result = None
+    return (yield from _prefix(rank, size, values, value, inclusive=False))
+
+
+def _prefix(rank: int, size: int, values: Values, value: Any, inclusive: bool) -> Algorithm:
+    """Recursive doubling: after round k, ``partial`` covers the 2^(k+1) aligned ranks
+    around this one and ``result`` the lower ones among them (and this one if inclusive).
+    """
+    result = _copy(values, value) if inclusive else None
     partial = value
     mask = 1
     while mask < size:
