@@ -72,6 +72,62 @@ def run_mpi(tmp_path: Path) -> RunMPI:
     return run
 
 
+# The common start of multi-process test programs: the world, ring neighbours,
+# and checks shared by the point-to-point and environment tests. Test modules
+# append their own helpers (a later definition replaces one of these).
+MPI_PRELUDE = '''
+import time
+import numpy as np
+from ipympi import MPI
+
+comm = MPI.COMM_WORLD
+rank, size = comm.Get_rank(), comm.Get_size()
+nxt, prv = (rank + 1) % size, (rank - 1) % size
+
+
+def raises(cls, fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except MPI.Exception as exc:
+        assert exc.Get_error_class() == cls, (exc, cls)
+        return exc
+    raise AssertionError(f"{fn} did not raise MPI.Exception of class {cls}")
+
+
+def is_empty(st):
+    return (st.source, st.tag, st.error, st.Get_count(), st.Get_elements(MPI.INT),
+            st.Is_cancelled()) == (MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.SUCCESS, 0, 0, False)
+
+
+def is_proc_null(st):
+    return (st.Get_source(), st.Get_tag(), st.Get_count(), st.Get_count(MPI.INT),
+            st.Get_count(MPI.DOUBLE)) == (MPI.PROC_NULL, MPI.ANY_TAG, 0, 0, 0)
+
+
+def dirty():
+    """A status with every field set, to see which fields a call writes."""
+    st = MPI.Status()
+    st.source, st.tag, st.error = 1234, 5678, MPI.ERR_OTHER
+    return st
+
+
+def handshake():
+    """Tell prv it may now send to me; return once nxt says I may send to it."""
+    comm.sendrecv(None, prv, 998, None, nxt, 998)
+
+
+def release():
+    """Tell nxt it may now receive from me; return once prv says I may receive from it."""
+    comm.sendrecv(None, nxt, 997, None, prv, 997)
+'''
+
+
+def mpi_program(prelude: str, body: str, ok: bool = True) -> str:
+    """A test program: ``prelude``, the dedented ``body``, then ``OK <rank>`` if ``ok``."""
+    end = '\nprint(f"OK {rank}", flush=True)\n' if ok else "\n"
+    return prelude + textwrap.dedent(body) + end
+
+
 def assert_ok(proc: subprocess.CompletedProcess, n: int | None = None) -> None:
     """The job exited 0 and, if ``n`` is given, every rank printed ``OK <rank>``."""
     detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"

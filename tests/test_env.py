@@ -13,25 +13,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, assert_ok
+from conftest import MPI_PRELUDE, ROOT, assert_ok, mpi_program
 
 NPROCS = [1, 2, 4]
 
-PRELUDE = '''
+PRELUDE = (
+    MPI_PRELUDE
+    + '''
 import sys
 import threading
-import time
-import numpy as np
-from ipympi import MPI
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-nxt, prv = (rank + 1) % size, (rank - 1) % size
 
 
 def raises(cls, fn, *args, **kwargs):
@@ -47,11 +41,11 @@ def same_everywhere(value):
     """value equals prv's value (so, around the ring, everyone's)."""
     return comm.sendrecv(value, nxt, 900, None, prv, 900) == value
 '''
+)
 
 
 def program(body: str, ok: bool = True) -> str:
-    end = '\nprint(f"OK {rank}", flush=True)\n' if ok else "\n"
-    return PRELUDE + textwrap.dedent(body) + end
+    return mpi_program(PRELUDE, body, ok)
 
 
 @pytest.mark.parametrize("n", NPROCS)

@@ -8,40 +8,15 @@ P-21, P-23, P-26, P-49..P-51.
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
-from conftest import assert_ok
+from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
 NPROCS = [1, 2, 4]
 
-PRELUDE = '''
+PRELUDE = (
+    MPI_PRELUDE
+    + '''
 import array
-import numpy as np
-from ipympi import MPI
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-nxt, prv = (rank + 1) % size, (rank - 1) % size
-
-
-def raises(cls, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except MPI.Exception as exc:
-        assert exc.Get_error_class() == cls, (exc, cls)
-        return exc
-    raise AssertionError(f"{fn} did not raise MPI.Exception of class {cls}")
-
-
-def is_empty(st):
-    return (st.source, st.tag, st.error, st.Get_count(), st.Is_cancelled()) == (
-        MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.SUCCESS, 0, False)
-
-
-def is_proc_null(st):
-    return (st.Get_source(), st.Get_tag(), st.Get_count(), st.Get_count(MPI.INT)) == (
-        MPI.PROC_NULL, MPI.ANY_TAG, 0, 0)
 
 
 def ring(sendbuf, recvbuf, tag=0, status=None, send=None):
@@ -58,10 +33,11 @@ def ring(sendbuf, recvbuf, tag=0, status=None, send=None):
         comm.Recv(recvbuf, prv, tag, status)
         send(sendbuf, nxt, tag)
 '''
+)
 
 
 def program(body: str) -> str:
-    return PRELUDE + textwrap.dedent(body) + '\nprint(f"OK {rank}", flush=True)\n'
+    return mpi_program(PRELUDE, body)
 
 
 @pytest.mark.parametrize("n", NPROCS)

@@ -10,20 +10,14 @@ Rules: INVENTORY §2.3 P-3, P-4, P-6, P-7, P-8; E-8.
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
-from conftest import assert_ok
+from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
 NPROCS = [1, 2, 4]
 
-PRELUDE = '''
-import numpy as np
-from ipympi import MPI
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-nxt, prv = (rank + 1) % size, (rank - 1) % size
+PRELUDE = (
+    MPI_PRELUDE
+    + '''
 Request = MPI.Request
 checks = 0
 
@@ -40,11 +34,6 @@ def raises(cls, fn, *args, **kwargs):
     raise AssertionError(f"{fn} {args} did not raise MPI.Exception of class {cls}")
 
 
-def handshake():
-    """Tell prv it may now send to me; return once nxt says I may send to it."""
-    comm.sendrecv(None, prv, 998, None, nxt, 998)
-
-
 def still_in_order(tag_before, tag_after):
     """prv's message from before its errors, then its next one: nothing in between."""
     st = MPI.Status()
@@ -56,10 +45,11 @@ def still_in_order(tag_before, tag_after):
     assert (st.tag, list(got)) == (tag_after, [prv, tag_after]), (st.tag, got)
     req.Wait()
 '''
+)
 
 
 def program(body: str) -> str:
-    return PRELUDE + textwrap.dedent(body) + '\nprint(f"OK {rank}", flush=True)\n'
+    return mpi_program(PRELUDE, body)
 
 
 @pytest.mark.parametrize("n", NPROCS)

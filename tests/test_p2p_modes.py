@@ -8,50 +8,25 @@ they are causal, not timing margins. Rules: INVENTORY §2.3 P-14..P-20, P-23; E-
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
-from conftest import assert_ok
+from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
 NPROCS = [1, 2, 4]
 
-PRELUDE = '''
-import time
-import numpy as np
-from ipympi import MPI
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-nxt, prv = (rank + 1) % size, (rank - 1) % size
+PRELUDE = (
+    MPI_PRELUDE
+    + """
 Request = MPI.Request
 # pairs for one-directional checks: even ranks send to rank + 1 (none at size 1)
 paired = size > 1 and not (size % 2 and rank == size - 1)
 sender = paired and rank % 2 == 0
 peer = rank + 1 if sender else rank - 1
-
-
-def raises(cls, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except MPI.Exception as exc:
-        assert exc.Get_error_class() == cls, (exc, cls)
-        return exc
-    raise AssertionError(f"{fn} did not raise MPI.Exception of class {cls}")
-
-
-def handshake():
-    """Tell prv it may now send to me; return once nxt says I may send to it."""
-    comm.sendrecv(None, prv, 998, None, nxt, 998)
-
-
-def release():
-    """Tell nxt it may now receive from me; return once prv says I may receive from it."""
-    comm.sendrecv(None, nxt, 997, None, prv, 997)
-'''
+"""
+)
 
 
 def program(body: str) -> str:
-    return PRELUDE + textwrap.dedent(body) + '\nprint(f"OK {rank}", flush=True)\n'
+    return mpi_program(PRELUDE, body)
 
 
 @pytest.mark.parametrize("n", NPROCS)

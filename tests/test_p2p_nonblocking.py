@@ -8,53 +8,16 @@ and 4 ranks. Rules: INVENTORY §2.3 P-20..P-22, P-27..P-39, P-44, P-51.
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
-from conftest import assert_ok
+from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
 NPROCS = [1, 2, 4]
 
-PRELUDE = '''
-import time
-import numpy as np
-from ipympi import MPI
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-nxt, prv = (rank + 1) % size, (rank - 1) % size
+PRELUDE = (
+    MPI_PRELUDE
+    + '''
 Request = MPI.Request
 EAGER = 64 * 1024
-
-
-def raises(cls, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except MPI.Exception as exc:
-        assert exc.Get_error_class() == cls, (exc, cls)
-        return exc
-    raise AssertionError(f"{fn} did not raise MPI.Exception of class {cls}")
-
-
-def is_empty(st):
-    return (st.source, st.tag, st.error, st.Get_count(), st.Get_elements(MPI.INT),
-            st.Is_cancelled()) == (MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.SUCCESS, 0, 0, False)
-
-
-def dirty():
-    """A status with every field set, to see which fields a call writes."""
-    st = MPI.Status()
-    st.source, st.tag, st.error = 1234, 5678, MPI.ERR_OTHER
-    return st
-
-
-def is_proc_null(st):
-    return (st.source, st.tag, st.Get_count()) == (MPI.PROC_NULL, MPI.ANY_TAG, 0)
-
-
-def handshake():
-    """Tell prv it may now send to me; return once nxt says I may send to it."""
-    comm.sendrecv(None, prv, 998, None, nxt, 998)
 
 
 def barrier():
@@ -62,10 +25,11 @@ def barrier():
     for _ in range(2):
         comm.sendrecv(None, nxt, 999, None, prv, 999)
 '''
+)
 
 
 def program(body: str) -> str:
-    return PRELUDE + textwrap.dedent(body) + '\nprint(f"OK {rank}", flush=True)\n'
+    return mpi_program(PRELUDE, body)
 
 
 @pytest.mark.parametrize("n", NPROCS)

@@ -6,48 +6,21 @@ P-33, P-45..P-48, P-51.
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
-from conftest import assert_ok
+from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
 NPROCS = [1, 2, 4]
 
-PRELUDE = '''
-import time
-import numpy as np
-from ipympi import MPI
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-nxt, prv = (rank + 1) % size, (rank - 1) % size
+PRELUDE = (
+    MPI_PRELUDE
+    + """
 Request, Prequest = MPI.Request, MPI.Prequest
-
-
-def is_empty(st):
-    return (st.source, st.tag, st.error, st.Get_count(), st.Is_cancelled()) == (
-        MPI.ANY_SOURCE, MPI.ANY_TAG, MPI.SUCCESS, 0, False)
-
-
-def dirty():
-    st = MPI.Status()
-    st.source, st.tag, st.error = 1234, 5678, MPI.ERR_OTHER
-    return st
-
-
-def handshake():
-    """Tell prv it may now send to me; return once nxt says I may send to it."""
-    comm.sendrecv(None, prv, 998, None, nxt, 998)
-
-
-def release():
-    """Tell nxt it may now receive from me; return once prv says I may receive from it."""
-    comm.sendrecv(None, nxt, 997, None, prv, 997)
-'''
+"""
+)
 
 
 def program(body: str) -> str:
-    return PRELUDE + textwrap.dedent(body) + '\nprint(f"OK {rank}", flush=True)\n'
+    return mpi_program(PRELUDE, body)
 
 
 @pytest.mark.parametrize("n", NPROCS)

@@ -6,56 +6,16 @@ P-51.
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
-from conftest import assert_ok
+from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
 NPROCS = [1, 2, 4]
 
-PRELUDE = '''
-import time
-import numpy as np
-from ipympi import MPI
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-nxt, prv = (rank + 1) % size, (rank - 1) % size
-
-
-def raises(cls, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except MPI.Exception as exc:
-        assert exc.Get_error_class() == cls, (exc, cls)
-        return exc
-    raise AssertionError(f"{fn} did not raise MPI.Exception of class {cls}")
-
-
-def is_proc_null(st):
-    return (st.source, st.tag, st.Get_count(), st.Get_count(MPI.DOUBLE)) == (
-        MPI.PROC_NULL, MPI.ANY_TAG, 0, 0)
-
-
-def dirty():
-    st = MPI.Status()
-    st.source, st.tag, st.error = 1234, 5678, MPI.ERR_OTHER
-    return st
-
-
-def handshake():
-    """Tell prv it may now send to me; return once nxt says I may send to it."""
-    comm.sendrecv(None, prv, 998, None, nxt, 998)
-
-
-def release():
-    """Tell nxt it may now receive from me; return once prv says I may receive from it."""
-    comm.sendrecv(None, nxt, 997, None, prv, 997)
-'''
+PRELUDE = MPI_PRELUDE
 
 
 def program(body: str) -> str:
-    return PRELUDE + textwrap.dedent(body) + '\nprint(f"OK {rank}", flush=True)\n'
+    return mpi_program(PRELUDE, body)
 
 
 @pytest.mark.parametrize("n", NPROCS)

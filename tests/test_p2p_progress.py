@@ -24,41 +24,28 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, assert_ok
+from conftest import MPI_PRELUDE, ROOT, assert_ok, mpi_program
 
 NO_VM = {"IPYMPI_NO_VM_READV": "1"}
 EAGER = 64 * 1024
 
-PRELUDE = '''
+PRELUDE = (
+    MPI_PRELUDE
+    + '''
 import os
 import sys
-import time
-import numpy as np
-from ipympi import MPI
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-nxt, prv = (rank + 1) % size, (rank - 1) % size
 EAGER = 64 * 1024
-
-
-def raises(cls, fn, *args, **kwargs):
-    try:
-        fn(*args, **kwargs)
-    except MPI.Exception as exc:
-        assert exc.Get_error_class() == cls, (exc, cls)
-        return exc
-    raise AssertionError(f"{fn} did not raise MPI.Exception of class {cls}")
 
 
 def pattern(nbytes, seed):
     """Bytes that tell messages apart: every byte depends on seed and position."""
     return ((np.arange(nbytes, dtype=np.int64) * 7 + seed * 13) % 251).astype(np.uint8)
 '''
+)
 
 
 def program(body: str) -> str:
-    return PRELUDE + textwrap.dedent(body) + '\nprint(f"OK {rank}", flush=True)\n'
+    return mpi_program(PRELUDE, body)
 
 
 @pytest.mark.parametrize("env", [None, NO_VM], ids=["vm_readv", "no_vm_readv"])
