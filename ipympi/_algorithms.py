@@ -45,6 +45,26 @@ __all__ = [
 _EMPTY = memoryview(bytearray())
 
 
+def _parent_distance(rel: int) -> int:
+    """Distance to the parent in the binomial tree of relative rank ``rel`` (0 at the root).
+
+    The parent of ``rel`` is ``rel`` with its lowest set bit cleared.
+    """
+    return rel & -rel
+
+
+def _child_distances(rel: int, size: int) -> list[int]:
+    """Distances ``d`` to the children ``rel + d`` in the binomial tree, farthest first."""
+    top = rel & -rel if rel else 1 << (size - 1).bit_length()
+    distances = []
+    mask = top >> 1
+    while mask > 0:
+        if rel + mask < size:
+            distances.append(mask)
+        mask >>= 1
+    return distances
+
+
 def _subtree(rel: int, size: int) -> int:
     """Number of ranks in the binomial subtree rooted at relative rank ``rel``."""
     if rel == 0:
@@ -69,18 +89,10 @@ def barrier_dissemination(rank: int, size: int) -> Algorithm:
 def bcast_binomial(rank: int, size: int, root: int, mem: memoryview) -> Algorithm:
     """Binomial tree: receive from the parent, then send to each child."""
     rel = (rank - root) % size
-    mask = 1
-    while mask < size:
-        if rel & mask:
-            yield Round("receive from parent", recvs=[((rank - mask) % size, mem)])
-            break
-        mask <<= 1
-    children = []
-    mask >>= 1
-    while mask > 0:
-        if rel + mask < size:
-            children.append(((rank + mask) % size, mem))
-        mask >>= 1
+    up = _parent_distance(rel)
+    if up:
+        yield Round("receive from parent", recvs=[((rank - up) % size, mem)])
+    children = [((rank + d) % size, mem) for d in _child_distances(rel, size)]
     if children:
         yield Round("send to children", sends=children)
 
@@ -107,20 +119,14 @@ def bcast_scatter_allgather(rank: int, size: int, root: int, mem: memoryview) ->
     def span(first: int, count: int) -> memoryview:
         return mem[blocks[first][0] : blocks[min(first + count, size) - 1][1]]
 
-    mask = 1
-    while mask < size:
-        if rel & mask:
-            count = _subtree(rel, size)
-            yield Round("scatter: receive pieces", recvs=[((rank - mask) % size, span(rel, count))])
-            break
-        mask <<= 1
-    mask >>= 1
-    sends = []
-    while mask > 0:
-        child = rel + mask
-        if child < size:
-            sends.append(((rank + mask) % size, span(child, _subtree(child, size))))
-        mask >>= 1
+    up = _parent_distance(rel)
+    if up:
+        pieces = span(rel, _subtree(rel, size))
+        yield Round("scatter: receive pieces", recvs=[((rank - up) % size, pieces)])
+    sends = [
+        ((rank + d) % size, span(rel + d, _subtree(rel + d, size)))
+        for d in _child_distances(rel, size)
+    ]
     if sends:
         yield Round("scatter: send pieces", sends=sends)
     right, left = (rank + 1) % size, (rank - 1) % size
@@ -137,19 +143,11 @@ def bcast_scatter_allgather(rank: int, size: int, root: int, mem: memoryview) ->
 def bcast_objects(rank: int, size: int, root: int, data: bytes | None) -> Algorithm:
     """Lower-case bcast: the root's pickle travels down a binomial tree."""
     rel = (rank - root) % size
-    mask = 1
-    while mask < size:
-        if rel & mask:
-            (op,) = yield Round("receive from parent", recvs=[((rank - mask) % size, None)])
-            data = bytes(op.data)
-            break
-        mask <<= 1
-    children = []
-    mask >>= 1
-    while mask > 0:
-        if rel + mask < size:
-            children.append(((rank + mask) % size, data))
-        mask >>= 1
+    up = _parent_distance(rel)
+    if up:
+        (op,) = yield Round("receive from parent", recvs=[((rank - up) % size, None)])
+        data = bytes(op.data)
+    children = [((rank + d) % size, data) for d in _child_distances(rel, size)]
     if children:
         yield Round("send to children", sends=children)
     return data
@@ -204,20 +202,13 @@ def scatter_binomial(
         scratch[first:] = src[: root * n]
     else:
         scratch = memoryview(bytearray(n * count))
-    mask = 1
-    while mask < size:
-        if rel & mask:
-            yield Round("receive subtree from parent", recvs=[((rank - mask) % size, scratch)])
-            break
-        mask <<= 1
-    mask >>= 1
-    sends = []
-    while mask > 0:
-        child = rel + mask
-        if child < size:
-            got = _subtree(child, size)
-            sends.append(((rank + mask) % size, scratch[mask * n : (mask + got) * n]))
-        mask >>= 1
+    up = _parent_distance(rel)
+    if up:
+        yield Round("receive subtree from parent", recvs=[((rank - up) % size, scratch)])
+    sends = [
+        ((rank + d) % size, scratch[d * n : (d + _subtree(rel + d, size)) * n])
+        for d in _child_distances(rel, size)
+    ]
     if sends:
         yield Round("send subtrees to children", sends=sends)
     block[:] = scratch[:n]
@@ -294,21 +285,17 @@ def scatter_objects(rank: int, size: int, root: int, pickles: list[bytes] | None
     if rel == 0:
         assert pickles is not None
         mine = [pickles[(i + root) % size] for i in range(size)]
-    mask = 1
-    while mask < size:
-        if rel & mask:
-            (op,) = yield Round("receive subtree from parent", recvs=[((rank - mask) % size, None)])
-            mine = pickle.loads(op.data)
-            break
-        mask <<= 1
-    mask >>= 1
-    sends = []
-    while mask > 0:
-        child = rel + mask
-        if child < size:
-            part = mine[mask : mask + _subtree(child, size)]
-            sends.append(((rank + mask) % size, pickle.dumps(part, pickle.HIGHEST_PROTOCOL)))
-        mask >>= 1
+    up = _parent_distance(rel)
+    if up:
+        (op,) = yield Round("receive subtree from parent", recvs=[((rank - up) % size, None)])
+        mine = pickle.loads(op.data)
+    sends = [
+        (
+            (rank + d) % size,
+            pickle.dumps(mine[d : d + _subtree(rel + d, size)], pickle.HIGHEST_PROTOCOL),
+        )
+        for d in _child_distances(rel, size)
+    ]
     if sends:
         yield Round("send subtrees to children", sends=sends)
     return mine[0]
