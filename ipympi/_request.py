@@ -144,15 +144,9 @@ class Request:
             if status is not None:
                 status._set_empty()
             return True
+        _poll((op,))
         if not op.done:
-            engine = op.comm._engine
-            engine.enter()
-            try:
-                engine.poll_once(False)
-            finally:
-                engine.leave()
-            if not op.done:
-                return False
+            return False
         self._finish(op, status)
         return True
 
@@ -163,13 +157,7 @@ class Request:
             if status is not None:
                 status._set_empty()
             return True
-        if not op.done:
-            engine = op.comm._engine
-            engine.enter()
-            try:
-                engine.poll_once(False)
-            finally:
-                engine.leave()
+        _poll((op,))
         if op.done:
             _fill_status(op, status)
         return op.done
@@ -238,13 +226,7 @@ class Request:
                 status._set_empty()
             return UNDEFINED
         ops = [op for _, op in active]
-        if not any(op.done for op in ops):
-            engine = _engine_of(ops)
-            engine.enter()
-            try:
-                engine.wait_until(lambda: any(op.done for op in ops), _wait_info(ops, "Waitany"))
-            finally:
-                engine.leave()
+        _wait_for(ops, lambda: any(op.done for op in ops), "Waitany")
         for i, op in active:
             if op.done:
                 requests[i]._finish(op, status)
@@ -269,13 +251,7 @@ class Request:
     def Waitall(cls, requests: Sequence[Request], statuses: list[Status] | None = None) -> bool:
         ops = [r._op for r in requests]
         live = [op for op in ops if op is not None]
-        if live and not all(op.done for op in live):
-            engine = _engine_of(live)
-            engine.enter()
-            try:
-                engine.wait_until(lambda: all(op.done for op in live), _wait_info(live, "Waitall"))
-            finally:
-                engine.leave()
+        _wait_for(live, lambda: all(op.done for op in live), "Waitall")
         cls._complete_all(requests, ops, statuses)
         return True
 
@@ -323,13 +299,7 @@ class Request:
         if not active:
             return None
         ops = [op for _, op in active]
-        if not any(op.done for op in ops):
-            engine = _engine_of(ops)
-            engine.enter()
-            try:
-                engine.wait_until(lambda: any(op.done for op in ops), _wait_info(ops, "Waitsome"))
-            finally:
-                engine.leave()
+        _wait_for(ops, lambda: any(op.done for op in ops), "Waitsome")
         return cls._complete_some(requests, active, statuses)
 
     @classmethod
@@ -420,6 +390,18 @@ class Request:
         if indices is None:
             return None, None
         return indices, [_loads(ops[i]) for i in indices]  # type: ignore[arg-type]
+
+
+def _wait_for(ops: Sequence[Op], ready: Callable[[], bool], call: str) -> None:
+    """Drive the engine of ``ops`` until ``ready()`` (at once if it already is)."""
+    if ready():
+        return
+    engine = _engine_of(ops)
+    engine.enter()
+    try:
+        engine.wait_until(ready, _wait_info(ops, call))
+    finally:
+        engine.leave()
 
 
 def _poll(ops: Any) -> None:
