@@ -160,10 +160,11 @@ class CollOp(Op):
 
     def advance(self) -> None:
         """Continue once the current round's messages have all completed."""
-        if self.done:
-            return
-        if all(op.done for op in self.recv_ops) and all(op.done for op in self.send_ops):
+        if not self.done and self._round_done():
             self._step(self.recv_ops)
+
+    def _round_done(self) -> bool:
+        return all(op.done for op in self.recv_ops) and all(op.done for op in self.send_ops)
 
     def _step(self, received: list[Op] | None) -> None:
         try:
@@ -176,9 +177,7 @@ class CollOp(Op):
                 self.rounds += 1
                 self.round = rnd
                 self._start_round(rnd)
-                if not (
-                    all(op.done for op in self.recv_ops) and all(op.done for op in self.send_ops)
-                ):
+                if not self._round_done():
                     return
                 received = self.recv_ops
         except StopIteration as stop:
