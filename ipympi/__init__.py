@@ -10,6 +10,28 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import Any
+
 from ._rc import rc as rc
 
-__all__ = ["__version__", "rc"]
+__all__ = ["__version__", "current", "load_ipython_extension", "rc"]
+
+
+def current() -> Any:
+    """The notebook session's cluster of ranks (``push``, ``pull``, ``execute``, ...)."""
+    from .controller.session import current as _current
+
+    return _current()
+
+
+def load_ipython_extension(shell: Any) -> Any:
+    """``%load_ext ipympi``: the ``%mpi``, ``%%px`` and ``%autopx`` magics."""
+    from .magics import load_ipython_extension as load
+
+    return load(shell)
+
+
+def unload_ipython_extension(shell: Any) -> None:
+    from .magics import unload_ipython_extension as unload
+
+    unload(shell)

@@ -17,6 +17,11 @@ __all__ = ["SUBCOMMANDS", "main"]
 # name -> (module with main(argv, prog), one-line summary for --help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("ipympi.run", "run an MPI program on N ranks, like mpiexec -n N"),
+    "install": (
+        "ipympi._kernelspec",
+        "register the ipympi kernel spec (active environment by default)",
+    ),
+    "lab": ("ipympi._lab", "install the kernel spec and open JupyterLab on the examples"),
 }
 
 

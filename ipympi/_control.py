@@ -75,6 +75,7 @@ __all__ = [
     "encode",
     "exit_status",
     "format_abort",
+    "format_call",
     "format_state",
     "identity",
     "launcher_state",
@@ -279,6 +280,16 @@ def _describe_call(msg: Mapping[str, Any]) -> str:
     if msg.get("tag") is not None:
         args.append(f"tag={_show('tag', msg['tag'])}")
     return f" in {call}({', '.join(args)})"
+
+
+def format_call(msg: Mapping[str, Any]) -> str:
+    """``Recv(source=0, tag=7) on MPI_COMM_WORLD`` for a state dict ("" without a call)."""
+    call = str(msg.get("call") or "")
+    # A collective's call is already described, e.g. "Barrier (collective #3, round 1)".
+    text = call if "(" in call else _describe_call(msg)[len(" in ") :]
+    if text and msg.get("comm"):
+        text += f" on {msg['comm']}"
+    return text
 
 
 def format_state(msg: Mapping[str, Any]) -> str:

@@ -124,6 +124,9 @@ class Engine:
         self.coll_members: dict[int, list[int]] = {}  # context -> world ranks
         self.coll_calls: dict[tuple[int, int], int] = {}  # (context, seq) -> signature
         self.coll_mismatched: set[tuple[int, int]] = set()  # (context, seq) reported
+        # context -> sequence numbers below this belong to collectives abandoned
+        # by an interrupt; their late messages are dropped without a report.
+        self.coll_floor: dict[int, int] = {}
 
     # -- entering and leaving MPI --------------------------------------------
     def enter(self) -> None:
@@ -554,6 +557,8 @@ class Engine:
 
         if (context, tag) in self.coll_mismatched:
             return  # a late message of a collective that already failed
+        if tag < self.coll_floor.get(context, 0):
+            return  # a late message of a collective abandoned by an interrupt
         mine = self.coll_calls.get((context, tag))
         members = self.coll_members.get(context, [])
         me = members.index(self.rank) if self.rank in members else self.rank
@@ -567,7 +572,7 @@ class Engine:
     def fail_collectives(self, context: int, text: str, seq: int) -> None:
         """Record the mismatch of collective ``seq`` on ``context`` (once, however
         many ranks report it) and fail the receives waiting on that context."""
-        if (context, seq) in self.coll_mismatched:
+        if (context, seq) in self.coll_mismatched or seq < self.coll_floor.get(context, 0):
             return
         self.coll_mismatched.add((context, seq))
         self.coll_errors.setdefault(context, text)
@@ -590,6 +595,51 @@ class Engine:
             if wrank != self.rank:
                 self._send(wrank, header + data)
         self.fail_collectives(context, text, seq)
+
+    # -- recovery after an interrupt -------------------------------------------
+    def abandon_collectives(self) -> dict[int, int]:
+        """Give up every collective in progress; return each context's next sequence number.
+
+        The first step of resynchronising the ranks after an interrupt left
+        them at different collectives: messages of the abandoned collectives
+        that arrive later are dropped without a mismatch report. The caller
+        (an engine, between cells) gathers every rank's answer and then calls
+        :meth:`resynchronize` everywhere with the largest number per context.
+        """
+        self.resynchronize(self.coll_next)
+        return dict(self.coll_next)
+
+    def resynchronize(self, bases: dict[int, int]) -> None:
+        """Make ``bases[context]`` the next collective sequence number of each context.
+
+        Queued and posted collective traffic below it is discarded (a
+        rendezvous sender is released), as are nonblocking collectives still
+        in progress, which fail with ERR_OTHER.
+        """
+        for context, base in bases.items():
+            base = max(base, self.coll_next.get(context, 0))
+            self.coll_next[context] = base
+            self.coll_floor[context] = base
+            self.coll_active[context] = set()
+            self.coll_errors.pop(context, None)
+            for env in [e for e in self.matcher.pending_unexpected() if e.context == context]:
+                if env.tag < base and self.matcher.remove(env):
+                    payload = env.payload
+                    if len(payload) == 6 and payload[1] == RTS:  # release the sender
+                        self._reply(payload[3], FIN, payload[5])
+            for recv in [r for r in self.matcher.pending_posted() if r.context == context]:
+                if recv.tag < base and self.matcher.cancel(recv):
+                    op = recv.handle
+                    op.posted = None
+                    op.error = ERR_OTHER
+                    op.error_detail = "collective abandoned after an interrupt"
+                    op.done = True
+        for coll in list(self.colls):
+            if coll.context in bases:
+                self.colls.remove(coll)
+                coll.error = ERR_OTHER
+                coll.error_detail = "collective abandoned after an interrupt"
+                coll.done = True
 
     # -- probes --------------------------------------------------------------
     def iprobe(self, context: int, source: int, tag: int, take: bool) -> Envelope | None:

@@ -16,7 +16,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import zmq
 
@@ -26,6 +26,10 @@ from ._transport import RETRY_MS
 __all__ = ["ProgressThread", "describe_state"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+# What the rank's main thread does outside MPI, when something above MPI knows:
+# a notebook engine sets this to a callable returning "idle" or "running".
+activity: Callable[[], str] | None = None
 
 
 def _user_location(thread_id: int | None) -> str:
@@ -55,8 +59,9 @@ def describe_state(engine: Engine, main_thread_id: int | None) -> dict[str, Any]
         state["state"] = "blocked"
         state.update(waiting.as_dict())
     else:
-        state["state"] = "running"
-    state["where"] = _user_location(main_thread_id)
+        state["state"] = activity() if activity is not None else "running"
+    if state["state"] != "idle":
+        state["where"] = _user_location(main_thread_id)
     state.update(engine.statistics())
     return state
 

@@ -1,0 +1,3 @@
+"""The controller side of a notebook session: engines' cluster, output rendering,
+target selection.
+"""

@@ -1,0 +1,621 @@
+"""A session's engines, seen from the controller: start, run, observe, stop.
+
+A :class:`Cluster` owns one private session directory, one engine-protocol
+ROUTER (``ipc://<dir>/engines``, signed messages, see
+:mod:`ipympi.engine.protocol`) and one supervisor process
+(:mod:`ipympi.engine.supervisor`) that forks the engines. Each *world*
+(a set of N engines that form one ``COMM_WORLD``) gets its own directory
+``<dir>/w<gen>`` holding the ranks' data sockets and the MPI control ROUTER
+(``ipc://<dir>/w<gen>/ctl``, see :mod:`ipympi._control`) through which ranks
+say hello, abort, and answer state queries even while blocked in MPI.
+
+Everything happens in the calling thread: :meth:`Cluster.pump` polls the two
+ROUTERs and the supervisor's event pipe until a condition holds or a
+deadline passes, so every wait is bounded and interruptible (Ctrl-C in the
+controller interrupts the running ranks, see :meth:`Cluster.wait`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import zmq
+
+from .. import _control as ctl
+from .._launcher import _die_with_parent, _make_session_dir, rank_environment
+from ..engine.protocol import Message, ProtocolError, Signer
+from .api import ClusterAPI
+
+__all__ = [
+    "DEFAULT_NP",
+    "Cluster",
+    "ClusterError",
+    "EngineRecord",
+    "Request",
+]
+
+DEFAULT_NP = 4
+START_TIMEOUT = 60.0  # seconds for a world to say hello (a loaded CI machine is slow)
+INTERRUPT_GRACE = 5.0  # seconds interrupted ranks get to reply before they are reported
+STOP_GRACE = 3.0  # seconds between the steps of stopping a world
+QUERY_TIMEOUT = 1.0
+_OUTPUT_TYPES = frozenset(
+    {"stream", "display_data", "update_display_data", "clear_output", "execute_result", "error"}
+)
+
+Output = Callable[[list[tuple[int, str, dict[str, Any]]]], None]
+
+
+class ClusterError(RuntimeError):
+    """The session cannot do what was asked (no engines, a world that did not start, ...)."""
+
+
+@dataclass
+class EngineRecord:
+    """What the controller knows about one rank's engine process."""
+
+    rank: int
+    pid: int | None = None
+    host: str = ""
+    ready: bool = False
+    returncode: int | None = None  # Popen style, once the engine has exited
+    state: dict[str, Any] = field(default_factory=dict)  # the last MPI state answer
+
+    @property
+    def alive(self) -> bool:
+        return self.pid is not None and self.returncode is None
+
+
+@dataclass
+class Request:
+    """One request sent to some ranks, and everything they said about it."""
+
+    id: str
+    kind: str
+    targets: list[int]
+    replies: dict[int, Message] = field(default_factory=dict)
+    messages: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    on_output: Output | None = None
+    interrupted: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def done(self) -> bool:
+        return all(rank in self.replies for rank in self.targets)
+
+    @property
+    def pending(self) -> list[int]:
+        return [rank for rank in self.targets if rank not in self.replies]
+
+    def errors(self) -> dict[int, dict[str, Any]]:
+        """The error content per failed rank (from the ``error`` message, else the reply)."""
+        found: dict[int, dict[str, Any]] = {}
+        for rank, kind, content in self.messages:
+            if kind == "error" and rank not in found:
+                found[rank] = content
+        for rank, reply in self.replies.items():
+            if reply.content.get("status") != "ok" and rank not in found:
+                found[rank] = {
+                    "ename": reply.content.get("ename", "Error"),
+                    "evalue": reply.content.get("evalue", ""),
+                    "traceback": reply.content.get("traceback", []),
+                }
+            if rank in found and reply.content.get("where"):
+                found[rank].setdefault("where", reply.content["where"])
+        return found
+
+
+class Cluster(ClusterAPI):
+    """N engines (ranks) for one notebook session."""
+
+    def __init__(self, n: int = DEFAULT_NP, *, env: Mapping[str, str] | None = None) -> None:
+        if n < 1:
+            raise ValueError(f"a session needs at least one rank, not {n}")
+        self.n = n
+        self.env = dict(os.environ if env is None else env)
+        self.session_dir = _make_session_dir()
+        self.key = secrets.token_bytes(32)
+        self.signer = Signer(self.key)
+        self.gen = 0
+        self.engines: list[EngineRecord] = []
+        self.requests: dict[str, Request] = {}
+        self.dropped = 0  # engine messages dropped for a bad signature
+        self.aborted: dict[str, Any] | None = None
+        self._ctx: zmq.Context[Any] = zmq.Context()
+        self._router = self._ctx.socket(zmq.ROUTER)
+        self._router.setsockopt(zmq.LINGER, 0)
+        self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._router.bind(f"ipc://{self.session_dir}/engines")
+        self._ctl: zmq.Socket[bytes] | None = None
+        self._world_dir: str | None = None
+        self._supervisor: subprocess.Popen[bytes] | None = None
+        self._supervisor_buffer = b""
+        self._poller = zmq.Poller()
+        self._poller.register(self._router, zmq.POLLIN)
+        self._closed = False
+
+    # -- life cycle ------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return any(engine.alive for engine in self.engines)
+
+    def start(self, n: int | None = None, *, wait: bool = True) -> None:
+        """Start a world of ``n`` ranks (default: the last size); wait until all are ready."""
+        if self._closed:
+            raise ClusterError("this session was shut down")
+        if self.running:
+            raise ClusterError(
+                f"{self.n} engines are already running: %mpi restart to replace them"
+            )
+        if n is not None:
+            if n < 1:
+                raise ValueError(f"a session needs at least one rank, not {n}")
+            self.n = n
+        self._start_supervisor()
+        self.gen += 1
+        self.aborted = None
+        self._world_dir = os.path.join(self.session_dir, f"w{self.gen}")
+        os.mkdir(self._world_dir, 0o700)
+        self._ctl = self._ctx.socket(zmq.ROUTER)
+        self._ctl.setsockopt(zmq.LINGER, 0)
+        self._ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._ctl.bind(ctl.control_address(self._world_dir))
+        self._poller.register(self._ctl, zmq.POLLIN)
+        self.engines = [EngineRecord(rank) for rank in range(self.n)]
+        mpi_key = secrets.token_hex(16)
+        envs = {
+            str(rank): {
+                k: v
+                for k, v in rank_environment(
+                    {}, rank, self.n, self._world_dir, mpi_key, os.cpu_count()
+                ).items()
+            }
+            for rank in range(self.n)
+        }
+        self._command(
+            {
+                "type": "spawn",
+                "ranks": list(range(self.n)),
+                "address": f"ipc://{self.session_dir}/engines",
+                "gen": self.gen,
+                "key": self.key.hex(),
+                "env": envs,
+            }
+        )
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
+        """Wait until every engine of the current world has said hello."""
+        ok = self.pump(time.monotonic() + timeout, self._world_settled)
+        dead = [e for e in self.engines if e.returncode is not None]
+        if dead or not ok:
+            problems = [
+                f"rank {e.rank} {ctl.describe_exit(e.returncode)}" for e in dead if e.returncode
+            ] or [f"no hello from rank(s) {[e.rank for e in self.engines if not e.ready]}"]
+            self._kill_world()
+            raise ClusterError("the engines did not start: " + "; ".join(problems))
+
+    def _world_settled(self) -> bool:
+        return all(e.ready or e.returncode is not None for e in self.engines)
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.engines) and all(e.ready and e.alive for e in self.engines)
+
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        """End the world: ask every engine to finalize and exit, then TERM, then KILL."""
+        alive = [e for e in self.engines if e.alive]
+        if alive:
+            if all(e.ready for e in alive) and not self._busy():
+                req = self.submit("shutdown", {}, [e.rank for e in alive])
+                self.pump(time.monotonic() + grace, lambda: not self.running)
+                self.requests.pop(req.id, None)
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                if not self.running:
+                    break
+                self.signal([e.rank for e in self.engines if e.alive], sig)
+                self.pump(time.monotonic() + grace, lambda: not self.running)
+        for req in self.requests.values():
+            self._fail_pending(req, "EngineStopped", "the engines were stopped")
+        self.requests.clear()
+        self._close_world()
+
+    def restart(self, n: int | None = None) -> None:
+        self.stop()
+        self.start(n)
+
+    def close(self) -> None:
+        """Stop the engines and the supervisor; remove the session directory."""
+        if self._closed:
+            return
+        try:
+            self.stop()
+        finally:
+            self._closed = True
+            self._stop_supervisor()
+            self._router.close(0)
+            self._ctx.term()
+            shutil.rmtree(self.session_dir, ignore_errors=True)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _kill_world(self) -> None:
+        self.signal([e.rank for e in self.engines if e.alive], signal.SIGKILL)
+        self.pump(time.monotonic() + STOP_GRACE, lambda: not self.running)
+        self._close_world()
+
+    def _close_world(self) -> None:
+        if self._ctl is not None:
+            self._poller.unregister(self._ctl)
+            self._ctl.close(0)
+            self._ctl = None
+        if self._world_dir is not None:
+            shutil.rmtree(self._world_dir, ignore_errors=True)
+            self._world_dir = None
+
+    # -- the supervisor ----------------------------------------------------------------
+    def _start_supervisor(self) -> None:
+        if self._supervisor is not None and self._supervisor.poll() is None:
+            return
+        if self._supervisor is not None:
+            self._poller.unregister(self._supervisor.stdout.fileno())  # type: ignore[union-attr]
+        env = dict(self.env)
+        cpus = os.cpu_count()
+        if cpus is not None and self.n >= cpus:
+            for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+                env.setdefault(var, "1")
+        env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+        env["PYTHONUNBUFFERED"] = "1"
+        self._supervisor = subprocess.Popen(
+            [sys.executable, "-m", "ipympi.engine"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+            start_new_session=True,  # the notebook's SIGINT reaches ranks only through us
+            preexec_fn=_die_with_parent(),
+        )
+        assert self._supervisor.stdout is not None
+        fd = self._supervisor.stdout.fileno()
+        os.set_blocking(fd, False)
+        self._supervisor_buffer = b""
+        self._poller.register(fd, zmq.POLLIN)
+
+    def _command(self, command: dict[str, Any]) -> None:
+        assert self._supervisor is not None and self._supervisor.stdin is not None
+        self._supervisor.stdin.write(json.dumps(command).encode() + b"\n")
+        self._supervisor.stdin.flush()
+
+    def _stop_supervisor(self) -> None:
+        proc = self._supervisor
+        if proc is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            assert proc.stdin is not None
+            proc.stdin.close()  # end of file: the supervisor exits
+        try:
+            proc.wait(STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_GRACE)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        self._supervisor = None
+
+    def _read_supervisor(self) -> None:
+        proc = self._supervisor
+        assert proc is not None and proc.stdout is not None
+        try:
+            data = os.read(proc.stdout.fileno(), 65536)
+        except BlockingIOError:
+            return
+        if not data:  # the supervisor died: so did its engines (PDEATHSIG)
+            self._poller.unregister(proc.stdout.fileno())
+            proc.wait()
+            for engine in self.engines:
+                if engine.returncode is None and engine.pid is not None:
+                    self._on_exit(engine.rank, -int(signal.SIGKILL))
+            proc.stdout.close()
+            self._supervisor = None
+            return
+        self._supervisor_buffer += data
+        while b"\n" in self._supervisor_buffer:
+            line, self._supervisor_buffer = self._supervisor_buffer.split(b"\n", 1)
+            event = json.loads(line)
+            kind = event.get("type")
+            rank = event.get("rank")
+            if kind == "spawned" and rank is not None and rank < len(self.engines):
+                self.engines[rank].pid = int(event["pid"])
+            elif (
+                kind == "exited"
+                and rank is not None
+                and rank < len(self.engines)
+                and self.engines[rank].pid == event.get("pid")
+            ):
+                self._on_exit(rank, int(event["returncode"]))
+
+    def _on_exit(self, rank: int, returncode: int) -> None:
+        engine = self.engines[rank]
+        engine.returncode = returncode
+        for req in self.requests.values():
+            if rank in req.targets and rank not in req.replies:
+                what = ctl.describe_exit(returncode) if returncode else "exited"
+                if self.aborted is not None:
+                    what += f" after {ctl.format_abort(self.aborted)}"
+                self._synthesize_reply(req, rank, "EngineDied", f"rank {rank} {what}")
+
+    # -- requests --------------------------------------------------------------------
+    def submit(
+        self,
+        kind: str,
+        content: dict[str, Any],
+        targets: Iterable[int],
+        buffers: Sequence[bytes] = (),
+        on_output: Output | None = None,
+    ) -> Request:
+        """Send one request to ``targets``; its replies and output collect in the Request."""
+        msg = Message(kind, content, buffers=tuple(buffers))
+        req = Request(msg.id, kind, sorted(set(targets)), on_output=on_output)
+        frames = self.signer.encode(msg)
+        self.requests[req.id] = req
+        for rank in req.targets:
+            engine = self.engines[rank] if rank < len(self.engines) else None
+            if engine is None or not engine.alive or not engine.ready:
+                self._synthesize_reply(req, rank, "EngineDied", f"rank {rank} is not running")
+                continue
+            try:
+                self._router.send_multipart([b"in%d.%d" % (self.gen, rank), *frames])
+            except zmq.ZMQError as exc:
+                self._synthesize_reply(req, rank, "EngineDied", f"rank {rank}: {exc}")
+        return req
+
+    def _synthesize_reply(self, req: Request, rank: int, ename: str, evalue: str) -> None:
+        content = {"status": "error", "ename": ename, "evalue": evalue, "traceback": []}
+        req.messages.append((rank, "error", content))
+        if req.on_output is not None:
+            req.on_output([(rank, "error", content)])
+        req.replies[rank] = Message("reply", content, req.id)
+
+    def _fail_pending(self, req: Request, ename: str, evalue: str) -> None:
+        for rank in req.pending:
+            self._synthesize_reply(req, rank, ename, evalue)
+
+    def _busy(self) -> bool:
+        return any(not req.done for req in self.requests.values())
+
+    def wait(self, req: Request, timeout: float | None = None) -> bool:
+        """Pump until ``req`` is done; False when ``timeout`` passes first.
+
+        KeyboardInterrupt (the notebook's interrupt) is passed on to the ranks
+        still running ``req``; they get ``INTERRUPT_GRACE`` seconds to reply,
+        after which they are reported as not responding. The interrupt is then
+        re-raised only if the ranks did not answer.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            return self.pump(deadline, lambda: req.done)
+        except KeyboardInterrupt:
+            self.interrupt(req)
+            return True
+
+    def interrupt(self, req: Request) -> None:
+        """Interrupt the ranks still running ``req`` and collect their replies."""
+        req.interrupted = True
+        self.signal(req.pending, signal.SIGINT)
+        try:
+            self.pump(time.monotonic() + INTERRUPT_GRACE, lambda: req.done)
+        except KeyboardInterrupt:
+            pass
+        for rank in req.pending:
+            self._synthesize_reply(
+                req, rank, "KeyboardInterrupt", f"rank {rank} did not respond to the interrupt"
+            )
+        self.resynchronize()
+
+    def resynchronize(self, timeout: float = INTERRUPT_GRACE) -> bool:
+        """Realign the ranks' collectives after an interrupt; False if a rank did not answer.
+
+        Interrupted ranks may have stopped in different collectives (rank 0 in
+        its 3rd, rank 1 in its 4th): every rank abandons what it was in, then
+        all continue from the largest sequence number any rank reached, so the
+        next cell's collectives match again.
+        """
+        ranks = [e.rank for e in self.engines if e.alive and e.ready]
+        first = self.submit("recover", {}, ranks)
+        ok = self.pump(time.monotonic() + timeout, lambda: first.done)
+        self.forget(first)
+        bases: dict[str, int] = {}
+        for reply in first.replies.values():
+            for context, position in reply.content.get("positions", {}).items():
+                bases[context] = max(bases.get(context, 0), int(position))
+        second = self.submit("recover", {"bases": bases}, ranks)
+        ok = self.pump(time.monotonic() + timeout, lambda: second.done) and ok
+        self.forget(second)
+        return ok
+
+    def signal(self, ranks: Iterable[int], sig: int) -> None:
+        """Send ``sig`` to each rank's engine and its children (its process group)."""
+        for rank in ranks:
+            pid = self.engines[rank].pid
+            if pid is not None and self.engines[rank].returncode is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, sig)
+
+    def forget(self, req: Request) -> None:
+        self.requests.pop(req.id, None)
+
+    # -- the event loop ----------------------------------------------------------------
+    def pump(self, deadline: float | None, done: Callable[[], bool]) -> bool:
+        """Handle events until ``done()`` (True) or ``deadline`` passes (False)."""
+        while True:
+            if done():
+                return True
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                return False
+            ms = -1 if wait is None else max(1, math.ceil(wait * 1000))
+            events = dict(self._poller.poll(ms))
+            if self._router in events:
+                self._read_engines()
+            if self._ctl is not None and self._ctl in events:
+                self._read_control()
+            sup = self._supervisor
+            if sup is not None and sup.stdout is not None and sup.stdout.fileno() in events:
+                self._read_supervisor()
+
+    def _read_engines(self) -> None:
+        batches: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
+        for _ in range(10000):
+            try:
+                frames = self._router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            ident, frames = frames[0], frames[1:]
+            try:
+                msg = self.signer.decode(frames)
+                rank = _rank_of(ident, self.gen)
+            except ProtocolError:
+                self.dropped += 1
+                continue
+            if rank is None or rank >= len(self.engines):
+                continue  # a message from an engine of an earlier world
+            if msg.type == "hello":
+                engine = self.engines[rank]
+                engine.ready = True
+                engine.pid = int(msg.content.get("pid", engine.pid or 0)) or engine.pid
+                engine.host = str(msg.content.get("host", ""))
+                continue
+            req = self.requests.get(msg.parent or "")
+            if req is None:
+                continue
+            if msg.type == "reply":
+                self._flush_batch(req, batches.pop(req.id, []))
+                req.replies[rank] = msg
+            elif msg.type in _OUTPUT_TYPES:
+                item = (rank, msg.type, msg.content)
+                req.messages.append(item)
+                batches.setdefault(req.id, []).append(item)
+        for req_id, batch in batches.items():
+            req = self.requests.get(req_id)
+            if req is not None:
+                self._flush_batch(req, batch)
+
+    @staticmethod
+    def _flush_batch(req: Request, batch: list[tuple[int, str, dict[str, Any]]]) -> None:
+        if batch and req.on_output is not None:
+            req.on_output(batch)
+
+    def _read_control(self) -> None:
+        assert self._ctl is not None
+        while True:
+            try:
+                ident, data = self._ctl.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except ValueError:
+                continue
+            try:
+                rank = ctl.rank_of(ident)
+                msg = ctl.decode(data)
+            except ctl.ControlProtocolError:
+                continue
+            if not 0 <= rank < len(self.engines):
+                continue
+            if msg["type"] == ctl.STATE:
+                self.engines[rank].state = msg
+            elif msg["type"] == ctl.ABORT and self.aborted is None:
+                self.aborted = msg
+                self.signal([e.rank for e in self.engines], signal.SIGKILL)
+
+    # -- observation -------------------------------------------------------------------
+    def query_states(self, timeout: float = QUERY_TIMEOUT, wait: bool = True) -> list[dict]:
+        """Ask every live rank what it is doing; one state dict per rank, in rank order."""
+        asked = []
+        for engine in self.engines:
+            engine.state = {}
+            if engine.alive and self._ctl is not None:
+                try:
+                    self._ctl.send_multipart(
+                        [ctl.identity(engine.rank), ctl.encode({"type": ctl.QUERY})], zmq.NOBLOCK
+                    )
+                    asked.append(engine)
+                except zmq.ZMQError:
+                    pass
+        if wait:
+            with contextlib.suppress(KeyboardInterrupt):
+                self.pump(time.monotonic() + timeout, lambda: all(e.state for e in asked))
+        return [self.state_of(engine) for engine in self.engines]
+
+    def state_of(self, engine: EngineRecord) -> dict[str, Any]:
+        if engine.returncode is not None:
+            return ctl.launcher_state(engine.rank, engine.pid, engine.returncode)
+        if engine.state:
+            return engine.state
+        return ctl.launcher_state(engine.rank, engine.pid, None)
+
+    def status(self) -> list[dict[str, Any]]:
+        """One row per rank: rank, pid, host, state, call (what it waits for), memory."""
+        rows = []
+        for engine, state in zip(self.engines, self.query_states()):
+            call = ctl.format_call(state) if state.get("state") == "blocked" else ""
+            rows.append(
+                {
+                    "rank": engine.rank,
+                    "pid": engine.pid,
+                    "host": engine.host or socket.gethostname(),
+                    "state": _state_word(state),
+                    "call": call,
+                    "where": state.get("where", ""),
+                    "memory": _rss_bytes(engine.pid) if engine.alive else None,
+                }
+            )
+        return rows
+
+
+def _rank_of(ident: bytes, gen: int) -> int | None:
+    """The rank of an engine's ``out``/``in`` identity of world ``gen``, else None."""
+    for prefix in (b"out", b"in"):
+        if ident.startswith(prefix):
+            world, _, rank = ident[len(prefix) :].partition(b".")
+            try:
+                return int(rank) if int(world) == gen else None
+            except ValueError:
+                return None
+    return None
+
+
+def _state_word(state: Mapping[str, Any]) -> str:
+    word = str(state.get("state", ctl.NO_ANSWER))
+    if word == ctl.EXITED:
+        if state.get("signal"):
+            return f"killed ({state['signal']})"
+        return f"exited ({state.get('status', '?')})"
+    return word
+
+
+def _rss_bytes(pid: int | None) -> int | None:
+    """Resident memory of ``pid`` (Linux /proc), else None."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

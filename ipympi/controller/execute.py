@@ -1,0 +1,307 @@
+"""Running one parallel cell: options, live output, progress, timeout, the cell's error.
+
+:func:`run_cell` sends a cell to the target ranks, renders what they say as it
+arrives (:mod:`ipympi.controller.render`), shows a progress line when the
+cell runs for more than :data:`PROGRESS_AFTER` seconds, interrupts the ranks
+on Ctrl-C or after ``--timeout`` seconds, and returns a :class:`CellResult`.
+A failed cell becomes one exception, :class:`RankError`, whose class name is
+the real exception's (``ZeroDivisionError``), so Jupyter's ``error`` message
+and execute reply carry the real ``ename``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .. import _control as ctl
+from .cluster import Cluster, Request
+from .render import GROUPS, OutputRenderer, compose_error
+from .targets import format_ranks, parse_targets
+
+__all__ = [
+    "PROGRESS_AFTER",
+    "CellOptions",
+    "CellResult",
+    "Progress",
+    "RankError",
+    "rank_error",
+    "run_cell",
+]
+
+PROGRESS_AFTER = 2.0  # seconds before a running cell shows what its ranks do
+PROGRESS_EVERY = 1.0
+
+Publish = Callable[[str, dict, dict], None]
+
+
+@dataclass
+class CellOptions:
+    """How to run a parallel cell (the options of ``%%px``)."""
+
+    targets: Any = None  # parsed by parse_targets: None/"all", "0", "1,3", "::2", ...
+    block: bool = True
+    stream: bool = True
+    group: str = "order"
+    collapse: bool = True
+    timeout: float | None = None
+    silent: bool = False
+    store_history: bool = True
+
+    def __post_init__(self) -> None:
+        if self.group not in GROUPS:
+            raise ValueError(
+                f"--group-outputs must be one of {', '.join(GROUPS)}, not {self.group!r}"
+            )
+        if self.timeout is not None and self.timeout <= 0:
+            raise ValueError(f"--timeout must be a positive number of seconds, not {self.timeout}")
+
+
+class RankError(Exception):
+    """A parallel cell failed on one or more ranks.
+
+    Instances are of a subclass named after the real exception (see
+    :func:`rank_error`); ``errors`` maps each failed rank to its error
+    (``ename``, ``evalue``, ``traceback``), and the traceback IPython shows
+    is the composed one: a summary line, then each distinct traceback once.
+    """
+
+    def __init__(self, summary: str, errors: Mapping[int, dict], traceback: list[str]):
+        super().__init__(summary)
+        self.errors = dict(errors)
+        self.traceback_lines = list(traceback)
+
+    def _render_traceback_(self) -> list[str]:
+        return self.traceback_lines
+
+
+_ERROR_CLASSES: dict[str, type[RankError]] = {}
+
+
+def rank_error(
+    errors: Mapping[int, dict], targets: list[int], waiting: Mapping[int, str] | None = None
+) -> RankError:
+    """One RankError for a cell's errors, of a class named like the real exception."""
+    composed = compose_error(dict(errors), targets, dict(waiting or {}) or None)
+    ename = str(composed["ename"]) or "Error"
+    if not ename.isidentifier():
+        ename = "Error"
+    cls = _ERROR_CLASSES.get(ename)
+    if cls is None:
+        cls = type(ename, (RankError,), {"__module__": "ipympi"})
+        _ERROR_CLASSES[ename] = cls
+    return cls(str(composed["evalue"]), errors, list(composed["traceback"]))
+
+
+@dataclass
+class CellResult:
+    """What a parallel cell did on each rank (also kept by ``--save-name``)."""
+
+    request: Request
+    targets: list[int]
+    execution_count: int
+    renderer: OutputRenderer | None = None
+    timed_out: float | None = None  # the --timeout that ended the cell
+    waiting: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        return self.request.done
+
+    @property
+    def errors(self) -> dict[int, dict]:
+        """Each failed rank's error; ranks stopped by ``--timeout`` show a TimeoutError."""
+        errors = self.request.errors()
+        if self.timed_out is not None:
+            for rank, error in errors.items():
+                if error.get("ename") == "KeyboardInterrupt":
+                    errors[rank] = dict(
+                        error,
+                        ename="TimeoutError",
+                        evalue=f"the cell ran longer than --timeout {self.timed_out:g} s",
+                    )
+        return errors
+
+    @property
+    def ok(self) -> bool:
+        return self.done and not self.errors
+
+    @property
+    def results(self) -> dict[int, dict]:
+        """Each rank's ``execute_result`` data (its mime bundle)."""
+        return {
+            rank: content["data"]
+            for rank, kind, content in self.request.messages
+            if kind == "execute_result"
+        }
+
+    def stdout(self, rank: int) -> str:
+        return self._text(rank, "stdout")
+
+    def stderr(self, rank: int) -> str:
+        return self._text(rank, "stderr")
+
+    def _text(self, rank: int, name: str) -> str:
+        return "".join(
+            content["text"]
+            for r, kind, content in self.request.messages
+            if r == rank and kind == "stream" and content.get("name") == name
+        )
+
+    def error(self) -> RankError | None:
+        """The cell's error as one exception, or None when every rank succeeded."""
+        errors = self.errors
+        if not errors:
+            return None
+        waiting = {r: w for r, w in self.waiting.items() if r not in errors}
+        return rank_error(errors, self.targets, waiting)
+
+    def raise_for_error(self) -> None:
+        exc = self.error()
+        if exc is not None:
+            raise exc
+
+    def __repr__(self) -> str:
+        state = "done" if self.done else f"running on {format_ranks(self.request.pending)}"
+        failed = f", failed on {format_ranks(sorted(self.errors))}" if self.errors else ""
+        ranks = format_ranks(self.targets)
+        return f"<CellResult [{self.execution_count}] ranks {ranks}: {state}{failed}>"
+
+
+class Progress:
+    """A progress line under a running cell, updated in place (a display with an id)."""
+
+    def __init__(self, publish: Publish, display_id: str) -> None:
+        self.publish = publish
+        self.display_id = display_id
+        self.shown = False
+
+    def update(self, text: str) -> None:
+        content = {
+            "data": {"text/plain": text},
+            "metadata": {"ipympi": {"progress": True}},
+            "transient": {"display_id": self.display_id},
+        }
+        self.publish("update_display_data" if self.shown else "display_data", content, {})
+        self.shown = True
+
+    def clear(self) -> None:
+        if self.shown:
+            self.update("")
+
+
+def describe_progress(targets: list[int], req: Request, states: list[dict], elapsed: float) -> str:
+    """``[12.3 s] done: 0,1 · running: 2 (line 4 of cell [7]) · blocked: 3 in Recv(...)``."""
+    done = [r for r in targets if r in req.replies]
+    parts = [f"[{elapsed:.1f} s] done: {format_ranks(done) if done else 'none'}"]
+    for rank in req.pending:
+        state = states[rank] if rank < len(states) else {}
+        parts.append(f"rank {rank}: {describe_wait(state)}")
+    return " · ".join(parts)
+
+
+def describe_wait(state: Mapping[str, Any]) -> str:
+    """What a rank does, in a few words: ``blocked in Recv(source=1, tag=7) at line 3``."""
+    word = str(state.get("state", ctl.NO_ANSWER))
+    if word == "blocked":
+        text = f"waiting in {ctl.format_call(state)}"
+    elif word == ctl.EXITED:
+        return ctl.format_state(state).split(": ", 1)[-1]
+    else:
+        text = word
+    if state.get("where"):
+        text += f" at {state['where']}"
+    return text
+
+
+def run_cell(
+    cluster: Cluster,
+    code: str,
+    options: CellOptions,
+    publish: Publish | None,
+    execution_count: int,
+    *,
+    label: bool | None = None,
+) -> CellResult:
+    """Run ``code`` on the target ranks; render its output with ``publish`` (None: keep only)."""
+    if not cluster.ready:
+        cluster.wait_ready()
+    targets = parse_targets(options.targets, cluster.n)
+    renderer = None
+    on_output = None
+    if publish is not None:
+        renderer = OutputRenderer(
+            publish,
+            targets=targets,
+            execution_count=execution_count,
+            stream=options.stream,
+            group=options.group,
+            collapse=options.collapse,
+            label=cluster.n > 1 if label is None else label,
+        )
+        on_output = renderer.feed
+    content = {"code": code, "silent": options.silent, "store_history": options.store_history}
+    req = cluster.submit("execute", content, targets, on_output=on_output)
+    result = CellResult(req, targets, execution_count, renderer)
+    if options.block:
+        wait_for_cell(cluster, result, options, publish)
+    return result
+
+
+def wait_for_cell(
+    cluster: Cluster, result: CellResult, options: CellOptions, publish: Publish | None
+) -> None:
+    """Wait for a cell to end: progress after 2 s, interrupt on Ctrl-C or timeout."""
+    req = result.request
+    progress = Progress(publish, f"ipympi-progress-{req.id}") if publish is not None else None
+    renderer = result.renderer
+    finished: set[int] = set()
+    start = req.started
+    deadline = None if options.timeout is None else start + options.timeout
+    next_progress = start + PROGRESS_AFTER
+    try:
+        while not req.done:
+            now = time.monotonic()
+            step_end = next_progress if deadline is None else min(next_progress, deadline)
+            try:
+                cluster.pump(step_end, lambda: req.done or _newly_done(req, finished))
+            except KeyboardInterrupt:
+                result.waiting = _waiting(cluster, req)
+                cluster.interrupt(req)
+                break
+            if renderer is not None:
+                for rank in sorted(set(req.replies) - finished):
+                    finished.add(rank)
+                    renderer.rank_done(rank)
+            now = time.monotonic()
+            if req.done:
+                break
+            if deadline is not None and now >= deadline:
+                result.timed_out = options.timeout
+                result.waiting = _waiting(cluster, req)
+                cluster.interrupt(req)
+                break
+            if now >= next_progress:
+                states = cluster.query_states(timeout=0.2)
+                if progress is not None:
+                    progress.update(describe_progress(result.targets, req, states, now - start))
+                next_progress = time.monotonic() + PROGRESS_EVERY
+    finally:
+        if renderer is not None:
+            for rank in sorted(set(req.replies) - finished):
+                renderer.rank_done(rank)
+            renderer.finish()
+        if progress is not None:
+            progress.clear()
+
+
+def _newly_done(req: Request, finished: set[int]) -> bool:
+    return any(rank not in finished for rank in req.replies)
+
+
+def _waiting(cluster: Cluster, req: Request) -> dict[int, str]:
+    """What each unfinished rank of ``req`` is doing, for the cell's error summary."""
+    states = cluster.query_states(timeout=0.5)
+    return {rank: describe_wait(states[rank]) for rank in req.pending if rank < len(states)}

@@ -1,0 +1,60 @@
+"""Where a parallel cell's output goes: the notebook's IOPub channel, or a terminal.
+
+In a Jupyter kernel (ipykernel's shell) messages are sent on the kernel's
+IOPub socket as children of the request being executed, exactly as the
+kernel's own output is: ``stream``, ``display_data``, ``execute_result``...
+Anywhere else (terminal IPython, a script) they are written as text.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from .render import Publish
+
+__all__ = ["publisher_for"]
+
+
+def publisher_for(shell: Any) -> Publish:
+    """A ``publish(msg_type, content, metadata)`` for ``shell`` (None: plain text)."""
+    kernel = getattr(shell, "kernel", None)
+    if kernel is not None and getattr(kernel, "iopub_socket", None) is not None:
+        return _kernel_publisher(shell, kernel)
+    return _text_publish
+
+
+def _kernel_publisher(shell: Any, kernel: Any) -> Publish:
+    session = kernel.session
+
+    def publish(msg_type: str, content: dict, metadata: dict) -> None:
+        # The controller's own prints are buffered by ipykernel: flush them
+        # first, so that output appears in the order it was produced.
+        for stream in (sys.stdout, sys.stderr):
+            flush = getattr(stream, "flush", None)
+            if flush is not None:
+                flush()
+        session.send(
+            kernel.iopub_socket,
+            msg_type,
+            content,
+            parent=kernel.get_parent("shell"),
+            metadata=metadata,
+            ident=kernel._topic(msg_type) if hasattr(kernel, "_topic") else None,
+        )
+
+    return publish
+
+
+def _text_publish(msg_type: str, content: dict, metadata: dict) -> None:
+    """Plain-text rendering for terminals and scripts."""
+    if content.get("metadata", {}).get("ipympi", {}).get("progress"):
+        return  # a terminal cannot update a line in place between other output
+    if msg_type == "stream":
+        stream = sys.stderr if content.get("name") == "stderr" else sys.stdout
+        stream.write(content.get("text", ""))
+        stream.flush()
+    elif msg_type in ("display_data", "execute_result"):
+        text = content.get("data", {}).get("text/plain")
+        if text:
+            print(text)

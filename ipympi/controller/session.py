@@ -1,0 +1,166 @@
+"""The session's cluster: one per controller process, reachable as ``ipympi.current()``.
+
+Also the pieces of the Python API that move data between the controller and
+the ranks (``push``, ``pull``, ``scatter``, ``gather``, ``apply``), kept
+here as plain functions over a :class:`~ipympi.controller.cluster.Cluster`.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import pickle
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable
+
+from .cluster import DEFAULT_NP, Cluster, ClusterError, Request
+from .execute import rank_error
+from .targets import parse_targets
+
+__all__ = [
+    "NP_ENV",
+    "apply",
+    "current",
+    "default_size",
+    "gather",
+    "pull",
+    "push",
+    "scatter",
+    "set_current",
+]
+
+NP_ENV = "IPYMPI_NP"
+DATA_TIMEOUT = None  # data requests wait like cells: Ctrl-C interrupts them
+
+_current: Cluster | None = None
+
+
+def default_size() -> int:
+    """Ranks of a new session: ``IPYMPI_NP`` if set, else 4."""
+    text = os.environ.get(NP_ENV, "").strip()
+    if not text:
+        return DEFAULT_NP
+    try:
+        n = int(text)
+    except ValueError:
+        raise ClusterError(f"{NP_ENV}={text!r} is not a number of ranks") from None
+    if n < 1:
+        raise ClusterError(f"{NP_ENV}={n}: a session needs at least one rank")
+    return n
+
+
+def current(*, start: bool = False) -> Cluster:
+    """The session's cluster (``start=True``: start one of ``IPYMPI_NP`` ranks if none)."""
+    global _current
+    if _current is None:
+        if not start:
+            raise ClusterError("no MPI session: run %mpi start (or use the ipympi kernel)")
+        _current = Cluster(default_size())
+    return _current
+
+
+def set_current(cluster: Cluster | None) -> None:
+    global _current
+    _current = cluster
+
+
+# -- data to and from the ranks ------------------------------------------------------------
+def _finish(cluster: Cluster, req: Request) -> dict[int, Any]:
+    """Wait for a data request; its per-rank reply buffers unpickled; RankError on failure."""
+    cluster.wait(req, DATA_TIMEOUT)
+    cluster.forget(req)
+    errors = req.errors()
+    if errors:
+        raise rank_error(errors, req.targets)
+    values = {}
+    for rank, reply in req.replies.items():
+        values[rank] = pickle.loads(reply.buffers[0]) if reply.buffers else None
+    return values
+
+
+def push(cluster: Cluster, namespace: Mapping[str, Any], targets: Any = None) -> None:
+    """Define ``namespace``'s names on the target ranks (pickled once, sent to each)."""
+    ranks = parse_targets(targets, cluster.n)
+    data = pickle.dumps(dict(namespace), protocol=pickle.HIGHEST_PROTOCOL)
+    _finish(cluster, cluster.submit("push", {"names": sorted(namespace)}, ranks, [data]))
+
+
+def pull(cluster: Cluster, names: str | Sequence[str], targets: Any = None) -> list[Any]:
+    """The value of ``names`` on each target rank, in rank order.
+
+    One name gives one value per rank; a list of names a tuple per rank.
+    """
+    single = isinstance(names, str)
+    wanted = [names] if single else list(names)
+    ranks = parse_targets(targets, cluster.n)
+    values = _finish(cluster, cluster.submit("pull", {"names": wanted}, ranks))
+    return [values[r][0] if single else tuple(values[r]) for r in ranks]
+
+
+def scatter(cluster: Cluster, name: str, seq: Any, targets: Any = None) -> None:
+    """Split ``seq`` into contiguous, nearly equal parts; part i becomes ``name`` on rank i."""
+    ranks = parse_targets(targets, cluster.n)
+    parts = _split(seq, len(ranks))
+    for rank, part in zip(ranks, parts):
+        push(cluster, {name: part}, [rank])
+
+
+def gather(cluster: Cluster, name: str, targets: Any = None) -> Any:
+    """Concatenate ``name`` from the target ranks in rank order (lists, tuples, arrays)."""
+    parts = pull(cluster, name, targets)
+    first = parts[0] if parts else []
+    if hasattr(first, "__array__") and not isinstance(first, (list, tuple)):
+        import numpy
+
+        return numpy.concatenate(parts)
+    out: list[Any] = []
+    for part in parts:
+        out.extend(part)
+    return type(first)(out) if isinstance(first, tuple) else out
+
+
+def _split(seq: Any, n: int) -> list[Any]:
+    if hasattr(seq, "__array__") and not isinstance(seq, (list, tuple)):
+        import numpy
+
+        return list(numpy.array_split(seq, n))
+    items = list(seq)
+    q, r = divmod(len(items), n)
+    bounds = [i * q + min(i, r) for i in range(n + 1)]
+    parts = [items[bounds[i] : bounds[i + 1]] for i in range(n)]
+    return [tuple(p) for p in parts] if isinstance(seq, tuple) else parts
+
+
+def apply(
+    cluster: Cluster, func: Callable[..., Any], *args: Any, targets: Any = None, **kwargs: Any
+) -> list[Any]:
+    """Call ``func(*args, **kwargs)`` on each target rank; the return values in rank order.
+
+    Functions defined in the notebook are sent as source (the ranks have no
+    copy of the notebook's ``__main__``); others are pickled by reference.
+    """
+    ranks = parse_targets(targets, cluster.n)
+    payload = pickle.dumps((_portable(func), args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+    values = _finish(cluster, cluster.submit("apply", {}, ranks, [payload]))
+    return [values[r] for r in ranks]
+
+
+def _portable(func: Callable[..., Any]) -> Any:
+    if getattr(func, "__module__", None) not in ("__main__", None):
+        return func
+    try:
+        source = inspect.getsource(func)
+    except (OSError, TypeError):
+        raise TypeError(
+            f"cannot send {func!r} to the ranks: its source is unknown; define it in a %%px cell"
+        ) from None
+    name = func.__name__
+    if name == "<lambda>":
+        raise TypeError("cannot send a lambda to the ranks: define a named function instead")
+    return ("source", name, _dedent(source))
+
+
+def _dedent(source: str) -> str:
+    import textwrap
+
+    return textwrap.dedent(source)

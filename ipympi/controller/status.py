@@ -1,0 +1,62 @@
+"""``%mpi status``: a table of the ranks, as HTML in a notebook and text in a terminal."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["COLUMNS", "StatusTable", "format_memory"]
+
+COLUMNS = ("rank", "pid", "host", "state", "call", "where", "memory")
+_HEADINGS = {"call": "MPI call / wait", "where": "at"}
+
+
+def format_memory(nbytes: int | None) -> str:
+    if nbytes is None:
+        return ""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if nbytes < 1024 or unit == "GiB":
+            return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
+        nbytes /= 1024  # type: ignore[assignment]
+    return ""
+
+
+class StatusTable:
+    """The rows of ``Cluster.status()``; displays as a table."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]]) -> None:
+        self.rows = list(rows)
+
+    def _cells(self) -> list[list[str]]:
+        out = []
+        for row in self.rows:
+            cells = []
+            for column in COLUMNS:
+                value = row.get(column)
+                if column == "memory":
+                    cells.append(format_memory(value))
+                else:
+                    cells.append("" if value is None else str(value))
+            out.append(cells)
+        return out
+
+    def __repr__(self) -> str:
+        if not self.rows:
+            return "no ranks running (%mpi start)"
+        heads = [_HEADINGS.get(c, c) for c in COLUMNS]
+        cells = self._cells()
+        widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(heads)]
+        lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths)).rstrip()]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        if not self.rows:
+            return "<p>no ranks running (<code>%mpi start</code>)</p>"
+        head = "".join(f"<th>{html.escape(_HEADINGS.get(c, c))}</th>" for c in COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+            for row in self._cells()
+        )
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"

@@ -1,0 +1,10 @@
+"""Notebook engines: one IPython shell per MPI rank, started by a supervisor.
+
+The controller kernel starts one *supervisor* process
+(``python -m ipympi.engine``) that imports IPython, zmq, numpy and the MPI
+core, then forks one engine per rank on request: forking a warmed-up,
+single-threaded template makes a 4-rank session ready in a fraction of a
+second. Each engine is an IPython shell (magics, ``!cmd``, display hooks) with
+``MPI``, ``comm``, ``rank`` and ``size`` predefined; it talks to the controller
+through signed messages (:mod:`ipympi.engine.protocol`).
+"""

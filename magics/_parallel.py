@@ -1,0 +1,321 @@
+"""The magics: ``%mpi``, ``%%px``/``%%mpi``, ``%px``, ``%pxresult``, ``%pxconfig``,
+``%autopx`` and ``%%local``.
+
+Each magic parses its options and delegates: cells run through
+:func:`ipympi.controller.execute.run_cell`, data moves through
+:mod:`ipympi.controller.session`, and output is published by
+:func:`ipympi.controller.publish.publisher_for`. Docstrings are the help
+(``%%px?``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import time
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from ipympi.controller import session
+from ipympi.controller.cluster import Cluster, ClusterError
+from ipympi.controller.execute import CellOptions, CellResult, run_cell, wait_for_cell
+from ipympi.controller.publish import publisher_for
+from ipympi.controller.render import GROUPS, OutputRenderer
+from ipympi.controller.status import StatusTable
+
+from ._autopx import AutoParallel
+
+__all__ = ["ParallelMagics"]
+
+
+def _exec_options(func: Any) -> Any:
+    """The options of ``%%px`` (shared by ``%pxconfig``)."""
+    for decorator in reversed(
+        [
+            argument("-t", "--targets", help="ranks to run on: 0, 1,3, ::2, all (default: all)"),
+            argument(
+                "--block",
+                action="store_const",
+                const=True,
+                dest="block",
+                help="wait for the cell to end (default)",
+            ),
+            argument(
+                "--noblock",
+                action="store_const",
+                const=False,
+                dest="block",
+                help="return at once; %%pxresult shows the output later",
+            ),
+            argument(
+                "--group-outputs",
+                choices=GROUPS,
+                dest="group",
+                help="order: as it arrives (default); rank: rank by rank; type: "
+                "all stdout, all stderr, all displays, all results",
+            ),
+            argument(
+                "--stream",
+                action="store_const",
+                const=True,
+                dest="stream",
+                help="show output while the cell runs (default)",
+            ),
+            argument(
+                "--no-stream",
+                action="store_const",
+                const=False,
+                dest="stream",
+                help="show output when the cell has ended",
+            ),
+            argument(
+                "--no-collapse",
+                action="store_const",
+                const=False,
+                dest="collapse",
+                help="show identical output of several ranks once per rank",
+            ),
+            argument(
+                "--timeout",
+                type=float,
+                metavar="S",
+                help="interrupt the ranks after S seconds and report what each was doing",
+            ),
+        ]
+    ):
+        func = decorator(func)
+    return func
+
+
+@magics_class
+class ParallelMagics(Magics):
+    """Run cells on the ranks of an MPI session and move data to and from them."""
+
+    def __init__(self, shell: Any, autopx: AutoParallel) -> None:
+        super().__init__(shell)
+        self.autopx = autopx
+        self.defaults: dict[str, Any] = {}
+        self.pending: CellResult | None = None
+
+    # -- the session -------------------------------------------------------------------
+    def _cluster(self) -> Cluster:
+        try:
+            return session.current()
+        except ClusterError as exc:
+            raise UsageError(str(exc)) from None
+
+    @line_cell_magic
+    def mpi(self, line: str, cell: str | None = None) -> Any:
+        """Manage the MPI session, or (as ``%%mpi``) run a cell on the ranks like ``%%px``.
+
+        %mpi start [-n N]     start N ranks (default: IPYMPI_NP, else 4)
+        %mpi stop             end the ranks
+        %mpi restart [-n N]   a fresh world of N ranks (default: the same size)
+        %mpi status           what each rank is doing: pid, host, state, MPI call, memory
+        %mpi push NAME...     send the controller's variables to every rank
+        %mpi pull NAME [-t T] the value of NAME on each rank, as a list
+        """
+        if cell is not None:
+            return self.px(line, cell)
+        words = shlex.split(line)
+        if not words:
+            raise UsageError(f"%mpi needs a subcommand: {', '.join(_SUBCOMMANDS)}")
+        name, rest = words[0], words[1:]
+        method = _SUBCOMMANDS.get(name)
+        if method is None:
+            raise UsageError(
+                f"%mpi {name}: unknown subcommand; choose from {', '.join(_SUBCOMMANDS)}"
+            )
+        return getattr(self, method)(rest)
+
+    def _size_arg(self, rest: list[str], command: str) -> int | None:
+        parser = _Parser(prog=f"%mpi {command}")
+        parser.add_argument("-n", "--np", type=int, dest="n", help="number of ranks")
+        n = parser.parse(rest).n
+        if n is not None and n < 1:
+            raise UsageError(f"%mpi {command}: -n must be at least 1, not {n}")
+        return n
+
+    def _mpi_start(self, rest: list[str]) -> None:
+        n = self._size_arg(rest, "start")
+        try:
+            cluster = session.current()
+        except ClusterError:
+            cluster = Cluster(n or session.default_size())
+            session.set_current(cluster)
+        if cluster.running:
+            raise UsageError(
+                f"{cluster.n} ranks are already running: %mpi restart [-n N] replaces them"
+            )
+        started = time.monotonic()
+        try:
+            cluster.start(n)
+        except ClusterError as exc:
+            raise UsageError(str(exc)) from None
+        print(f"MPI session: {cluster.n} ranks ready in {time.monotonic() - started:.2f} s")
+
+    def _mpi_stop(self, rest: list[str]) -> None:
+        _Parser(prog="%mpi stop").parse(rest)
+        cluster = self._cluster()
+        cluster.stop()
+        print("MPI session stopped")
+
+    def _mpi_restart(self, rest: list[str]) -> None:
+        n = self._size_arg(rest, "restart")
+        try:
+            cluster = session.current()
+        except ClusterError:
+            self._mpi_start(rest)
+            return
+        started = time.monotonic()
+        cluster.stop()
+        try:
+            cluster.start(n)
+        except ClusterError as exc:
+            raise UsageError(str(exc)) from None
+        print(
+            f"MPI session restarted: {cluster.n} ranks ready in {time.monotonic() - started:.2f} s"
+        )
+
+    def _mpi_status(self, rest: list[str]) -> StatusTable:
+        _Parser(prog="%mpi status").parse(rest)
+        return StatusTable(self._cluster().status())
+
+    def _mpi_push(self, rest: list[str]) -> None:
+        parser = _Parser(prog="%mpi push")
+        parser.add_argument("names", nargs="+", metavar="NAME")
+        parser.add_argument("-t", "--targets")
+        args = parser.parse(rest)
+        ns = self.shell.user_ns
+        missing = [name for name in args.names if name not in ns]
+        if missing:
+            raise UsageError(f"%mpi push: {missing[0]!r} is not defined in the controller")
+        session.push(self._cluster(), {name: ns[name] for name in args.names}, args.targets)
+
+    def _mpi_pull(self, rest: list[str]) -> list[Any]:
+        parser = _Parser(prog="%mpi pull")
+        parser.add_argument("names", nargs="+", metavar="NAME")
+        parser.add_argument("-t", "--targets")
+        args = parser.parse(rest)
+        names = args.names[0] if len(args.names) == 1 else args.names
+        return session.pull(self._cluster(), names, args.targets)
+
+    # -- running cells ---------------------------------------------------------------------
+    def _options(self, args: argparse.Namespace) -> CellOptions:
+        values = dict(self.defaults)
+        for key in ("targets", "block", "stream", "group", "collapse", "timeout"):
+            value = getattr(args, key, None)
+            if value is not None:
+                values[key] = value
+        try:
+            return CellOptions(**values)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+
+    @magic_arguments()
+    @_exec_options
+    @argument("--local", action="store_true", help="also run the cell in the controller")
+    @argument("-o", "--save-name", help="keep the cell's result (a CellResult) under this name")
+    @line_cell_magic
+    def px(self, line: str, cell: str | None = None) -> Any:
+        """Run code on the ranks: ``%%px [options]`` for a cell, ``%px code`` for one line.
+
+        Output is labelled by rank ([stdout:R], [stderr:R], Out[R:n]); a failure on
+        any rank ends the cell with one error naming the ranks and their tracebacks.
+        Ctrl-C (the notebook's interrupt) reaches every rank, also one blocked in MPI.
+        """
+        if cell is None:
+            return self._run(line, CellOptions(**self.defaults), local=False, save_name=None)
+        args = parse_argstring(self.px, line)
+        return self._run(cell, self._options(args), local=args.local, save_name=args.save_name)
+
+    def _run(self, code: str, options: CellOptions, local: bool, save_name: str | None) -> Any:
+        cluster = self._cluster()
+        publish = publisher_for(self.shell)
+        try:
+            result = run_cell(cluster, code, options, publish, self.shell.execution_count)
+        except (ClusterError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        if save_name:
+            self.shell.user_ns[save_name] = result
+        if local:
+            self.shell.run_cell(code, store_history=False)
+        if not options.block:
+            self.pending = result
+            return result
+        result.raise_for_error()
+        return None
+
+    @line_magic
+    def pxresult(self, line: str) -> None:
+        """Wait for the last ``%%px --noblock`` cell and show its output (or its error)."""
+        result = self.pending
+        if result is None:
+            raise UsageError("no %%px --noblock cell to wait for")
+        cluster = self._cluster()
+        publish = publisher_for(self.shell)
+        renderer = OutputRenderer(
+            publish,
+            targets=result.targets,
+            execution_count=self.shell.execution_count,
+            stream=False,
+            group=self.defaults.get("group", "rank"),
+            label=cluster.n > 1,
+        )
+        req = result.request
+        renderer.feed(list(req.messages))
+        req.on_output = renderer.feed
+        result.renderer = renderer
+        wait_for_cell(cluster, result, CellOptions(**self.defaults), publish)
+        self.pending = None
+        result.raise_for_error()
+
+    @magic_arguments()
+    @_exec_options
+    @line_magic
+    def pxconfig(self, line: str) -> None:
+        """Set the default options of ``%%px`` and ``%px`` (e.g. ``%pxconfig --no-stream``)."""
+        args = parse_argstring(self.pxconfig, line)
+        options = self._options(args)
+        self.defaults = {
+            key: getattr(options, key)
+            for key in ("targets", "block", "stream", "group", "collapse", "timeout")
+        }
+
+    @line_magic
+    def autopx(self, line: str) -> None:
+        """Toggle parallel mode: every cell runs on the ranks (``%%local`` cells excepted)."""
+        self.autopx.enabled = not self.autopx.enabled
+        state = "on: cells run on the ranks" if self.autopx.enabled else "off"
+        print(f"%autopx {state}")
+
+    @cell_magic
+    def local(self, line: str, cell: str) -> None:
+        """Run this cell in the controller only (meaningful in parallel mode)."""
+        self.shell.run_cell(cell, store_history=False)
+
+
+_SUBCOMMANDS = {
+    "start": "_mpi_start",
+    "stop": "_mpi_stop",
+    "restart": "_mpi_restart",
+    "status": "_mpi_status",
+    "push": "_mpi_push",
+    "pull": "_mpi_pull",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse for magics: errors become UsageError, never SystemExit."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(add_help=False, **kwargs)
+
+    def error(self, message: str) -> Any:
+        raise UsageError(f"{self.prog}: {message}")
+
+    def parse(self, words: list[str]) -> argparse.Namespace:
+        return self.parse_args(words)
