@@ -164,6 +164,7 @@ class Cluster(ClusterAPI):
             if n < 1:
                 raise ValueError(f"a session needs at least one rank, not {n}")
             self.n = n
+        self._close_world()  # what is left of a world whose engines all died
         self._start_supervisor()
         self.gen += 1
         self.aborted = None
@@ -332,7 +333,9 @@ class Cluster(ClusterAPI):
             for engine in self.engines:
                 if engine.returncode is None and engine.pid is not None:
                     self._on_exit(engine.rank, -int(signal.SIGKILL))
-            proc.stdout.close()
+            for pipe in (proc.stdin, proc.stdout):
+                with contextlib.suppress(OSError):
+                    pipe.close()  # type: ignore[union-attr]
             self._supervisor = None
             return
         self._supervisor_buffer += data
