@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from IPython.core.inputtransformer2 import TransformerManager
-
 from ipympi.magics._autopx import AutoParallel
+from IPython.core.inputtransformer2 import TransformerManager
 
 
 class FakeShell:
