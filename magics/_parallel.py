@@ -21,9 +21,9 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 
 from ipympi.controller import session
 from ipympi.controller.cluster import Cluster, ClusterError
-from ipympi.controller.execute import CellOptions, CellResult, run_cell, wait_for_cell
+from ipympi.controller.execute import CellOptions, CellResult, follow, run_cell
 from ipympi.controller.publish import publisher_for
-from ipympi.controller.render import GROUPS, OutputRenderer
+from ipympi.controller.render import GROUPS
 from ipympi.controller.status import StatusTable
 
 from ._autopx import AutoParallel
@@ -256,20 +256,9 @@ class ParallelMagics(Magics):
         if result is None:
             raise UsageError("no %%px --noblock cell to wait for")
         cluster = self._cluster()
-        publish = publisher_for(self.shell)
-        renderer = OutputRenderer(
-            publish,
-            targets=result.targets,
-            execution_count=self.shell.execution_count,
-            stream=False,
-            group=self.defaults.get("group", "rank"),
-            label=cluster.n > 1,
-        )
-        req = result.request
-        renderer.feed(list(req.messages))
-        req.on_output = renderer.feed
-        result.renderer = renderer
-        wait_for_cell(cluster, result, CellOptions(**self.defaults), publish)
+        options = CellOptions(**dict(self.defaults, stream=False, block=True))
+        result.execution_count = self.shell.execution_count
+        follow(cluster, result, options, publisher_for(self.shell))
         self.pending = None
         result.raise_for_error()
 

@@ -27,12 +27,14 @@ __all__ = [
     "CellResult",
     "Progress",
     "RankError",
+    "follow",
     "rank_error",
     "run_cell",
 ]
 
 PROGRESS_AFTER = 2.0  # seconds before a running cell shows what its ranks do
 PROGRESS_EVERY = 1.0
+COALESCE = 0.03  # seconds output may wait to be shown with other ranks' output
 
 Publish = Callable[[str, dict, dict], None]
 
@@ -222,60 +224,104 @@ def run_cell(
     options: CellOptions,
     publish: Publish | None,
     execution_count: int,
-    *,
-    label: bool | None = None,
 ) -> CellResult:
-    """Run ``code`` on the target ranks; render its output with ``publish`` (None: keep only)."""
+    """Run ``code`` on the target ranks; with ``options.block``, show its output and wait.
+
+    ``publish`` None keeps the output in the result only. A non-blocking cell
+    collects its output quietly until :func:`follow` shows it (``%pxresult``).
+    """
     if not cluster.ready:
         cluster.wait_ready()
     targets = parse_targets(options.targets, cluster.n)
-    renderer = None
-    on_output = None
-    if publish is not None:
-        renderer = OutputRenderer(
-            publish,
-            targets=targets,
-            execution_count=execution_count,
-            stream=options.stream,
-            group=options.group,
-            collapse=options.collapse,
-            label=cluster.n > 1 if label is None else label,
-        )
-        on_output = renderer.feed
     content = {"code": code, "silent": options.silent, "store_history": options.store_history}
-    req = cluster.submit("execute", content, targets, on_output=on_output)
-    result = CellResult(req, targets, execution_count, renderer)
+    req = cluster.submit("execute", content, targets)
+    result = CellResult(req, targets, execution_count)
     if options.block:
-        wait_for_cell(cluster, result, options, publish)
+        follow(cluster, result, options, publish)
     return result
 
 
-def wait_for_cell(
+class Coalescer:
+    """Holds arriving output for :data:`COALESCE` seconds, then hands it over by rank.
+
+    Ranks that print at the same moment (``print(rank)`` on every rank) are
+    then shown in rank order, the same on every run, and identical lines are
+    collapsed; each rank's own output keeps its order (a stable sort).
+    """
+
+    def __init__(self, feed: Callable[[list[tuple[int, str, dict]]], None]) -> None:
+        self.feed = feed
+        self.items: list[tuple[int, str, dict]] = []
+        self.since = 0.0
+
+    def add(self, batch: list[tuple[int, str, dict]]) -> None:
+        if not self.items:
+            self.since = time.monotonic()
+        self.items.extend(batch)
+
+    @property
+    def due(self) -> float | None:
+        return self.since + COALESCE if self.items else None
+
+    def flush(self) -> None:
+        if self.items:
+            batch = sorted(self.items, key=lambda item: item[0])
+            self.items = []
+            self.feed(batch)
+
+
+def follow(
     cluster: Cluster, result: CellResult, options: CellOptions, publish: Publish | None
 ) -> None:
-    """Wait for a cell to end: progress after 2 s, interrupt on Ctrl-C or timeout."""
+    """Show a cell's output (what came so far, then live) and wait for it to end.
+
+    A progress line appears after :data:`PROGRESS_AFTER` seconds; Ctrl-C or
+    ``options.timeout`` interrupts the ranks still running (their state is kept
+    for the error summary).
+    """
     req = result.request
-    progress = Progress(publish, f"ipympi-progress-{req.id}") if publish is not None else None
-    renderer = result.renderer
+    renderer = coalescer = progress = None
+    if publish is not None:
+        renderer = OutputRenderer(
+            publish,
+            targets=result.targets,
+            execution_count=result.execution_count,
+            stream=options.stream,
+            group=options.group,
+            collapse=options.collapse,
+            label=cluster.n > 1,
+        )
+        coalescer = Coalescer(renderer.feed)
+        coalescer.add(list(req.messages))
+        req.on_output = coalescer.add
+        progress = Progress(publish, f"ipympi-progress-{req.id}")
+    result.renderer = renderer
     finished: set[int] = set()
+
+    def hand_over() -> None:
+        if coalescer is not None:
+            coalescer.flush()
+        if renderer is not None:
+            for rank in sorted(set(req.replies) - finished):
+                finished.add(rank)
+                renderer.rank_done(rank)
+
     start = req.started
     deadline = None if options.timeout is None else start + options.timeout
     next_progress = start + PROGRESS_AFTER
     try:
         while not req.done:
-            now = time.monotonic()
-            step_end = next_progress if deadline is None else min(next_progress, deadline)
+            wake = [t for t in (next_progress, deadline, coalescer and coalescer.due) if t]
             try:
-                cluster.pump(step_end, lambda: req.done or _newly_done(req, finished))
+                cluster.pump(min(wake), lambda: req.done or _quiet_finish(req, finished, coalescer))
             except KeyboardInterrupt:
                 result.waiting = _waiting(cluster, req)
                 cluster.interrupt(req)
                 break
-            if renderer is not None:
-                for rank in sorted(set(req.replies) - finished):
-                    finished.add(rank)
-                    renderer.rank_done(rank)
             now = time.monotonic()
+            due = coalescer.due if coalescer is not None else None
+            if (due is not None and now >= due) or _quiet_finish(req, finished, coalescer):
+                hand_over()
             if req.done:
                 break
             if deadline is not None and now >= deadline:
@@ -289,15 +335,20 @@ def wait_for_cell(
                     progress.update(describe_progress(result.targets, req, states, now - start))
                 next_progress = time.monotonic() + PROGRESS_EVERY
     finally:
+        req.on_output = renderer.feed if renderer is not None else None
+        hand_over()
         if renderer is not None:
-            for rank in sorted(set(req.replies) - finished):
-                renderer.rank_done(rank)
             renderer.finish()
         if progress is not None:
             progress.clear()
+        if req.done:
+            cluster.forget(req)
 
 
-def _newly_done(req: Request, finished: set[int]) -> bool:
+def _quiet_finish(req: Request, finished: set[int], coalescer: Coalescer | None) -> bool:
+    """A rank finished and no output is being held: tell the renderer at once."""
+    if coalescer is not None and coalescer.items:
+        return False  # held output (and the finish) are handed over when due
     return any(rank not in finished for rank in req.replies)
 
 
