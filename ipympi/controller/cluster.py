@@ -359,10 +359,19 @@ class Cluster(ClusterAPI):
         engine.returncode = returncode
         for req in self.requests.values():
             if rank in req.targets and rank not in req.replies:
-                what = ctl.describe_exit(returncode) if returncode else "exited"
                 if self.aborted is not None:
-                    what += f" after {ctl.format_abort(self.aborted)}"
+                    # The same words for every rank: the cell's error shows them once.
+                    self._synthesize_reply(req, rank, "MPIAbort", self.world_ended())
+                    continue
+                what = ctl.describe_exit(returncode) if returncode else "exited"
                 self._synthesize_reply(req, rank, "EngineDied", f"rank {rank} {what}")
+
+    def world_ended(self) -> str:
+        """Why the current world is over (an abort, or dead ranks), in one line."""
+        if self.aborted is not None:
+            return f"{ctl.format_abort(self.aborted)}; every rank of the world was ended"
+        dead = [e for e in self.engines if e.returncode is not None]
+        return "; ".join(f"rank {e.rank} {ctl.describe_exit(e.returncode or 0)}" for e in dead)
 
     # -- requests --------------------------------------------------------------------
     def submit(

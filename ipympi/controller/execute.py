@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .. import _control as ctl
-from .cluster import Cluster, Request
+from .cluster import Cluster, ClusterError, Request
 from .render import GROUPS, OutputRenderer, compose_error
 from .targets import format_ranks, parse_targets
 
@@ -230,15 +230,41 @@ def run_cell(
     ``publish`` None keeps the output in the result only. A non-blocking cell
     collects its output quietly until :func:`follow` shows it (``%pxresult``).
     """
-    if not cluster.ready:
-        cluster.wait_ready()
     targets = parse_targets(options.targets, cluster.n)
+    ensure_world(cluster, targets, publish)
     content = {"code": code, "silent": options.silent, "store_history": options.store_history}
     req = cluster.submit("execute", content, targets)
     result = CellResult(req, targets, execution_count)
     if options.block:
         follow(cluster, result, options, publish)
     return result
+
+
+def ensure_world(cluster: Cluster, targets: list[int], publish: Publish | None) -> None:
+    """Make sure the target ranks can run a cell.
+
+    A world that has ended entirely (an ``Abort``, or every rank dead) is
+    replaced by a fresh one, with a notice; a world with some dead target
+    ranks is an error that says so (``%mpi restart`` brings back a full one).
+    """
+    engines = cluster.engines
+    dead = [e for e in engines if e.returncode is not None]
+    if engines and (len(dead) == len(engines) or cluster.aborted is not None):
+        notice = (
+            f"ipympi: the previous MPI world has ended ({cluster.world_ended()}); "
+            f"starting a fresh world of {cluster.n} ranks\n"
+        )
+        if publish is not None:
+            publish("stream", {"name": "stderr", "text": notice}, {})
+        cluster.stop()
+        cluster.start()
+        return
+    if not cluster.ready and not dead:
+        cluster.wait_ready()  # a world still starting (e.g. with the kernel)
+        return
+    gone = [e for e in dead if e.rank in targets]
+    if gone:
+        raise ClusterError(f"{cluster.world_ended()}; %mpi restart brings back a full world")
 
 
 class Coalescer:
