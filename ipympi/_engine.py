@@ -127,6 +127,9 @@ class Engine:
         # context -> sequence numbers below this belong to collectives abandoned
         # by an interrupt; their late messages are dropped without a report.
         self.coll_floor: dict[int, int] = {}
+        # Polls that handled at least one incoming frame: observers compare two
+        # readings to tell a long transfer from a rank that cannot progress.
+        self.progressed = 0
 
     # -- entering and leaving MPI --------------------------------------------
     def enter(self) -> None:
@@ -470,6 +473,8 @@ class Engine:
             handled = True
         if self.colls:
             self.advance_collectives()
+        if handled:
+            self.progressed += 1
         return handled
 
     def wait(self, op: Op, info: Callable[[], WaitInfo] | None = None) -> None:
@@ -674,6 +679,7 @@ class Engine:
             "posted_receives": stats.posted,
             "unexpected_messages": stats.unexpected,
             "sends_in_flight": len(self._sends),
+            "progressed": self.progressed,
         }
 
 

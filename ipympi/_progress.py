@@ -23,7 +23,7 @@ import zmq
 from ._engine import IDLE_HANDOFF, Engine
 from ._transport import RETRY_MS
 
-__all__ = ["ProgressThread", "describe_state"]
+__all__ = ["ProgressThread", "describe_location", "describe_state"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -33,15 +33,28 @@ activity: Callable[[], str] | None = None
 
 
 def _user_location(thread_id: int | None) -> str:
-    """``file:line`` of the innermost frame of ``thread_id`` outside ipympi."""
+    """Where the main thread is in user code (see :func:`describe_location`)."""
     if thread_id is None:
         return ""
-    frame = sys._current_frames().get(thread_id)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+    return describe_location(sys._current_frames().get(thread_id))
+
+
+def describe_location(frame: Any) -> str:
+    """The innermost frame of user code at or above ``frame``, in words.
+
+    ``prog.py:12`` for a file, ``line 3 of cell [7]`` for a notebook cell
+    (IPython names cells ``<ipython-input-7-...>``); frames of ipympi itself
+    and of other generated code are skipped. ``""`` when there is none.
+    """
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith("<ipython-input-"):
+            parts = name.strip("<>").split("-")
+            return f"line {frame.f_lineno} of cell [{parts[2] if len(parts) > 2 else '?'}]"
+        if not name.startswith(_PACKAGE_DIR) and not name.startswith("<"):
+            return f"{os.path.basename(name)}:{frame.f_lineno}"
         frame = frame.f_back
-    if frame is None:
-        return ""
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    return ""
 
 
 def describe_state(engine: Engine, main_thread_id: int | None) -> dict[str, Any]:

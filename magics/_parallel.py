@@ -25,6 +25,7 @@ from ipympi.controller.execute import CellOptions, CellResult, follow, run_cell
 from ipympi.controller.publish import publisher_for
 from ipympi.controller.render import GROUPS
 from ipympi.controller.status import StatusTable
+from ipympi.controller.watch import ON_ERROR
 
 from ._autopx import AutoParallel
 
@@ -117,6 +118,10 @@ class ParallelMagics(Magics):
         %mpi status           what each rank is doing: pid, host, state, MPI call, memory
         %mpi push NAME...     send the controller's variables to every rank
         %mpi pull NAME [-t T] the value of NAME on each rank, as a list
+        %mpi config on_error=interrupt|wait|abort
+                              when no rank of a cell can progress (a deadlock, or ranks
+                              waiting on a failed one): stop the waiting ranks (default),
+                              keep waiting, or end the world
         """
         if cell is not None:
             return self.px(line, cell)
@@ -202,6 +207,20 @@ class ParallelMagics(Magics):
         args = parser.parse(rest)
         names = args.names[0] if len(args.names) == 1 else args.names
         return session.pull(self._cluster(), names, args.targets)
+
+    def _mpi_config(self, rest: list[str]) -> None:
+        cluster = self._cluster()
+        settings = {"on_error": cluster.on_error}
+        if not rest:
+            print(" ".join(f"{key}={value}" for key, value in settings.items()))
+            return
+        for word in rest:
+            key, sep, value = word.partition("=")
+            if not sep or key not in settings:
+                raise UsageError(f"%mpi config: expected on_error=VALUE, not {word!r}")
+            if value not in ON_ERROR:
+                raise UsageError(f"%mpi config: on_error must be one of {', '.join(ON_ERROR)}")
+            cluster.on_error = value
 
     # -- running cells ---------------------------------------------------------------------
     def _options(self, args: argparse.Namespace) -> CellOptions:
@@ -294,6 +313,7 @@ _SUBCOMMANDS = {
     "status": "_mpi_status",
     "push": "_mpi_push",
     "pull": "_mpi_pull",
+    "config": "_mpi_config",
 }
 
 

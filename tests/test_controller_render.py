@@ -724,7 +724,7 @@ def test_a_real_exception_outranks_interrupts() -> None:
 def test_a_missing_traceback_is_made_from_the_exception() -> None:
     composed = compose_error({0: {"ename": "ValueError", "evalue": "bad"}}, [0])
     assert composed["traceback"] == [
-        "rank 0 of 1 raised ValueError: bad",
+        "rank 0 raised ValueError: bad",
         f"{RED}[0:execute]{RESET}",
         "ValueError: bad",
     ]

@@ -133,7 +133,9 @@ class Cluster(ClusterAPI):
         self.engines: list[EngineRecord] = []
         self.requests: dict[str, Request] = {}
         self.dropped = 0  # engine messages dropped for a bad signature
-        self.aborted: dict[str, Any] | None = None
+        self.aborted: dict[str, Any] | None = None  # the abort message that ended the world
+        self.ended: str | None = None  # why the controller ended the world
+        self.on_error = "interrupt"  # what to do with a stuck cell: see watch.ON_ERROR
         self._ctx: zmq.Context[Any] = zmq.Context()
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
@@ -168,6 +170,7 @@ class Cluster(ClusterAPI):
         self._start_supervisor()
         self.gen += 1
         self.aborted = None
+        self.ended = None
         self._world_dir = os.path.join(self.session_dir, f"w{self.gen}")
         os.mkdir(self._world_dir, 0o700)
         self._ctl = self._ctx.socket(zmq.ROUTER)
@@ -370,6 +373,8 @@ class Cluster(ClusterAPI):
         """Why the current world is over (an abort, or dead ranks), in one line."""
         if self.aborted is not None:
             return f"{ctl.format_abort(self.aborted)}; every rank of the world was ended"
+        if self.ended:
+            return self.ended
         dead = [e for e in self.engines if e.returncode is not None]
         return "; ".join(f"rank {e.rank} {ctl.describe_exit(e.returncode or 0)}" for e in dead)
 
@@ -427,19 +432,31 @@ class Cluster(ClusterAPI):
             self.interrupt(req)
             return True
 
-    def interrupt(self, req: Request) -> None:
-        """Interrupt the ranks still running ``req`` and collect their replies."""
+    def interrupt(self, req: Request, resynchronize: bool = True) -> None:
+        """Interrupt the ranks still running ``req``, collect their replies, realign them.
+
+        A second Ctrl-C while waiting stops waiting: the silent ranks are
+        reported as not responding.
+        """
         req.interrupted = True
         self.signal(req.pending, signal.SIGINT)
         try:
             self.pump(time.monotonic() + INTERRUPT_GRACE, lambda: req.done)
         except KeyboardInterrupt:
-            pass
+            resynchronize = False
         for rank in req.pending:
             self._synthesize_reply(
                 req, rank, "KeyboardInterrupt", f"rank {rank} did not respond to the interrupt"
             )
-        self.resynchronize()
+        if resynchronize:
+            self.resynchronize()
+
+    def end_world(self, reason: str) -> None:
+        """Kill every engine of the world now; the next cell starts a fresh one."""
+        self.ended = reason
+        self.signal([e.rank for e in self.engines if e.alive], signal.SIGKILL)
+        with contextlib.suppress(KeyboardInterrupt):
+            self.pump(time.monotonic() + STOP_GRACE, lambda: not self.running)
 
     def resynchronize(self, timeout: float = INTERRUPT_GRACE) -> bool:
         """Realign the ranks' collectives after an interrupt; False if a rank did not answer.
@@ -571,8 +588,7 @@ class Cluster(ClusterAPI):
                 except zmq.ZMQError:
                     pass
         if wait:
-            with contextlib.suppress(KeyboardInterrupt):
-                self.pump(time.monotonic() + timeout, lambda: all(e.state for e in asked))
+            self.pump(time.monotonic() + timeout, lambda: all(e.state for e in asked))
         return [self.state_of(engine) for engine in self.engines]
 
     def state_of(self, engine: EngineRecord) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from .. import _control as ctl
 from .cluster import Cluster, ClusterError, Request
 from .render import GROUPS, OutputRenderer, compose_error
 from .targets import format_ranks, parse_targets
+from .watch import LOOK_AFTER, LOOK_EVERY, describe_stuck, is_stuck
 
 __all__ = [
     "PROGRESS_AFTER",
@@ -106,7 +107,9 @@ class CellResult:
     execution_count: int
     renderer: OutputRenderer | None = None
     timed_out: float | None = None  # the --timeout that ended the cell
-    waiting: dict[int, str] = field(default_factory=dict)
+    waiting: dict[int, str] = field(default_factory=dict)  # what unfinished ranks were doing
+    stuck: str | None = None  # the wait-for graph, when no rank could progress
+    stopped: set[int] = field(default_factory=set)  # ranks ended because the cell was stuck
 
     @property
     def done(self) -> bool:
@@ -114,16 +117,32 @@ class CellResult:
 
     @property
     def errors(self) -> dict[int, dict]:
-        """Each failed rank's error; ranks stopped by ``--timeout`` show a TimeoutError."""
+        """Each failed rank's error; ranks stopped by ``--timeout`` show a TimeoutError.
+
+        Ranks that were stopped because the cell was stuck are not failures
+        of their own: they appear in ``waiting``, unless no rank failed at all
+        (a deadlock), when each shows a DeadlockError.
+        """
         errors = self.request.errors()
+        for rank in self.stopped:
+            if errors.get(rank, {}).get("ename") in ("KeyboardInterrupt", "EngineDied"):
+                del errors[rank]
+        if self.stuck and not errors:
+            for rank in sorted(self.stopped):
+                where = self.waiting.get(rank, "waiting")
+                errors[rank] = {
+                    "ename": "DeadlockError",
+                    "evalue": self.stuck,
+                    "traceback": [f"DeadlockError: rank {rank} was stopped while {where}"],
+                }
         if self.timed_out is not None:
             for rank, error in errors.items():
                 if error.get("ename") == "KeyboardInterrupt":
-                    errors[rank] = dict(
-                        error,
-                        ename="TimeoutError",
-                        evalue=f"the cell ran longer than --timeout {self.timed_out:g} s",
-                    )
+                    evalue = f"the cell ran longer than --timeout {self.timed_out:g} s"
+                    where = str(error.get("where") or "")
+                    if where:
+                        evalue += f"; rank {rank} was stopped {where}"
+                    errors[rank] = dict(error, ename="TimeoutError", evalue=evalue)
         return errors
 
     @property
@@ -158,7 +177,10 @@ class CellResult:
         if not errors:
             return None
         waiting = {r: w for r, w in self.waiting.items() if r not in errors}
-        return rank_error(errors, self.targets, waiting)
+        exc = rank_error(errors, self.targets, waiting)
+        if self.stuck and type(exc).__name__ == "DeadlockError":
+            exc.traceback_lines[0] = f"{self.stuck}; the ranks were stopped"
+        return exc
 
     def raise_for_error(self) -> None:
         exc = self.error()
@@ -249,7 +271,7 @@ def ensure_world(cluster: Cluster, targets: list[int], publish: Publish | None) 
     """
     engines = cluster.engines
     dead = [e for e in engines if e.returncode is not None]
-    if engines and (len(dead) == len(engines) or cluster.aborted is not None):
+    if engines and (len(dead) == len(engines) or cluster.aborted is not None or cluster.ended):
         notice = (
             f"ipympi: the previous MPI world has ended ({cluster.world_ended()}); "
             f"starting a fresh world of {cluster.n} ranks\n"
@@ -335,31 +357,42 @@ def follow(
     start = req.started
     deadline = None if options.timeout is None else start + options.timeout
     next_progress = start + PROGRESS_AFTER
+    next_look = start + LOOK_AFTER
+    previous: dict[int, dict] = {}
     try:
         while not req.done:
-            wake = [t for t in (next_progress, deadline, coalescer and coalescer.due) if t]
             try:
-                cluster.pump(min(wake), lambda: req.done or _quiet_finish(req, finished, coalescer))
+                wake = [next_progress, next_look, deadline, coalescer and coalescer.due]
+                cluster.pump(
+                    min(t for t in wake if t),
+                    lambda: req.done or _quiet_finish(req, finished, coalescer),
+                )
+                now = time.monotonic()
+                due = coalescer.due if coalescer is not None else None
+                if (due is not None and now >= due) or _quiet_finish(req, finished, coalescer):
+                    hand_over()
+                if req.done:
+                    break
+                if deadline is not None and now >= deadline:
+                    result.timed_out = options.timeout
+                    result.waiting = _waiting(cluster, req)
+                    cluster.interrupt(req)
+                    break
+                if now >= next_look:
+                    states = cluster.query_states(timeout=0.2)
+                    current = {rank: states[rank] for rank in req.pending}
+                    stuck = not result.stuck and is_stuck(previous, current, req.pending)
+                    if stuck and _on_stuck(cluster, result, current, publish):
+                        break
+                    previous = current
+                    next_look = time.monotonic() + LOOK_EVERY
+                    if now >= next_progress and progress is not None:
+                        progress.update(describe_progress(result.targets, req, states, now - start))
+                        next_progress = time.monotonic() + PROGRESS_EVERY
             except KeyboardInterrupt:
                 result.waiting = _waiting(cluster, req)
                 cluster.interrupt(req)
                 break
-            now = time.monotonic()
-            due = coalescer.due if coalescer is not None else None
-            if (due is not None and now >= due) or _quiet_finish(req, finished, coalescer):
-                hand_over()
-            if req.done:
-                break
-            if deadline is not None and now >= deadline:
-                result.timed_out = options.timeout
-                result.waiting = _waiting(cluster, req)
-                cluster.interrupt(req)
-                break
-            if now >= next_progress:
-                states = cluster.query_states(timeout=0.2)
-                if progress is not None:
-                    progress.update(describe_progress(result.targets, req, states, now - start))
-                next_progress = time.monotonic() + PROGRESS_EVERY
     finally:
         req.on_output = renderer.feed if renderer is not None else None
         hand_over()
@@ -369,6 +402,29 @@ def follow(
             progress.clear()
         if req.done:
             cluster.forget(req)
+
+
+def _on_stuck(
+    cluster: Cluster, result: CellResult, states: dict[int, dict], publish: Publish | None
+) -> bool:
+    """Apply the session's ``on_error`` policy to a stuck cell; True when it ends the cell."""
+    req = result.request
+    errors = req.errors()
+    failed = [rank for rank in req.replies if rank in errors]
+    finished = [rank for rank in req.replies if rank not in errors]
+    result.stuck = describe_stuck(states, req.pending, finished, failed)
+    if cluster.on_error == "wait":
+        if publish is not None:
+            note = f"ipympi: {result.stuck} (on_error=wait: interrupt the kernel to stop)\n"
+            publish("stream", {"name": "stderr", "text": note}, {})
+        return False
+    result.waiting = {rank: describe_wait(states[rank]) for rank in req.pending}
+    result.stopped = set(req.pending)
+    if cluster.on_error == "abort":
+        cluster.end_world(f"the world was ended because {result.stuck}")
+    else:
+        cluster.interrupt(req, resynchronize=True)
+    return True
 
 
 def _quiet_finish(req: Request, finished: set[int], coalescer: Coalescer | None) -> bool:

@@ -441,8 +441,8 @@ def _ename(content: Mapping[str, Any]) -> str:
 
 def _raised(errors: dict[int, dict], failing: list[int], targets: list[int]) -> str:
     """``rank 2 of 4 raised ZeroDivisionError: division by zero`` and its variants."""
-    if not targets:
-        of = ""
+    if not targets or targets == failing:
+        of = ""  # "rank 1 raised ...": the cell ran on the failing ranks only
     elif targets == list(range(len(targets))):
         of = f" of {len(targets)}"
     else:

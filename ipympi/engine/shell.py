@@ -35,13 +35,11 @@ from IPython.core.interactiveshell import InteractiveShell
 from traitlets import Type
 
 from .._control import format_call
+from .._progress import describe_location
 from .capture import FLUSH_INTERVAL, FdCapture, RankStream
 from .protocol import Message, ProtocolError, Signer
 
 __all__ = ["EngineIO", "RankShell", "run_engine"]
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_STATES = ("idle", "running")
 
 
 class EngineIO:
@@ -172,24 +170,29 @@ class RankShell(InteractiveShell):
             return
         io.send_after_output("error", content)
 
+    def _get_exc_info(self, exc_tuple: Any = None) -> Any:
+        etype, value, tb = super()._get_exc_info(exc_tuple)
+        if etype is KeyboardInterrupt:
+            tb = _without_frames_of(tb, Engine.on_sigint.__code__)
+        return etype, value, tb
+
     def enable_gui(self, gui: str | None = None) -> None:
         if gui not in (None, "inline"):
             raise NotImplementedError(f"an engine has no GUI event loop for {gui!r}")
 
 
 # -- where was a rank interrupted ----------------------------------------------------------
-def _cell_location(frame: Any) -> str:
-    """``line L of cell [N]`` for the innermost frame of user code, else ``""``."""
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if name.startswith("<ipython-input-") or "ipykernel_" in name:
-            parts = name.strip("<>").split("-")
-            cell = parts[2] if len(parts) > 2 else "?"
-            return f"line {frame.f_lineno} of cell [{cell}]"
-        if not name.startswith(_PACKAGE_DIR) and not name.startswith("<"):
-            return f"{os.path.basename(name)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return ""
+def _without_frames_of(tb: Any, code: Any) -> Any:
+    """``tb`` without the entries of ``code`` (the SIGINT handler that raised)."""
+    while tb is not None and tb.tb_frame.f_code is code:
+        tb = tb.tb_next
+    head = tb
+    while tb is not None and tb.tb_next is not None:
+        if tb.tb_next.tb_frame.f_code is code:
+            tb.tb_next = tb.tb_next.tb_next
+        else:
+            tb = tb.tb_next
+    return head
 
 
 def describe_interruption(frame: Any) -> str:
@@ -202,7 +205,7 @@ def describe_interruption(frame: Any) -> str:
         info = engine.waiting_info() if engine is not None else None
         if info is not None:
             parts.append(f"in {format_call(info.as_dict())}")
-    location = _cell_location(frame)
+    location = describe_location(frame)
     if location:
         parts.append(f"at {location}")
     return " ".join(parts) or "running"

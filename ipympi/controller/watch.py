@@ -1,0 +1,98 @@
+"""Telling a cell that cannot progress from one that is slow: the stuck-cell rule.
+
+While a cell runs, the controller asks its ranks every :data:`LOOK_EVERY`
+seconds what they are doing (:mod:`ipympi._control` ``state`` answers). The
+cell is *stuck* when every rank still running it has been blocked in one MPI
+wait for at least :data:`STUCK_AFTER` seconds and handled no incoming message
+since the previous look. No rank is computing then, and no message is moving:
+the ranks wait on each other (a deadlock), on a rank that failed, or on one
+that finished the cell without doing its part. A long transfer is not stuck
+(its receiver keeps handling frames), nor is a loop of short waits (each wait
+is new).
+
+Pure functions over state dicts; :func:`ipympi.controller.execute.follow`
+applies the session's ``on_error`` policy to a stuck cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .. import _control as ctl
+from .targets import format_ranks
+
+__all__ = [
+    "LOOK_AFTER",
+    "LOOK_EVERY",
+    "ON_ERROR",
+    "STUCK_AFTER",
+    "describe_stuck",
+    "is_stuck",
+]
+
+LOOK_AFTER = 0.5  # seconds into a cell before the first look
+LOOK_EVERY = 0.25  # seconds between looks
+STUCK_AFTER = 0.5  # seconds a wait must have lasted
+ON_ERROR = ("interrupt", "wait", "abort")  # what to do with a stuck cell
+
+State = Mapping[str, Any]
+
+
+def _key(state: State) -> tuple[Any, ...]:
+    return (state.get("call"), state.get("comm"), state.get("peer"), state.get("tag"))
+
+
+def is_stuck(
+    previous: Mapping[int, State], current: Mapping[int, State], pending: Iterable[int]
+) -> bool:
+    """Whether no rank in ``pending`` can progress (see the module docstring).
+
+    ``previous`` and ``current`` are two successive looks: rank -> state.
+    """
+    ranks = list(pending)
+    if not ranks:
+        return False
+    for rank in ranks:
+        now, before = current.get(rank), previous.get(rank)
+        if now is None or before is None:
+            return False
+        if now.get("state") != "blocked" or before.get("state") != "blocked":
+            return False
+        if float(now.get("since") or 0.0) < STUCK_AFTER:
+            return False
+        if _key(now) != _key(before) or now.get("progressed") != before.get("progressed"):
+            return False
+    return True
+
+
+def describe_stuck(
+    states: Mapping[int, State],
+    pending: Iterable[int],
+    finished: Iterable[int] = (),
+    failed: Iterable[int] = (),
+) -> str:
+    """The wait-for graph in one line.
+
+    ``deadlock: rank 0 waits in recv(source=1, tag=7); rank 1 waits in
+    recv(source=0, tag=7)``; waits on a rank that failed or finished the cell
+    say so (``rank 0 waits in Barrier on MPI_COMM_WORLD; rank 1 has finished
+    the cell``).
+    """
+    failed = sorted(set(failed))
+    finished = sorted(set(finished) - set(failed))
+    parts = []
+    for rank in pending:
+        state = states.get(rank, {})
+        parts.append(f"rank {rank} waits in {ctl.format_call(state) or 'an MPI call'}")
+    if failed:
+        parts.append(f"{_ranks(failed)} failed")
+    if finished:
+        verb = "has" if len(finished) == 1 else "have"
+        parts.append(f"{_ranks(finished)} {verb} finished the cell")
+    head = "deadlock" if not failed and not finished else "no rank can progress"
+    return f"{head}: " + "; ".join(parts)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"

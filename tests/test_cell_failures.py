@@ -1,0 +1,167 @@
+"""Cells that fail, hang or end the world: each ends promptly with a clear report.
+
+Driven through :func:`ipympi.controller.execute.run_cell` on real engines,
+with a publish callback that records what the notebook would show.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from ipympi.controller.cluster import Cluster
+from ipympi.controller.execute import CellOptions, CellResult, run_cell
+from ipympi.controller.render import strip_ansi
+
+pytestmark = pytest.mark.timeout(60)
+
+REPORT_WITHIN = 5.0  # seconds; the target is about one (generous for a loaded CI machine)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with Cluster(4) as c:
+        c.start()
+        yield c
+
+
+class Notebook:
+    def __init__(self) -> None:
+        self.messages: list[tuple[str, dict]] = []
+
+    def publish(self, msg_type: str, content: dict, metadata: dict) -> None:
+        self.messages.append((msg_type, content))
+
+    def text(self, name: str = "stdout") -> str:
+        return "".join(
+            c["text"] for t, c in self.messages if t == "stream" and c.get("name") == name
+        )
+
+
+def cell(cluster: Cluster, code: str, **options) -> tuple[CellResult, Notebook, float]:
+    notebook = Notebook()
+    started = time.monotonic()
+    result = run_cell(cluster, code, CellOptions(**options), notebook.publish, 1)
+    return result, notebook, time.monotonic() - started
+
+
+def summary(result: CellResult) -> tuple[str, list[str]]:
+    exc = result.error()
+    assert exc is not None
+    lines = [strip_ansi(line) for line in exc._render_traceback_()]
+    return type(exc).__name__, lines
+
+
+def assert_usable(cluster: Cluster) -> None:
+    result, notebook, _ = cell(cluster, "print(comm.allreduce(1))")
+    assert result.ok, result.errors
+    assert notebook.text() == "[stdout:0-3] 4\n"
+
+
+def test_an_exception_on_one_rank_ends_the_cell_and_names_the_waiting_ranks(cluster) -> None:
+    result, _, took = cell(cluster, "1 / 0 if rank == 2 else comm.Barrier()")
+    assert took < REPORT_WITHIN
+    name, lines = summary(result)
+    assert name == "ZeroDivisionError"
+    assert lines[0].startswith("rank 2 of 4 raised ZeroDivisionError: division by zero; ")
+    assert "were waiting in Barrier" in lines[0] or "was waiting in Barrier" in lines[0]
+    assert "[2:execute]" in lines
+    assert sorted(result.errors) == [2]
+    assert_usable(cluster)
+
+
+def test_a_deadlock_is_reported_as_its_wait_for_graph(cluster) -> None:
+    result, _, took = cell(cluster, "if rank < 2:\n    comm.recv(source=1 - rank, tag=7)\n")
+    assert took < REPORT_WITHIN
+    name, lines = summary(result)
+    assert name == "DeadlockError"
+    assert lines[0] == (
+        "no rank can progress: rank 0 waits in recv(source=1, tag=7) on MPI_COMM_WORLD; "
+        "rank 1 waits in recv(source=0, tag=7) on MPI_COMM_WORLD; ranks 2,3 have finished "
+        "the cell; the ranks were stopped"
+    )
+    assert sorted(result.errors) == [0, 1]
+    assert_usable(cluster)
+
+
+def test_a_rank_skipping_a_barrier_is_named(cluster) -> None:
+    result, _, took = cell(cluster, "if rank != 3:\n    comm.Barrier()\n")
+    assert took < REPORT_WITHIN
+    name, lines = summary(result)
+    assert name == "DeadlockError"
+    assert "rank 3 has finished the cell" in lines[0]
+    assert_usable(cluster)
+
+
+def test_slow_ranks_and_long_transfers_are_not_stuck(cluster) -> None:
+    code = (
+        "import time, numpy as np\n"
+        "a = np.zeros(1 << 22)\n"
+        "if rank == 1:\n"
+        "    time.sleep(1.5)\n"
+        "    comm.Recv(a, source=0)\n"
+        "elif rank == 0:\n"
+        "    comm.Send(a + 1, dest=1)\n"
+        "comm.Barrier()\n"
+        "print(a[0])\n"
+    )
+    result, notebook, _ = cell(cluster, code)
+    assert result.ok, result.errors
+    assert "[stdout:1] 1.0" in notebook.text()
+
+
+def test_on_error_wait_keeps_waiting_until_the_timeout(cluster) -> None:
+    cluster.on_error = "wait"
+    try:
+        result, notebook, took = cell(cluster, "if rank == 0: comm.recv(source=1)", timeout=2.5)
+    finally:
+        cluster.on_error = "interrupt"
+    assert took >= 2.4
+    assert "deadlock" in notebook.text("stderr") or "no rank can progress" in notebook.text(
+        "stderr"
+    )
+    name, lines = summary(result)
+    assert name == "TimeoutError"
+    assert "--timeout 2.5 s" in "\n".join(lines)
+    assert_usable(cluster)
+
+
+def test_a_timeout_stops_a_computing_cell(cluster) -> None:
+    result, _, took = cell(cluster, "while True: pass", timeout=1, targets="1")
+    assert took < 1 + REPORT_WITHIN
+    name, lines = summary(result)
+    assert name == "TimeoutError"
+    assert lines[0].startswith("rank 1 raised TimeoutError: the cell ran longer than --timeout")
+    assert "stopped at line 1 of cell [" in lines[0]
+    assert "raise KeyboardInterrupt" not in "\n".join(lines)
+    assert_usable(cluster)
+
+
+def test_abort_ends_the_world_and_the_next_cell_gets_a_fresh_one() -> None:
+    with Cluster(3) as c:
+        c.start()
+        old = [e.pid for e in c.engines]
+        result, _, took = cell(c, "if rank == 1: comm.Abort(5)\nelse: comm.Barrier()")
+        assert took < REPORT_WITHIN
+        name, lines = summary(result)
+        assert name == "MPIAbort"
+        assert "rank 1 called Abort with error code 5" in lines[0]
+        result, notebook, _ = cell(c, "print(size)")
+        assert "starting a fresh world of 3 ranks" in notebook.text("stderr")
+        assert notebook.text() == "[stdout:0-2] 3\n"
+        assert set(old).isdisjoint(e.pid for e in c.engines)
+
+
+def test_on_error_abort_ends_a_stuck_world() -> None:
+    with Cluster(2) as c:
+        c.start()
+        c.on_error = "abort"
+        result, _, took = cell(c, "comm.recv(source=1 - rank)")
+        assert took < REPORT_WITHIN
+        name, _lines = summary(result)
+        assert name == "DeadlockError"
+        assert not c.running
+        result, notebook, _ = cell(c, "print(rank)")
+        assert "the world was ended because deadlock" in notebook.text("stderr")
+        assert result.ok

@@ -1,0 +1,61 @@
+"""The stuck-cell rule and the wait-for graph, on state dicts (no processes)."""
+
+from __future__ import annotations
+
+from ipympi.controller.watch import STUCK_AFTER, describe_stuck, is_stuck
+
+
+def blocked(call="recv", peer=1, tag=7, since=STUCK_AFTER + 0.1, progressed=5):
+    return {
+        "state": "blocked",
+        "call": call,
+        "comm": "MPI_COMM_WORLD",
+        "peer": peer,
+        "tag": tag,
+        "since": since,
+        "progressed": progressed,
+    }
+
+
+def test_two_long_waits_without_progress_are_stuck() -> None:
+    look = {0: blocked(peer=1), 1: blocked(peer=0)}
+    assert is_stuck(look, look, [0, 1])
+
+
+def test_a_rank_that_computes_is_not_stuck() -> None:
+    previous = {0: blocked(), 1: {"state": "running"}}
+    assert not is_stuck(previous, previous, [0, 1])
+
+
+def test_a_rank_handling_frames_is_not_stuck() -> None:
+    before = {0: blocked(progressed=5)}
+    after = {0: blocked(progressed=6)}
+    assert not is_stuck(before, after, [0])
+
+
+def test_a_short_or_new_wait_is_not_stuck() -> None:
+    assert not is_stuck({0: blocked()}, {0: blocked(since=0.1)}, [0])
+    assert not is_stuck({0: blocked(tag=1)}, {0: blocked(tag=2)}, [0])
+
+
+def test_no_previous_look_or_no_pending_rank_is_not_stuck() -> None:
+    assert not is_stuck({}, {0: blocked()}, [0])
+    assert not is_stuck({0: blocked()}, {0: blocked()}, [])
+
+
+def test_a_deadlock_is_described_as_its_wait_for_graph() -> None:
+    states = {0: blocked(peer=1), 1: blocked(peer=0)}
+    text = describe_stuck(states, [0, 1])
+    assert text == (
+        "deadlock: rank 0 waits in recv(source=1, tag=7) on MPI_COMM_WORLD; "
+        "rank 1 waits in recv(source=0, tag=7) on MPI_COMM_WORLD"
+    )
+
+
+def test_waits_on_failed_and_finished_ranks_say_so() -> None:
+    states = {0: blocked(call="Barrier (collective #0, round 1)", peer=-1, tag=0)}
+    text = describe_stuck(states, [0], finished=[1, 3], failed=[2])
+    assert text == (
+        "no rank can progress: rank 0 waits in Barrier (collective #0, round 1) on "
+        "MPI_COMM_WORLD; rank 2 failed; ranks 1,3 have finished the cell"
+    )
