@@ -1,6 +1,7 @@
-"""Smoke tests of ``benchmarks/p2p.py`` and ``benchmarks/collectives.py``.
+"""Smoke tests of the benchmark drivers ``p2p.py``, ``collectives.py`` and ``session.py``.
 
-Each runs with ``--quick --no-mpi4py`` and prints a complete table.
+Each runs with ``--quick`` (and ``--no-mpi4py`` or ``--no-ipyparallel``) and prints a
+complete table.
 
 Only the shape of the output is checked: benchmark numbers are measurements,
 never assertions.
@@ -12,6 +13,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTIVE_ROWS = [
@@ -81,3 +84,35 @@ def test_collectives_quick_prints_every_row() -> None:
     found = [match["label"] for match in map(row_format.match, lines) if match]
     assert found == COLLECTIVE_ROWS, detail
     assert "mpi4py: n/a (--no-mpi4py)" in lines, detail
+
+
+SESSION_ROWS = ["session ready, s", "trivial cell, ms", "print on every rank, ms"]
+
+
+@pytest.mark.timeout(150)
+def test_session_quick_prints_every_row() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "session.py"),
+            "--quick",
+            "--no-ipyparallel",
+            "--timeout",
+            "40",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(ROOT),
+    )
+    detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert proc.returncode == 0, detail
+    lines = proc.stdout.splitlines()
+    row_format = re.compile(
+        rf"^(?P<label>\S.*?)\s+(?P<ipympi>{PAIR})\s+(?P<ipykernel>{PAIR})\s+n/a"
+        rf"\s+(?P<ratio>{NUMBER})x$"
+    )
+    found = [match["label"] for match in map(row_format.match, lines) if match]
+    assert found == SESSION_ROWS, detail
+    assert any(line.startswith("targets: session ready") for line in lines), detail
+    assert "IPython Parallel: n/a (--no-ipyparallel)" in lines, detail

@@ -345,6 +345,13 @@ def follow(
         progress = Progress(publish, f"ipympi-progress-{req.id}")
     result.renderer = renderer
     finished: set[int] = set()
+    # Ranks that finish are told to the renderer at once only where it shows
+    # something then (the next rank's output in rank order, uncollapsed results);
+    # otherwise at the end, saving a wake-up per rank.
+    eager = renderer is not None and (options.group == "rank" or not options.collapse)
+
+    def quiet_finish() -> bool:
+        return eager and _quiet_finish(req, finished, coalescer)
 
     def hand_over() -> None:
         if coalescer is not None:
@@ -365,11 +372,11 @@ def follow(
                 wake = [next_progress, next_look, deadline, coalescer and coalescer.due]
                 cluster.pump(
                     min(t for t in wake if t),
-                    lambda: req.done or _quiet_finish(req, finished, coalescer),
+                    lambda: req.done or quiet_finish(),
                 )
                 now = time.monotonic()
                 due = coalescer.due if coalescer is not None else None
-                if (due is not None and now >= due) or _quiet_finish(req, finished, coalescer):
+                if (due is not None and now >= due) or quiet_finish():
                     hand_over()
                 if req.done:
                     break

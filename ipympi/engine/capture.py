@@ -18,7 +18,6 @@ cell's output is complete when its reply arrives.
 from __future__ import annotations
 
 import codecs
-import contextlib
 import ctypes
 import io
 import os
@@ -27,6 +26,11 @@ import threading
 from typing import Callable
 
 __all__ = ["FLUSH_BYTES", "FLUSH_INTERVAL", "FdCapture", "RankStream"]
+
+try:  # C stdio buffers are flushed before a cell's output is declared complete
+    _libc: ctypes.CDLL | None = ctypes.CDLL(None)
+except OSError:
+    _libc = None
 
 FLUSH_INTERVAL = 0.05  # seconds: live output within a twentieth of a second
 FLUSH_BYTES = 64 * 1024
@@ -147,7 +151,7 @@ class FdCapture:
 
     def sync(self) -> None:
         """Move everything already written to fds 1/2 (C stdio included) into the streams."""
-        with contextlib.suppress(Exception):
-            ctypes.CDLL(None).fflush(None)
+        if _libc is not None:
+            _libc.fflush(None)
         for r in self._pipes:
             self._drain(r)
