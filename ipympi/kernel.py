@@ -50,8 +50,11 @@ class IpympiKernel(IPythonKernel):
             print(f"ipympi: cannot start the MPI session: {exc}", file=sys.__stderr__)
 
     # -- completion and inspection in the ranks' namespace ------------------------------------
-    def _ask_rank0(self, kind: str, content: dict[str, Any]) -> dict[str, Any] | None:
-        if not self.parallel.autopx.enabled:
+    def _ask_rank0(
+        self, kind: str, content: dict[str, Any], parallel_cell: bool
+    ) -> dict[str, Any] | None:
+        """Rank 0's answer, for a ``%%px`` cell or any cell in parallel mode; else None."""
+        if not (parallel_cell or self.parallel.autopx.enabled):
             return None
         try:
             cluster = session.current()
@@ -76,14 +79,17 @@ class IpympiKernel(IPythonKernel):
     def do_complete(self, code: str, cursor_pos: int | None) -> Any:
         if cursor_pos is None:
             cursor_pos = len(code)
-        if not self._is_local(code):
-            answer = self._ask_rank0("complete", {"code": code, "cursor_pos": cursor_pos})
+        body, offset = _parallel_body(code)
+        if body is not None and cursor_pos >= offset and not self._is_local(body):
+            position = cursor_pos - offset
+            request = {"code": body, "cursor_pos": position}
+            answer = self._ask_rank0("complete", request, offset > 0)
             if answer is not None:
                 return {
                     "status": "ok",
                     "matches": answer.get("matches", []),
-                    "cursor_start": answer.get("cursor_start", cursor_pos),
-                    "cursor_end": answer.get("cursor_end", cursor_pos),
+                    "cursor_start": offset + answer.get("cursor_start", position),
+                    "cursor_end": offset + answer.get("cursor_end", position),
                     "metadata": {},
                 }
         return super().do_complete(code, cursor_pos)
@@ -91,10 +97,14 @@ class IpympiKernel(IPythonKernel):
     def do_inspect(
         self, code: str, cursor_pos: int, detail_level: int = 0, omit_sections: Any = ()
     ) -> Any:
-        if not self._is_local(code):
-            answer = self._ask_rank0(
-                "inspect", {"code": code, "cursor_pos": cursor_pos, "detail_level": detail_level}
-            )
+        body, offset = _parallel_body(code)
+        if body is not None and cursor_pos >= offset and not self._is_local(body):
+            request = {
+                "code": body,
+                "cursor_pos": cursor_pos - offset,
+                "detail_level": detail_level,
+            }
+            answer = self._ask_rank0("inspect", request, offset > 0)
             if answer is not None and answer.get("found"):
                 return {
                     "status": "ok",
@@ -103,6 +113,19 @@ class IpympiKernel(IPythonKernel):
                     "metadata": {},
                 }
         return super().do_inspect(code, cursor_pos, detail_level, omit_sections)
+
+
+def _parallel_body(code: str) -> tuple[str | None, int]:
+    """The code the ranks would run, and where it starts in ``code``.
+
+    A ``%%px``/``%%mpi`` cell's body starts after its first line; other cells
+    are the ranks' as a whole. ``None`` for a ``%%px`` cell's own first line.
+    """
+    words = code.lstrip().split(None, 1)
+    if words and words[0] in ("%%px", "%%mpi"):
+        newline = code.find("\n")
+        return (None, 0) if newline < 0 else (code[newline + 1 :], newline + 1)
+    return code, 0
 
 
 class IpympiKernelApp(IPKernelApp):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import time
+from dataclasses import replace
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -22,7 +23,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from ipympi.controller import session
 from ipympi.controller.cluster import Cluster, ClusterError
 from ipympi.controller.execute import CellOptions, CellResult, follow, run_cell
-from ipympi.controller.publish import publisher_for
+from ipympi.controller.publish import publisher_for, request_is_silent
 from ipympi.controller.render import GROUPS
 from ipympi.controller.status import StatusTable
 from ipympi.controller.watch import ON_ERROR
@@ -254,6 +255,8 @@ class ParallelMagics(Magics):
     def _run(self, code: str, options: CellOptions, local: bool, save_name: str | None) -> Any:
         cluster = self._cluster()
         publish = publisher_for(self.shell)
+        if request_is_silent(self.shell):
+            options = replace(options, silent=True)
         try:
             result = run_cell(cluster, code, options, publish, self.shell.execution_count)
         except (ClusterError, ValueError) as exc:

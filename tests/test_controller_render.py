@@ -29,10 +29,10 @@ class Recorder:
 
 def _describe(msg_type: str, content: dict, metadata: dict) -> str:
     info = metadata.get("ipympi", {})
+    if msg_type == "stream" and info.get("label"):
+        return f"label: {strip_ansi(content['text']).rstrip()}"
     if msg_type == "stream":
         return f"{content['name']}: {content['text']}"
-    if msg_type == "display_data" and info.get("label"):
-        return f"label: {content['data']['text/plain']}"
     if msg_type == "execute_result":
         return f"result{content['metadata']['ipympi']['ranks']}: {content['data']['text/plain']}"
     if msg_type == "clear_output":
@@ -223,15 +223,8 @@ def test_display_label_message_and_metadata() -> None:
     r.feed([original])
     label, display = rec.messages
     assert label == (
-        "display_data",
-        {
-            "data": {
-                "text/plain": "[output:2]",
-                "text/html": '<pre style="margin:0;color:#6b6b6b">[output:2]</pre>',
-            },
-            "metadata": {"ipympi": {"label": True, "ranks": [2]}},
-            "transient": {},
-        },
+        "stream",
+        {"name": "stdout", "text": "\x1b[0;90m[output:2]\x1b[0m\n"},
         {"ipympi": {"label": True, "ranks": [2]}},
     )
     assert display == (
@@ -308,15 +301,8 @@ def test_equal_results_are_held_to_the_end_and_collapsed() -> None:
     r.finish()
     label, res = rec.messages
     assert label == (
-        "display_data",
-        {
-            "data": {
-                "text/plain": "Out[0-3:5]:",
-                "text/html": '<pre style="margin:0;color:#d84315">Out[0-3:5]:</pre>',
-            },
-            "metadata": {"ipympi": {"label": True, "ranks": [0, 1, 2, 3]}},
-            "transient": {},
-        },
+        "stream",
+        {"name": "stdout", "text": f"{RED}Out[0-3:5]:{RESET}\n"},
         {"ipympi": {"label": True, "ranks": [0, 1, 2, 3]}},
     )
     assert res == (
@@ -373,7 +359,7 @@ def test_results_and_errors_are_recorded_and_errors_not_published() -> None:
     r.finish()
     assert r.errors == {1: e}
     assert r.results == {0: result(0, "42")[2]}
-    assert [m[0] for m in rec.messages] == ["display_data", "execute_result"]
+    assert [m[0] for m in rec.messages] == ["stream", "execute_result"]
 
 
 def test_the_data_is_never_labelled() -> None:

@@ -136,6 +136,7 @@ class Cluster(ClusterAPI):
         self.aborted: dict[str, Any] | None = None  # the abort message that ended the world
         self.ended: str | None = None  # why the controller ended the world
         self.on_error = "interrupt"  # what to do with a stuck cell: see watch.ON_ERROR
+        self.stopped = False  # True after stop(), until the next start()
         self._ctx: zmq.Context[Any] = zmq.Context()
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
@@ -171,6 +172,7 @@ class Cluster(ClusterAPI):
         self.gen += 1
         self.aborted = None
         self.ended = None
+        self.stopped = False
         self._world_dir = os.path.join(self.session_dir, f"w{self.gen}")
         os.mkdir(self._world_dir, 0o700)
         self._ctl = self._ctx.socket(zmq.ROUTER)
@@ -237,6 +239,7 @@ class Cluster(ClusterAPI):
             self._fail_pending(req, "EngineStopped", "the engines were stopped")
         self.requests.clear()
         self._close_world()
+        self.stopped = True
 
     def restart(self, n: int | None = None) -> None:
         self.stop()
@@ -440,16 +443,21 @@ class Cluster(ClusterAPI):
         """
         req.interrupted = True
         self.signal(req.pending, signal.SIGINT)
-        try:
-            self.pump(time.monotonic() + INTERRUPT_GRACE, lambda: req.done)
-        except KeyboardInterrupt:
-            resynchronize = False
+        self._pump_through_interrupts(time.monotonic() + INTERRUPT_GRACE, lambda: req.done)
         for rank in req.pending:
             self._synthesize_reply(
                 req, rank, "KeyboardInterrupt", f"rank {rank} did not respond to the interrupt"
             )
         if resynchronize:
             self.resynchronize()
+
+    def _pump_through_interrupts(self, deadline: float, done: Callable[[], bool]) -> bool:
+        """``pump``, where a Ctrl-C (the user asking to interrupt) does not cut the wait."""
+        while True:
+            try:
+                return self.pump(deadline, done)
+            except KeyboardInterrupt:
+                continue
 
     def end_world(self, reason: str) -> None:
         """Kill every engine of the world now; the next cell starts a fresh one."""
@@ -468,14 +476,14 @@ class Cluster(ClusterAPI):
         """
         ranks = [e.rank for e in self.engines if e.alive and e.ready]
         first = self.submit("recover", {}, ranks)
-        ok = self.pump(time.monotonic() + timeout, lambda: first.done)
+        ok = self._pump_through_interrupts(time.monotonic() + timeout, lambda: first.done)
         self.forget(first)
         bases: dict[str, int] = {}
         for reply in first.replies.values():
             for context, position in reply.content.get("positions", {}).items():
                 bases[context] = max(bases.get(context, 0), int(position))
         second = self.submit("recover", {"bases": bases}, ranks)
-        ok = self.pump(time.monotonic() + timeout, lambda: second.done) and ok
+        ok = self._pump_through_interrupts(time.monotonic() + timeout, lambda: second.done) and ok
         self.forget(second)
         return ok
 

@@ -138,11 +138,14 @@ class CellResult:
         if self.timed_out is not None:
             for rank, error in errors.items():
                 if error.get("ename") == "KeyboardInterrupt":
-                    evalue = f"the cell ran longer than --timeout {self.timed_out:g} s"
-                    where = str(error.get("where") or "")
-                    if where:
-                        evalue += f"; rank {rank} was stopped {where}"
-                    errors[rank] = dict(error, ename="TimeoutError", evalue=evalue)
+                    evalue = f"{self.timeout_text}; {_stopped(rank, error)}"
+                    traceback = [
+                        *list(error.get("traceback") or [])[:-1],
+                        f"TimeoutError: {evalue}",
+                    ]
+                    errors[rank] = dict(
+                        error, ename="TimeoutError", evalue=evalue, traceback=traceback
+                    )
         return errors
 
     @property
@@ -180,7 +183,14 @@ class CellResult:
         exc = rank_error(errors, self.targets, waiting)
         if self.stuck and type(exc).__name__ == "DeadlockError":
             exc.traceback_lines[0] = f"{self.stuck}; the ranks were stopped"
+        if self.timed_out is not None and type(exc).__name__ == "TimeoutError":
+            stops = [_stopped(r, self.request.errors().get(r, {})) for r in sorted(errors)]
+            exc.traceback_lines[0] = "; ".join([self.timeout_text, *stops])
         return exc
+
+    @property
+    def timeout_text(self) -> str:
+        return f"the cell ran longer than --timeout {self.timed_out:g} s"
 
     def raise_for_error(self) -> None:
         exc = self.error()
@@ -192,6 +202,11 @@ class CellResult:
         failed = f", failed on {format_ranks(sorted(self.errors))}" if self.errors else ""
         ranks = format_ranks(self.targets)
         return f"<CellResult [{self.execution_count}] ranks {ranks}: {state}{failed}>"
+
+
+def _stopped(rank: int, error: Mapping[str, Any]) -> str:
+    where = str(error.get("where") or "")
+    return f"rank {rank} was stopped {where}".rstrip()
 
 
 class Progress:
@@ -254,7 +269,12 @@ def run_cell(
     """
     targets = parse_targets(options.targets, cluster.n)
     ensure_world(cluster, targets, publish)
-    content = {"code": code, "silent": options.silent, "store_history": options.store_history}
+    content = {
+        "code": code,
+        "silent": options.silent,
+        "store_history": options.store_history and not options.silent,
+        "execution_count": execution_count,
+    }
     req = cluster.submit("execute", content, targets)
     result = CellResult(req, targets, execution_count)
     if options.block:
@@ -269,6 +289,8 @@ def ensure_world(cluster: Cluster, targets: list[int], publish: Publish | None) 
     replaced by a fresh one, with a notice; a world with some dead target
     ranks is an error that says so (``%mpi restart`` brings back a full one).
     """
+    if cluster.stopped:
+        raise ClusterError("the MPI session is stopped: %mpi start (or %mpi restart) starts it")
     engines = cluster.engines
     dead = [e for e in engines if e.returncode is not None]
     if engines and (len(dead) == len(engines) or cluster.aborted is not None or cluster.ended):

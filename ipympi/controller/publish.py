@@ -13,7 +13,7 @@ from typing import Any
 
 from .render import Publish
 
-__all__ = ["publisher_for"]
+__all__ = ["publisher_for", "request_is_silent"]
 
 
 def publisher_for(shell: Any) -> Publish:
@@ -22,6 +22,18 @@ def publisher_for(shell: Any) -> Publish:
     if kernel is not None and getattr(kernel, "iopub_socket", None) is not None:
         return _kernel_publisher(shell, kernel)
     return _text_publish
+
+
+def request_is_silent(shell: Any) -> bool:
+    """Whether the kernel runs the current cell for a ``silent`` execute request."""
+    kernel = getattr(shell, "kernel", None)
+    if kernel is None:
+        return False
+    try:
+        parent = kernel.get_parent("shell")
+    except Exception:
+        return False
+    return bool((parent or {}).get("content", {}).get("silent", False))
 
 
 def _kernel_publisher(shell: Any, kernel: Any) -> Publish:

@@ -16,10 +16,10 @@ Labels (``R`` is a set of ranks written by :func:`~.targets.format_ranks`)
         partial last line waits for its end, or for the rank (or the cell) to
         finish, when it is published with a newline added.
     ``[output:R]``
-        a small display published before a rank's rich display (a plot, HTML),
+        a line of stdout published before a rank's rich display (a plot, HTML),
         unless the previous output was already a display of the same rank.
     ``Out[R:n]:``
-        a display published before a rank's result, where ``n`` is the
+        a line of stdout published before a rank's result, where ``n`` is the
         notebook's (controller's) execution count; the result follows as an
         ``execute_result`` whose data is the engine's, unchanged.
     ``[R:execute]``
@@ -79,7 +79,7 @@ GROUPS = ("order", "rank", "type")
 _DISPLAYS = frozenset({"display_data", "update_display_data", "clear_output"})
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _RED, _RESET = "\x1b[0;31m", "\x1b[0m"
-_GREY, _ORANGE = "#6b6b6b", "#d84315"
+_GREY, _ORANGE = "\x1b[0;90m", "\x1b[0;31m"  # label colours (ANSI), as IPython's prompts
 
 
 def strip_ansi(text: str) -> str:
@@ -391,13 +391,11 @@ class OutputRenderer:
         self._last_display = None
 
     def _publish_label(self, text: str, ranks: tuple[int, ...], color: str) -> None:
-        html = f'<pre style="margin:0;color:{color}">{text}</pre>'
-        content = {
-            "data": {"text/plain": text, "text/html": html},
-            "metadata": {"ipympi": {"label": True, "ranks": [*ranks]}},
-            "transient": {},
-        }
-        self._publish("display_data", content, {"ipympi": {"label": True, "ranks": [*ranks]}})
+        # A line of stdout, not a display: front ends that check displays for the
+        # mime types they asked for (and terminals) see only the rank's own data.
+        line = f"{color}{text}{_RESET}\n"
+        metadata = {"ipympi": {"label": True, "ranks": [*ranks]}}
+        self._publish("stream", {"name": "stdout", "text": line}, metadata)
 
     def _publish_display(self, op: _Op) -> None:
         (rank,), msg_type = op.ranks, op.name

@@ -283,6 +283,10 @@ class Engine:
         store_history = bool(msg.content.get("store_history", not silent))
         shell = self.shell
         shell.interrupted_at = ""
+        count = msg.content.get("execution_count")
+        if isinstance(count, int) and count > shell.execution_count:
+            # Tracebacks say "Cell In[7]" and locations "cell [7]" as the notebook does.
+            shell.execution_count = count
         self.state = "running"
         self.executing = True
         try:
