@@ -36,10 +36,13 @@ from traitlets import Type
 
 from .._control import format_call
 from .._progress import describe_location
+from .._errors import Exception as MPIException
 from .capture import FLUSH_INTERVAL, FdCapture, RankStream
 from .protocol import Message, ProtocolError, Signer
 
 __all__ = ["EngineIO", "RankShell", "run_engine"]
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class EngineIO:
@@ -174,6 +177,10 @@ class RankShell(InteractiveShell):
         etype, value, tb = super()._get_exc_info(exc_tuple)
         if etype is KeyboardInterrupt:
             tb = _without_frames_of(tb, Engine.on_sigint.__code__)
+        if isinstance(etype, type) and issubclass(etype, (KeyboardInterrupt, MPIException)):
+            # As with mpi4py, the traceback ends at the user's MPI call: the
+            # frames of the MPI implementation say nothing about the user's code.
+            tb = _up_to_mpi_call(tb)
         return etype, value, tb
 
     def enable_gui(self, gui: str | None = None) -> None:
@@ -192,6 +199,18 @@ def _without_frames_of(tb: Any, code: Any) -> Any:
             tb.tb_next = tb.tb_next.tb_next
         else:
             tb = tb.tb_next
+    return head
+
+
+def _up_to_mpi_call(tb: Any) -> Any:
+    """``tb`` cut before the first frame inside ipympi that follows user code."""
+    head, previous = tb, None
+    while tb is not None:
+        inside = tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+        if inside and previous is not None:
+            previous.tb_next = None
+            break
+        previous, tb = tb, tb.tb_next
     return head
 
 
