@@ -35,8 +35,8 @@ from IPython.core.interactiveshell import InteractiveShell
 from traitlets import Type
 
 from .._control import format_call
-from .._progress import describe_location
 from .._errors import Exception as MPIException
+from .._progress import describe_location
 from .capture import FLUSH_INTERVAL, FdCapture, RankStream
 from .protocol import Message, ProtocolError, Signer
 
