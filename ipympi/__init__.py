@@ -14,7 +14,7 @@ from typing import Any
 
 from ._rc import rc as rc
 
-__all__ = ["__version__", "current", "load_ipython_extension", "rc"]
+__all__ = ["__version__", "current", "load_ipython_extension", "on_error", "rc"]
 
 
 def current() -> Any:
@@ -22,6 +22,13 @@ def current() -> Any:
     from .controller.session import current as _current
 
     return _current()
+
+
+def on_error(callback: Any) -> Any:
+    """Call ``callback(report)`` whenever a parallel cell fails (``ipympi.controller.hooks``)."""
+    from .controller.hooks import on_error as _on_error
+
+    return _on_error(callback)
 
 
 def load_ipython_extension(shell: Any) -> Any:

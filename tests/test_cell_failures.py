@@ -165,3 +165,75 @@ def test_on_error_abort_ends_a_stuck_world() -> None:
         result, notebook, _ = cell(c, "print(rank)")
         assert "the world was ended because deadlock" in notebook.text("stderr")
         assert result.ok
+
+
+def test_on_error_hooks_get_a_report_per_rank(cluster) -> None:
+    import ipympi
+    from ipympi.controller.hooks import remove_error_hook
+
+    reports = []
+    hook = ipympi.on_error(reports.append)
+    try:
+        cell(cluster, "1 / 0 if rank == 3 else comm.recv(source=3, tag=4)")
+        cell(cluster, "print('fine')")
+    finally:
+        remove_error_hook(hook)
+    [report] = reports
+    assert report.exception == "ZeroDivisionError"
+    assert report.summary.startswith("rank 3 of 4 raised ZeroDivisionError")
+    failed = report.rank(3)
+    assert failed.state == "failed" and failed.message == "division by zero"
+    assert failed.traceback[-1] == "ZeroDivisionError: division by zero"
+    for rank in range(3):
+        waiting = report.rank(rank)
+        assert waiting.state == "stopped"
+        assert (waiting.call, waiting.comm, waiting.peer, waiting.tag) == (
+            "recv",
+            "MPI_COMM_WORLD",
+            3,
+            4,
+        )
+        assert waiting.where.startswith("line 1 of cell [")
+    assert_usable(cluster)
+
+
+def test_a_failing_hook_does_not_break_the_session(cluster, capsys) -> None:
+    import ipympi
+    from ipympi.controller.hooks import remove_error_hook
+
+    def broken(report):
+        raise RuntimeError("hook bug")
+
+    ipympi.on_error(broken)
+    try:
+        result, _, _ = cell(cluster, "raise KeyError(rank)")
+    finally:
+        remove_error_hook(broken)
+    assert type(result.error()).__name__ == "KeyError"
+    assert "hook bug" in capsys.readouterr().err
+    assert_usable(cluster)
+
+
+def test_messages_and_receives_left_behind_are_warned_about_once(cluster) -> None:
+    code = (
+        "import time\n"
+        "if rank == 0:\n"
+        "    comm.send('x', dest=1, tag=7)\n"
+        "elif rank == 1:\n"
+        "    time.sleep(0.3)\n"
+        "    pending = comm.irecv(source=2, tag=8)\n"
+    )
+    _, notebook, _ = cell(cluster, code)
+    assert notebook.text("stderr") == (
+        "[stderr:1] ipympi warning: a message from rank 0 (tag 7, 16 bytes) on MPI_COMM_WORLD "
+        "has not been received\n"
+        "[stderr:1] ipympi warning: a receive (source=2, tag=8) on MPI_COMM_WORLD is still "
+        "pending: Wait for its request, or Cancel it\n"
+    )
+    _, notebook, _ = cell(cluster, "pass")
+    assert notebook.text("stderr") == ""
+    _, notebook, _ = cell(
+        cluster,
+        "if rank == 1:\n    comm.recv(source=0, tag=7)\n    pending.Cancel()\n    pending.wait()",
+    )
+    assert notebook.text("stderr") == ""

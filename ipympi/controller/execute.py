@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from .. import _control as ctl
 from .cluster import Cluster, ClusterError, Request
+from .hooks import build_report, notify
 from .render import GROUPS, OutputRenderer, compose_error
 from .targets import format_ranks, parse_targets
 from .watch import LOOK_AFTER, LOOK_EVERY, describe_stuck, is_stuck
@@ -110,6 +111,7 @@ class CellResult:
     waiting: dict[int, str] = field(default_factory=dict)  # what unfinished ranks were doing
     stuck: str | None = None  # the wait-for graph, when no rank could progress
     stopped: set[int] = field(default_factory=set)  # ranks ended because the cell was stuck
+    states: dict[int, dict] = field(default_factory=dict)  # unfinished ranks' MPI states
 
     @property
     def done(self) -> bool:
@@ -404,7 +406,7 @@ def follow(
                     break
                 if deadline is not None and now >= deadline:
                     result.timed_out = options.timeout
-                    result.waiting = _waiting(cluster, req)
+                    _note_waiting(cluster, result)
                     cluster.interrupt(req)
                     break
                 if now >= next_look:
@@ -419,7 +421,7 @@ def follow(
                         progress.update(describe_progress(result.targets, req, states, now - start))
                         next_progress = time.monotonic() + PROGRESS_EVERY
             except KeyboardInterrupt:
-                result.waiting = _waiting(cluster, req)
+                _note_waiting(cluster, result)
                 cluster.interrupt(req)
                 break
     finally:
@@ -431,6 +433,8 @@ def follow(
             progress.clear()
         if req.done:
             cluster.forget(req)
+    if req.done and req.errors():
+        _report_failure(result)
 
 
 def _on_stuck(
@@ -447,6 +451,7 @@ def _on_stuck(
             note = f"ipympi: {result.stuck} (on_error=wait: interrupt the kernel to stop)\n"
             publish("stream", {"name": "stderr", "text": note}, {})
         return False
+    result.states = {rank: states[rank] for rank in req.pending}
     result.waiting = {rank: describe_wait(states[rank]) for rank in req.pending}
     result.stopped = set(req.pending)
     if cluster.on_error == "abort":
@@ -463,7 +468,26 @@ def _quiet_finish(req: Request, finished: set[int], coalescer: Coalescer | None)
     return any(rank not in finished for rank in req.replies)
 
 
-def _waiting(cluster: Cluster, req: Request) -> dict[int, str]:
-    """What each unfinished rank of ``req`` is doing, for the cell's error summary."""
+def _note_waiting(cluster: Cluster, result: CellResult) -> None:
+    """Keep what each unfinished rank is doing, for the cell's error and its report."""
     states = cluster.query_states(timeout=0.5)
-    return {rank: describe_wait(states[rank]) for rank in req.pending if rank < len(states)}
+    pending = [rank for rank in result.request.pending if rank < len(states)]
+    result.states = {rank: states[rank] for rank in pending}
+    result.waiting = {rank: describe_wait(states[rank]) for rank in pending}
+
+
+def _report_failure(result: CellResult) -> None:
+    """Tell the session's ``on_error`` hooks about a failed cell."""
+    exc = result.error()
+    if exc is None:
+        return
+    lines = exc.traceback_lines
+    report = build_report(
+        result.execution_count,
+        lines[0] if lines else str(exc),
+        type(exc).__name__,
+        result.request.errors(),
+        result.states,
+        result.stopped,
+    )
+    notify(report)

@@ -38,6 +38,7 @@ from .._control import format_call
 from .._errors import Exception as MPIException
 from .._progress import describe_location
 from .capture import FLUSH_INTERVAL, FdCapture, RankStream
+from .leftovers import Leftovers
 from .protocol import Message, ProtocolError, Signer
 
 __all__ = ["EngineIO", "RankShell", "run_engine"]
@@ -250,6 +251,7 @@ class Engine:
             "recover": self.on_recover,
         }
         self.running = True
+        self.leftovers = Leftovers()
 
     def on_sigint(self, signum: int, frame: Any) -> None:
         if not self.executing:
@@ -313,6 +315,7 @@ class Engine:
         finally:
             self.executing = False
             self.state = "idle"
+        self.warn_leftovers()
         content: dict[str, Any] = {"execution_count": shell.execution_count - 1}
         if not store_history:
             content["execution_count"] = shell.execution_count
@@ -322,6 +325,17 @@ class Engine:
             if isinstance(error, KeyboardInterrupt) and shell.interrupted_at:
                 content["where"] = shell.interrupted_at
         self.reply(content)
+
+    def warn_leftovers(self) -> None:
+        """Warn (stderr) about messages never received and receives still pending."""
+        from .. import _runtime
+
+        try:
+            lines = self.leftovers.warnings(_runtime._engine)
+        except Exception as exc:  # a report must never fail the cell
+            lines = [f"ipympi warning: cannot check for leftover messages: {exc}"]
+        if lines:
+            self.io.streams["stderr"].write("".join(line + "\n" for line in lines))
 
     def on_push(self, msg: Message) -> None:
         values = pickle.loads(msg.buffers[0]) if msg.buffers else {}

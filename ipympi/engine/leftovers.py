@@ -1,0 +1,65 @@
+"""Point-to-point traffic a cell left behind, reported as warnings under the cell.
+
+A message that arrived but was never received, or a receive request that is
+still posted when a cell ends, is usually a bug (a missing ``recv``, an
+``Irecv`` never waited for, a tag that does not match). Each is reported once,
+on the rank that holds it, as a line of stderr after the cell's own output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._constants import ANY_SOURCE, ANY_TAG
+
+__all__ = ["Leftovers", "context_name"]
+
+_NAMES = {0: "MPI_COMM_WORLD", 2: "MPI_COMM_SELF"}
+
+
+def context_name(context: int) -> str:
+    return _NAMES.get(context, f"the communicator of context {context}")
+
+
+def _source(source: int) -> str:
+    return "ANY_SOURCE" if source == ANY_SOURCE else str(source)
+
+
+def _tag(tag: int) -> str:
+    return "ANY_TAG" if tag == ANY_TAG else str(tag)
+
+
+class Leftovers:
+    """Remembers what was reported, so each leftover is reported once."""
+
+    def __init__(self) -> None:
+        self._seen: set[int] = set()
+
+    def warnings(self, engine: Any) -> list[str]:
+        """New leftovers of ``engine`` (the caller must not hold it), one line each."""
+        if engine is None or engine.finalized or engine.transport is None:
+            return []
+        engine.enter()
+        try:
+            engine.poll_once(False)  # take in what has arrived meanwhile
+            unexpected = [e for e in engine.matcher.pending_unexpected() if e.context % 2 == 0]
+            posted = [r for r in engine.matcher.pending_posted() if r.context % 2 == 0]
+        finally:
+            engine.leave()
+        current = {id(item) for item in (*unexpected, *posted)}
+        lines = []
+        for env in unexpected:
+            if id(env) not in self._seen:
+                lines.append(
+                    f"ipympi warning: a message from rank {env.source} (tag {env.tag}, "
+                    f"{env.nbytes} bytes) on {context_name(env.context)} has not been received"
+                )
+        for recv in posted:
+            if id(recv) not in self._seen:
+                lines.append(
+                    f"ipympi warning: a receive (source={_source(recv.source)}, "
+                    f"tag={_tag(recv.tag)}) on {context_name(recv.context)} is still "
+                    "pending: Wait for its request, or Cancel it"
+                )
+        self._seen = current
+        return lines
