@@ -28,7 +28,7 @@ from collections.abc import Generator, Sequence
 from typing import Any, Callable
 
 from ._constants import ANY_SOURCE
-from ._errors import ERR_NOT_SAME
+from ._errors import ERR_NOT_SAME, ERR_OTHER
 from ._errors import Exception as MPIException
 from ._ops import COLL, RECV, SEND, Op
 
@@ -154,6 +154,13 @@ class CollOp(Op):
     # -- running -------------------------------------------------------------
     def start(self) -> None:
         """Run the first rounds; register with the engine if the call is not done."""
+        dead = self.engine.dead_peers
+        if dead:  # a member has died: this collective can never complete
+            gone = next((dead[r] for r in self.world_ranks if r in dead), None)
+            if gone is not None:
+                where = f"collective #{self.seq} on {self._name()}"
+                self._fail(f"{where}: {gone}", notify=False, error=ERR_OTHER)
+                return
         self._step(None)
         if not self.done:
             self.engine.colls.append(self)
@@ -182,6 +189,9 @@ class CollOp(Op):
                 received = self.recv_ops
         except StopIteration as stop:
             self._complete(stop.value)
+        except _PeerDied as exc:
+            where = f"collective #{self.seq} on {self._name()}"
+            self._fail(f"{where}: {exc}", notify=False, error=ERR_OTHER)
         except _Reported as exc:
             self._fail(str(exc), notify=False)
         except _Mismatch as exc:
@@ -207,6 +217,8 @@ class CollOp(Op):
 
     def _check(self, ops: list[Op]) -> None:
         for op in ops:
+            if op.peer_died:
+                raise _PeerDied(op.error_detail)
             if op.error:
                 reported = self.engine.coll_errors.pop(self.context, None)
                 if reported:
@@ -253,7 +265,9 @@ class CollOp(Op):
         self.result = value
         self._done()
 
-    def _fail(self, text: str, notify: bool, ended: bool = False) -> None:
+    def _fail(
+        self, text: str, notify: bool, ended: bool = False, error: int = ERR_NOT_SAME
+    ) -> None:
         if notify:
             self.engine.notify_mismatch(self.context, self.seq, self.world_ranks, text)
         else:
@@ -264,7 +278,7 @@ class CollOp(Op):
         for op in self.recv_ops:
             if not op.done:
                 self.engine.withdraw(op)
-        self.error = ERR_NOT_SAME
+        self.error = error
         self.error_detail = text
         self._done()
 
@@ -281,6 +295,10 @@ class CollOp(Op):
 
 class _Mismatch(Exception):
     """Internal: this rank found that the ranks disagree about a collective call."""
+
+
+class _PeerDied(Exception):
+    """Internal: a rank of the communicator died during the collective."""
 
 
 class _Reported(_Mismatch):

@@ -14,21 +14,23 @@ Frames
     sees ``[frame]``. Every object has a ``"type"``; unknown extra keys are
     allowed (and ignored) so either side can grow. Required keys:
 
-    ======  =========  ==========================================================
-    type    direction  keys
-    ======  =========  ==========================================================
-    hello   rank → L   ``rank`` (int), ``pid`` (int), ``host`` (str): at start-up
-    abort   rank → L   ``rank``, ``code`` (int), ``reason`` (str): the rank called
-                       ``COMM_WORLD.Abort(code)`` or hit a fatal MPI error
-    state   rank → L   ``rank``, ``state`` (one of ``RANK_STATES``), and optionally
-                       ``pid``, ``host``, ``call`` (e.g. ``"Recv"``), ``comm``
-                       (a communicator name), ``peer`` and ``tag`` (int or str),
-                       ``since`` (seconds in the current call), ``where``
-                       (``"file.py:12"``); the reply to a query
-    query   L → rank   no keys: "what are you doing?"; the rank answers with a
-                       ``state`` message from a background thread, even while
-                       its main thread is blocked in an MPI call
-    ======  =========  ==========================================================
+    =========  =========  ==========================================================
+    type       direction  keys
+    =========  =========  ==========================================================
+    hello      rank → L   ``rank`` (int), ``pid`` (int), ``host`` (str): at start-up
+    abort      rank → L   ``rank``, ``code`` (int), ``reason`` (str): the rank called
+                          ``COMM_WORLD.Abort(code)`` or hit a fatal MPI error
+    state      rank → L   ``rank``, ``state`` (one of ``RANK_STATES``), and optionally
+                          ``pid``, ``host``, ``call`` (e.g. ``"Recv"``), ``comm``
+                          (a communicator name), ``peer`` and ``tag`` (int or str),
+                          ``since`` (seconds in the current call), ``where``
+                          (``"file.py:12"``); the reply to a query
+    query      L → rank   no keys: "what are you doing?"; the rank answers with a
+                          ``state`` message from a background thread, even while
+                          its main thread is blocked in an MPI call
+    peer_exit  L → rank   ``rank``, ``reason`` (str): that rank has died; what
+                          waits on it fails with an MPI error instead of hanging
+    =========  =========  ==========================================================
 
 Abort semantics
     A ``reason`` starting with ``"MPI_Abort"`` marks a call of ``Abort`` (e.g.
@@ -65,6 +67,7 @@ __all__ = [
     "MAX_FRAME",
     "MESSAGE_TYPES",
     "NO_ANSWER",
+    "PEER_EXIT",
     "QUERY",
     "RANK_STATES",
     "STATE",
@@ -95,7 +98,8 @@ HELLO = "hello"
 ABORT = "abort"
 STATE = "state"
 QUERY = "query"
-MESSAGE_TYPES = frozenset({HELLO, ABORT, STATE, QUERY})
+PEER_EXIT = "peer_exit"
+MESSAGE_TYPES = frozenset({HELLO, ABORT, STATE, QUERY, PEER_EXIT})
 
 # States a rank reports about itself.
 RANK_STATES = frozenset({"running", "blocked", "idle", "finalized"})
@@ -116,6 +120,7 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     ABORT: {"rank": _INT, "code": _INT, "reason": _STR},
     STATE: {"rank": _INT, "state": _STR},
     QUERY: {},
+    PEER_EXIT: {"rank": _INT, "reason": _STR},
 }
 _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     STATE: {

@@ -46,6 +46,7 @@ from ._wire import (
     EAGER,
     FIN,
     HEADER_SIZE,
+    PEER_DEAD,
     RTS,
     SYNC,
 )
@@ -130,6 +131,7 @@ class Engine:
         # Polls that handled at least one incoming frame: observers compare two
         # readings to tell a long transfer from a rank that cannot progress.
         self.progressed = 0
+        self.dead_peers: dict[int, str] = {}  # world rank -> why it is gone
 
     # -- entering and leaving MPI --------------------------------------------
     def enter(self) -> None:
@@ -401,6 +403,8 @@ class Engine:
         elif kind == CERR:
             text = bytes(frame[HEADER_SIZE:]).decode(errors="replace")
             self.fail_collectives(context, text, tag)
+        elif kind == PEER_DEAD:
+            self.fail_peer(value, bytes(frame[HEADER_SIZE:]).decode(errors="replace"))
         else:
             raise MPIException(ERR_OTHER, f"unknown frame kind {kind} from rank {wsource}")
 
@@ -600,6 +604,55 @@ class Engine:
             if wrank != self.rank:
                 self._send(wrank, header + data)
         self.fail_collectives(context, text, seq)
+
+    # -- a rank that died -------------------------------------------------------
+    def fail_peer(self, wrank: int, reason: str) -> None:
+        """World rank ``wrank`` has died: fail everything that waits on it.
+
+        Receives posted for it, sends it has not acknowledged, and collectives
+        in progress on communicators it belongs to complete with ERR_OTHER, so
+        that no rank hangs on a dead one. (Later calls naming it are left to
+        the controller's stuck-cell rule.)
+        """
+        text = f"rank {wrank} has died ({reason})" if reason else f"rank {wrank} has died"
+        self.dead_peers[wrank] = text
+
+        def involves(op: Any) -> bool:
+            impl = getattr(op.comm, "_impl", op.comm)
+            ranks = getattr(impl, "remote_world_ranks", None)
+            return ranks is not None and 0 <= op.peer < len(ranks) and ranks[op.peer] == wrank
+
+        dying = set()  # collective contexts the dead rank belongs to
+        for context, active in self.coll_active.items():
+            if active and wrank in self.coll_members.get(context, ()):
+                dying.add((context, min(active)))
+        for recv in self.matcher.pending_posted():
+            op = recv.handle
+            if op is None:
+                continue
+            in_collective = any(recv.context == c and recv.tag >= seq for c, seq in dying)
+            p2p = recv.context % 2 == 0 and involves(op)
+            if (in_collective or p2p) and self.matcher.cancel(recv):
+                op.posted = None
+                self._fail_op(op, text)
+        for msgid, op in list(self._sends.items()):
+            if involves(op):
+                del self._sends[msgid]
+                self._fail_op(op, text)
+
+    @staticmethod
+    def _fail_op(op: Op, text: str) -> None:
+        op.error = ERR_OTHER
+        op.error_detail = text
+        op.peer_died = True
+        op.done = True
+
+    def note_peer_exit(self, wrank: int, reason: str) -> None:
+        """From any thread: tell whoever drives the data socket that ``wrank`` died."""
+        if self.transport is None:
+            return
+        header = _pack_header(PEER_DEAD, 0, 0, 0, 0, 0, self.rank, self.pid, 0, wrank)
+        self.transport.send_to_self(header + reason.encode())
 
     # -- recovery after an interrupt -------------------------------------------
     def abandon_collectives(self) -> dict[int, int]:

@@ -12,6 +12,23 @@ The first failure (a non-zero exit, a death by signal, an ``abort`` message, a
 stop request) ends the job: every rank's process group gets [SIGINT →] SIGTERM
 → SIGKILL, with a bounded wait between the steps. :class:`Rank` is a
 Popen-shaped handle, so the notebook controller can drive engines the same way.
+
+With ``deadlock_check`` (on in :func:`run_job`, so in ``ipympi.run``), a job
+also ends when no rank can progress, by the stuck-cell rule of notebooks
+(:mod:`ipympi.controller.watch`): from :data:`LOOK_AFTER` seconds after the
+start, every :data:`LOOK_EVERY` seconds, the loop asks the running ranks what
+they are doing, and collects the answers for at most :data:`LOOK_WAIT` seconds
+without ever stopping to forward output or see exits. When two looks in a row
+find every running rank blocked in the same MPI wait, for at least
+``STUCK_AFTER`` seconds, with no incoming message handled in between (and, where
+``/proc`` tells, with less than :data:`BUSY_CPU` seconds of CPU time used in
+between: a rank copying a large message straight out of its peer's memory
+handles no message meanwhile), the ranks wait on each other or on ranks that
+have exited: the launcher reports the
+wait-for graph and every rank's state, ends the ranks with SIGINT → SIGTERM →
+SIGKILL and exits with :data:`DEADLOCK_STATUS` (125). A rank that computes, a
+long transfer, a loop of short waits and a rank that has not started its MPI
+runtime yet all keep the job running.
 """
 
 from __future__ import annotations
@@ -34,18 +51,31 @@ from typing import IO, Any, Callable
 import zmq
 
 from . import _control as ctl
+from .controller.targets import format_ranks
+from .controller.watch import LOOK_AFTER, LOOK_EVERY, describe_stuck, is_stuck
 
-__all__ = ["Job", "Rank", "rank_environment", "run_job"]
+__all__ = ["DEADLOCK_STATUS", "TIMEOUT_STATUS", "Job", "Rank", "rank_environment", "run_job"]
 
 PROG = "ipympi.run"
 GRACE = 2.0  # seconds between the steps of the shutdown sequence
 ABORT_GRACE = 0.25  # how long a failed rank's abort message may lag behind its exit
 DRAIN_GRACE = 1.0  # how long output may lag behind the end of the last process
 QUERY_TIMEOUT = 1.0  # how long ranks get to answer a state query in a hang report
+LOOK_WAIT = 0.2  # how long ranks get to answer one look for a deadlock
+# CPU seconds a rank may use between two looks and still count as blocked: a
+# blocked rank's wake-ups cost about 1% of a core, a copy or a computation 100%.
+BUSY_CPU = 0.05
 TIMEOUT_STATUS = 124  # like timeout(1)
+# When no rank can progress: next to the timeout's 124, below the 126/127 of a
+# program that cannot run and the 128+n of deaths by signal; mpiexec has none.
+DEADLOCK_STATUS = 125
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _TICK = 0.05  # poll period for exits when the platform has no pidfd
 _PR_SET_PDEATHSIG = 1
+try:
+    _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+except (AttributeError, ValueError, OSError):
+    _CLOCK_TICKS = 100
 _MAX_IPC_PATH = 100  # sun_path is 108 bytes on Linux, 104 on macOS
 _CHUNK = 1 << 16  # bytes per read from a rank's pipe
 _MAX_PARTIAL = 1 << 16  # a line this long without a newline is forwarded anyway
@@ -216,9 +246,11 @@ class Job:
 
     ``wait()`` returns 0 when every rank exits 0; the first non-zero status
     (128 + n for death by signal n) when a rank fails; ``code % 256`` when a
-    rank aborts; 128 + n after ``request_stop(n)``. The other ranks are ended
-    first. Drive a job from one thread, which should live as long as the ranks
-    (Linux delivers the parent-death signal when the starting *thread* exits).
+    rank aborts; 128 + n after ``request_stop(n)``; with ``deadlock_check``,
+    :data:`DEADLOCK_STATUS` when no rank can progress (see the module
+    docstring). The other ranks are ended first. Drive a job from one thread,
+    which should live as long as the ranks (Linux delivers the parent-death
+    signal when the starting *thread* exits).
     """
 
     def __init__(
@@ -231,6 +263,7 @@ class Job:
         stdout: IO[bytes] | None = None,
         stderr: IO[bytes] | None = None,
         name: str = PROG,
+        deadlock_check: bool = False,
     ) -> None:
         if n < 1:
             raise ValueError(f"a job needs at least one rank, not {n}")
@@ -260,6 +293,18 @@ class Job:
         self._failure: Rank | None = None
         self._abort: dict[str, Any] | None = None
         self._states: dict[int, dict[str, Any]] = {}
+        # Looking for a deadlock: when the next look starts, the ranks asked in
+        # the look under way (None between looks) and when it stops waiting for
+        # answers, the running ranks' states at the previous look, and the
+        # verdict with every rank's state once no rank can progress.
+        self.deadlock_check = deadlock_check
+        self._next_look = 0.0
+        self._looking: list[Rank] | None = None
+        self._look_due = 0.0
+        self._previous: dict[int, dict[str, Any]] = {}
+        self._previous_cpu: dict[int, float | None] = {}
+        self._deadlock: str | None = None
+        self._deadlock_states: list[dict[str, Any]] = []
         self._on_message: dict[str, Callable[[Rank, dict[str, Any]], None]] = {
             ctl.HELLO: self._on_hello,
             ctl.ABORT: self._on_abort,
@@ -300,6 +345,7 @@ class Job:
             self.kill()
             self._pump(time.monotonic() + GRACE, self._all_exited)
             raise
+        self._next_look = time.monotonic() + LOOK_AFTER
 
     def _spawn(self, rank: int, preexec: Callable[[], None] | None) -> None:
         assert self.session_dir is not None and self.ctl_address is not None
@@ -335,7 +381,7 @@ class Job:
             return self.status
         self._require_started()
         deadline = None if timeout is None else time.monotonic() + timeout
-        if not self._pump(deadline, self._has_outcome):
+        if not self._run(deadline):
             raise subprocess.TimeoutExpired(self.argv, timeout or 0.0)
         self.status = self._conclude()
         return self.status
@@ -434,6 +480,17 @@ class Job:
         silent ones are reported as ``"no answer"``, exited ones as ``"exited"``.
         """
         self._require_started()
+        asked = self._ask()
+        self._looking = None  # the answers to a look under way were just dropped
+        self._pump(time.monotonic() + timeout, lambda: self._answered(asked))
+        return [self._state_of(rank) for rank in self.ranks]
+
+    def _ask(self) -> list[Rank]:
+        """Send a state query to every running rank; return the ranks asked.
+
+        Answers collected so far are dropped. A rank whose control socket is
+        not connected yet cannot be asked (it stays ``"no answer"``).
+        """
         assert self._ctl is not None
         self._reap()
         self._states = {}
@@ -446,12 +503,10 @@ class Job:
                 except zmq.ZMQError:  # not connected (yet): it cannot answer
                     continue
                 asked.append(rank)
+        return asked
 
-        def answered() -> bool:
-            return all(r.rank in self._states or r.returncode is not None for r in asked)
-
-        self._pump(time.monotonic() + timeout, answered)
-        return [self._state_of(rank) for rank in self.ranks]
+    def _answered(self, asked: Sequence[Rank]) -> bool:
+        return all(r.rank in self._states or r.returncode is not None for r in asked)
 
     def _state_of(self, rank: Rank) -> dict[str, Any]:
         if rank.returncode is not None:
@@ -475,7 +530,58 @@ class Job:
 
     def _has_outcome(self) -> bool:
         failed = self._abort is not None or self._failure is not None
-        return failed or bool(self._stops) or self._all_exited()
+        stuck = self._deadlock is not None
+        return failed or stuck or bool(self._stops) or self._all_exited()
+
+    # -- looking for a deadlock ---------------------------------------------------------
+    def _run(self, deadline: float | None) -> bool:
+        """``_pump`` until the job has an outcome (True) or ``deadline`` passes (False).
+
+        With ``deadlock_check`` the loop also wakes for the looks: one starts
+        when ``_next_look`` comes, and is judged once every rank asked has
+        answered or ``LOOK_WAIT`` seconds have passed.
+        """
+        if not self.deadlock_check:
+            return self._pump(deadline, self._has_outcome)
+
+        def done() -> bool:
+            looking = self._looking
+            return self._has_outcome() or (looking is not None and self._answered(looking))
+
+        while True:
+            wake = self._next_look if self._looking is None else self._look_due
+            self._pump(wake if deadline is None else min(wake, deadline), done)
+            if self._has_outcome():
+                return True
+            now = time.monotonic()
+            if self._looking is not None:
+                if now >= self._look_due or self._answered(self._looking):
+                    self._looking = None
+                    self._judge()
+                    self._next_look = time.monotonic() + LOOK_EVERY
+                    if self._has_outcome():
+                        return True
+            elif now >= self._next_look:
+                self._looking = self._ask()
+                self._look_due = now + LOOK_WAIT
+            if deadline is not None and now >= deadline:
+                return False
+
+    def _judge(self) -> None:
+        """Compare this look's answers with the previous look's: can any rank progress?"""
+        self._reap()
+        states = [self._state_of(rank) for rank in self.ranks]
+        pending = [rank.rank for rank in self.ranks if rank.returncode is None]
+        current = {rank: states[rank] for rank in pending}
+        cpu = {rank: _cpu_seconds(self.ranks[rank].mpi_pid) for rank in pending}
+        busy = any(
+            now is not None and before is not None and now - before >= BUSY_CPU
+            for now, before in ((cpu[rank], self._previous_cpu.get(rank)) for rank in pending)
+        )
+        if not busy and is_stuck(self._previous, current, pending):
+            self._deadlock = _describe_deadlock(states, pending)
+            self._deadlock_states = states
+        self._previous, self._previous_cpu = current, cpu
 
     def _conclude(self) -> int:
         """Report why the job ends, end the ranks and return the exit status."""
@@ -498,6 +604,12 @@ class Job:
             self.report(f"rank {rank.rank} {ctl.describe_exit(rank.returncode)}{others}")
             self._end(GRACE, signal.SIGTERM, 0)
             return ctl.exit_status(rank.returncode)
+        if self._deadlock is not None:
+            self.report(self._deadlock)
+            for state in self._deadlock_states:
+                self.report(f"  {ctl.format_state(state)}", prefix=False)
+            self._end(GRACE, signal.SIGINT, 0)
+            return DEADLOCK_STATUS
         ended_by_caller = self._ending  # terminate() ended the ranks before wait() ran
         self._end(GRACE, signal.SIGTERM, 0)  # end leftover children, drain output
         codes = [ctl.exit_status(r.returncode) for r in self.ranks if r.returncode]
@@ -600,6 +712,39 @@ class Job:
         self._states[rank.rank] = msg
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user + system) process ``pid`` has used; None where /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _describe_deadlock(states: Sequence[Mapping[str, Any]], pending: Sequence[int]) -> str:
+    """The wait-for graph in one line, as in notebooks, with exited ranks and their status.
+
+    ``deadlock: rank 0 waits in recv(source=1, tag=7) on MPI_COMM_WORLD; rank 1
+    waits in ...``, or, when some ranks have exited, ``no rank can progress:
+    rank 0 waits in Barrier ... on MPI_COMM_WORLD; rank 1 has exited (status 0)``.
+    """
+    text = describe_stuck(dict(enumerate(states)), pending)
+    exited: dict[object, list[int]] = {}  # status -> ranks
+    for rank, state in enumerate(states):
+        if rank not in pending:
+            exited.setdefault(state.get("status"), []).append(rank)
+    if not exited:
+        return text
+    parts = [text.partition(": ")[2]]
+    for status, ranks in exited.items():
+        if len(ranks) == 1:
+            parts.append(f"rank {ranks[0]} has exited (status {status})")
+        else:
+            parts.append(f"ranks {format_ranks(ranks)} have exited (status {status})")
+    return "no rank can progress: " + "; ".join(parts)
+
+
 # -- the launcher's command ------------------------------------------------------------
 @contextlib.contextmanager
 def _stop_on_signals(job: Job) -> Iterator[None]:
@@ -624,13 +769,16 @@ def run_job(
     tag_output: bool = False,
     timeout: float | None = None,
     name: str = PROG,
+    deadlock_check: bool = True,
 ) -> int:
     """Run ``argv`` on ``n`` ranks like ``mpiexec`` and return the exit status.
 
     After ``timeout`` seconds the ranks' states are reported, the ranks ended,
-    and the status is 124. 127 (126) when the program cannot be found (run).
+    and the status is 124. With ``deadlock_check``, a job where no rank can
+    progress is reported and ended at once, with status 125. 127 (126) when
+    the program cannot be found (run).
     """
-    job = Job(argv, n, tag_output=tag_output, name=name)
+    job = Job(argv, n, tag_output=tag_output, name=name, deadlock_check=deadlock_check)
     with _stop_on_signals(job), job:
         try:
             job.start()

@@ -39,6 +39,7 @@ class Op:
     msgid = 0
     bsend_bytes = 0  # attached-buffer space held by a buffered send
     rsig = 0  # collective signature of the received message
+    peer_died = False  # failed because the peer rank died (not a mismatch)
     # Scatters received packed bytes into the user's memory (receives with a
     # non-contiguous derived datatype); run once by settle().
     unpack: Any = None

@@ -163,3 +163,5 @@ class ProgressThread(threading.Thread):
             if msg.get("type") == "query":
                 reply = describe_state(self.engine, self.main_thread_id)
                 self.transport.send_control(_control.encode(reply))
+            elif msg.get("type") == _control.PEER_EXIT:
+                self.engine.note_peer_exit(int(msg["rank"]), str(msg.get("reason", "")))

@@ -110,6 +110,15 @@ class Transport:
         queue.append(frame)
         self._flush_peer(wrank)
 
+    def send_to_self(self, frame: bytes) -> None:
+        """Put ``frame`` into this rank's own socket, from any thread.
+
+        A fresh socket each time, so that no state is shared with the thread
+        that drives the data socket (which this wakes up).
+        """
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.sendto(frame, self.path)
+
     def send_chunked(self, wrank: int, header_at: Callable[[int], bytes], mem: memoryview) -> None:
         """Send a large payload as frames ``header_at(offset) + chunk``."""
         for offset in range(0, mem.nbytes, CHUNK):

@@ -33,6 +33,10 @@ Kinds:
   ``CANCELLED``, otherwise it answers nothing (the ACK/FIN follows as usual).
 * ``CERR``: a collective mismatch was detected on ``context``; the payload is the
   UTF-8 report. Every rank waiting in a collective on that context fails with it.
+* ``PEER_DEAD``: world rank ``value`` has died; the payload is the UTF-8 reason.
+  A rank's progress thread sends it to the rank's own socket when the controller
+  says so, so that a main thread blocked in MPI wakes up and fails what waits on
+  the dead rank.
 
 Packing and unpacking are pure functions; sockets live in ``_transport``.
 """
@@ -53,6 +57,7 @@ __all__ = [
     "FIN",
     "HEADER",
     "HEADER_SIZE",
+    "PEER_DEAD",
     "RTS",
     "RTS_EXTRA",
     "SYNC",
@@ -61,7 +66,7 @@ __all__ = [
     "unpack",
 ]
 
-EAGER, RTS, ACK, FIN, CTS, DATA, CERR, CANCEL, CANCELLED = 1, 2, 3, 4, 5, 6, 7, 8, 9
+EAGER, RTS, ACK, FIN, CTS, DATA, CERR, CANCEL, CANCELLED, PEER_DEAD = range(1, 11)
 KIND_NAMES = {
     EAGER: "EAGER",
     RTS: "RTS",
@@ -72,6 +77,7 @@ KIND_NAMES = {
     CERR: "CERR",
     CANCEL: "CANCEL",
     CANCELLED: "CANCELLED",
+    PEER_DEAD: "PEER_DEAD",
 }
 
 SYNC = 0x01

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import Callable
 
-from ._launcher import PROG, run_job
+from ._launcher import DEADLOCK_STATUS, PROG, TIMEOUT_STATUS, run_job
 
 __all__ = ["main", "program_argv"]
 
@@ -23,6 +23,21 @@ executable. The output of every rank is forwarded line by line. When a rank
 fails or calls Abort, the other ranks are ended and the exit status is that
 rank's (128+n for death by signal n, the error code for Abort); Ctrl-C is
 forwarded to every rank.
+"""
+
+_EPILOG = f"""\
+deadlocks: when no rank can progress (every running rank has been blocked in
+one MPI call for a while, with no message moving: the ranks wait on each other
+or on ranks that have exited), the job is ended within about a second: the
+launcher prints the wait-for graph, e.g. "deadlock: rank 0 waits in
+recv(source=1, tag=7) on MPI_COMM_WORLD; rank 1 waits in recv(source=0, tag=7)
+on MPI_COMM_WORLD", and what every rank is doing, interrupts the ranks and
+exits with status {DEADLOCK_STATUS}. A rank that computes, a long transfer or
+a loop of short waits is not a deadlock. --no-deadlock-check turns this off.
+
+exit status: 0 when every rank exits 0; else the first failing rank's status,
+the error code of Abort, {TIMEOUT_STATUS} after --timeout, {DEADLOCK_STATUS} for a deadlock,
+126 (127) when PROGRAM cannot be run (found), 128+n after signal n.
 """
 
 # Launcher options that take a value in the next argument.
@@ -81,9 +96,11 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """The parser of the launcher's own options."""
     parser = argparse.ArgumentParser(
         prog=prog,
-        usage=f"{prog} [-h] [-n N] [--tag-output] [--timeout S] [--] "
+        usage=f"{prog} [-h] [-n N] [--tag-output] [--timeout S] [--no-deadlock-check] [--] "
         "(PROGRAM | -m MODULE | -c CODE) [ARGS...]",
         description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "-n", "-np", "--np", dest="np", metavar="N", type=_positive(int), default=1,
@@ -96,7 +113,12 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser.add_argument(
         "--timeout", metavar="S", type=_positive(float), default=None,
         help="after S seconds, report what every rank is doing, end the job "
-        "and exit with status 124",
+        f"and exit with status {TIMEOUT_STATUS}",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-deadlock-check", dest="deadlock_check", action="store_false",
+        help="do not end the job when no rank can progress (a deadlock then "
+        "lasts until --timeout, if any)",
     )  # fmt: skip
     return parser
 
@@ -110,7 +132,13 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         program = program_argv(command)
     except ValueError as exc:
         parser.error(str(exc))
-    return run_job(program, args.np, tag_output=args.tag_output, timeout=args.timeout)
+    return run_job(
+        program,
+        args.np,
+        tag_output=args.tag_output,
+        timeout=args.timeout,
+        deadlock_check=args.deadlock_check,
+    )
 
 
 if __name__ == "__main__":

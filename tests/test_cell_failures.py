@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ipympi.controller.cluster import Cluster
+from ipympi.controller.cluster import Cluster, ClusterError
 from ipympi.controller.execute import CellOptions, CellResult, run_cell
 from ipympi.controller.render import strip_ansi
 
@@ -237,3 +237,33 @@ def test_messages_and_receives_left_behind_are_warned_about_once(cluster) -> Non
         "if rank == 1:\n    comm.recv(source=0, tag=7)\n    pending.Cancel()\n    pending.wait()",
     )
     assert notebook.text("stderr") == ""
+
+
+def test_operations_on_a_rank_that_dies_fail_with_an_mpi_error() -> None:
+    code = (
+        "import os, signal, time\n"
+        "if rank == 2:\n"
+        "    time.sleep(0.3)\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "elif rank == 0:\n"
+        "    comm.recv(source=2)\n"
+        "else:\n"
+        "    comm.Barrier()\n"
+    )
+    with Cluster(3) as c:
+        c.start()
+        result, _, took = cell(c, code)
+        assert took < REPORT_WITHIN
+        errors = result.errors
+        assert errors[2]["ename"] == "EngineDied"
+        assert errors[0]["ename"] == "Exception"  # MPI.Exception, raised in the rank
+        assert errors[0]["evalue"].endswith("recv: rank 2 has died (was killed by signal SIGKILL)")
+        assert "Barrier: collective #0 on MPI_COMM_WORLD: rank 2 has died" in errors[1]["evalue"]
+        assert not result.stopped  # they failed by themselves, nobody had to stop them
+        with pytest.raises(ClusterError, match="rank 2 was killed by signal SIGKILL"):
+            cell(c, "pass")
+        result, _, _ = cell(c, "print(comm.allreduce(1))", targets="0,1")
+        assert type(result.error()).__name__ == "Exception"  # the world has a dead member
+        c.restart()
+        result, notebook, _ = cell(c, "print(comm.allreduce(1))")
+        assert notebook.text() == "[stdout:0-2] 3\n"

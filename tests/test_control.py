@@ -13,6 +13,7 @@ VALID = [
     {"type": "hello", "rank": 0, "pid": 4241, "host": "node1"},
     {"type": "abort", "rank": 2, "code": 3, "reason": "MPI_Abort(COMM_WORLD, 3)"},
     {"type": "state", "rank": 1, "state": "running"},
+    {"type": "peer_exit", "rank": 2, "reason": "was killed by signal SIGKILL"},
     {
         "type": "state",
         "rank": 1,
@@ -114,7 +115,7 @@ def test_env_names_and_addresses() -> None:
     ("msg", "line"),
     [
         (
-            VALID[3],
+            VALID[4],
             "rank 1 (pid 4242): blocked in Recv(source=0, tag=7) on COMM_WORLD"
             " for 3.0 s at prog.py:5",
         ),

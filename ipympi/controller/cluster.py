@@ -137,6 +137,7 @@ class Cluster(ClusterAPI):
         self.ended: str | None = None  # why the controller ended the world
         self.on_error = "interrupt"  # what to do with a stuck cell: see watch.ON_ERROR
         self.stopped = False  # True after stop(), until the next start()
+        self._stopping = False  # engines exit on purpose: no peer_exit notices
         self._ctx: zmq.Context[Any] = zmq.Context()
         self._router = self._ctx.socket(zmq.ROUTER)
         self._router.setsockopt(zmq.LINGER, 0)
@@ -225,6 +226,7 @@ class Cluster(ClusterAPI):
     def stop(self, grace: float = STOP_GRACE) -> None:
         """End the world: ask every engine to finalize and exit, then TERM, then KILL."""
         alive = [e for e in self.engines if e.alive]
+        self._stopping = True
         if alive:
             if all(e.ready for e in alive) and not self._busy():
                 req = self.submit("shutdown", {}, [e.rank for e in alive])
@@ -240,6 +242,7 @@ class Cluster(ClusterAPI):
         self.requests.clear()
         self._close_world()
         self.stopped = True
+        self._stopping = False
 
     def restart(self, n: int | None = None) -> None:
         self.stop()
@@ -363,6 +366,8 @@ class Cluster(ClusterAPI):
     def _on_exit(self, rank: int, returncode: int) -> None:
         engine = self.engines[rank]
         engine.returncode = returncode
+        if not self._stopping and self.aborted is None and not self.ended:
+            self._tell_peers(rank, ctl.describe_exit(returncode) if returncode else "exited")
         for req in self.requests.values():
             if rank in req.targets and rank not in req.replies:
                 if self.aborted is not None:
@@ -371,6 +376,16 @@ class Cluster(ClusterAPI):
                     continue
                 what = ctl.describe_exit(returncode) if returncode else "exited"
                 self._synthesize_reply(req, rank, "EngineDied", f"rank {rank} {what}")
+
+    def _tell_peers(self, rank: int, reason: str) -> None:
+        """Tell every live rank that ``rank`` died: what waits on it fails at once."""
+        if self._ctl is None:
+            return
+        frame = ctl.encode({"type": ctl.PEER_EXIT, "rank": rank, "reason": reason})
+        for engine in self.engines:
+            if engine.alive and engine.rank != rank:
+                with contextlib.suppress(zmq.ZMQError):
+                    self._ctl.send_multipart([ctl.identity(engine.rank), frame], zmq.NOBLOCK)
 
     def world_ended(self) -> str:
         """Why the current world is over (an abort, or dead ranks), in one line."""
