@@ -128,8 +128,8 @@ class Engine:
         # context -> sequence numbers below this belong to collectives abandoned
         # by an interrupt; their late messages are dropped without a report.
         self.coll_floor: dict[int, int] = {}
-        # Polls that handled at least one incoming frame: observers compare two
-        # readings to tell a long transfer from a rank that cannot progress.
+        # Incoming frames handled: observers compare two readings to tell a
+        # long transfer from a rank that cannot progress.
         self.progressed = 0
         self.dead_peers: dict[int, str] = {}  # world rank -> why it is gone
 
@@ -452,6 +452,7 @@ class Engine:
         self._reply(wsource, FIN, msgid)
 
     def _handle(self, frame: bytes) -> None:
+        self.progressed += 1
         if frame[0] == DATA:
             self.on_data(frame)
         else:
@@ -477,8 +478,6 @@ class Engine:
             handled = True
         if self.colls:
             self.advance_collectives()
-        if handled:
-            self.progressed += 1
         return handled
 
     def wait(self, op: Op, info: Callable[[], WaitInfo] | None = None) -> None:

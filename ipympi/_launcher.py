@@ -17,18 +17,17 @@ With ``deadlock_check`` (on in :func:`run_job`, so in ``ipympi.run``), a job
 also ends when no rank can progress, by the stuck-cell rule of notebooks
 (:mod:`ipympi.controller.watch`): from :data:`LOOK_AFTER` seconds after the
 start, every :data:`LOOK_EVERY` seconds, the loop asks the running ranks what
-they are doing, and collects the answers for at most :data:`LOOK_WAIT` seconds
-without ever stopping to forward output or see exits. When two looks in a row
-find every running rank blocked in the same MPI wait, for at least
-``STUCK_AFTER`` seconds, with no incoming message handled in between (and, where
-``/proc`` tells, with less than :data:`BUSY_CPU` seconds of CPU time used in
-between: a rank copying a large message straight out of its peer's memory
-handles no message meanwhile), the ranks wait on each other or on ranks that
-have exited: the launcher reports the
-wait-for graph and every rank's state, ends the ranks with SIGINT → SIGTERM →
-SIGKILL and exits with :data:`DEADLOCK_STATUS` (125). A rank that computes, a
-long transfer, a loop of short waits and a rank that has not started its MPI
-runtime yet all keep the job running.
+they are doing and collects the answers for at most :data:`LOOK_WAIT` seconds,
+forwarding output and seeing exits meanwhile. When two looks in a row find
+every running rank blocked in the same MPI wait, for at least ``STUCK_AFTER``
+seconds, having handled no incoming message in between and (where ``/proc``
+tells) used less than ``BUSY_CPU`` seconds of CPU time in between (a rank
+copying a large message straight out of its peer's memory handles no message
+meanwhile), the ranks wait on each other or on ranks that have exited. The
+launcher then reports the wait-for graph and every rank's state, ends the
+ranks with SIGTERM → SIGKILL and exits with :data:`DEADLOCK_STATUS`
+(125). A rank that computes, a long transfer, a loop of short waits and a rank
+that has not started its MPI runtime yet all keep the job running.
 """
 
 from __future__ import annotations
@@ -52,7 +51,7 @@ import zmq
 
 from . import _control as ctl
 from .controller.targets import format_ranks
-from .controller.watch import LOOK_AFTER, LOOK_EVERY, describe_stuck, is_stuck
+from .controller.watch import LOOK_AFTER, LOOK_EVERY, cpu_seconds, describe_stuck, is_stuck
 
 __all__ = ["DEADLOCK_STATUS", "TIMEOUT_STATUS", "Job", "Rank", "rank_environment", "run_job"]
 
@@ -64,7 +63,6 @@ QUERY_TIMEOUT = 1.0  # how long ranks get to answer a state query in a hang repo
 LOOK_WAIT = 0.2  # how long ranks get to answer one look for a deadlock
 # CPU seconds a rank may use between two looks and still count as blocked: a
 # blocked rank's wake-ups cost about 1% of a core, a copy or a computation 100%.
-BUSY_CPU = 0.05
 TIMEOUT_STATUS = 124  # like timeout(1)
 # When no rank can progress: next to the timeout's 124, below the 126/127 of a
 # program that cannot run and the 128+n of deaths by signal; mpiexec has none.
@@ -72,10 +70,6 @@ DEADLOCK_STATUS = 125
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _TICK = 0.05  # poll period for exits when the platform has no pidfd
 _PR_SET_PDEATHSIG = 1
-try:
-    _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-except (AttributeError, ValueError, OSError):
-    _CLOCK_TICKS = 100
 _MAX_IPC_PATH = 100  # sun_path is 108 bytes on Linux, 104 on macOS
 _CHUNK = 1 << 16  # bytes per read from a rank's pipe
 _MAX_PARTIAL = 1 << 16  # a line this long without a newline is forwarded anyway
@@ -302,7 +296,6 @@ class Job:
         self._looking: list[Rank] | None = None
         self._look_due = 0.0
         self._previous: dict[int, dict[str, Any]] = {}
-        self._previous_cpu: dict[int, float | None] = {}
         self._deadlock: str | None = None
         self._deadlock_states: list[dict[str, Any]] = []
         self._on_message: dict[str, Callable[[Rank, dict[str, Any]], None]] = {
@@ -572,16 +565,13 @@ class Job:
         self._reap()
         states = [self._state_of(rank) for rank in self.ranks]
         pending = [rank.rank for rank in self.ranks if rank.returncode is None]
-        current = {rank: states[rank] for rank in pending}
-        cpu = {rank: _cpu_seconds(self.ranks[rank].mpi_pid) for rank in pending}
-        busy = any(
-            now is not None and before is not None and now - before >= BUSY_CPU
-            for now, before in ((cpu[rank], self._previous_cpu.get(rank)) for rank in pending)
-        )
-        if not busy and is_stuck(self._previous, current, pending):
+        current = {
+            rank: dict(states[rank], cpu=cpu_seconds(self.ranks[rank].mpi_pid)) for rank in pending
+        }
+        if is_stuck(self._previous, current, pending):
             self._deadlock = _describe_deadlock(states, pending)
             self._deadlock_states = states
-        self._previous, self._previous_cpu = current, cpu
+        self._previous = current
 
     def _conclude(self) -> int:
         """Report why the job ends, end the ranks and return the exit status."""
@@ -608,7 +598,7 @@ class Job:
             self.report(self._deadlock)
             for state in self._deadlock_states:
                 self.report(f"  {ctl.format_state(state)}", prefix=False)
-            self._end(GRACE, signal.SIGINT, 0)
+            self._end(GRACE, signal.SIGTERM, 0)  # the report says where each rank was
             return DEADLOCK_STATUS
         ended_by_caller = self._ending  # terminate() ended the ranks before wait() ran
         self._end(GRACE, signal.SIGTERM, 0)  # end leftover children, drain output
@@ -710,16 +700,6 @@ class Job:
 
     def _on_state(self, rank: Rank, msg: dict[str, Any]) -> None:
         self._states[rank.rank] = msg
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    """The CPU time (user + system) process ``pid`` has used; None where /proc cannot tell."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _describe_deadlock(states: Sequence[Mapping[str, Any]], pending: Sequence[int]) -> str:

@@ -277,7 +277,8 @@ def _finalize_at_exit() -> None:
         try:
             Finalize()
         except BaseException as exc:  # at exit there is nobody left to raise to
-            print(f"ipympi: Finalize at exit failed: {exc}", file=sys.stderr)
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            print(f"ipympi: Finalize at exit failed: {reason}", file=sys.stderr)
 
 
 def _install_excepthook() -> None:

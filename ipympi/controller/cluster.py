@@ -38,6 +38,7 @@ from .. import _control as ctl
 from .._launcher import _die_with_parent, _make_session_dir, rank_environment
 from ..engine.protocol import Message, ProtocolError, Signer
 from .api import ClusterAPI
+from .watch import cpu_seconds
 
 __all__ = [
     "DEFAULT_NP",
@@ -615,10 +616,11 @@ class Cluster(ClusterAPI):
         return [self.state_of(engine) for engine in self.engines]
 
     def state_of(self, engine: EngineRecord) -> dict[str, Any]:
+        """The rank's last state answer, with the CPU time its process has used."""
         if engine.returncode is not None:
             return ctl.launcher_state(engine.rank, engine.pid, engine.returncode)
         if engine.state:
-            return engine.state
+            return dict(engine.state, cpu=cpu_seconds(engine.pid))
         return ctl.launcher_state(engine.rank, engine.pid, None)
 
     def status(self) -> list[dict[str, Any]]:

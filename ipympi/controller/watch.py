@@ -4,7 +4,10 @@ While a cell runs, the controller asks its ranks every :data:`LOOK_EVERY`
 seconds what they are doing (:mod:`ipympi._control` ``state`` answers). The
 cell is *stuck* when every rank still running it has been blocked in one MPI
 wait for at least :data:`STUCK_AFTER` seconds and handled no incoming message
-since the previous look. No rank is computing then, and no message is moving:
+since the previous look, nor used :data:`BUSY_CPU` seconds of CPU time (where
+the state dicts carry ``cpu``, see :func:`cpu_seconds`: a rank copying a large
+message straight out of its peer's memory handles no frame meanwhile). No rank
+is computing then, and no message is moving:
 the ranks wait on each other (a deadlock), on a rank that failed, or on one
 that finished the cell without doing its part. A long transfer is not stuck
 (its receiver keeps handling frames), nor is a loop of short waits (each wait
@@ -16,6 +19,7 @@ applies the session's ``on_error`` policy to a stuck cell.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,10 +27,12 @@ from .. import _control as ctl
 from .targets import format_ranks
 
 __all__ = [
+    "BUSY_CPU",
     "LOOK_AFTER",
     "LOOK_EVERY",
     "ON_ERROR",
     "STUCK_AFTER",
+    "cpu_seconds",
     "describe_stuck",
     "is_stuck",
 ]
@@ -34,9 +40,15 @@ __all__ = [
 LOOK_AFTER = 0.5  # seconds into a cell before the first look
 LOOK_EVERY = 0.25  # seconds between looks
 STUCK_AFTER = 0.5  # seconds a wait must have lasted
+BUSY_CPU = 0.05  # CPU seconds between looks that mean a rank is working (a big copy)
 ON_ERROR = ("interrupt", "wait", "abort")  # what to do with a stuck cell
 
 State = Mapping[str, Any]
+
+try:
+    _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+except (AttributeError, ValueError, OSError):
+    _CLOCK_TICKS = 100
 
 
 def _key(state: State) -> tuple[Any, ...]:
@@ -63,7 +75,22 @@ def is_stuck(
             return False
         if _key(now) != _key(before) or now.get("progressed") != before.get("progressed"):
             return False
+        cpu_now, cpu_before = now.get("cpu"), before.get("cpu")
+        if cpu_now is not None and cpu_before is not None and cpu_now - cpu_before >= BUSY_CPU:
+            return False
     return True
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """The CPU time (user + system) process ``pid`` has used; None where /proc cannot tell."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def describe_stuck(
