@@ -116,3 +116,29 @@ def test_session_quick_prints_every_row() -> None:
     assert found == SESSION_ROWS, detail
     assert any(line.startswith("targets: session ready") for line in lines), detail
     assert "IPython Parallel: n/a (--no-ipyparallel)" in lines, detail
+
+
+FAULT_SCENARIOS = 11
+
+
+@pytest.mark.timeout(150)
+def test_faults_prints_every_scenario_with_a_report() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "faults.py"), "--np", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(ROOT),
+    )
+    detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert proc.returncode == 0, detail
+    rows = [
+        line
+        for line in proc.stdout.splitlines()
+        if line.startswith("| ") and not line.startswith("| scenario") and "---" not in line
+    ]
+    assert len(rows) == FAULT_SCENARIOS, detail
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert re.fullmatch(NUMBER, cells[1]), row
+        assert cells[2] and cells[4] == "yes", row

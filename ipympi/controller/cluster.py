@@ -228,8 +228,11 @@ class Cluster(ClusterAPI):
         """End the world: ask every engine to finalize and exit, then TERM, then KILL."""
         alive = [e for e in self.engines if e.alive]
         self._stopping = True
+        broken = any(e.returncode is not None for e in self.engines)
         if alive:
-            if all(e.ready for e in alive) and not self._busy():
+            # A world with a dead rank cannot finalize (its barrier would wait
+            # for the dead one): it gets SIGTERM at once.
+            if all(e.ready for e in alive) and not self._busy() and not broken:
                 req = self.submit("shutdown", {}, [e.rank for e in alive])
                 self.pump(time.monotonic() + grace, lambda: not self.running)
                 self.requests.pop(req.id, None)

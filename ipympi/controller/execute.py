@@ -85,18 +85,28 @@ _ERROR_CLASSES: dict[str, type[RankError]] = {}
 
 
 def rank_error(
-    errors: Mapping[int, dict], targets: list[int], waiting: Mapping[int, str] | None = None
+    errors: Mapping[int, dict],
+    targets: list[int],
+    waiting: Mapping[int, str] | None = None,
+    ename: str | None = None,
 ) -> RankError:
-    """One RankError for a cell's errors, of a class named like the real exception."""
+    """One RankError for a cell's errors, of a class named like the real exception.
+
+    ``ename`` overrides the name (by default the lowest failing rank's).
+    """
     composed = compose_error(dict(errors), targets, dict(waiting or {}) or None)
-    ename = str(composed["ename"]) or "Error"
+    ename = ename or str(composed["ename"]) or "Error"
     if not ename.isidentifier():
         ename = "Error"
     cls = _ERROR_CLASSES.get(ename)
     if cls is None:
         cls = type(ename, (RankError,), {"__module__": "ipympi"})
         _ERROR_CLASSES[ename] = cls
-    return cls(str(composed["evalue"]), errors, list(composed["traceback"]))
+    evalue = composed["evalue"]
+    if ename != composed["ename"]:
+        named = [e for _, e in sorted(errors.items()) if e.get("ename") == ename]
+        evalue = named[0].get("evalue", evalue) if named else evalue
+    return cls(str(evalue), errors, list(composed["traceback"]))
 
 
 @dataclass
@@ -182,7 +192,14 @@ class CellResult:
         if not errors:
             return None
         waiting = {r: w for r, w in self.waiting.items() if r not in errors}
-        exc = rank_error(errors, self.targets, waiting)
+        died = [r for r, e in sorted(errors.items()) if e.get("ename") == "EngineDied"]
+        # A rank's death is the news; the MPI errors it caused in others follow it.
+        exc = rank_error(errors, self.targets, waiting, "EngineDied" if died else None)
+        if died and len(errors) > len(died):
+            deaths = "; ".join(str(errors[r].get("evalue", "")) for r in died)
+            others = {r: e for r, e in errors.items() if r not in died}
+            caused = compose_error(others, self.targets, waiting or None)["traceback"][0]
+            exc.traceback_lines[0] = f"{deaths}; {caused}"
         if self.stuck and type(exc).__name__ == "DeadlockError":
             exc.traceback_lines[0] = f"{self.stuck}; the ranks were stopped"
         if self.timed_out is not None and type(exc).__name__ == "TimeoutError":
@@ -434,6 +451,10 @@ def follow(
         if req.done:
             cluster.forget(req)
     if req.done and req.errors():
+        if not req.interrupted and not cluster.ended and cluster.aborted is None:
+            # Ranks that left a failed cell early may hold news of a collective
+            # mismatch, or be a collective ahead: realign them for the next cell.
+            cluster.resynchronize()
         _report_failure(result)
 
 

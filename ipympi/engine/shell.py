@@ -316,15 +316,45 @@ class Engine:
             self.executing = False
             self.state = "idle"
         self.warn_leftovers()
+        mismatch = None if result.error_in_exec else self.pending_mismatch()
         content: dict[str, Any] = {"execution_count": shell.execution_count - 1}
         if not store_history:
             content["execution_count"] = shell.execution_count
-        error = result.error_before_exec or result.error_in_exec
+        error = result.error_before_exec or result.error_in_exec or mismatch
+        if mismatch is not None:
+            text = str(mismatch)
+            self.io.send_after_output(
+                "error", {"ename": "Exception", "evalue": text, "traceback": [f"Exception: {text}"]}
+            )
         if error is not None:
             content.update(status="error", ename=type(error).__name__, evalue=str(error))
             if isinstance(error, KeyboardInterrupt) and shell.interrupted_at:
                 content["where"] = shell.interrupted_at
         self.reply(content)
+
+    def pending_mismatch(self) -> MPIException | None:
+        """A collective mismatch this rank learned of after leaving the collective.
+
+        It belongs to the cell that just ran (the ranks called different
+        collectives in it): reported now, it is not raised by the next cell's
+        first collective.
+        """
+        from .. import _runtime
+        from .._errors import ERR_NOT_SAME
+
+        engine = _runtime._engine
+        if engine is None or engine.finalized or engine.transport is None:
+            return None
+        engine.enter()
+        try:
+            engine.poll_once(False)
+            if not engine.coll_errors:
+                return None
+            context, detail = next(iter(engine.coll_errors.items()))
+            engine.coll_errors.pop(context)
+        finally:
+            engine.leave()
+        return MPIException(ERR_NOT_SAME, f"found at the end of the cell: {detail}")
 
     def warn_leftovers(self) -> None:
         """Warn (stderr) about messages never received and receives still pending."""
