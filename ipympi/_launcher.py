@@ -6,8 +6,9 @@ and starts each rank in its own process group, with the ``IPYMPI_*``
 environment and, on Linux, ``PR_SET_PDEATHSIG=SIGKILL`` so that no rank
 outlives a killed launcher. One ``zmq.Poller`` loop in the calling thread
 watches the control socket, every rank's stdout/stderr pipe, a pidfd per rank
-and a wake-up pipe for signals: output is forwarded line by line as it comes,
-exits and control messages are seen at once, and every wait has a deadline.
+and a wake-up pipe for signals: output is forwarded line by line as it comes
+(:mod:`ipympi._forwarding`), exits and control messages are seen at once, and
+every wait has a deadline.
 The first failure (a non-zero exit, a death by signal, an ``abort`` message, a
 stop request) ends the job: every rank's process group gets [SIGINT →] SIGTERM
 → SIGKILL, with a bounded wait between the steps. :class:`Rank` is a
@@ -50,8 +51,8 @@ from typing import IO, Any, Callable
 import zmq
 
 from . import _control as ctl
-from .controller.targets import format_ranks
-from .controller.watch import LOOK_AFTER, LOOK_EVERY, cpu_seconds, describe_stuck, is_stuck
+from ._forwarding import OutputStream, Sink
+from .controller.watch import LOOK_AFTER, LOOK_EVERY, cpu_seconds, describe_stuck_job, is_stuck
 
 __all__ = ["DEADLOCK_STATUS", "TIMEOUT_STATUS", "Job", "Rank", "rank_environment", "run_job"]
 
@@ -61,8 +62,6 @@ ABORT_GRACE = 0.25  # how long a failed rank's abort message may lag behind its 
 DRAIN_GRACE = 1.0  # how long output may lag behind the end of the last process
 QUERY_TIMEOUT = 1.0  # how long ranks get to answer a state query in a hang report
 LOOK_WAIT = 0.2  # how long ranks get to answer one look for a deadlock
-# CPU seconds a rank may use between two looks and still count as blocked: a
-# blocked rank's wake-ups cost about 1% of a core, a copy or a computation 100%.
 TIMEOUT_STATUS = 124  # like timeout(1)
 # When no rank can progress: next to the timeout's 124, below the 126/127 of a
 # program that cannot run and the 128+n of deaths by signal; mpiexec has none.
@@ -71,78 +70,6 @@ THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _TICK = 0.05  # poll period for exits when the platform has no pidfd
 _PR_SET_PDEATHSIG = 1
 _MAX_IPC_PATH = 100  # sun_path is 108 bytes on Linux, 104 on macOS
-_CHUNK = 1 << 16  # bytes per read from a rank's pipe
-_MAX_PARTIAL = 1 << 16  # a line this long without a newline is forwarded anyway
-
-
-# -- output forwarding --------------------------------------------------------------
-class Sink:
-    """A binary stream the launcher writes to: flushed per write; a broken one discards."""
-
-    def __init__(self, stream: IO[bytes]) -> None:
-        self.stream = stream
-        self.broken = False
-
-    def write(self, data: bytes) -> None:
-        if self.broken or not data:
-            return
-        try:
-            self.stream.write(data)
-            self.stream.flush()
-        except (OSError, ValueError):  # reader gone (EPIPE) or stream closed
-            self.broken = True
-
-
-class OutputStream:
-    """One rank's stdout or stderr pipe, forwarded to a sink in whole lines.
-
-    Lines from different ranks never interleave mid-line. With a ``prefix``
-    every line gets it (and a final line without newline gets one). Bytes are
-    forwarded unchanged otherwise, and the last partial line is written at EOF.
-    """
-
-    def __init__(self, pipe: IO[bytes], sink: Sink, prefix: bytes | None) -> None:
-        self.pipe = pipe
-        self.fd = pipe.fileno()
-        self.sink = sink
-        self.prefix = prefix
-        self._pending = bytearray()
-
-    def read(self) -> bool:
-        """Read what the pipe has (it must be readable) and forward whole lines.
-
-        Returns False at end of file: then ``close()`` forwards the rest.
-        """
-        try:
-            data = os.read(self.fd, _CHUNK)
-        except OSError:
-            data = b""
-        if not data:
-            return False
-        self._pending += data
-        cut = self._pending.rfind(b"\n") + 1
-        if cut == 0 and len(self._pending) >= _MAX_PARTIAL:
-            cut = len(self._pending)
-        if cut:
-            self._emit(bytes(self._pending[:cut]))
-            del self._pending[:cut]
-        return True
-
-    def _emit(self, chunk: bytes) -> None:
-        if not chunk or self.prefix is None:
-            self.sink.write(chunk)
-            return
-        lines = chunk.split(b"\n")
-        last = lines.pop()  # b"" when the chunk ends with a newline
-        if last:
-            lines.append(last)
-        self.sink.write(b"".join(self.prefix + line + b"\n" for line in lines))
-
-    def close(self) -> None:
-        """Forward any partial line and close the pipe."""
-        self._emit(bytes(self._pending))
-        self._pending.clear()
-        self.pipe.close()
 
 
 # -- how to start a rank ---------------------------------------------------------
@@ -569,7 +496,7 @@ class Job:
             rank: dict(states[rank], cpu=cpu_seconds(self.ranks[rank].mpi_pid)) for rank in pending
         }
         if is_stuck(self._previous, current, pending):
-            self._deadlock = _describe_deadlock(states, pending)
+            self._deadlock = describe_stuck_job(states, pending)
             self._deadlock_states = states
         self._previous = current
 
@@ -700,29 +627,6 @@ class Job:
 
     def _on_state(self, rank: Rank, msg: dict[str, Any]) -> None:
         self._states[rank.rank] = msg
-
-
-def _describe_deadlock(states: Sequence[Mapping[str, Any]], pending: Sequence[int]) -> str:
-    """The wait-for graph in one line, as in notebooks, with exited ranks and their status.
-
-    ``deadlock: rank 0 waits in recv(source=1, tag=7) on MPI_COMM_WORLD; rank 1
-    waits in ...``, or, when some ranks have exited, ``no rank can progress:
-    rank 0 waits in Barrier ... on MPI_COMM_WORLD; rank 1 has exited (status 0)``.
-    """
-    text = describe_stuck(dict(enumerate(states)), pending)
-    exited: dict[object, list[int]] = {}  # status -> ranks
-    for rank, state in enumerate(states):
-        if rank not in pending:
-            exited.setdefault(state.get("status"), []).append(rank)
-    if not exited:
-        return text
-    parts = [text.partition(": ")[2]]
-    for status, ranks in exited.items():
-        if len(ranks) == 1:
-            parts.append(f"rank {ranks[0]} has exited (status {status})")
-        else:
-            parts.append(f"ranks {format_ranks(ranks)} have exited (status {status})")
-    return "no rank can progress: " + "; ".join(parts)
 
 
 # -- the launcher's command ------------------------------------------------------------

@@ -23,7 +23,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from ipympi.controller import session
 from ipympi.controller.cluster import Cluster, ClusterError
 from ipympi.controller.execute import CellOptions, CellResult, follow, run_cell
-from ipympi.controller.publish import publisher_for, request_is_silent
+from ipympi.controller.publish import cell_number, publisher_for, request_is_silent
 from ipympi.controller.render import GROUPS
 from ipympi.controller.status import StatusTable
 from ipympi.controller.watch import ON_ERROR
@@ -258,7 +258,7 @@ class ParallelMagics(Magics):
         if request_is_silent(self.shell):
             options = replace(options, silent=True)
         try:
-            result = run_cell(cluster, code, options, publish, self.shell.execution_count)
+            result = run_cell(cluster, code, options, publish, cell_number(self.shell))
         except (ClusterError, ValueError) as exc:
             raise UsageError(str(exc)) from None
         if save_name:
@@ -279,7 +279,7 @@ class ParallelMagics(Magics):
             raise UsageError("no %%px --noblock cell to wait for")
         cluster = self._cluster()
         options = CellOptions(**dict(self.defaults, stream=False, block=True))
-        result.execution_count = self.shell.execution_count
+        result.execution_count = cell_number(self.shell)
         follow(cluster, result, options, publisher_for(self.shell))
         self.pending = None
         result.raise_for_error()

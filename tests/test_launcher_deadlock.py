@@ -17,7 +17,8 @@ import time
 import pytest
 from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
-from ipympi._launcher import DEADLOCK_STATUS, TIMEOUT_STATUS, _describe_deadlock
+from ipympi._launcher import DEADLOCK_STATUS, TIMEOUT_STATUS
+from ipympi.controller.watch import describe_stuck_job
 
 # The launcher's own --timeout: a safety net far beyond the detection time.
 SAFETY = 30
@@ -245,10 +246,10 @@ def test_the_report_groups_exited_ranks_by_status() -> None:
         {"rank": 2, "state": "exited", "status": 0},
         {"rank": 3, **waiting},
     ]
-    assert _describe_deadlock(states, [0, 3]) == (
+    assert describe_stuck_job(states, [0, 3]) == (
         f"no rank can progress: rank 0 waits in {call} on MPI_COMM_WORLD; "
         f"rank 3 waits in {call} on MPI_COMM_WORLD; ranks 1,2 have exited (status 0)"
     )
     assert (
-        _describe_deadlock(states[:1], [0]) == f"deadlock: rank 0 waits in {call} on MPI_COMM_WORLD"
+        describe_stuck_job(states[:1], [0]) == f"deadlock: rank 0 waits in {call} on MPI_COMM_WORLD"
     )

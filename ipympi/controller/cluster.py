@@ -3,7 +3,8 @@
 A :class:`Cluster` owns one private session directory, one engine-protocol
 ROUTER (``ipc://<dir>/engines``, signed messages, see
 :mod:`ipympi.engine.protocol`) and one supervisor process
-(:mod:`ipympi.engine.supervisor`) that forks the engines. Each *world*
+(:mod:`ipympi.engine.supervisor`, driven through
+:mod:`ipympi.controller.supervisor`) that forks the engines. Each *world*
 (a set of N engines that form one ``COMM_WORLD``) gets its own directory
 ``<dir>/w<gen>`` holding the ranks' data sockets and the MPI control ROUTER
 (``ipc://<dir>/w<gen>/ctl``, see :mod:`ipympi._control`) through which ranks
@@ -18,15 +19,12 @@ controller interrupts the running ranks, see :meth:`Cluster.wait`).
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import secrets
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,9 +33,10 @@ from typing import Any, Callable
 import zmq
 
 from .. import _control as ctl
-from .._launcher import _die_with_parent, _make_session_dir, rank_environment
+from .._launcher import _make_session_dir, rank_environment
 from ..engine.protocol import Message, ProtocolError, Signer
 from .api import ClusterAPI
+from .supervisor import SupervisorProcess
 from .watch import cpu_seconds
 
 __all__ = [
@@ -146,8 +145,7 @@ class Cluster(ClusterAPI):
         self._router.bind(f"ipc://{self.session_dir}/engines")
         self._ctl: zmq.Socket[bytes] | None = None
         self._world_dir: str | None = None
-        self._supervisor: subprocess.Popen[bytes] | None = None
-        self._supervisor_buffer = b""
+        self._supervisor: SupervisorProcess | None = None
         self._poller = zmq.Poller()
         self._poller.register(self._router, zmq.POLLIN)
         self._closed = False
@@ -193,7 +191,8 @@ class Cluster(ClusterAPI):
             }
             for rank in range(self.n)
         }
-        self._command(
+        assert self._supervisor is not None
+        self._supervisor.command(
             {
                 "type": "spawn",
                 "ranks": list(range(self.n)),
@@ -260,7 +259,9 @@ class Cluster(ClusterAPI):
             self.stop()
         finally:
             self._closed = True
-            self._stop_supervisor()
+            if self._supervisor is not None:
+                self._supervisor.stop(STOP_GRACE)
+                self._supervisor = None
             self._router.close(0)
             self._ctx.term()
             shutil.rmtree(self.session_dir, ignore_errors=True)
@@ -287,74 +288,27 @@ class Cluster(ClusterAPI):
 
     # -- the supervisor ----------------------------------------------------------------
     def _start_supervisor(self) -> None:
-        if self._supervisor is not None and self._supervisor.poll() is None:
+        """Start a supervisor unless one is running, and watch its event pipe."""
+        if self._supervisor is not None and self._supervisor.alive:
             return
         if self._supervisor is not None:
-            self._poller.unregister(self._supervisor.stdout.fileno())  # type: ignore[union-attr]
-        env = dict(self.env)
-        cpus = os.cpu_count()
-        if cpus is not None and self.n >= cpus:
-            for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-                env.setdefault(var, "1")
-        env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-        env["PYTHONUNBUFFERED"] = "1"
-        self._supervisor = subprocess.Popen(
-            [sys.executable, "-m", "ipympi.engine"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-            start_new_session=True,  # the notebook's SIGINT reaches ranks only through us
-            preexec_fn=_die_with_parent(),
-        )
-        assert self._supervisor.stdout is not None
-        fd = self._supervisor.stdout.fileno()
-        os.set_blocking(fd, False)
-        self._supervisor_buffer = b""
-        self._poller.register(fd, zmq.POLLIN)
-
-    def _command(self, command: dict[str, Any]) -> None:
-        assert self._supervisor is not None and self._supervisor.stdin is not None
-        self._supervisor.stdin.write(json.dumps(command).encode() + b"\n")
-        self._supervisor.stdin.flush()
-
-    def _stop_supervisor(self) -> None:
-        proc = self._supervisor
-        if proc is None:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            assert proc.stdin is not None
-            proc.stdin.close()  # end of file: the supervisor exits
-        try:
-            proc.wait(STOP_GRACE)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(STOP_GRACE)
-        if proc.stdout is not None:
-            proc.stdout.close()
-        self._supervisor = None
+            self._poller.unregister(self._supervisor.fd)
+        self._supervisor = SupervisorProcess(self.env, self.n)
+        self._poller.register(self._supervisor.fd, zmq.POLLIN)
 
     def _read_supervisor(self) -> None:
-        proc = self._supervisor
-        assert proc is not None and proc.stdout is not None
-        try:
-            data = os.read(proc.stdout.fileno(), 65536)
-        except BlockingIOError:
-            return
-        if not data:  # the supervisor died: so did its engines (PDEATHSIG)
-            self._poller.unregister(proc.stdout.fileno())
-            proc.wait()
+        """Record the engines' pids and exits; a dead supervisor killed every engine."""
+        sup = self._supervisor
+        assert sup is not None
+        events = sup.read()
+        if events is None:  # the supervisor died: so did its engines (PDEATHSIG)
+            self._poller.unregister(sup.fd)
             for engine in self.engines:
                 if engine.returncode is None and engine.pid is not None:
                     self._on_exit(engine.rank, -int(signal.SIGKILL))
-            for pipe in (proc.stdin, proc.stdout):
-                with contextlib.suppress(OSError):
-                    pipe.close()  # type: ignore[union-attr]
             self._supervisor = None
             return
-        self._supervisor_buffer += data
-        while b"\n" in self._supervisor_buffer:
-            line, self._supervisor_buffer = self._supervisor_buffer.split(b"\n", 1)
-            event = json.loads(line)
+        for event in events:
             kind = event.get("type")
             rank = event.get("rank")
             if kind == "spawned" and rank is not None and rank < len(self.engines):
@@ -532,8 +486,7 @@ class Cluster(ClusterAPI):
                 self._read_engines()
             if self._ctl is not None and self._ctl in events:
                 self._read_control()
-            sup = self._supervisor
-            if sup is not None and sup.stdout is not None and sup.stdout.fileno() in events:
+            if self._supervisor is not None and self._supervisor.fd in events:
                 self._read_supervisor()
 
     def _read_engines(self) -> None:

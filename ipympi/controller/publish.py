@@ -13,7 +13,7 @@ from typing import Any
 
 from .render import Publish
 
-__all__ = ["publisher_for", "request_is_silent"]
+__all__ = ["cell_number", "publisher_for", "request_is_silent"]
 
 
 def publisher_for(shell: Any) -> Publish:
@@ -22,6 +22,17 @@ def publisher_for(shell: Any) -> Publish:
     if kernel is not None and getattr(kernel, "iopub_socket", None) is not None:
         return _kernel_publisher(shell, kernel)
     return _text_publish
+
+
+def cell_number(shell: Any) -> int:
+    """The number of the cell being run (``In [n]``), whichever IPython counts it.
+
+    IPython 9 increments ``execution_count`` before running a cell, IPython 8
+    after; the display hook's ``prompt_count`` is the running cell's in both.
+    """
+    displayhook = getattr(shell, "displayhook", None)
+    count = getattr(displayhook, "prompt_count", None)
+    return int(count if count is not None else shell.execution_count)
 
 
 def request_is_silent(shell: Any) -> bool:

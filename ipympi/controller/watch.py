@@ -20,7 +20,7 @@ applies the session's ``on_error`` policy to a stuck cell.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .. import _control as ctl
@@ -34,6 +34,7 @@ __all__ = [
     "STUCK_AFTER",
     "cpu_seconds",
     "describe_stuck",
+    "describe_stuck_job",
     "is_stuck",
 ]
 
@@ -123,3 +124,26 @@ def describe_stuck(
 
 def _ranks(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
+
+
+def describe_stuck_job(states: Sequence[Mapping[str, Any]], pending: Sequence[int]) -> str:
+    """:func:`describe_stuck` for a launched job: ranks not pending have exited, with a status.
+
+    ``deadlock: rank 0 waits in recv(source=1, tag=7) on MPI_COMM_WORLD; rank 1
+    waits in ...``, or, when some ranks have exited, ``no rank can progress:
+    rank 0 waits in Barrier ... on MPI_COMM_WORLD; rank 1 has exited (status 0)``.
+    """
+    text = describe_stuck(dict(enumerate(states)), pending)
+    exited: dict[object, list[int]] = {}  # status -> ranks
+    for rank, state in enumerate(states):
+        if rank not in pending:
+            exited.setdefault(state.get("status"), []).append(rank)
+    if not exited:
+        return text
+    parts = [text.partition(": ")[2]]
+    for status, ranks in exited.items():
+        if len(ranks) == 1:
+            parts.append(f"rank {ranks[0]} has exited (status {status})")
+        else:
+            parts.append(f"ranks {format_ranks(ranks)} have exited (status {status})")
+    return "no rank can progress: " + "; ".join(parts)
