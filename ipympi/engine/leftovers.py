@@ -1,9 +1,11 @@
-"""Point-to-point traffic a cell left behind, reported as warnings under the cell.
+"""What a cell left behind in a rank: point-to-point leftovers and mismatch news.
 
 A message that arrived but was never received, or a receive request that is
 still posted when a cell ends, is usually a bug (a missing ``recv``, an
 ``Irecv`` never waited for, a tag that does not match). Each is reported once,
 on the rank that holds it, as a line of stderr after the cell's own output.
+News of a collective mismatch that reached a rank after it left the
+collective belongs to the same cell and is taken here too.
 """
 
 from __future__ import annotations
@@ -35,17 +37,30 @@ class Leftovers:
     def __init__(self) -> None:
         self._seen: set[int] = set()
 
-    def warnings(self, engine: Any) -> list[str]:
-        """New leftovers of ``engine`` (the caller must not hold it), one line each."""
+    def check(self, engine: Any, take_mismatch: bool) -> tuple[list[str], str | None]:
+        """What a cell left in ``engine`` (the caller must not hold it).
+
+        Returns the warnings for new leftovers, one line each, and, with
+        ``take_mismatch``, the news of a collective mismatch this rank heard of
+        after it had left the collective (taken, so that the next cell's first
+        collective does not raise it again). One pass over the engine.
+        """
         if engine is None or engine.finalized or engine.transport is None:
-            return []
+            return [], None
+        mismatch = None
         engine.enter()
         try:
             engine.poll_once(False)  # take in what has arrived meanwhile
             unexpected = [e for e in engine.matcher.pending_unexpected() if e.context % 2 == 0]
             posted = [r for r in engine.matcher.pending_posted() if r.context % 2 == 0]
+            if take_mismatch and engine.coll_errors:
+                context = next(iter(engine.coll_errors))
+                mismatch = engine.coll_errors.pop(context)
         finally:
             engine.leave()
+        return self._warnings(unexpected, posted), mismatch
+
+    def _warnings(self, unexpected: list[Any], posted: list[Any]) -> list[str]:
         current = {id(item) for item in (*unexpected, *posted)}
         lines = []
         for env in unexpected:

@@ -315,8 +315,7 @@ class Engine:
         finally:
             self.executing = False
             self.state = "idle"
-        self.warn_leftovers()
-        mismatch = None if result.error_in_exec else self.pending_mismatch()
+        mismatch = self.check_after_cell(take_mismatch=result.error_in_exec is None)
         content: dict[str, Any] = {"execution_count": shell.execution_count - 1}
         if not store_history:
             content["execution_count"] = shell.execution_count
@@ -332,40 +331,25 @@ class Engine:
                 content["where"] = shell.interrupted_at
         self.reply(content)
 
-    def pending_mismatch(self) -> MPIException | None:
-        """A collective mismatch this rank learned of after leaving the collective.
+    def check_after_cell(self, take_mismatch: bool) -> MPIException | None:
+        """Warn (stderr) about what the cell left behind; return a late mismatch error.
 
-        It belongs to the cell that just ran (the ranks called different
-        collectives in it): reported now, it is not raised by the next cell's
-        first collective.
+        A collective mismatch this rank learned of after leaving the collective
+        belongs to the cell that just ran: it is reported now, not by the next
+        cell's first collective.
         """
         from .. import _runtime
         from .._errors import ERR_NOT_SAME
 
-        engine = _runtime._engine
-        if engine is None or engine.finalized or engine.transport is None:
-            return None
-        engine.enter()
         try:
-            engine.poll_once(False)
-            if not engine.coll_errors:
-                return None
-            context, detail = next(iter(engine.coll_errors.items()))
-            engine.coll_errors.pop(context)
-        finally:
-            engine.leave()
-        return MPIException(ERR_NOT_SAME, f"found at the end of the cell: {detail}")
-
-    def warn_leftovers(self) -> None:
-        """Warn (stderr) about messages never received and receives still pending."""
-        from .. import _runtime
-
-        try:
-            lines = self.leftovers.warnings(_runtime._engine)
+            lines, mismatch = self.leftovers.check(_runtime._engine, take_mismatch)
         except Exception as exc:  # a report must never fail the cell
-            lines = [f"ipympi warning: cannot check for leftover messages: {exc}"]
+            lines, mismatch = [f"ipympi warning: cannot check for leftover messages: {exc}"], None
         if lines:
             self.io.streams["stderr"].write("".join(line + "\n" for line in lines))
+        if mismatch is None:
+            return None
+        return MPIException(ERR_NOT_SAME, f"found at the end of the cell: {mismatch}")
 
     def on_push(self, msg: Message) -> None:
         values = pickle.loads(msg.buffers[0]) if msg.buffers else {}
