@@ -267,3 +267,31 @@ def test_operations_on_a_rank_that_dies_fail_with_an_mpi_error() -> None:
         c.restart()
         result, notebook, _ = cell(c, "print(comm.allreduce(1))")
         assert notebook.text() == "[stdout:0-2] 3\n"
+
+
+def test_unreceived_sends_and_unfinished_collectives_are_warned_about(cluster) -> None:
+    code = (
+        "if rank == 0:\n"
+        "    unanswered = comm.issend('x', dest=1, tag=9)\n"
+        "if rank == 2:\n"
+        "    early = comm.Ibarrier()\n"
+    )
+    _, notebook, _ = cell(cluster, code)
+    stderr = notebook.text("stderr")
+    assert (
+        "[stderr:0] ipympi warning: a message to rank 1 (tag 9, issend) on MPI_COMM_WORLD "
+        "has not been received yet\n"
+    ) in stderr
+    assert (
+        "[stderr:2] ipympi warning: a nonblocking Ibarrier on MPI_COMM_WORLD is still in "
+        "progress: Wait for its request\n"
+    ) in stderr
+    cell(
+        cluster,
+        "if rank == 1:\n    comm.recv(source=0, tag=9)\nif rank != 2:\n    comm.Ibarrier().Wait()",
+    )
+    result, notebook, _ = cell(
+        cluster, "if rank == 0: unanswered.wait()\nif rank == 2: early.wait()"
+    )
+    assert result.ok and notebook.text("stderr") == ""
+    assert_usable(cluster)

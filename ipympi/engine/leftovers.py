@@ -53,15 +53,19 @@ class Leftovers:
             engine.poll_once(False)  # take in what has arrived meanwhile
             unexpected = [e for e in engine.matcher.pending_unexpected() if e.context % 2 == 0]
             posted = [r for r in engine.matcher.pending_posted() if r.context % 2 == 0]
+            sends = list(engine._sends.values())  # synchronous or large, not yet received
+            collectives = list(engine.colls)  # nonblocking collectives still in progress
             if take_mismatch and engine.coll_errors:
                 context = next(iter(engine.coll_errors))
                 mismatch = engine.coll_errors.pop(context)
         finally:
             engine.leave()
-        return self._warnings(unexpected, posted), mismatch
+        return self._warnings(unexpected, posted, sends, collectives), mismatch
 
-    def _warnings(self, unexpected: list[Any], posted: list[Any]) -> list[str]:
-        current = {id(item) for item in (*unexpected, *posted)}
+    def _warnings(
+        self, unexpected: list[Any], posted: list[Any], sends: list[Any], collectives: list[Any]
+    ) -> list[str]:
+        current = {id(item) for item in (*unexpected, *posted, *sends, *collectives)}
         lines = []
         for env in unexpected:
             if id(env) not in self._seen:
@@ -76,5 +80,22 @@ class Leftovers:
                     f"tag={_tag(recv.tag)}) on {context_name(recv.context)} is still "
                     "pending: Wait for its request, or Cancel it"
                 )
+        for op in sends:
+            if id(op) not in self._seen:
+                lines.append(
+                    f"ipympi warning: a message to rank {op.peer} (tag {op.tag}, {op.call}) on "
+                    f"{_comm_name(op.comm)} has not been received yet"
+                )
+        for coll in collectives:
+            if id(coll) not in self._seen:
+                lines.append(
+                    f"ipympi warning: a nonblocking {coll.call} on {_comm_name(coll.comm)} is "
+                    "still in progress: Wait for its request"
+                )
         self._seen = current
         return lines
+
+
+def _comm_name(comm: Any) -> str:
+    impl = getattr(comm, "_impl", None)
+    return str(getattr(impl, "name", "")) or "a freed communicator"
