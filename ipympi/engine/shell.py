@@ -315,7 +315,10 @@ class Engine:
         finally:
             self.executing = False
             self.state = "idle"
-        mismatch = self.check_after_cell(take_mismatch=result.error_in_exec is None)
+        if isinstance(result.error_in_exec, KeyboardInterrupt):
+            mismatch = None  # the controller realigns interrupted ranks; nothing to report
+        else:
+            mismatch = self.check_after_cell(take_mismatch=result.error_in_exec is None)
         content: dict[str, Any] = {"execution_count": shell.execution_count - 1}
         if not store_history:
             content["execution_count"] = shell.execution_count
