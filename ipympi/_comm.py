@@ -3,7 +3,9 @@
 A ``Comm`` is a handle on a :class:`CommImpl` (``None`` for ``COMM_NULL``):
 ``Free`` nulls the handle, and ``MPI.Comm(other)`` makes a second handle on the
 same communicator, as handles behave in C. Point-to-point methods come from
-:class:`~ipympi._p2p.PointToPoint`; collectives, groups and topologies are
+:class:`~ipympi._p2p.PointToPoint`, attribute caching from
+:mod:`~ipympi._attributes`, constructors (``Dup``, ``Split``, ...), ``Get_group``
+and ``Compare`` from :mod:`~ipympi._commcreate`; collectives and topologies are
 added by their own modules.
 
 Every error an MPI call raises goes through the communicator's error handler
@@ -19,10 +21,12 @@ from typing import Any, Callable, NoReturn
 from . import _constants as K
 from . import _errhandling as hooks
 from . import _errors
+from ._attributes import CommAttributes
 from ._coll import Collectives
 from ._coll_reduce import Reductions
+from ._commcreate import CommConstructors, IntraConstructors
 from ._errhandling import mpi_call
-from ._errors import ERR_ARG, ERR_COMM, ERR_KEYVAL, ERR_OTHER
+from ._errors import ERR_ARG, ERR_COMM, ERR_OTHER
 from ._errors import Exception as MPIException
 from ._p2p import PointToPoint
 
@@ -64,10 +68,11 @@ class CommImpl:
         self.name = name
         self.errhandler = errhandler
         self.predefined = predefined
-        self.attrs: dict[int, Any] = {}
+        # keyval -> (Keyval, value), in the order set (see _attributes)
+        self.attrs: dict[int, tuple[Any, Any]] = {}
 
 
-class Comm(PointToPoint):
+class Comm(PointToPoint, CommAttributes, CommConstructors):
     """A communication context and the group of ranks that share it."""
 
     __slots__ = ("__weakref__", "_impl", "_label")
@@ -216,30 +221,6 @@ class Comm(PointToPoint):
     def name(self, value: str) -> None:
         self.Set_name(value)
 
-    # -- attributes (predefined keys; caching comes with communicators) ------
-    @mpi_call
-    def Get_attr(self, keyval: int) -> Any:
-        """Value of attribute ``keyval``, or ``None`` when it is not set."""
-        impl = self._live()
-        if keyval in impl.attrs:
-            return impl.attrs[keyval]
-        if impl.predefined and impl.name == "MPI_COMM_WORLD":
-            predefined = {
-                K.TAG_UB: K.TAG_UB_VALUE,
-                K.HOST: K.PROC_NULL,
-                K.IO: K.ANY_SOURCE,
-                K.WTIME_IS_GLOBAL: 0,
-                K.UNIVERSE_SIZE: impl.size,
-                K.APPNUM: 0,
-            }
-            if keyval == K.LASTUSEDCODE:
-                return _errors.last_used_code()
-            if keyval in predefined:
-                return predefined[keyval]
-        if keyval == K.KEYVAL_INVALID:
-            raise MPIException(ERR_KEYVAL, "Get_attr: KEYVAL_INVALID is not a valid key")
-        return None
-
     # -- process management --------------------------------------------------
     def Abort(self, errorcode: int = 0) -> NoReturn:
         """End every rank of the job; the launcher exits with ``errorcode``."""
@@ -253,11 +234,12 @@ class Comm(PointToPoint):
         impl = self._live()
         if impl.predefined:
             raise MPIException(ERR_COMM, f"Free: {impl.name} is predefined and cannot be freed")
+        self._free(impl)  # delete callbacks, then the context is released
         self._impl = None
         self._label = "COMM_NULL"
 
 
-class Intracomm(Comm, Collectives, Reductions):
+class Intracomm(Comm, Collectives, Reductions, IntraConstructors):
     """A communicator within one group of ranks."""
 
     __slots__ = ()
