@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import os
 import pickle
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
@@ -157,10 +158,4 @@ def _portable(func: Callable[..., Any]) -> Any:
     name = func.__name__
     if name == "<lambda>":
         raise TypeError("cannot send a lambda to the ranks: define a named function instead")
-    return ("source", name, _dedent(source))
-
-
-def _dedent(source: str) -> str:
-    import textwrap
-
-    return textwrap.dedent(source)
+    return ("source", name, textwrap.dedent(source))
