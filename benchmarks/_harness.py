@@ -239,3 +239,19 @@ def load_mpi(impl: str) -> tuple[Any, str]:
 def emit_result(prefix: str, payload: dict[str, Any]) -> None:
     """Print the result line read by :func:`run_job`."""
     print(prefix + json.dumps(payload), flush=True)
+
+
+def shut_down_kernel(manager: Any, client: Any, log: Any) -> None:
+    """Shut a Jupyter kernel down (killing it if it does not stop); close its client and log."""
+    try:
+        if client is not None:
+            client.stop_channels()
+    finally:
+        try:
+            if manager.has_kernel:
+                try:
+                    manager.shutdown_kernel(now=False)
+                except Exception:
+                    manager.shutdown_kernel(now=True)
+        finally:
+            log.close()

@@ -30,7 +30,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _harness import ipympi_env, machine  # noqa: E402
+from _harness import ipympi_env, machine, shut_down_kernel  # noqa: E402
 
 SCRIPT = "faults.py"
 KERNEL_NAME = "ipympi-faults-bench"
@@ -199,18 +199,7 @@ class Kernel:
 
     def stop(self) -> None:
         """Shut the kernel down, killing it if it does not go; close the client and log."""
-        try:
-            if self.client is not None:
-                self.client.stop_channels()
-        finally:
-            try:
-                if self.manager.has_kernel:
-                    try:
-                        self.manager.shutdown_kernel(now=False)
-                    except Exception:
-                        self.manager.shutdown_kernel(now=True)
-            finally:
-                self.log.close()
+        shut_down_kernel(self.manager, self.client, self.log)
 
     def send(self, code: str) -> str:
         return self.client.execute(code, allow_stdin=False)

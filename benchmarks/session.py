@@ -38,6 +38,7 @@ from _harness import (  # noqa: E402
     machine,
     ratio,
     run_jobs,
+    shut_down_kernel,
 )
 
 RANKS = 4
@@ -242,18 +243,7 @@ class Kernel:
 
     def stop(self) -> None:
         """Shut the kernel down (killing it if it does not stop) and close the client."""
-        try:
-            if self.client is not None:
-                self.client.stop_channels()
-        finally:
-            try:
-                if self.manager.has_kernel:
-                    try:
-                        self.manager.shutdown_kernel(now=False)
-                    except Exception:
-                        self.manager.shutdown_kernel(now=True)
-            finally:
-                self.output.close()
+        shut_down_kernel(self.manager, self.client, self.output)
 
 
 def time_cells(run: Callable[[str], str], code: str, plan: dict[str, Any]) -> list[float]:
