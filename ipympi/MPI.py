@@ -22,11 +22,13 @@ from . import (
     _group,
     _memory,
     _message,
+    _neighbor,
     _op,
     _pickle,
     _request,
     _runtime,
     _status,
+    _topology,
     _unsupported,
 )
 from ._rc import rc as _rc
@@ -42,6 +44,8 @@ _SOURCES: tuple[ModuleType, ...] = (
     _op,
     _group,
     _comm,
+    _topology,
+    _neighbor,
     _runtime,
     _memory,
     _pickle,

@@ -28,7 +28,9 @@ from ._commcreate import CommConstructors, IntraConstructors
 from ._errhandling import mpi_call
 from ._errors import ERR_ARG, ERR_COMM, ERR_OTHER
 from ._errors import Exception as MPIException
+from ._intercomm import InterMethods
 from ._p2p import PointToPoint
+from ._topology import TopologyConstructors
 
 __all__ = ["COMM_NULL", "Comm", "CommImpl", "Intercomm", "Intracomm"]
 
@@ -196,8 +198,8 @@ class Comm(PointToPoint, CommAttributes, CommConstructors):
         return self.Is_intra()
 
     def Get_topology(self) -> int:
-        self._live()
-        return K.UNDEFINED
+        topo = getattr(self._live(), "topo", None)  # see _topology
+        return K.UNDEFINED if topo is None else int(topo.kind)
 
     @property
     def topology(self) -> int:
@@ -239,13 +241,13 @@ class Comm(PointToPoint, CommAttributes, CommConstructors):
         self._label = "COMM_NULL"
 
 
-class Intracomm(Comm, Collectives, Reductions, IntraConstructors):
+class Intracomm(Comm, Collectives, Reductions, IntraConstructors, TopologyConstructors):
     """A communicator within one group of ranks."""
 
     __slots__ = ()
 
 
-class Intercomm(Comm):
+class Intercomm(InterMethods, Comm):
     """A communicator between two disjoint groups of ranks."""
 
     __slots__ = ()

@@ -141,6 +141,8 @@ class CommConstructors:
         parts = _allgather(self, call, ctx.contribution(impl.engine))
         context, base = _agree(parts, call)
         new = _new_impl(impl, context, impl.world_ranks)
+        if getattr(impl, "topo", None) is not None:
+            new.topo = impl.topo  # type: ignore[attr-defined]  # a Dup keeps the topology
         ctx.install(impl.engine, context, base)
         try:
             from ._attributes import copy_attributes
@@ -336,6 +338,19 @@ class IntraConstructors:
             context, base = result
         ctx.install(engine, context, base)
         return _intracomm(_new_impl(impl, context, list(members)))
+
+    @mpi_call
+    def Create_intercomm(
+        self, local_leader: int, peer_comm: Any, remote_leader: int, tag: int = 0
+    ) -> Any:
+        """The intercommunicator between this group and the remote leader's group.
+
+        Collective over both groups; ``peer_comm``, ``remote_leader`` and ``tag``
+        matter at the leaders only (see :mod:`ipympi._intercomm`).
+        """
+        from ._intercomm import create_intercomm
+
+        return create_intercomm(self, local_leader, peer_comm, remote_leader, tag)
 
 
 def _keep_pending(comm: Any, impl: CommImpl) -> None:
