@@ -1,4 +1,8 @@
-"""Attribute caching on communicators: keyvals, ``Set_attr``/``Get_attr``/``Delete_attr``.
+"""Attribute caching on communicators and datatypes: keyvals, ``Set_attr``/``Get_attr``/...
+
+Communicators (:class:`CommAttributes`) and datatypes (:class:`TypeAttributes`)
+share the machinery; a keyval belongs to one object kind, and using it on the
+other kind is ``ERR_KEYVAL``.
 
 A keyval is a process-local integer naming an attribute key with its callbacks,
 as in mpi4py:
@@ -19,6 +23,12 @@ predefined attributes of ``COMM_WORLD`` (``TAG_UB``, ``HOST``, ``IO``,
 ``WTIME_IS_GLOBAL``, ``UNIVERSE_SIZE``, ``APPNUM``, ``LASTUSEDCODE``) can be read
 but not set or deleted. ``Finalize`` deletes the attributes of ``COMM_SELF``
 first, in the reverse order of setting.
+
+Datatype attributes follow the same rules: copy callbacks run on
+``Datatype.Dup`` only (``MPI_Type_dup``; no other constructor copies
+attributes), delete callbacks on ``Datatype.Free``, ``Delete_attr`` and
+overwrite. Predefined datatypes can carry attributes too. Datatype calls raise
+their errors directly, as the rest of ``MPI.Datatype`` does.
 """
 
 from __future__ import annotations
@@ -35,8 +45,11 @@ from ._errors import Exception as MPIException
 
 if TYPE_CHECKING:
     from ._comm import CommImpl
+    from ._datatype import Datatype, _TypeImpl
 
-__all__ = ["CommAttributes", "copy_attributes", "delete_attributes"]
+    AttrHolder = CommImpl | _TypeImpl
+
+__all__ = ["CommAttributes", "TypeAttributes", "copy_attributes", "delete_attributes"]
 
 PREDEFINED = frozenset(
     (K.TAG_UB, K.HOST, K.IO, K.WTIME_IS_GLOBAL, K.UNIVERSE_SIZE, K.APPNUM, K.LASTUSEDCODE)
@@ -80,6 +93,10 @@ def lookup(kind: str, keyval: Any, call: str) -> Keyval:
     if kv is None:
         if keyval == K.KEYVAL_INVALID:
             raise MPIException(ERR_KEYVAL, f"{call}: KEYVAL_INVALID is not a valid key")
+        if keyval in PREDEFINED and kind != "comm":
+            raise MPIException(
+                ERR_KEYVAL, f"{call}: attribute key {keyval} is a comm key, not a {kind} key"
+            )
         if keyval in PREDEFINED:
             raise MPIException(
                 ERR_KEYVAL, f"{call}: predefined attribute {keyval} cannot be set or deleted"
@@ -120,7 +137,7 @@ def _run_delete(obj: Any, kv: Keyval, value: Any, call: str) -> None:
         raise _callback_error(call, "delete", kv, exc) from exc
 
 
-def copy_attributes(oldcomm: Any, old: CommImpl, new: CommImpl, call: str) -> None:
+def copy_attributes(oldcomm: Any, old: AttrHolder, new: AttrHolder, call: str) -> None:
     """Run the copy callbacks of ``old``'s attributes (for ``Dup``) into ``new``.
 
     On failure the attributes already copied are deleted again (with their
@@ -149,7 +166,7 @@ def copy_attributes(oldcomm: Any, old: CommImpl, new: CommImpl, call: str) -> No
             new.attrs[number] = (kv, result)
 
 
-def delete_attributes(comm: Any, impl: CommImpl, call: str) -> None:
+def delete_attributes(comm: Any, impl: AttrHolder, call: str) -> None:
     """Delete every attribute of ``impl`` (last set first), running delete callbacks.
 
     Stops at the first callback that fails, leaving the rest in place.
@@ -215,13 +232,7 @@ class CommAttributes:
     @mpi_call
     def Set_attr(self, keyval: int, attrval: Any) -> None:
         """Attach ``attrval`` under ``keyval``, deleting any value already there first."""
-        impl = self._live()
-        kv = lookup("comm", keyval, "Set_attr")
-        old = impl.attrs.get(kv.number)
-        if old is not None:
-            _run_delete(self, old[0], old[1], "Set_attr")
-            impl.attrs.pop(kv.number, None)  # re-set: it becomes the last one set
-        impl.attrs[kv.number] = (kv, attrval)
+        _set_attr(self, self._live(), "comm", keyval, attrval)
 
     @mpi_call
     def Get_attr(self, keyval: int) -> Any:
@@ -236,13 +247,79 @@ class CommAttributes:
     @mpi_call
     def Delete_attr(self, keyval: int) -> None:
         """Remove attribute ``keyval`` (running its delete callback); absent is fine."""
+        _delete_attr(self, self._live(), "comm", keyval)
+
+
+def _set_attr(obj: Any, impl: AttrHolder, kind: str, keyval: Any, attrval: Any) -> None:
+    kv = lookup(kind, keyval, "Set_attr")
+    old = impl.attrs.get(kv.number)
+    if old is not None:
+        _run_delete(obj, old[0], old[1], "Set_attr")
+        impl.attrs.pop(kv.number, None)  # re-set: it becomes the last one set
+    impl.attrs[kv.number] = (kv, attrval)
+
+
+def _delete_attr(obj: Any, impl: AttrHolder, kind: str, keyval: Any) -> None:
+    kv = lookup(kind, keyval, "Delete_attr")
+    entry = impl.attrs.get(kv.number)
+    if entry is None:
+        return
+    _run_delete(obj, entry[0], entry[1], "Delete_attr")
+    impl.attrs.pop(kv.number, None)
+
+
+class TypeAttributes:
+    """Attribute caching methods of ``MPI.Datatype`` (and its ``Dup`` copying them)."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        def _live(self) -> _TypeImpl: ...
+
+        @classmethod
+        def _from_impl(cls, impl: _TypeImpl) -> Datatype: ...
+
+    @classmethod
+    def Create_keyval(
+        cls,
+        copy_fn: Callable[[Any, int, Any], Any] | None = None,
+        delete_fn: Callable[[Any, int, Any], None] | None = None,
+        nopython: bool = False,
+    ) -> int:
+        """A new attribute key for datatypes, with its copy and delete callbacks."""
+        return _world_call("Create_keyval", create_keyval, "type", copy_fn, delete_fn, nopython)
+
+    @classmethod
+    def Free_keyval(cls, keyval: int) -> int:
+        """Free a datatype attribute key; returns ``KEYVAL_INVALID``."""
+        return _world_call("Free_keyval", free_keyval, "type", keyval)
+
+    def Set_attr(self, keyval: int, attrval: Any) -> None:
+        """Attach ``attrval`` under ``keyval``, deleting any value already there first."""
+        _set_attr(self, self._live(), "type", keyval, attrval)
+
+    def Get_attr(self, keyval: int) -> Any:
+        """Value of attribute ``keyval``, or ``None`` when it is not set."""
         impl = self._live()
-        kv = lookup("comm", keyval, "Delete_attr")
-        entry = impl.attrs.get(kv.number)
-        if entry is None:
-            return
-        _run_delete(self, entry[0], entry[1], "Delete_attr")
-        impl.attrs.pop(kv.number, None)
+        entry = impl.attrs.get(lookup("type", keyval, "Get_attr").number)
+        return None if entry is None else entry[1]
+
+    def Delete_attr(self, keyval: int) -> None:
+        """Remove attribute ``keyval`` (running its delete callback); absent is fine."""
+        _delete_attr(self, self._live(), "type", keyval)
+
+    def Dup(self) -> Datatype:
+        """Return a new datatype with the same type map (combiner ``COMBINER_DUP``).
+
+        The copy callbacks of this datatype's attributes decide the new one's.
+        """
+        impl = self._live()
+        new = self._from_impl(impl.duplicate())
+        copy_attributes(self, impl, new._impl, "Dup")
+        return new
+
+    Create_dup = Dup
 
 
 def _world_call(call: str, fn: Callable[..., Any], *args: Any) -> Any:

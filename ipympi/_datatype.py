@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from . import _typemap as tm
+from ._attributes import TypeAttributes, delete_attributes
 from ._constants import COMBINER_DUP, COMBINER_NAMED, MAX_OBJECT_NAME
 from ._datatype_derived import (
     Aint_add,
@@ -67,6 +68,7 @@ class _TypeImpl:
     """
 
     __slots__ = (
+        "attrs",
         "code",
         "combiner",
         "committed",
@@ -116,6 +118,7 @@ class _TypeImpl:
         self.parent = parent
         self.layout: tm.Layout = _ZERO_LAYOUT
         self.contents: tuple[list[int], list[int], list[_TypeImpl]] = ([], [], [])
+        self.attrs: dict[int, tuple[Any, Any]] = {}  # keyval -> (Keyval, value), set order
 
     @classmethod
     def derived(
@@ -171,7 +174,7 @@ def _type_error(message: str) -> MPIException:
     return MPIException(ERR_TYPE, message)
 
 
-class Datatype(DerivedMixin, ImplHandle):
+class Datatype(TypeAttributes, DerivedMixin, ImplHandle):
     """A handle to an MPI datatype.
 
     ``Datatype(dt)`` makes a new handle to the same datatype as ``dt`` (equal to it);
@@ -306,6 +309,7 @@ class Datatype(DerivedMixin, ImplHandle):
         impl = self._live()
         if impl.predefined:
             raise _type_error(f"predefined datatype {impl.name} cannot be freed")
+        delete_attributes(self, impl, "Free")  # its attributes' delete callbacks
         self._impl = _NULL_IMPL
 
     def free(self) -> None:

@@ -151,13 +151,7 @@ class DerivedMixin:
             raise MPIException(ERR_TYPE, f"{call}: {impl.name} is only valid in Create_struct")
         return impl
 
-    # -- constructors -------------------------------------------------------------------
-    def Dup(self) -> Datatype:
-        """Return a new datatype with the same type map (combiner ``COMBINER_DUP``)."""
-        return self._from_impl(self._live().duplicate())
-
-    Create_dup = Dup
-
+    # -- constructors (Dup, which copies attributes, is in _attributes) ---------------
     def Create_contiguous(self, count: int) -> Datatype:
         """``count`` copies of this datatype, one extent apart."""
         count = _count(count, "count")

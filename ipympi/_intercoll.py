@@ -13,6 +13,9 @@ Rooted calls follow the standard's rules: the root passes ``ROOT``, the other
 processes of its group ``PROC_NULL``, and the processes of the other group the
 root's rank in their remote group. ``IN_PLACE`` is not allowed
 (``ERR_BUFFER``), and ``Scan``/``Exscan`` are not defined (``ERR_COMM``).
+Nonblocking forms (``Ibcast``...) start the same operation and return its
+request, progressed while the process is in any MPI call; the signature carries
+the form, so blocking and nonblocking calls never match (``ERR_NOT_SAME``).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from ._errors import ERR_BUFFER, ERR_COMM, ERR_COUNT, ERR_ROOT
 from ._errors import Exception as MPIException
 from ._op import SUM
 from ._pickle import pickle
+from ._request import Request
 
 if TYPE_CHECKING:
     from ._comm import CommImpl
@@ -127,8 +131,8 @@ class InterCollectives:
         def Get_remote_size(self) -> int: ...
 
     # -- machinery ------------------------------------------------------------------
-    def _inter(self, call: str, kind: str, root: int, build: Build) -> Any:
-        """Run a blocking collective over both groups.
+    def _inter(self, call: str, kind: str, root: int, build: Build, mode: str = "blocking") -> Any:
+        """Run a collective over both groups: blocking, or return its request.
 
         ``build(rank, n, lo, ro)`` gets this process's local rank, the local
         group's size and the union offsets of the local and remote groups.
@@ -137,13 +141,16 @@ class InterCollectives:
         impl = self._live()
         engine = impl.engine
         union, lo, ro = _layout(impl)
-        sig = signature(kind, root, "blocking")
+        sig = signature(kind, root, mode)
         engine.enter()
         try:
             check_reported(engine, impl.context + 1, call)
             gen, finish = build(impl.rank, impl.size, lo, ro)
             coll = _InterCollOp(self, call, gen, sig, finish, union, lo + impl.rank)
-            return run_blocking(coll)
+            if mode == "blocking":
+                return run_blocking(coll)
+            coll.start()
+            return Request._of(coll)
         finally:
             engine.leave()
 
@@ -174,19 +181,29 @@ class InterCollectives:
     def barrier(self) -> None:
         self._barrier("barrier")
 
-    def _barrier(self, call: str) -> None:
+    @mpi_call
+    def Ibarrier(self) -> Request:
+        return self._barrier("Ibarrier", "nonblocking")
+
+    def _barrier(self, call: str, mode: str = "blocking") -> Any:
         total = len(_layout(self._live())[0])
 
         def build(rank: int, n: int, lo: int, ro: int) -> tuple[Algorithm, None]:
             return algo.barrier_dissemination(lo + rank, total), None
 
-        self._inter(call, "Barrier", 0, build)
+        return self._inter(call, "Barrier", 0, build, mode)
 
     # -- bcast -------------------------------------------------------------------------
     @mpi_call
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Broadcast from the ``ROOT`` process to every process of the other group."""
-        call = "Bcast"
+        self._bcast("Bcast", buf, root)
+
+    @mpi_call
+    def Ibcast(self, buf: Any, root: int = 0) -> Request:
+        return self._bcast("Ibcast", buf, root, "nonblocking")
+
+    def _bcast(self, call: str, buf: Any, root: int, mode: str = "blocking") -> Any:
         _no_in_place(call, buf)
         role, uroot = self._role(root, call)
         spec = None
@@ -210,7 +227,7 @@ class InterCollectives:
 
             return run(), _unpack_after(spec)
 
-        self._inter(call, "Bcast", uroot, build)
+        return self._inter(call, "Bcast", uroot, build, mode)
 
     @mpi_call
     def bcast(self, obj: Any = None, root: int = 0) -> Any:
@@ -237,7 +254,7 @@ class InterCollectives:
         return None if role != "leaf" else pickle.loads(wire)
 
     # -- gather ------------------------------------------------------------------------
-    def _gather(self, call: str, sendbuf: Any, recvbuf: Any, root: int, v: bool) -> None:
+    def _gather(self, call: str, sendbuf: Any, recvbuf: Any, root: int, v: bool, mode: str) -> Any:
         _no_in_place(call, sendbuf, recvbuf)
         role, uroot = self._role(root, call)
         m = self.Get_remote_size()
@@ -261,16 +278,24 @@ class InterCollectives:
                 return _once(Round("send to the root", sends=[(uroot, block)])), None
             return _nothing(), None
 
-        self._inter(call, "Gatherv" if v else "Gather", uroot, build)
+        return self._inter(call, "Gatherv" if v else "Gather", uroot, build, mode)
 
     @mpi_call
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """The ``ROOT`` process receives one block from each process of the other group."""
-        self._gather("Gather", sendbuf, recvbuf, root, v=False)
+        self._gather("Gather", sendbuf, recvbuf, root, False, "blocking")
 
     @mpi_call
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._gather("Gatherv", sendbuf, recvbuf, root, v=True)
+        self._gather("Gatherv", sendbuf, recvbuf, root, True, "blocking")
+
+    @mpi_call
+    def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        return self._gather("Igather", sendbuf, recvbuf, root, False, "nonblocking")
+
+    @mpi_call
+    def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        return self._gather("Igatherv", sendbuf, recvbuf, root, True, "nonblocking")
 
     @mpi_call
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
@@ -295,7 +320,7 @@ class InterCollectives:
         return result if role == "root" else None
 
     # -- scatter -----------------------------------------------------------------------
-    def _scatter(self, call: str, sendbuf: Any, recvbuf: Any, root: int, v: bool) -> None:
+    def _scatter(self, call: str, sendbuf: Any, recvbuf: Any, root: int, v: bool, mode: str) -> Any:
         _no_in_place(call, sendbuf, recvbuf)
         role, uroot = self._role(root, call)
         m = self.Get_remote_size()
@@ -319,16 +344,24 @@ class InterCollectives:
                 return _once(rnd), _unpack_after(spec)
             return _nothing(), None
 
-        self._inter(call, "Scatterv" if v else "Scatter", uroot, build)
+        return self._inter(call, "Scatterv" if v else "Scatter", uroot, build, mode)
 
     @mpi_call
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """The ``ROOT`` process sends block j to process j of the other group."""
-        self._scatter("Scatter", sendbuf, recvbuf, root, v=False)
+        self._scatter("Scatter", sendbuf, recvbuf, root, False, "blocking")
 
     @mpi_call
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._scatter("Scatterv", sendbuf, recvbuf, root, v=True)
+        self._scatter("Scatterv", sendbuf, recvbuf, root, True, "blocking")
+
+    @mpi_call
+    def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        return self._scatter("Iscatter", sendbuf, recvbuf, root, False, "nonblocking")
+
+    @mpi_call
+    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        return self._scatter("Iscatterv", sendbuf, recvbuf, root, True, "nonblocking")
 
     @mpi_call
     def scatter(self, sendobj: Sequence[Any] | None = None, root: int = 0) -> Any:
@@ -362,7 +395,7 @@ class InterCollectives:
 
     # -- allgather / alltoall ----------------------------------------------------------
     def _exchange(
-        self, call: str, kind: str, sends: list[Any], recvs: list[Any], finish: Any
+        self, call: str, kind: str, sends: list[Any], recvs: list[Any], finish: Any, mode: str
     ) -> Any:
         """Every process sends ``sends[j]`` to and receives ``recvs[j]`` from remote j."""
 
@@ -374,9 +407,9 @@ class InterCollectives:
             )
             return _once(rnd), finish
 
-        return self._inter(call, kind, 0, build)
+        return self._inter(call, kind, 0, build, mode)
 
-    def _allgather(self, call: str, sendbuf: Any, recvbuf: Any, v: bool) -> None:
+    def _allgather(self, call: str, sendbuf: Any, recvbuf: Any, v: bool, mode: str) -> Any:
         _no_in_place(call, sendbuf, recvbuf)
         m = self.Get_remote_size()
         if v:
@@ -385,26 +418,35 @@ class InterCollectives:
         else:
             whole, views, finish = _per_rank(recvbuf, m, call, writable=True)
         block = send_buffer(sendbuf).mem
-        self._exchange(call, "Allgatherv" if v else "Allgather", [block] * m, views, finish)
+        kind = "Allgatherv" if v else "Allgather"
+        return self._exchange(call, kind, [block] * m, views, finish, mode)
 
     @mpi_call
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Every process receives one block from each process of the other group."""
-        self._allgather("Allgather", sendbuf, recvbuf, v=False)
+        self._allgather("Allgather", sendbuf, recvbuf, False, "blocking")
 
     @mpi_call
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._allgather("Allgatherv", sendbuf, recvbuf, v=True)
+        self._allgather("Allgatherv", sendbuf, recvbuf, True, "blocking")
+
+    @mpi_call
+    def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
+        return self._allgather("Iallgather", sendbuf, recvbuf, False, "nonblocking")
+
+    @mpi_call
+    def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
+        return self._allgather("Iallgatherv", sendbuf, recvbuf, True, "nonblocking")
 
     @mpi_call
     def allgather(self, sendobj: Any) -> list[Any]:
         """Every process returns the other group's objects in rank order."""
         m = self.Get_remote_size()
         data = pickle.dumps(sendobj)
-        ops = self._exchange("allgather", "allgather", [data] * m, [None] * m, _datas)
+        ops = self._exchange("allgather", "allgather", [data] * m, [None] * m, _datas, "blocking")
         return [pickle.loads(w) for w in ops]
 
-    def _alltoall(self, call: str, kind: str, sendbuf: Any, recvbuf: Any) -> None:
+    def _alltoall(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: str) -> Any:
         _no_in_place(call, sendbuf, recvbuf)
         m = self.Get_remote_size()
         if kind == "Alltoall":
@@ -414,16 +456,24 @@ class InterCollectives:
             whole, recvs = _vspec(recvbuf, m, call, writable=True)
             _, sends = _vspec(sendbuf, m, call, writable=False)
             finish = _unpack_after(whole)
-        self._exchange(call, kind, sends, recvs, finish)
+        return self._exchange(call, kind, sends, recvs, finish, mode)
 
     @mpi_call
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Block j goes to process j of the other group; block j comes from it."""
-        self._alltoall("Alltoall", "Alltoall", sendbuf, recvbuf)
+        self._alltoall("Alltoall", "Alltoall", sendbuf, recvbuf, "blocking")
 
     @mpi_call
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._alltoall("Alltoallv", "Alltoallv", sendbuf, recvbuf)
+        self._alltoall("Alltoallv", "Alltoallv", sendbuf, recvbuf, "blocking")
+
+    @mpi_call
+    def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
+        return self._alltoall("Ialltoall", "Alltoall", sendbuf, recvbuf, "nonblocking")
+
+    @mpi_call
+    def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
+        return self._alltoall("Ialltoallv", "Alltoallv", sendbuf, recvbuf, "nonblocking")
 
     @mpi_call
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
@@ -434,14 +484,20 @@ class InterCollectives:
                 ERR_COUNT, f"alltoall: expected {m} objects (the remote size), got {len(items)}"
             )
         sends = [pickle.dumps(item) for item in items]
-        wires = self._exchange("alltoall", "alltoall", sends, [None] * m, _datas)
+        wires = self._exchange("alltoall", "alltoall", sends, [None] * m, _datas, "blocking")
         return [pickle.loads(w) for w in wires]
 
     # -- reductions ----------------------------------------------------------------------
     @mpi_call
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:
         """The ``ROOT`` process receives the reduction of the other group's buffers."""
-        call = "Reduce"
+        self._reduce("Reduce", sendbuf, recvbuf, op, root, "blocking")
+
+    @mpi_call
+    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> Request:
+        return self._reduce("Ireduce", sendbuf, recvbuf, op, root, "nonblocking")
+
+    def _reduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, mode: str) -> Any:
         _no_in_place(call, sendbuf, recvbuf)
         role, uroot = self._role(root, call)
         if role == "root":
@@ -466,7 +522,7 @@ class InterCollectives:
                 rank, n, lo, ro
             ), None
 
-        self._inter(call, "Reduce", uroot, build)
+        return self._inter(call, "Reduce", uroot, build, mode)
 
     @staticmethod
     def _reduce_to(
@@ -509,7 +565,13 @@ class InterCollectives:
     @mpi_call
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
         """Each group receives the reduction of the other group's buffers."""
-        call = "Allreduce"
+        self._allreduce("Allreduce", sendbuf, recvbuf, op, "blocking")
+
+    @mpi_call
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
+        return self._allreduce("Iallreduce", sendbuf, recvbuf, op, "nonblocking")
+
+    def _allreduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, mode: str) -> Any:
         _no_in_place(call, sendbuf, recvbuf)
         args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=False, needs_output=True)
         commutative = args.op._commutative
@@ -533,7 +595,7 @@ class InterCollectives:
 
             return run(), args.store
 
-        self._inter(call, "Allreduce", 0, build)
+        return self._inter(call, "Allreduce", 0, build, mode)
 
     @mpi_call
     def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:

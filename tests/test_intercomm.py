@@ -360,3 +360,194 @@ def test_rules_in_place_scan_root(run_mpi, n, k):
         raises(MPI.ERR_TAG, local.Create_intercomm, 0, comm, 0, -1)
         """,
     )
+
+
+NB_CASES = [(3, 1), (3, 2), (4, 1), (4, 3)]
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize(("n", "k"), NB_CASES)
+def test_nonblocking_collectives(run_mpi, n, k):
+    """Each I-collective alone (Wait / Test), then all outstanding at once, Waitall reversed."""
+    run(
+        run_mpi,
+        n,
+        f"""
+        k = {k}
+        ic, low, local = make(k)
+        mine, theirs = members(k, low)
+        r, m = ic.rank, ic.remote_size
+        T = np.array(theirs)
+        Request = MPI.Request
+        # same argument rules as the blocking forms: no IN_PLACE, ROOT/PROC_NULL/remote rank
+        ic.Set_errhandler(MPI.ERRORS_RETURN)
+        raises(MPI.ERR_BUFFER, ic.Iallreduce, MPI.IN_PLACE, np.zeros(2))
+        raises(MPI.ERR_BUFFER, ic.Ialltoall, MPI.IN_PLACE, np.zeros(m))
+        raises(MPI.ERR_ROOT, ic.Ibcast, np.zeros(2), -7)
+        raises(MPI.ERR_ROOT, ic.Ireduce, np.zeros(2), np.zeros(2), MPI.SUM, m)
+
+        def start_all(root_low):
+            # every nonblocking collective, started; (request, check) pairs
+            root = 0 if root_low else size - k - 1
+            in_root = low == root_low
+            ra = root_arg(ic, in_root, root)
+            is_root = ra == MPI.ROOT
+            out = []
+            buf = np.arange(5.0) + rank if is_root else np.full(5, -1.0)
+            def chk_bcast(buf=buf):
+                want = list(np.arange(5.0) + (rank if in_root else theirs[root]))
+                want = [-1.0] * 5 if in_root and not is_root else want
+                assert list(buf) == want, ("Ibcast", buf)
+            out.append((ic.Ibcast(buf, root=ra), chk_bcast))
+            g = np.full((m, 2), -1, dtype="i") if is_root else None
+            def chk_gather(g=g):
+                if is_root:
+                    assert g.tolist() == [[t, 2 * t] for t in theirs], ("Igather", g)
+            out.append((ic.Igather(np.array([rank, 2 * rank], dtype="i"), g, root=ra), chk_gather))
+            counts = [j + 1 for j in range(m)]
+            gv = np.full(sum(counts), -1, dtype="i") if is_root else None
+            def chk_gatherv(gv=gv):
+                if is_root:
+                    assert gv.tolist() == [t for j, t in enumerate(theirs) for _ in range(j + 1)]
+            out.append((ic.Igatherv(np.full(r + 1, rank, dtype="i"),
+                                    [gv, counts] if is_root else None, root=ra), chk_gatherv))
+            src = np.arange(2 * m, dtype="d") * 10 + rank if is_root else None
+            got = np.full(2, -1.0)
+            def chk_scatter(got=got):
+                base = 0 if in_root else theirs[root]
+                want = [-1.0, -1.0] if in_root else [20.0 * r + base, 20.0 * r + 10 + base]
+                assert got.tolist() == want, ("Iscatter", got)
+            out.append((ic.Iscatter(src, got, root=ra), chk_scatter))
+            srcv = np.arange(sum(counts), dtype="i") if is_root else None
+            gotv = np.full(r + 1, -1, dtype="i")
+            def chk_scatterv(gotv=gotv):
+                s = r * (r + 1) // 2
+                want = [-1] * (r + 1) if in_root else list(range(s, s + r + 1))
+                assert gotv.tolist() == want, ("Iscatterv", gotv)
+            sv = [srcv, counts] if is_root else None
+            out.append((ic.Iscatterv(sv, gotv, root=ra), chk_scatterv))
+            red = np.full(3, -1, dtype="i")
+            def chk_reduce(red=red):
+                assert red.tolist() == ([max(theirs) + 1] * 3 if is_root else [-1] * 3), red
+            out.append((ic.Ireduce(np.full(3, rank + 1, dtype="i"), red, op=MPI.MAX, root=ra),
+                        chk_reduce))
+            # the unrooted ones
+            out.append((ic.Ibarrier(), lambda: None))
+            ag = np.full(m, -1, dtype="i")
+            def chk_ag(ag=ag):
+                assert ag.tolist() == theirs, ("Iallgather", ag)
+            out.append((ic.Iallgather(np.array([rank], dtype="i"), ag), chk_ag))
+            c2 = [(t % 2) + 1 for t in theirs]
+            agv = np.full(sum(c2), -1, dtype="i")
+            def chk_agv(agv=agv):
+                assert agv.tolist() == [t for t in theirs for _ in range(t % 2 + 1)], agv
+            out.append((ic.Iallgatherv(np.full(rank % 2 + 1, rank, dtype="i"), [agv, c2]), chk_agv))
+            send = np.array([100 * rank + j for j in range(m)], dtype="i")
+            a2a = np.full(m, -1, dtype="i")
+            def chk_a2a(a2a=a2a):
+                assert a2a.tolist() == [100 * t + r for t in theirs], ("Ialltoall", a2a)
+            out.append((ic.Ialltoall(send, a2a), chk_a2a))
+            a2av = np.full(m, -1, dtype="i")
+            def chk_a2av(a2av=a2av):
+                assert a2av.tolist() == [100 * t + r for t in theirs], ("Ialltoallv", a2av)
+            out.append((ic.Ialltoallv([send, [1] * m], [a2av, [1] * m]), chk_a2av))
+            ar = np.zeros(4)
+            def chk_ar(ar=ar):
+                assert ar.tolist() == [float(T.sum())] * 4, ("Iallreduce", ar)
+            out.append((ic.Iallreduce(np.full(4, float(rank)), ar, op=MPI.SUM), chk_ar))
+            return out
+
+        for root_low in (True, False):
+            # one at a time: poll the i-th with Test (and other MPI calls), then the rest
+            for i in range(12):
+                pairs = start_all(root_low)
+                # (complete them all, but the i-th one first, by polling)
+                req, chk = pairs[i]
+                assert isinstance(req, MPI.Request)
+                t0 = time.time()
+                while not req.Test():
+                    comm.Iprobe(MPI.ANY_SOURCE, 3)
+                    assert time.time() - t0 < 30, i
+                chk()
+                Request.Waitall([p for j, (p, _) in enumerate(pairs) if j != i])
+                for _, c in pairs:
+                    c()
+            # all outstanding, in both root placements, completed in reverse order
+            pairs = start_all(root_low) + start_all(not root_low)
+            reqs = [p for p, _ in pairs]
+            Request.Waitall(reqs[::-1])
+            for _, c in pairs:
+                c()
+            # blocking calls still work after
+            assert ic.allgather(rank) == theirs
+        # progress while blocked elsewhere: world rank 0 (the low leader) sits in a
+        # blocking recv that world rank k sends only once its Iallreduce is done
+        ar = np.zeros(2)
+        req = ic.Iallreduce(np.full(2, float(rank)), ar)
+        if rank == 0:
+            assert comm.recv(source=k, tag=9) == "done"
+        req.Wait()
+        if rank == k:
+            comm.send("done", dest=0, tag=9)
+        assert ar.tolist() == [float(T.sum())] * 2, ar
+        print("NB-OK", rank, flush=True)
+        """,
+        timeout=150,
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    ("n", "k", "scenario"),
+    [
+        (3, 1, "bcast"),
+        (4, 3, "bcast"),
+        (3, 2, "barrier"),
+        (4, 1, "allreduce"),
+    ],
+)
+def test_blocking_and_nonblocking_do_not_match(run_mpi, n, k, scenario):
+    run(
+        run_mpi,
+        n,
+        f"""
+        k, scenario = {k}, {scenario!r}
+        ic, low, local = make(k)
+        mine, theirs = members(k, low)
+
+        def mismatched():
+            if scenario == "bcast":
+                ra = root_arg(ic, low, 0)
+                buf = np.zeros(4)
+                if low:
+                    ic.Bcast(buf, root=ra)
+                else:
+                    ic.Ibcast(buf, root=ra).Wait()
+            elif scenario == "barrier":
+                ic.Barrier() if low else ic.Ibarrier().Wait()
+            else:
+                out = np.zeros(2)
+                if low:
+                    ic.Iallreduce(np.ones(2), out).Wait()
+                else:
+                    ic.Allreduce(np.ones(2), out)
+
+        where = None
+        try:
+            mismatched()
+        except MPI.Exception as exc:
+            where = ("call", exc)
+        if where is None:
+            try:
+                ic.Barrier()
+            except MPI.Exception as exc:
+                where = ("next", exc)
+        assert where is not None, f"rank {{rank}}: no error from the mismatch"
+        kind, exc = where
+        assert exc.Get_error_class() == MPI.ERR_NOT_SAME, (exc.Get_error_class(), str(exc))
+        assert "mismatch" in str(exc), str(exc)
+        print(f"MISMATCH {{rank}} {{kind}}: {{exc}}", flush=True)
+        comm.send(("after", rank), dest=nxt, tag=5)
+        assert comm.recv(source=prv, tag=5) == ("after", prv)
+        """,
+    )
