@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -137,3 +138,23 @@ def assert_ok(proc: subprocess.CompletedProcess, n: int | None = None) -> None:
             int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("OK ")
         )
         assert oks == list(range(n)), detail
+
+
+# -- processes -------------------------------------------------------------------------
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (a zombie has ended: not alive). Linux /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def wait_gone(pids: list[int] | set[int], timeout: float = 10.0) -> list[int]:
+    """Poll until none of ``pids`` is alive, at most ``timeout`` s; those still alive."""
+    deadline = time.monotonic() + timeout
+    left = [p for p in pids if alive(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if alive(p)]
+    return left

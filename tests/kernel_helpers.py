@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import alive, wait_gone
 from jupyter_client.manager import KernelManager
 
 from ipympi import _kernelspec
@@ -252,15 +253,6 @@ def _pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 
 
-def alive(pid: int) -> bool:
-    """Whether ``pid`` is a running (not zombie) process."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
-
-
 def children(pid: int) -> list[int]:
     """The direct children of ``pid``."""
     return [p for p in _pids() if _ppid(p) == pid]
@@ -271,13 +263,3 @@ def session_processes(kernel_pid: int) -> tuple[list[int], list[int]]:
     supervisors = [p for p in children(kernel_pid) if ENGINE_MODULE in _cmdline(p).split()]
     engines = [c for s in supervisors for c in children(s) if alive(c)]
     return supervisors, engines
-
-
-def wait_gone(pids: list[int] | set[int], timeout: float = 10.0) -> list[int]:
-    """Poll until none of ``pids`` is alive, at most ``timeout`` s; those still alive."""
-    deadline = time.monotonic() + timeout
-    left = [p for p in pids if alive(p)]
-    while left and time.monotonic() < deadline:
-        time.sleep(0.05)
-        left = [p for p in left if alive(p)]
-    return left

@@ -15,34 +15,13 @@ import time
 
 import pytest
 import zmq
+from conftest import wait_gone
 
 from ipympi.controller import session
 from ipympi.controller.cluster import Cluster, ClusterError, Request
 from ipympi.engine.protocol import MAGIC, Message, Signer
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1][0] != "Z"
-    except OSError:
-        return True
-
-
-def wait_gone(pids: list[int], timeout: float = 10.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        left = [pid for pid in pids if alive(pid)]
-        if not left:
-            return []
-        time.sleep(0.05)
-    return [pid for pid in pids if alive(pid)]
 
 
 @pytest.fixture(scope="module")

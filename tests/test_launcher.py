@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import alive
 
 from ipympi._launcher import Job, rank_environment
 from ipympi.run import _split, program_argv
@@ -168,24 +169,11 @@ def rank_pids(output: str) -> dict[int, int]:
     return {int(rank): int(pid) for pid, rank in found}
 
 
-def ended(pid: int) -> bool:
-    """True once ``pid`` is gone, or a zombie: ended, just not collected by its new parent."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 def assert_all_ended(pid_list: list[int], timeout: float = 3.0) -> None:
     assert pid_list
     deadline = time.monotonic() + timeout
-    while not all(ended(pid) for pid in pid_list):
-        assert time.monotonic() < deadline, [pid for pid in pid_list if not ended(pid)]
+    while any(alive(pid) for pid in pid_list):
+        assert time.monotonic() < deadline, [pid for pid in pid_list if alive(pid)]
         time.sleep(0.02)
 
 

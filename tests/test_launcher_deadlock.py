@@ -9,13 +9,12 @@ starts its MPI runtime late keep the job running to its normal end.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import time
 
 import pytest
-from conftest import MPI_PRELUDE, assert_ok, mpi_program
+from conftest import MPI_PRELUDE, alive, assert_ok, mpi_program
 
 from ipympi._launcher import DEADLOCK_STATUS, TIMEOUT_STATUS
 from ipympi.controller.watch import describe_stuck_job
@@ -28,19 +27,6 @@ DETECT_WITHIN = 10
 
 def program(body: str, ok: bool = True) -> str:
     return mpi_program(MPI_PRELUDE, body, ok)
-
-
-def gone(pid: int) -> bool:
-    """True once ``pid`` has exited (a zombie counts: it has ended)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def assert_not_reported(proc: subprocess.CompletedProcess) -> None:
@@ -76,7 +62,7 @@ def test_recv_from_each_other_is_reported_and_ended(run_mpi) -> None:
         assert re.search(line, err, re.MULTILINE), err
     assert "timeout after" not in err
     pids = [int(pid) for pid in re.findall(r"^PID (\d+)$", proc.stdout, re.MULTILINE)]
-    assert len(pids) == 2 and all(gone(pid) for pid in pids), proc.stdout
+    assert len(pids) == 2 and not any(alive(pid) for pid in pids), proc.stdout
 
 
 @pytest.mark.timeout(60)
