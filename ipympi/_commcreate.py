@@ -9,8 +9,15 @@ parent's internal context (the leader, the group's rank 0, gathers the
 contributions and answers with the result).
 
 A new communicator inherits its parent's error handler, has no name (``""``),
-and has no attributes, except that ``Dup`` runs the copy callbacks.
-``Idup`` completes before it returns; its request is already complete.
+and has no attributes, except that ``Dup`` and ``Idup`` run the copy callbacks.
+
+``Idup`` (intra- and intercommunicators) is truly nonblocking: it starts the
+agreement as a nonblocking collective (the protocol for agreements in progress
+at the same time is in :mod:`ipympi._contexts`) and returns the new handle with
+the request; the communicator becomes usable when the request completes, and
+using it earlier raises ``ERR_COMM``. As the standard puts it, ``Idup`` behaves
+as if ``Dup`` ran at the call: the copy callbacks run then, in the calling
+thread, on the attributes as they are at that moment.
 """
 
 from __future__ import annotations
@@ -174,13 +181,65 @@ class CommConstructors:
         return self._idup("Idup_with_info")
 
     def _idup(self, call: str) -> tuple[Comm, Request]:
-        from ._ops import COLL, Op
+        from ._attributes import copy_attributes
+        from ._collsched import CollOp, check_reported, signature
         from ._request import Request
 
-        newcomm = self._dup(call)
-        op = Op(COLL, newcomm, call, K.PROC_NULL, K.ANY_TAG)
-        op.done = True
-        return newcomm, Request._of(op)
+        impl = self._live()
+        engine = impl.engine
+        inter = self.Is_inter()  # type: ignore[attr-defined]
+        if inter:
+            from ._intercoll_core import InterCollOp, layout
+
+            union, lo, _ = layout(impl)
+            me, total = lo + impl.rank, len(union)
+        else:
+            me, total = impl.rank, impl.size
+        # The new communicator's state exists from now on; its context comes
+        # with the agreement's end. Until then the handle refuses every use.
+        new = _new_impl(impl, -1, impl.world_ranks)
+        if inter:
+            new.remote_world_ranks = list(impl.remote_world_ranks)
+        if getattr(impl, "topo", None) is not None:
+            new.topo = impl.topo  # type: ignore[attr-defined]  # as Dup: the topology stays
+        newcomm = type(self)._from_impl(_Unready(call, impl))
+        key: list[ctx.Key] = []
+        failed: list[BaseException] = []
+
+        def finish(agreed: tuple[int, int]) -> None:
+            context, base = agreed
+            if failed:  # the copy callbacks failed: the others still get their communicator
+                return
+            new.context = context
+            ctx.install(engine, context, base)
+            newcomm._impl = new
+            newcomm._label = ""
+
+        engine.enter()
+        try:
+            check_reported(engine, impl.context + 1, call)
+            gen = _agreement(engine, key, me, total)
+            sig = signature("allgather", 0, "nonblocking")
+            coll: CollOp
+            if inter:
+                coll = InterCollOp(self, call, gen, sig, finish, union, me)
+            else:
+                coll = CollOp(self, call, gen, sig, finish)
+            key.append((impl.context, coll.seq))
+            coll.start()
+        finally:
+            engine.leave()
+        # As if Dup ran at this call: the copy callbacks see the attributes as they
+        # are now, and run in the calling thread.
+        try:
+            copy_attributes(self, impl, new, call)
+        except BaseException as exc:
+            failed.append(exc)
+            if newcomm._impl is new:  # the agreement had already completed
+                newcomm._impl = None
+                ctx.release(engine, new.context)
+            raise
+        return newcomm, Request._of(coll)
 
     # -- subsets -----------------------------------------------------------------------
     @mpi_call
@@ -351,6 +410,62 @@ class IntraConstructors:
         from ._intercomm import create_intercomm
 
         return create_intercomm(self, local_leader, peer_comm, remote_leader, tag)
+
+
+def _agreement(engine: Any, key: list[ctx.Key], me: int, total: int) -> Any:
+    """The nonblocking context agreement (see :mod:`ipympi._contexts`) as a collective
+    algorithm over ``total`` processes, ``me`` this one; returns ``(context, base)``.
+
+    ``key`` holds the agreement's priority, set before the algorithm starts.
+    Each attempt is an allgather of offers and, once an id is picked, an
+    allgather of votes. Leaving the algorithm (returning, or being closed on a
+    failure) withdraws the offer and any lock; the collective's finishing step,
+    which installs the agreed id, runs right after the return, in the same
+    engine step, so no other agreement can come in between.
+    """
+    try:
+        attempt = 0
+        while True:
+            mine = ctx.offer(engine, key[0], attempt)
+            wires = yield from algo.allgather_objects(me, total, pickle.dumps(mine))
+            picked = ctx.pick([pickle.loads(w) for w in wires])
+            attempt += 1
+            if picked is None:
+                continue
+            context, base = picked
+            yes = ctx.vote(engine, key[0], context)
+            votes = yield from algo.allgather_objects(me, total, b"y" if yes else b"n")
+            if all(v == b"y" for v in votes):
+                return context, base
+            ctx.unlock(engine, key[0], context)
+    finally:
+        if key:
+            ctx.withdraw(engine, key[0])
+
+
+class _Unready:
+    """The state behind the handle ``Idup`` returns, until its request completes.
+
+    Using the new communicator before then is erroneous (MPI 6.4.2, "It is
+    erroneous to use the communicator newcomm as an input argument to other MPI
+    functions before the MPI_COMM_IDUP operation completes"): every use raises
+    ``ERR_COMM`` saying so, through the parent's error handler.
+    """
+
+    __slots__ = ("call", "errhandler", "name", "size")
+
+    def __init__(self, call: str, parent: CommImpl) -> None:
+        self.call = call
+        self.errhandler = parent.errhandler
+        self.name = ""
+        self.size = parent.size
+
+    def __getattr__(self, attr: str) -> Any:
+        raise MPIException(
+            ERR_COMM,
+            f"the communicator returned by {self.call} cannot be used before its request "
+            "completes (Wait or Test the request first)",
+        )
 
 
 def _keep_pending(comm: Any, impl: CommImpl) -> None:

@@ -14,8 +14,9 @@ hands the result to its group with a broadcast on the local communicator.
 
 The constructors (``Dup``, ``Merge``, ``Split``, ``Create``) agree on a context
 with one allgather over both groups. That allgather, and every collective, runs
-in the union rank space of :mod:`ipympi._intercoll`, whose
-:class:`~ipympi._intercoll.InterCollectives` mixin :class:`InterMethods` extends.
+in the union rank space of :mod:`ipympi._intercoll_core`; :class:`InterMethods`
+extends the collectives' mixin, :class:`~ipympi._intercoll.InterCollectives`.
+``Idup`` (nonblocking) is shared with intracommunicators, in :mod:`ipympi._commcreate`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from ._commcreate import _agree, _allgather, _group_ranks, _int, _new_impl
 from ._errhandling import mpi_call
 from ._errors import ERR_COMM, ERR_RANK, ERR_TAG
 from ._errors import Exception as MPIException
-from ._intercoll import InterCollectives, _layout
+from ._intercoll import InterCollectives
+from ._intercoll_core import layout
 from ._pickle import pickle
 
 if TYPE_CHECKING:
@@ -157,7 +159,7 @@ class InterMethods(InterCollectives):
         """Every process's object, by union rank; and the local and remote offsets."""
         impl = self._live()
         data = pickle.dumps(obj)
-        union, lo, ro = _layout(impl)
+        union, lo, ro = layout(impl)
 
         def build(rank: int, n: int, lo: int, ro: int) -> tuple[Algorithm, None]:
             return algo.allgather_objects(lo + rank, len(union), data), None
