@@ -1,0 +1,520 @@
+"""The merged message trace of one cell: every rank's records paired into messages.
+
+Each rank records its own sends, receives and collective calls (see
+:mod:`ipympi._trace` for the record format). :class:`Trace` merges them:
+sends are paired with receives by MPI's non-overtaking rule (the k-th send
+from s to d on a context and tag matches the k-th receive at d from s on the
+same context and tag), collectives are gathered by their ``(context, seq)``
+across ranks, and the messages inside a collective are ordered into causal
+steps. The drawings (:mod:`.diagram`) and the round-by-round explanations
+(:mod:`.explain`) are built from this one model.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import defaultdict, deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "CollectiveSpan",
+    "Trace",
+    "TracedCollective",
+    "TracedMessage",
+    "TracedRound",
+    "format_bytes",
+    "format_time",
+    "plural",
+]
+
+_REQUIRED = {
+    "send": ("t", "rank", "peer", "context", "tag", "bytes", "call"),
+    "recv": ("t", "rank", "peer", "context", "tag", "bytes", "call"),
+    "coll": ("t0", "t1", "rank", "context", "seq", "call"),
+    "truncated": (),
+}
+
+
+# -- formatting shared by the views ----------------------------------------------------
+def _trim(number: float, digits: int) -> str:
+    text = f"{number:.{digits}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text == "-0" else text
+
+
+def _unit_for(seconds: float) -> tuple[str, float]:
+    magnitude = abs(seconds)
+    if magnitude < 1e-3:
+        return "µs", 1e6
+    if magnitude < 1.0:
+        return "ms", 1e3
+    return "s", 1.0
+
+
+def format_time(seconds: float, unit_of: float | None = None) -> str:
+    """``seconds`` as ``12.3 µs`` / ``4.56 ms`` / ``1.2 s`` (3 significant digits).
+
+    ``unit_of`` picks the unit from another magnitude, so the ticks of one
+    axis share a unit.
+    """
+    unit, scale = _unit_for(seconds if unit_of is None else unit_of)
+    value = seconds * scale
+    magnitude = abs(value)
+    digits = 0 if magnitude >= 100 else 1 if magnitude >= 10 else 2
+    return f"{_trim(value, digits)} {unit}"
+
+
+def plural(count: int, word: str) -> str:
+    """``1 rank``, ``4 ranks``."""
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def format_bytes(nbytes: int) -> str:
+    """``8 B``, ``12.5 KiB``, ``3 MiB``."""
+    if nbytes < 1024:
+        return f"{nbytes} B"
+    for unit, scale in (("KiB", 1 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30)):
+        if nbytes < scale * 1024 or unit == "GiB":
+            return f"{_trim(nbytes / scale, 1)} {unit}"
+    raise AssertionError("unreachable")
+
+
+# -- the model ---------------------------------------------------------------------------
+@dataclass(eq=False)
+class TracedMessage:
+    """One message: its send (always traced) and its receive (None if not traced)."""
+
+    src: int
+    dst: int
+    t_send: float
+    t_recv: float | None
+    nbytes: int
+    comm: str
+    context: int
+    tag: int
+    call: str
+    recv_call: str | None
+    coll: tuple[int, int] | None
+    round: int | None
+    send_record: dict[str, Any] = field(repr=False)
+    recv_record: dict[str, Any] | None = field(repr=False)
+    step: int | None = None  # causal step inside its collective (set with the collective)
+
+    @property
+    def recv_round(self) -> int | None:
+        """The receiver's round of its collective in which this message arrived."""
+        return None if self.recv_record is None else self.recv_record.get("round")
+
+    @property
+    def arrived(self) -> float | None:
+        """When the message's data or announcement reached the receiver, if known."""
+        return None if self.recv_record is None else self.recv_record.get("arrived")
+
+    @property
+    def matched(self) -> bool:
+        return self.recv_record is not None
+
+
+@dataclass(eq=False)
+class TracedRound:
+    """One round of a collective on one rank."""
+
+    index: int
+    label: str
+    t0: float | None
+    t1: float | None
+    sends: list[tuple[int, int]]
+    recvs: list[tuple[int, int]]
+    record: dict[str, Any] = field(repr=False)
+
+    @property
+    def has_states(self) -> bool:
+        return "before" in self.record or "after" in self.record
+
+
+@dataclass(eq=False)
+class CollectiveSpan:
+    """One rank's part of a collective: when it was inside the call, and its rounds."""
+
+    rank: int
+    crank: int | None
+    t0: float
+    t1: float
+    rounds: list[TracedRound]
+    error: str | None
+    record: dict[str, Any] = field(repr=False)
+
+
+@dataclass(eq=False)
+class TracedCollective:
+    """One collective call, on every rank that recorded it (same ``(context, seq)``)."""
+
+    context: int
+    seq: int
+    call: str
+    comm: str
+    algorithm: str
+    root: int | None
+    size: int | None
+    spans: dict[int, CollectiveSpan] = field(default_factory=dict)
+    messages: list[TracedMessage] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.context, self.seq)
+
+    @property
+    def t0(self) -> float:
+        times = [s.t0 for s in self.spans.values()] + [m.t_send for m in self.messages]
+        return min(times)
+
+    @property
+    def t1(self) -> float:
+        times = [s.t1 for s in self.spans.values()]
+        times += [m.t_recv if m.t_recv is not None else m.t_send for m in self.messages]
+        return max(times)
+
+    @property
+    def duration(self) -> float:
+        return self.t1 - self.t0
+
+    @property
+    def n_rounds(self) -> int:
+        """The most rounds any rank ran."""
+        counts = [len(s.rounds) for s in self.spans.values()]
+        counts += [m.round for m in self.messages if m.round is not None]
+        return max(counts, default=0)
+
+    @property
+    def errors(self) -> dict[int, str]:
+        return {rank: span.error for rank, span in self.spans.items() if span.error}
+
+    def steps(self) -> list[list[TracedMessage]]:
+        """The messages grouped by causal step (``steps()[k - 1]`` holds step k)."""
+        count = max((m.step or 0 for m in self.messages), default=0)
+        grouped: list[list[TracedMessage]] = [[] for _ in range(count)]
+        for message in sorted(self.messages, key=lambda m: (m.src, m.t_send, m.dst)):
+            grouped[(message.step or 1) - 1].append(message)
+        return grouped
+
+    def rounds_aligned(self) -> bool:
+        """Whether every message goes out and arrives in the round numbered as its step."""
+        return all(m.round == m.step and m.recv_round in (None, m.step) for m in self.messages)
+
+    def round_labels(self, messages: Sequence[TracedMessage]) -> list[str]:
+        """The distinct labels of the senders' rounds of ``messages``, in order."""
+        labels: list[str] = []
+        for message in messages:
+            span = self.spans.get(message.src)
+            if span is None or message.round is None:
+                continue
+            for rnd in span.rounds:
+                if rnd.index == message.round and rnd.label and rnd.label not in labels:
+                    labels.append(rnd.label)
+        return labels
+
+
+def assign_steps(messages: Sequence[TracedMessage]) -> None:
+    """Set each message's causal ``step`` (the messages of one collective).
+
+    A message's step is 1 + the largest step among the messages its sender
+    received in strictly earlier rounds (1 if none): rounds need not line up
+    between ranks, but a message can only go out once what it depends on arrived.
+    """
+    received: dict[int, list[TracedMessage]] = defaultdict(list)
+    for message in messages:
+        if message.recv_round is not None:
+            received[message.dst].append(message)
+    rounds_of: dict[int, list[int]] = {}
+    for rank, inbox in received.items():
+        inbox.sort(key=lambda m: m.recv_round)
+        rounds_of[rank] = [m.recv_round for m in inbox]
+
+    def inputs(message: TracedMessage) -> list[TracedMessage]:
+        """What the sender had received before the round it sent ``message`` in."""
+        if message.round is None or message.src not in received:
+            return []
+        return received[message.src][: bisect.bisect_left(rounds_of[message.src], message.round)]
+
+    step: dict[int, int] = {}
+    for first in messages:  # depth-first, without recursion (long rings have many rounds)
+        if id(first) in step:
+            continue
+        stack = [(first, iter(inputs(first)))]
+        open_ids = {id(first)}
+        while stack:
+            message, pending = stack[-1]
+            for before in pending:
+                # a message already open means inconsistent rounds (a cycle): it counts as 0
+                if id(before) not in step and id(before) not in open_ids:
+                    stack.append((before, iter(inputs(before))))
+                    open_ids.add(id(before))
+                    break
+            else:
+                stack.pop()
+                open_ids.discard(id(message))
+                step[id(message)] = 1 + max(
+                    (step.get(id(m), 0) for m in inputs(message)), default=0
+                )
+    for message in messages:
+        message.step = step[id(message)]
+
+
+# -- building ----------------------------------------------------------------------------
+def _check(rank: int, index: int, record: Any) -> str:
+    where = f"rank {rank}, record {index}"
+    if not isinstance(record, Mapping):
+        raise ValueError(f"{where}: a trace record is a dict, not {type(record).__name__}")
+    kind = record.get("type")
+    if kind not in _REQUIRED:
+        known = ", ".join(sorted(_REQUIRED))
+        raise ValueError(f"{where}: unknown record type {kind!r} (expected one of {known})")
+    missing = [key for key in _REQUIRED[kind] if key not in record]
+    if missing:
+        raise ValueError(f"{where}: {kind} record lacks {', '.join(missing)}")
+    if "rank" in record and record["rank"] != rank:
+        raise ValueError(f"{where}: record of rank {record['rank']} given as rank {rank}'s")
+    return kind
+
+
+def _record_time(record: Mapping[str, Any]) -> float:
+    value = record.get("t", record.get("t0"))
+    return math.inf if value is None else float(value)
+
+
+def _times(record: Mapping[str, Any]) -> Iterator[float]:
+    for key in ("t", "t0", "t1", "arrived"):
+        value = record.get(key)
+        if value is not None:
+            yield float(value)
+    for rnd in record.get("rounds") or ():
+        for key in ("t0", "t1"):
+            value = rnd.get(key)
+            if value is not None:
+                yield float(value)
+
+
+def _coll_key(value: Any) -> tuple[int, int] | None:
+    return None if value is None else (int(value[0]), int(value[1]))
+
+
+def _pair(sends: list[dict], recvs: list[dict]) -> tuple[list[TracedMessage], list[dict]]:
+    """Pair sends and receives by the non-overtaking rule; return messages and lone receives."""
+    waiting: dict[tuple, deque[dict]] = defaultdict(deque)
+    for record in recvs:
+        waiting[(record["peer"], record["rank"], record["context"], record["tag"])].append(record)
+    messages = []
+    for send in sends:
+        queue = waiting.get((send["rank"], send["peer"], send["context"], send["tag"]))
+        recv = queue.popleft() if queue else None
+        messages.append(
+            TracedMessage(
+                src=int(send["rank"]),
+                dst=int(send["peer"]),
+                t_send=float(send["t"]),
+                t_recv=None if recv is None else float(recv["t"]),
+                nbytes=int(send["bytes"]),
+                comm=str(send.get("comm", "?")),
+                context=int(send["context"]),
+                tag=int(send["tag"]),
+                call=str(send["call"]),
+                recv_call=None if recv is None else str(recv["call"]),
+                coll=_coll_key(send.get("coll")),
+                round=send.get("round"),
+                send_record=send,
+                recv_record=recv,
+            )
+        )
+    unmatched = [record for queue in waiting.values() for record in queue]
+    unmatched.sort(key=_record_time)
+    return messages, unmatched
+
+
+def _span(record: Mapping[str, Any]) -> CollectiveSpan:
+    rounds = []
+    for position, rnd in enumerate(record.get("rounds") or (), start=1):
+        if not isinstance(rnd, Mapping):
+            raise ValueError(f"rank {record['rank']}: a collective's round is a dict")
+        rounds.append(
+            TracedRound(
+                index=int(rnd.get("index", position)),
+                label=str(rnd.get("label") or ""),
+                t0=rnd.get("t0"),
+                t1=rnd.get("t1"),
+                sends=[(int(p), int(n)) for p, n in rnd.get("sends") or ()],
+                recvs=[(int(p), int(n)) for p, n in rnd.get("recvs") or ()],
+                record=dict(rnd),
+            )
+        )
+    return CollectiveSpan(
+        rank=int(record["rank"]),
+        crank=record.get("crank"),
+        t0=float(record["t0"]),
+        t1=float(record["t1"]),
+        rounds=rounds,
+        error=record.get("error"),
+        record=dict(record),
+    )
+
+
+def _collectives(
+    colls: list[dict], messages: list[TracedMessage]
+) -> dict[tuple[int, int], TracedCollective]:
+    found: dict[tuple[int, int], TracedCollective] = {}
+    for record in sorted(colls, key=lambda r: r["t0"]):
+        key = (int(record["context"]), int(record["seq"]))
+        coll = found.get(key)
+        if coll is None:
+            coll = found[key] = TracedCollective(
+                context=key[0],
+                seq=key[1],
+                call=str(record["call"]),
+                comm=str(record.get("comm", "?")),
+                algorithm=str(record.get("algorithm") or "?"),
+                root=record.get("root"),
+                size=record.get("size"),
+            )
+        elif record.get("algorithm") and record["algorithm"] not in coll.algorithm.split(" / "):
+            coll.algorithm += f" / {record['algorithm']}"
+        coll.spans[int(record["rank"])] = _span(record)
+    for message in messages:
+        if message.coll is None:
+            continue
+        coll = found.get(message.coll)
+        if coll is None:  # its "coll" records were not kept (a truncated trace)
+            coll = found[message.coll] = TracedCollective(
+                context=message.coll[0],
+                seq=message.coll[1],
+                call=message.call,
+                comm=message.comm,
+                algorithm="?",
+                root=None,
+                size=None,
+            )
+        coll.messages.append(message)
+    for coll in found.values():
+        assign_steps(coll.messages)
+    return found
+
+
+class Trace:
+    """The merged trace of one cell (see the module docstring)."""
+
+    def __init__(
+        self,
+        ranks: list[int],
+        records: list[dict[str, Any]],
+        messages: list[TracedMessage],
+        collectives: list[TracedCollective],
+        unmatched_receives: list[dict[str, Any]],
+        truncated: bool,
+    ) -> None:
+        self.ranks = ranks
+        self.records = records
+        self.messages = messages
+        self.collectives = collectives
+        self.unmatched_receives = unmatched_receives
+        self.truncated = truncated
+        times = [t for record in records for t in _times(record)]
+        self.start = min(times, default=0.0)
+        self.duration = max(times, default=0.0) - self.start
+
+    @classmethod
+    def from_ranks(cls, records: Mapping[int, Sequence[Mapping[str, Any]]]) -> Trace:
+        """Merge the records of every rank (world rank → that rank's records, oldest first)."""
+        if not isinstance(records, Mapping):
+            raise TypeError(f"records: a mapping of rank to records, not {type(records).__name__}")
+        lanes: set[int] = set()
+        everything: list[dict[str, Any]] = []
+        by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for rank, rank_records in records.items():
+            if isinstance(rank, bool) or not isinstance(rank, int):
+                raise ValueError(f"ranks are ints, not {rank!r}")
+            if isinstance(rank_records, (str, bytes, Mapping)):
+                raise ValueError(f"rank {rank}: expected a list of records")
+            lanes.add(rank)
+            for index, record in enumerate(rank_records):
+                kind = _check(rank, index, record)
+                record = dict(record)
+                everything.append(record)
+                by_kind[kind].append(record)
+                if kind in ("send", "recv"):
+                    lanes.add(int(record["peer"]))
+        messages, unmatched = _pair(by_kind["send"], by_kind["recv"])
+        messages.sort(key=lambda m: (m.t_send, m.src))
+        collectives = _collectives(by_kind["coll"], messages)
+        ordered = sorted(collectives.values(), key=lambda c: c.t0)
+        everything.sort(key=_record_time)
+        return cls(
+            sorted(lanes),
+            everything,
+            messages,
+            ordered,
+            unmatched,
+            bool(by_kind["truncated"]),
+        )
+
+    # -- views -------------------------------------------------------------------------
+    @property
+    def empty(self) -> bool:
+        return not (self.messages or self.collectives or self.unmatched_receives)
+
+    @property
+    def dropped(self) -> int:
+        """How many records the ranks dropped (over their limits)."""
+        return sum(int(r.get("dropped") or 0) for r in self.records if r["type"] == "truncated")
+
+    def relative(self, t: float) -> float:
+        return t - self.start
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self.records)
+
+    def summary(self) -> str:
+        if self.empty:
+            ranks = plural(len(self.ranks), "rank")
+            text = f"no messages ({ranks})" if self.ranks else "no messages"
+        else:
+            n_coll = len(self.collectives)
+            text = (
+                f"{plural(len(self.ranks), 'rank')}, {plural(len(self.messages), 'message')}, "
+                f"{plural(n_coll, 'collective')}, "
+                f"{format_time(self.duration)}"
+            )
+        if self.truncated:
+            text += f", truncated ({self.dropped} records dropped)"
+        return text
+
+    def __repr__(self) -> str:
+        return f"<Trace: {self.summary()}>"
+
+    def to_svg(self, width: int = 900) -> str:
+        from .diagram import render_svg
+
+        return render_svg(self, width)
+
+    def to_text(self, width: int = 100) -> str:
+        from .diagram import render_text
+
+        return render_text(self, width)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
+        """The diagram as SVG, also inline in HTML, and as text.
+
+        JupyterLab shows ``image/svg+xml`` as an image, where the tooltips of
+        the arrows and spans do not show; it prefers ``text/html``, where the
+        same SVG is part of the page and its tooltips work.
+        """
+        svg = self.to_svg()
+        return {
+            "image/svg+xml": svg,
+            "text/html": f'<div class="ipympi-trace">{svg}</div>',
+            "text/plain": self.to_text(),
+        }
