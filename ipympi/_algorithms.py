@@ -14,6 +14,16 @@ algorithm is correct for any number of ranks, not only powers of two:
 
 Lower-case (object) variants move pickles of lists of objects along the same
 trees.
+
+Every round carries the rank's working data as ``Round.state`` (the buffer
+being filled or sent, the scratch space of the trees and of Bruck's algorithm,
+the list of pickles being moved; nothing for the barrier), which traces
+snapshot to explain the algorithm step by step. Where the result is produced
+by a local step after the last message (rotating gathered blocks into rank
+order, copying a rank's own block out of scratch space), that step is shown,
+while tracing only, as a round without messages labelled ``local: ...``, whose
+state becomes the result: traces show where the final reordering happens, and
+untraced calls pay nothing for it.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from . import _trace
 from ._collsched import Algorithm, Round
 
 __all__ = [
@@ -65,6 +76,11 @@ def _child_distances(rel: int, size: int) -> list[int]:
     return distances
 
 
+def _local_step(label: str, state: Any) -> Round | None:
+    """A round without messages showing a local step in traces (None when not tracing)."""
+    return Round(f"local: {label}", state=state) if _trace.current is not None else None
+
+
 def _subtree(rel: int, size: int) -> int:
     """Number of ranks in the binomial subtree rooted at relative rank ``rel``."""
     if rel == 0:
@@ -91,10 +107,10 @@ def bcast_binomial(rank: int, size: int, root: int, mem: memoryview) -> Algorith
     rel = (rank - root) % size
     up = _parent_distance(rel)
     if up:
-        yield Round("receive from parent", recvs=[((rank - up) % size, mem)])
+        yield Round("receive from parent", recvs=[((rank - up) % size, mem)], state=mem)
     children = [((rank + d) % size, mem) for d in _child_distances(rel, size)]
     if children:
-        yield Round("send to children", sends=children)
+        yield Round("send to children", sends=children, state=mem)
 
 
 def _blocks(nbytes: int, parts: int) -> list[tuple[int, int]]:
@@ -122,13 +138,13 @@ def bcast_scatter_allgather(rank: int, size: int, root: int, mem: memoryview) ->
     up = _parent_distance(rel)
     if up:
         pieces = span(rel, _subtree(rel, size))
-        yield Round("scatter: receive pieces", recvs=[((rank - up) % size, pieces)])
+        yield Round("scatter: receive pieces", recvs=[((rank - up) % size, pieces)], state=mem)
     sends = [
         ((rank + d) % size, span(rel + d, _subtree(rel + d, size)))
         for d in _child_distances(rel, size)
     ]
     if sends:
-        yield Round("scatter: send pieces", sends=sends)
+        yield Round("scatter: send pieces", sends=sends, state=mem)
     right, left = (rank + 1) % size, (rank - 1) % size
     for step in range(size - 1):
         send_piece = (rel - step) % size
@@ -137,6 +153,7 @@ def bcast_scatter_allgather(rank: int, size: int, root: int, mem: memoryview) ->
             f"allgather ring step {step + 1}",
             sends=[(right, span(send_piece, 1))],
             recvs=[(left, span(recv_piece, 1))],
+            state=mem,
         )
 
 
@@ -145,11 +162,13 @@ def bcast_objects(rank: int, size: int, root: int, data: bytes | None) -> Algori
     rel = (rank - root) % size
     up = _parent_distance(rel)
     if up:
-        (op,) = yield Round("receive from parent", recvs=[((rank - up) % size, None)])
+        rnd = Round("receive from parent", recvs=[((rank - up) % size, None)])
+        (op,) = yield rnd
         data = bytes(op.data)
+        rnd.state = data
     children = [((rank + d) % size, data) for d in _child_distances(rel, size)]
     if children:
-        yield Round("send to children", sends=children)
+        yield Round("send to children", sends=children, state=data)
     return data
 
 
@@ -170,7 +189,9 @@ def gather_binomial(
     mask = 1
     while mask < size:
         if rel & mask:
-            yield Round("send subtree to parent", sends=[((rank - mask) % size, scratch)])
+            yield Round(
+                "send subtree to parent", sends=[((rank - mask) % size, scratch)], state=scratch
+            )
             return
         child = rel + mask
         if child < size:
@@ -178,13 +199,19 @@ def gather_binomial(
             yield Round(
                 f"receive subtree of {got}",
                 recvs=[((rank + mask) % size, scratch[mask * n : (mask + got) * n])],
+                state=scratch,
             )
         mask <<= 1
     assert out is not None
+    rotate = _local_step("rotate into place", scratch)
+    if rotate is not None:
+        yield rotate
     # scratch holds relative ranks 0..p-1; relative rank i is rank (i + root) % p.
     first = (size - root) * n
     out[root * n :] = scratch[:first]
     out[: root * n] = scratch[first:]
+    if rotate is not None:
+        rotate.state = out
 
 
 def scatter_binomial(
@@ -204,14 +231,21 @@ def scatter_binomial(
         scratch = memoryview(bytearray(n * count))
     up = _parent_distance(rel)
     if up:
-        yield Round("receive subtree from parent", recvs=[((rank - up) % size, scratch)])
+        yield Round(
+            "receive subtree from parent", recvs=[((rank - up) % size, scratch)], state=scratch
+        )
     sends = [
         ((rank + d) % size, scratch[d * n : (d + _subtree(rel + d, size)) * n])
         for d in _child_distances(rel, size)
     ]
     if sends:
-        yield Round("send subtrees to children", sends=sends)
+        yield Round("send subtrees to children", sends=sends, state=scratch)
+    own = _local_step("copy own block out", scratch)
+    if own is not None:
+        yield own
     block[:] = scratch[:n]
+    if own is not None:
+        own.state = block
 
 
 def gatherv_linear(
@@ -227,14 +261,14 @@ def gatherv_linear(
     at a root using IN_PLACE.
     """
     if rank != root:
-        yield Round("send to root", sends=[(root, block)])
+        yield Round("send to root", sends=[(root, block)], state=block)
         return
     assert outs is not None
     if block is not None and outs[root].nbytes:
         outs[root][:] = block
     recvs = [(r, outs[r]) for r in range(size) if r != root]
     if recvs:
-        yield Round("receive from every rank", recvs=recvs)
+        yield Round("receive from every rank", recvs=recvs, state=outs)
 
 
 def scatterv_linear(
@@ -246,14 +280,14 @@ def scatterv_linear(
 ) -> Algorithm:
     """Scatterv: the root sends each rank its block in one round."""
     if rank != root:
-        yield Round("receive from root", recvs=[(root, block)])
+        yield Round("receive from root", recvs=[(root, block)], state=block)
         return
     assert ins is not None
     if block is not None and ins[root].nbytes:
         block[:] = ins[root]
     sends = [(r, ins[r]) for r in range(size) if r != root]
-    if sends:
-        yield Round("send to every rank", sends=sends)
+    if sends:  # the root's state is its own block (in ``ins`` with IN_PLACE)
+        yield Round("send to every rank", sends=sends, state=ins[root] if block is None else block)
 
 
 def gather_objects(rank: int, size: int, root: int, data: bytes) -> Algorithm:
@@ -266,13 +300,21 @@ def gather_objects(rank: int, size: int, root: int, data: bytes) -> Algorithm:
     while mask < size:
         if rel & mask:
             wire = pickle.dumps(items, pickle.HIGHEST_PROTOCOL)
-            yield Round("send subtree to parent", sends=[((rank - mask) % size, wire)])
+            yield Round("send subtree to parent", sends=[((rank - mask) % size, wire)], state=items)
             return None
         if rel + mask < size:
-            (op,) = yield Round("receive subtree", recvs=[((rank + mask) % size, None)])
+            (op,) = yield Round(
+                "receive subtree", recvs=[((rank + mask) % size, None)], state=items
+            )
             items.extend(pickle.loads(op.data))
         mask <<= 1
-    return [pickled for _, pickled in sorted(items)]
+    order = _local_step("sort into rank order", items)
+    if order is not None:
+        yield order
+    result = [pickled for _, pickled in sorted(items)]
+    if order is not None:
+        order.state = result
+    return result
 
 
 def scatter_objects(rank: int, size: int, root: int, pickles: list[bytes] | None) -> Algorithm:
@@ -287,8 +329,10 @@ def scatter_objects(rank: int, size: int, root: int, pickles: list[bytes] | None
         mine = [pickles[(i + root) % size] for i in range(size)]
     up = _parent_distance(rel)
     if up:
-        (op,) = yield Round("receive subtree from parent", recvs=[((rank - up) % size, None)])
+        rnd = Round("receive subtree from parent", recvs=[((rank - up) % size, None)], state=mine)
+        (op,) = yield rnd
         mine = pickle.loads(op.data)
+        rnd.state = mine
     sends = [
         (
             (rank + d) % size,
@@ -297,7 +341,11 @@ def scatter_objects(rank: int, size: int, root: int, pickles: list[bytes] | None
         for d in _child_distances(rel, size)
     ]
     if sends:
-        yield Round("send subtrees to children", sends=sends)
+        yield Round("send subtrees to children", sends=sends, state=mine)
+    own = _local_step("keep own object", mine)
+    if own is not None:
+        yield own
+        own.state = mine[0]
     return mine[0]
 
 
@@ -319,12 +367,18 @@ def allgather_bruck(rank: int, size: int, block: memoryview, out: memoryview) ->
             f"Bruck distance {dist}",
             sends=[((rank - dist) % size, scratch[: count * n])],
             recvs=[((rank + dist) % size, scratch[have * n : (have + count) * n])],
+            state=scratch,
         )
         have += count
         dist <<= 1
+    rotate = _local_step("rotate into place", scratch)
+    if rotate is not None:
+        yield rotate
     first = (size - rank) * n
     out[rank * n :] = scratch[:first]
     out[: rank * n] = scratch[first:]
+    if rotate is not None:
+        rotate.state = out
 
 
 def allgather_ring(rank: int, size: int, block: memoryview | None, out: memoryview) -> Algorithm:
@@ -332,11 +386,21 @@ def allgather_ring(rank: int, size: int, block: memoryview | None, out: memoryvi
     n = out.nbytes // size
     if block is not None:
         out[rank * n : (rank + 1) * n] = block
-    yield from allgatherv_ring(rank, size, [out[r * n : (r + 1) * n] for r in range(size)])
+    yield from allgatherv_ring(
+        rank, size, [out[r * n : (r + 1) * n] for r in range(size)], state=out
+    )
 
 
-def allgatherv_ring(rank: int, size: int, views: Sequence[memoryview]) -> Algorithm:
-    """Ring allgather of variable blocks already in place in ``views[rank]``."""
+def allgatherv_ring(
+    rank: int, size: int, views: Sequence[memoryview], state: Any = None
+) -> Algorithm:
+    """Ring allgather of variable blocks already in place in ``views[rank]``.
+
+    ``state`` (for traces) is the whole receive buffer when the caller has one;
+    by default the list of blocks.
+    """
+    if state is None:
+        state = views
     right, left = (rank + 1) % size, (rank - 1) % size
     for step in range(size - 1):
         send_block = (rank - step) % size
@@ -345,6 +409,7 @@ def allgatherv_ring(rank: int, size: int, views: Sequence[memoryview]) -> Algori
             f"ring step {step + 1}",
             sends=[(right, views[send_block])],
             recvs=[(left, views[recv_block])],
+            state=state,
         )
 
 
@@ -361,11 +426,18 @@ def allgather_objects(rank: int, size: int, data: bytes) -> Algorithm:
             f"Bruck distance {dist}",
             sends=[((rank - dist) % size, wire)],
             recvs=[((rank + dist) % size, None)],
+            state=have,
         )
         have.extend(pickle.loads(op.data))
         dist <<= 1
+    rotate = _local_step("rotate into place", have)
+    if rotate is not None:
+        yield rotate
     # have[i] came from rank (rank + i) % size
-    return [have[(r - rank) % size] for r in range(size)]
+    result = [have[(r - rank) % size] for r in range(size)]
+    if rotate is not None:
+        rotate.state = result
+    return result
 
 
 # -- alltoall ---------------------------------------------------------------------------
@@ -382,7 +454,12 @@ def alltoallw_pairwise(
         recvs[rank][:] = sends[rank]
     for i in range(1, size):
         dst, src = (rank + i) % size, (rank - i) % size
-        yield Round(f"pairwise step {i}", sends=[(dst, sends[dst])], recvs=[(src, recvs[src])])
+        yield Round(
+            f"pairwise step {i}",
+            sends=[(dst, sends[dst])],
+            recvs=[(src, recvs[src])],
+            state=recvs,
+        )
 
 
 def alltoall_objects(rank: int, size: int, pickles: Sequence[bytes]) -> Algorithm:
@@ -391,6 +468,8 @@ def alltoall_objects(rank: int, size: int, pickles: Sequence[bytes]) -> Algorith
     out[rank] = pickles[rank]
     for i in range(1, size):
         dst, src = (rank + i) % size, (rank - i) % size
-        (op,) = yield Round(f"pairwise step {i}", sends=[(dst, pickles[dst])], recvs=[(src, None)])
+        (op,) = yield Round(
+            f"pairwise step {i}", sends=[(dst, pickles[dst])], recvs=[(src, None)], state=out
+        )
         out[src] = bytes(op.data)
     return out

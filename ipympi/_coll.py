@@ -163,7 +163,7 @@ class Collectives:
     def _check_root(self, impl: CommImpl, root: int, call: str) -> None:
         if not 0 <= root < impl.size:
             raise MPIException(
-                ERR_ROOT, f"{call}: root {root} is not a rank of {impl.name} (size {impl.size})"
+                ERR_ROOT, f"{call}: root {root} is not a rank of {impl.label} (size {impl.size})"
             )
 
     def _collective(self, call: str, kind: str, root: int, plan: Plan, mode: str) -> Any:
@@ -175,7 +175,7 @@ class Collectives:
         def launch() -> CollOp:
             check_reported(engine, impl.context + 1, call)
             gen, finish = plan(impl.rank, impl.size)
-            return CollOp(self, call, gen, sig, finish)
+            return CollOp(self, call, gen, sig, finish, root)
 
         if mode == "persistent":
 
@@ -444,7 +444,8 @@ class Collectives:
             if v or views[rank].nbytes >= LARGE_ALLGATHER:
                 if block is not None:
                     views[rank][:] = block
-                return algo.allgatherv_ring(rank, size, views), finish
+                whole_out = None if v else whole.mem[: views[rank].nbytes * size]
+                return algo.allgatherv_ring(rank, size, views, whole_out), finish
             own = block if block is not None else bytes(views[rank])
             out = whole.mem[: views[rank].nbytes * size]
             return algo.allgather_bruck(rank, size, memoryview(own), out), finish

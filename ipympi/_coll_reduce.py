@@ -237,7 +237,7 @@ class Reductions:
         scratch = np.empty(counts[impl.rank], dtype=args.source.dtype)
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
-            def run() -> Algorithm:
+            def reduce_then_scatterv() -> Algorithm:
                 commutative = args.op._commutative
                 result = yield from red.reduce_binomial(
                     rank, size, 0, args.values, args.fresh(), commutative
@@ -252,7 +252,7 @@ class Reductions:
                 else:
                     yield from algo.scatterv_linear(rank, size, 0, None, mem)
 
-            return run(), finish
+            return reduce_then_scatterv(), finish
 
         return self._collective(call, kind, 0, plan, mode)
 

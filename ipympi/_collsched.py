@@ -64,6 +64,7 @@ KINDS = (
     "allreduce",
     "scan",
     "exscan",
+    "dup",  # the context agreement of Comm.Idup (used in nonblocking form only: "Idup")
 )
 KIND_IDS = {name: i + 1 for i, name in enumerate(KINDS)}
 NONBLOCKING = 0x20
@@ -101,19 +102,30 @@ class Round:
     ``(peer, target)`` pairs where ``target`` is a writable byte memoryview of
     exactly the expected size, or ``None`` to receive bytes of any size (the
     pickles of lower-case collectives). ``label`` names the step for traces.
+
+    ``state`` is the rank's working data at this step (a buffer, an array, the
+    list of pickles being moved; None when there is nothing to show), which
+    traces with payloads snapshot when the round starts and again once the
+    algorithm has processed the round's received data: when it yields its
+    next round or returns. An algorithm whose working data changes identity
+    while it processes a round (a reduction combining into a new array) sets
+    ``state`` of that round to the new object before moving on. A round with
+    no messages is a local step (e.g. rotating gathered blocks into place).
     """
 
-    __slots__ = ("label", "recvs", "sends")
+    __slots__ = ("label", "recvs", "sends", "state")
 
     def __init__(
         self,
         label: str = "",
         sends: Sequence[tuple[int, Any]] = (),
         recvs: Sequence[tuple[int, memoryview | None]] = (),
+        state: Any = None,
     ) -> None:
         self.label = label
         self.sends = sends
         self.recvs = recvs
+        self.state = state
 
 
 Algorithm = Generator[Round, "list[Op]", Any]
@@ -124,8 +136,14 @@ class CollOp(Op):
 
     ``result`` is what the algorithm returned (the object of a lower-case
     collective); ``finish`` runs once at the end (e.g. copying out of scratch
-    buffers) before the operation counts as done.
+    buffers) before the operation counts as done. ``root`` is the call's root
+    for traces of rooted collectives (by default the one encoded in ``sig``).
+
+    While tracing is on (``engine.tracer``), ``trace`` is the call's record;
+    the tracer adds each round to it as the algorithm yields it.
     """
+
+    trace: dict[str, Any] | None = None  # the call's trace record while tracing
 
     def __init__(
         self,
@@ -134,6 +152,7 @@ class CollOp(Op):
         algorithm: Algorithm,
         sig: int,
         finish: Callable[[Any], Any] | None = None,
+        root: int | None = None,
     ) -> None:
         super().__init__(COLL, comm, call, ANY_SOURCE, 0)
         impl = comm._impl
@@ -150,10 +169,15 @@ class CollOp(Op):
         self.rounds = 0
         self.recv_ops: list[Op] = []
         self.send_ops: list[Op] = []
+        self.root = root
 
     # -- running -------------------------------------------------------------
     def start(self) -> None:
         """Run the first rounds; register with the engine if the call is not done."""
+        tracer = self.engine.tracer
+        if tracer is not None:
+            self.tracer = tracer
+            self.trace = tracer.coll_started(self, self._root())
         dead = self.engine.dead_peers
         if dead:  # a member has died: this collective can never complete
             gone = next((dead[r] for r in self.world_ranks if r in dead), None)
@@ -174,13 +198,18 @@ class CollOp(Op):
         return all(op.done for op in self.recv_ops) and all(op.done for op in self.send_ops)
 
     def _step(self, received: list[Op] | None) -> None:
+        trace = self.trace
         try:
             while True:
                 if received is not None:
+                    if trace is not None:
+                        self.tracer.round_done(trace, received)
                     self._check(received)
                 rnd = (
                     self.algorithm.send(received) if received is not None else next(self.algorithm)
                 )
+                if trace is not None:
+                    self.tracer.round_started(trace, rnd, self.round)
                 self.rounds += 1
                 self.round = rnd
                 self._start_round(rnd)
@@ -242,11 +271,18 @@ class CollOp(Op):
                     "counts or datatypes differ between ranks"
                 )
 
+    def _root(self) -> int | None:
+        """The root of a rooted collective (for traces), else None."""
+        kind_id = self.sig & 0x1F
+        if not (1 <= kind_id <= len(KINDS) and KINDS[kind_id - 1] in ROOTED):
+            return None
+        return self.root if self.root is not None else (self.sig >> 7) & 0x1FF
+
     def _who(self) -> str:
         return f"collective size mismatch (collective #{self.seq} on {self._name()})"
 
     def _name(self) -> str:
-        return self.comm._impl.name if self.comm._impl is not None else "a freed communicator"
+        return self.comm._impl.label if self.comm._impl is not None else "a freed communicator"
 
     def _complete(self, value: Any) -> None:
         leftover = self.engine.end_collective(self.context, self.seq)
@@ -263,6 +299,8 @@ class CollOp(Op):
         if self.finish is not None:
             value = self.finish(value)
         self.result = value
+        if self.trace is not None:
+            self.tracer.coll_ended(self.trace, self.round, None)
         self._done()
 
     def _fail(
@@ -280,6 +318,8 @@ class CollOp(Op):
                 self.engine.withdraw(op)
         self.error = error
         self.error_detail = text
+        if self.trace is not None:
+            self.tracer.coll_ended(self.trace, self.round, text)
         self._done()
 
     def _done(self) -> None:

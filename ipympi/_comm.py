@@ -73,6 +73,15 @@ class CommImpl:
         # keyval -> (Keyval, value), in the order set (see _attributes)
         self.attrs: dict[int, tuple[Any, Any]] = {}
 
+    @property
+    def label(self) -> str:
+        """The name for messages: ``Get_name``, or what the communicator is when unnamed."""
+        if self.name:
+            return self.name
+        if self.remote_world_ranks is not self.world_ranks:
+            return f"an unnamed intercommunicator ({self.size} local ranks)"
+        return f"an unnamed communicator ({self.size} ranks)"
+
 
 class Comm(PointToPoint, CommAttributes, CommConstructors):
     """A communication context and the group of ranks that share it."""

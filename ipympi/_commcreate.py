@@ -219,7 +219,7 @@ class CommConstructors:
         try:
             check_reported(engine, impl.context + 1, call)
             gen = _agreement(engine, key, me, total)
-            sig = signature("allgather", 0, "nonblocking")
+            sig = signature("dup", 0, "nonblocking")
             coll: CollOp
             if inter:
                 coll = InterCollOp(self, call, gen, sig, finish, union, me)

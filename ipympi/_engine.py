@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Any, Callable, NoReturn
 
+from . import _trace
 from . import _wire as wire
 from ._constants import ANY_SOURCE
 from ._errors import ERR_OTHER, ERR_TRUNCATE
@@ -132,6 +133,8 @@ class Engine:
         # long transfer from a rank that cannot progress.
         self.progressed = 0
         self.dead_peers: dict[int, str] = {}  # world rank -> why it is gone
+        # The message recorder while tracing is on (``_trace``), else None.
+        self.tracer: _trace.Tracer | None = _trace.attach(self)
 
     # -- entering and leaving MPI --------------------------------------------
     def enter(self) -> None:
@@ -180,6 +183,9 @@ class Engine:
         rank itself are always copied (never rendezvous), so a blocking
         self-send cannot hang.
         """
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.sent(self, op, mem, wdest, context, source, tag)
         if wdest == self.rank:
             self._send_to_self(op, bytes(mem), context, source, tag, sync, sig)
             return
@@ -241,6 +247,8 @@ class Engine:
         env = Envelope(context, source, tag, len(data), (data, SELF, op if sync else None, sig))
         if not sync:
             op.done = True
+        if self.tracer is not None:
+            self.tracer.arrived(env)
         recv = self.matcher.arrive(env)
         if recv is not None:
             self._deliver(env, recv.handle)
@@ -278,12 +286,16 @@ class Engine:
             frame, _, flags, wsource, _, msgid = payload
             op.rsig = frame[2] | frame[3] << 8
             self._fill(op, memoryview(frame)[HEADER_SIZE:], env.nbytes)
+            if self.tracer is not None:
+                self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
             if flags & SYNC:
                 self._reply(wsource, ACK, msgid)
             return
         if kind == SELF:
             data, _, sender, op.rsig = payload
             self._fill(op, memoryview(data), env.nbytes)
+            if self.tracer is not None:
+                self.tracer.received(self, op, env, self.rank, env.context, env.tag, env.nbytes)
             if sender is not None:
                 sender.done = True
             return
@@ -294,6 +306,8 @@ class Engine:
         (address,) = wire.RTS_EXTRA.unpack_from(frame, HEADER_SIZE)
         if self.vm.read(pid, address, target):
             self._finish_fill(op, target, env.nbytes)
+            if self.tracer is not None:
+                self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
             self._reply(wsource, FIN, msgid)
         else:
             self._rdv[(wsource, msgid)] = (op, env, target, 0)
@@ -355,6 +369,8 @@ class Engine:
                     context, source, tag, value, (frame, kind, flags, wsource, pid, msgid)
                 )
                 self.matcher.queue_unexpected(env)
+                if self.tracer is not None:
+                    self.tracer.arrived(env)
                 return
             op = recv.handle
             op.posted = None
@@ -362,10 +378,14 @@ class Engine:
             op.tag = tag
             op.rsig = sig
             self._fill(op, memoryview(frame)[HEADER_SIZE:], value)
+            if self.tracer is not None:
+                self.tracer.received(self, op, None, wsource, context, tag, value)
             if flags & SYNC:
                 self._reply(wsource, ACK, msgid)
         elif kind == RTS:
             env = Envelope(context, source, tag, value, (frame, kind, flags, wsource, pid, msgid))
+            if self.tracer is not None:
+                self.tracer.arrived(env)
             recv = self.matcher.arrive(env)
             if recv is not None:
                 self._deliver(env, recv.handle)
@@ -449,6 +469,8 @@ class Engine:
             return
         del self._rdv[key]
         self._finish_fill(op, target, env.nbytes)
+        if self.tracer is not None:
+            self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
         self._reply(wsource, FIN, msgid)
 
     def _handle(self, frame: bytes) -> None:
@@ -697,6 +719,8 @@ class Engine:
                 coll.error = ERR_OTHER
                 coll.error_detail = "collective abandoned after an interrupt"
                 coll.done = True
+                if coll.trace is not None:
+                    coll.tracer.coll_ended(coll.trace, coll.round, coll.error_detail)
 
     # -- probes --------------------------------------------------------------
     def iprobe(self, context: int, source: int, tag: int, take: bool) -> Envelope | None:

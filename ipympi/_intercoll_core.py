@@ -116,6 +116,7 @@ class InterCollOp(CollOp):
                 rank=me,
                 size=len(union),
                 name=impl.name,
+                label=impl.label,
             )
         )
         super().__init__(shadow, call, algorithm, sig, finish)

@@ -4,6 +4,8 @@ The message can no longer be matched by any other receive or probe; it is
 received with ``Message.Recv``/``Irecv``/``recv``/``irecv``, which turn the
 handle into ``MESSAGE_NULL``. A matched probe on ``PROC_NULL`` gives
 ``MESSAGE_NO_PROC``, whose receive completes at once with a PROC_NULL status.
+Errors and message traces name these receives after the standard's calls:
+``Mrecv``/``Imrecv`` (``mrecv``/``imrecv`` for Python objects).
 """
 
 from __future__ import annotations
@@ -92,25 +94,25 @@ class Message:
     def Recv(self, buf: Any, status: Status | None = None) -> None:
         """Receive the matched message into ``buf``."""
         spec = recv_buffer(buf)
-        op = self._take("Recv", spec.mem)
+        op = self._take("Mrecv", spec.mem)
         op.unpack = spec.unpack
         Request._of(op).Wait(status)
 
     @mpi_call
     def Irecv(self, buf: Any) -> Request:
         spec = recv_buffer(buf)
-        op = self._take("Irecv", spec.mem)
+        op = self._take("Imrecv", spec.mem)
         op.unpack = spec.unpack
         return Request._of(op)
 
     @mpi_call
     def recv(self, status: Status | None = None) -> Any:
         """Receive the matched message as a Python object."""
-        return Request._of(self._take("recv", None)).wait(status)
+        return Request._of(self._take("mrecv", None)).wait(status)
 
     @mpi_call
     def irecv(self) -> Request:
-        return Request._of(self._take("irecv", None))
+        return Request._of(self._take("imrecv", None))
 
     @classmethod
     def probe(cls, comm: Any, source: int = -2, tag: int = ANY_TAG, status: Any = None) -> Any:

@@ -35,7 +35,7 @@ STANDARD, SYNCHRONOUS, READY, BUFFERED = "standard", "synchronous", "ready", "bu
 def _bad_dest(impl: CommImpl, dest: int, call: str) -> MPIException:
     return MPIException(
         ERR_RANK,
-        f"{call}: dest {dest} is not a rank of {impl.name} "
+        f"{call}: dest {dest} is not a rank of {impl.label} "
         f"(ranks 0..{len(impl.remote_world_ranks) - 1} or PROC_NULL)",
     )
 
@@ -43,7 +43,7 @@ def _bad_dest(impl: CommImpl, dest: int, call: str) -> MPIException:
 def _bad_source(impl: CommImpl, source: int, call: str) -> MPIException:
     return MPIException(
         ERR_RANK,
-        f"{call}: source {source} is not a rank of {impl.name} "
+        f"{call}: source {source} is not a rank of {impl.label} "
         f"(ranks 0..{len(impl.remote_world_ranks) - 1}, ANY_SOURCE or PROC_NULL)",
     )
 
@@ -69,7 +69,7 @@ def _check_recv_tag(tag: int, call: str) -> None:
 
 
 def _info(call: str, impl: CommImpl, peer: int, tag: int) -> Callable[[], WaitInfo]:
-    return lambda: WaitInfo(call, impl.name, peer, tag)
+    return lambda: WaitInfo(call, impl.label, peer, tag)
 
 
 def _set_proc_null_status(status: Status | None) -> None:
@@ -172,9 +172,12 @@ class PointToPoint:
         engine = impl.engine
         engine.enter()
         try:
+            # The fast path has no operation to record: while tracing, the
+            # message takes the general path, which sends the same eager frame.
             if (
                 (mode is STANDARD or mode is READY)
                 and dest != PROC_NULL
+                and engine.tracer is None
                 and engine.send_eager(
                     impl.remote_world_ranks[dest], impl.context, impl.rank, tag, mem
                 )

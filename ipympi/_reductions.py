@@ -15,6 +15,10 @@ point.
 
 A :class:`Values` object hides whether values are numpy arrays (buffer calls)
 or Python objects (lower-case calls, moved as pickles).
+
+Every round carries the rank's accumulator as ``Round.state`` (for scans, the
+rank's prefix so far), updated once the round's received value is combined,
+so traces can show each step's partial results.
 """
 
 from __future__ import annotations
@@ -118,27 +122,35 @@ def reduce_binomial(
     while mask < size:
         if rel & mask:
             yield Round(
-                "send partial result to parent", sends=[((rank - mask) % size, values.wire(acc))]
+                "send partial result to parent",
+                sends=[((rank - mask) % size, values.wire(acc))],
+                state=acc,
             )
             acc = None
             break
         if rel + mask < size:
             holder, target = values.target(acc)
-            (op,) = yield Round(
+            rnd = Round(
                 f"combine with subtree at distance {mask}",
                 recvs=[((rank + mask) % size, target)],
+                state=acc,
             )
+            (op,) = yield rnd
             acc = values.combine(acc, values.received(op, holder))
+            rnd.state = acc
         mask <<= 1
     if base == root:
         return acc if rank == root else None
     if rank == base:
-        yield Round("forward result to root", sends=[(root, values.wire(acc))])
+        yield Round("forward result to root", sends=[(root, values.wire(acc))], state=acc)
         return None
     if rank == root:
         holder, target = values.target(value)
-        (op,) = yield Round("receive result from rank 0", recvs=[(base, target)])
-        return values.received(op, holder)
+        rnd = Round("receive result from rank 0", recvs=[(base, target)])
+        (op,) = yield rnd
+        result = values.received(op, holder)
+        rnd.state = result
+        return result
     return None
 
 
@@ -150,12 +162,16 @@ def allreduce_recursive_doubling(rank: int, size: int, values: Values, value: An
     acc = value
     if rank < 2 * rem:
         if rank % 2 == 0:
-            yield Round("fold: send to odd neighbour", sends=[(rank + 1, values.wire(acc))])
+            yield Round(
+                "fold: send to odd neighbour", sends=[(rank + 1, values.wire(acc))], state=acc
+            )
             newrank = -1
         else:
             holder, target = values.target(acc)
-            (op,) = yield Round("fold: receive from even neighbour", recvs=[(rank - 1, target)])
+            rnd = Round("fold: receive from even neighbour", recvs=[(rank - 1, target)], state=acc)
+            (op,) = yield rnd
             acc = values.combine(values.received(op, holder), acc)
+            rnd.state = acc
             newrank = rank // 2
     else:
         newrank = rank - rem
@@ -166,26 +182,33 @@ def allreduce_recursive_doubling(rank: int, size: int, values: Values, value: An
             partner_new = newrank ^ mask
             partner = partner_new * 2 + 1 if partner_new < rem else partner_new + rem
             holder, target = values.target(acc, spare)
-            (op,) = yield Round(
+            rnd = Round(
                 f"exchange at distance {mask}",
                 sends=[(partner, values.wire(acc))],
                 recvs=[(partner, target)],
+                state=acc,
             )
+            (op,) = yield rnd
             other = values.received(op, holder)
             if partner < rank:
                 acc, spare = values.combine(other, acc), other
             else:
                 acc, spare = values.combine(acc, other), acc
+            rnd.state = acc
             mask <<= 1
     if rank < 2 * rem:
         if rank % 2:
             yield Round(
-                "unfold: send result to even neighbour", sends=[(rank - 1, values.wire(acc))]
+                "unfold: send result to even neighbour",
+                sends=[(rank - 1, values.wire(acc))],
+                state=acc,
             )
         else:
             holder, target = values.target(value)
-            (op,) = yield Round("unfold: receive result", recvs=[(rank + 1, target)])
+            rnd = Round("unfold: receive result", recvs=[(rank + 1, target)])
+            (op,) = yield rnd
             acc = values.received(op, holder)
+            rnd.state = acc
     return acc
 
 
@@ -212,6 +235,7 @@ def allreduce_ring(rank: int, size: int, values: ArrayValues, value: np.ndarray)
             f"reduce-scatter step {step + 1}",
             sends=[(right, values.wire(piece(send_i)))],
             recvs=[(left, target)],
+            state=acc,
         )
         values.combine(holder, piece(recv_i))
     for step in range(size - 1):
@@ -220,6 +244,7 @@ def allreduce_ring(rank: int, size: int, values: ArrayValues, value: np.ndarray)
             f"allgather step {step + 1}",
             sends=[(right, values.wire(piece(send_i)))],
             recvs=[(left, values.wire(piece(recv_i)))],
+            state=acc,
         )
     return acc
 
@@ -246,17 +271,20 @@ def _prefix(rank: int, size: int, values: Values, value: Any, inclusive: bool) -
         partner = rank ^ mask
         if partner < size:
             holder, target = values.target(partial)
-            (op,) = yield Round(
+            rnd = Round(
                 f"exchange at distance {mask}",
                 sends=[(partner, values.wire(partial))],
                 recvs=[(partner, target)],
+                state=result,
             )
+            (op,) = yield rnd
             other = values.received(op, holder)
             if partner < rank:
                 result = other if result is None else values.combine(_copy(values, other), result)
                 partial = values.combine(_copy(values, other), partial)
             else:
                 partial = values.combine(_copy(values, partial), other)
+            rnd.state = result
         mask <<= 1
     return result
 

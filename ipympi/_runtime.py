@@ -323,7 +323,7 @@ def _fatal(obj: Any, call: str, exc: MPIException) -> NoReturn:
     name = ""
     impl = getattr(obj, "_impl", None)
     if impl is not None:
-        name = f" on {impl.name}"
+        name = f" on {getattr(impl, 'label', None) or impl.name}"
     reason = f"fatal error in {call}{name}: {exc}"
     _abort(exc.Get_error_class() or 1, reason)  # the launcher (or _abort) reports it
 

@@ -332,6 +332,7 @@ def test_idup_does_not_match_dup(run_mpi, n):
             except MPI.Exception as exc:
                 error = exc
         assert error is not None and error.Get_error_class() == MPI.ERR_NOT_SAME, error
+        assert "Idup" in str(error), error  # the mismatch names what rank 0 called
         # point-to-point still works
         comm.send(("after", rank), dest=nxt, tag=5)
         assert comm.recv(source=prv, tag=5) == ("after", prv)
