@@ -636,7 +636,10 @@ def test_different_errors_are_listed_by_name() -> None:
 
 def test_same_exception_with_different_values() -> None:
     errors = {0: error(0, "KeyError", "'a'"), 1: error(1, "KeyError", "'b'")}
-    assert compose_error(errors, [0, 1, 2])["traceback"][0] == "ranks 0,1 of 3 raised KeyError"
+    assert (
+        compose_error(errors, [0, 1, 2])["traceback"][0]
+        == "ranks 0,1 of 3 raised KeyError (rank 0: 'a')"
+    )
 
 
 def test_every_rank_failing_the_same_way() -> None:

@@ -433,6 +433,9 @@ def _ranks(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
 
 
+ENDED_BY_ABORT = "MPIAbort"  # the error name of the ranks of an aborted world
+
+
 def _ename(content: Mapping[str, Any]) -> str:
     return str(content.get("ename") or "Exception")
 
@@ -452,10 +455,18 @@ def _raised(errors: dict[int, dict], failing: list[int], targets: list[int]) -> 
         kinds = ", ".join(f"{_ranks(rs)} {name}" for name, rs in by_name.items())
         return f"{len(failing)} ranks{of} raised exceptions: {kinds}"
     (name,) = by_name
+    values = {str(errors[r].get("evalue", "")) for r in failing}
+    if name == ENDED_BY_ABORT and len(values) == 1:
+        # Not raised by the ranks: one rank aborted and the world was ended.
+        return f"the MPI world was aborted: {values.pop()}"
     who = f"all {len(failing)} ranks" if failing == targets and len(failing) > 1 else None
     text = f"{who or _ranks(failing) + of} raised {name}"
-    values = {str(errors[r].get("evalue", "")) for r in failing}
-    return f"{text}: {values.pop()}" if len(values) == 1 and "" not in values else text
+    if len(values) == 1 and "" not in values:
+        return f"{text}: {values.pop()}"
+    first = next((r for r in failing if errors[r].get("evalue")), None)
+    if first is None:
+        return text
+    return f"{text} (rank {first}: {errors[first]['evalue']})"
 
 
 def _where(where: str) -> str:
