@@ -14,7 +14,7 @@ from typing import Any
 
 from ._rc import rc as rc
 
-__all__ = ["__version__", "current", "load_ipython_extension", "on_error", "rc"]
+__all__ = ["__version__", "current", "last_trace", "load_ipython_extension", "on_error", "rc"]
 
 
 def current() -> Any:
@@ -22,6 +22,17 @@ def current() -> Any:
     from .controller.session import current as _current
 
     return _current()
+
+
+def last_trace() -> Any:
+    """The messages of the last cell run with ``%%px --trace`` (or ``%mpi trace on``).
+
+    A :class:`~ipympi.teach.trace.Trace`: its ``records`` are every rank's
+    sends, receives and collective calls; it draws itself as a diagram.
+    """
+    from .controller.session import last_trace as _last_trace
+
+    return _last_trace()
 
 
 def on_error(callback: Any) -> Any:

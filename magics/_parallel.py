@@ -19,10 +19,11 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
 
 from ipympi.controller import session
 from ipympi.controller.cluster import Cluster, ClusterError
-from ipympi.controller.execute import CellOptions, CellResult, follow, run_cell
+from ipympi.controller.execute import CellOptions, CellResult, ensure_world, follow, run_cell
 from ipympi.controller.publish import cell_number, publisher_for, request_is_silent
 from ipympi.controller.render import GROUPS
 from ipympi.controller.status import StatusTable
@@ -86,6 +87,21 @@ def _exec_options(func: Any) -> Any:
                 metavar="S",
                 help="interrupt the ranks after S seconds and report what each was doing",
             ),
+            argument(
+                "--trace",
+                action="store_const",
+                const=True,
+                dest="trace",
+                help="record every message of the cell on every rank and draw them under it "
+                "(ipympi.last_trace() returns the records)",
+            ),
+            argument(
+                "--no-trace",
+                action="store_const",
+                const=False,
+                dest="trace",
+                help="do not record messages (the default, unless %%mpi trace on)",
+            ),
         ]
     ):
         func = decorator(func)
@@ -123,9 +139,19 @@ class ParallelMagics(Magics):
                               when no rank of a cell can progress (a deadlock, or ranks
                               waiting on a failed one): stop the waiting ranks (default),
                               keep waiting, or end the world
+        %mpi trace on|off     trace every parallel cell (as %%px --trace): a diagram of
+                              every message under each cell
+        %mpi show NAME... [-t T]
+                              each rank's value of NAME side by side, differences marked
+        %mpi explain CALL     run one collective call (e.g. comm.Allreduce(a, b)) on the
+                              ranks and show it step by step: who sends what to whom, and
+                              every rank's data before and after each step
         """
         if cell is not None:
             return self.px(line, cell)
+        first, _, raw = line.strip().partition(" ")
+        if first == "explain":  # the rest is Python code, not shell words
+            return self._mpi_explain(raw)
         words = shlex.split(line)
         if not words:
             raise UsageError(f"%mpi needs a subcommand: {', '.join(_SUBCOMMANDS)}")
@@ -223,10 +249,64 @@ class ParallelMagics(Magics):
                 raise UsageError(f"%mpi config: on_error must be one of {', '.join(ON_ERROR)}")
             cluster.on_error = value
 
+    # -- teaching ------------------------------------------------------------------------
+    def _mpi_trace(self, rest: list[str]) -> None:
+        parser = _Parser(prog="%mpi trace")
+        parser.add_argument("state", nargs="?", choices=("on", "off"))
+        state = parser.parse(rest).state
+        if state is not None:
+            self.defaults["trace"] = state == "on"
+        on = self.defaults.get("trace", False)
+        print(
+            "tracing is on: every parallel cell draws its messages (%mpi trace off ends it)"
+            if on
+            else "tracing is off (%mpi trace on, or %%px --trace for one cell)"
+        )
+
+    def _mpi_show(self, rest: list[str]) -> Any:
+        from ipympi.teach.show import show
+
+        parser = _Parser(prog="%mpi show")
+        parser.add_argument("names", nargs="+", metavar="NAME")
+        parser.add_argument("-t", "--targets")
+        args = parser.parse(rest)
+        try:
+            return show(self._cluster(), args.names, args.targets)
+        except (ClusterError, NameError, ValueError) as exc:
+            raise UsageError(f"%mpi show: {exc}") from None
+
+    def _mpi_explain(self, text: str) -> Any:
+        from ipympi.teach.explain import Explanation
+        from ipympi.teach.recording import explain_call, parse_collective_call
+
+        try:
+            parse_collective_call(text)
+        except ValueError as exc:
+            raise UsageError(f"%mpi explain: {exc}") from None
+        cluster = self._cluster()
+        try:
+            ensure_world(cluster, list(range(cluster.n)), publisher_for(self.shell))
+            outcomes = session.apply(cluster, explain_call, text.strip())
+        except (ClusterError, ValueError) as exc:
+            raise UsageError(f"%mpi explain: {exc}") from None
+        ranks = range(len(outcomes))
+        explanation = Explanation.from_ranks(
+            text.strip(),
+            {rank: outcomes[rank]["records"] for rank in ranks},
+            next((o["dtype"] for o in outcomes if o["dtype"]), None),
+            {rank: outcomes[rank]["before"] for rank in ranks},
+            {rank: outcomes[rank]["after"] for rank in ranks},
+        )
+        stepper = explanation.widget()
+        if stepper is None:
+            return explanation
+        display(stepper)
+        return None
+
     # -- running cells ---------------------------------------------------------------------
     def _options(self, args: argparse.Namespace) -> CellOptions:
         values = dict(self.defaults)
-        for key in ("targets", "block", "stream", "group", "collapse", "timeout"):
+        for key in _CELL_OPTIONS:
             value = getattr(args, key, None)
             if value is not None:
                 values[key] = value
@@ -268,8 +348,18 @@ class ParallelMagics(Magics):
         if not options.block:
             self.pending = result
             return result
+        self._show_trace(result, options.silent)
         result.raise_for_error()
         return None
+
+    def _show_trace(self, result: CellResult, silent: bool) -> None:
+        """Keep a traced cell's trace (``ipympi.last_trace()``) and draw it under the cell."""
+        trace = result.trace()
+        if trace is None:
+            return
+        session.set_last_trace(trace)
+        if not silent:
+            display(trace)
 
     @line_magic
     def pxresult(self, line: str) -> None:
@@ -282,6 +372,7 @@ class ParallelMagics(Magics):
         result.execution_count = cell_number(self.shell)
         follow(cluster, result, options, publisher_for(self.shell))
         self.pending = None
+        self._show_trace(result, request_is_silent(self.shell))
         result.raise_for_error()
 
     @magic_arguments()
@@ -291,10 +382,7 @@ class ParallelMagics(Magics):
         """Set the default options of ``%%px`` and ``%px`` (e.g. ``%pxconfig --no-stream``)."""
         args = parse_argstring(self.pxconfig, line)
         options = self._options(args)
-        self.defaults = {
-            key: getattr(options, key)
-            for key in ("targets", "block", "stream", "group", "collapse", "timeout")
-        }
+        self.defaults = {key: getattr(options, key) for key in _CELL_OPTIONS}
 
     @line_magic
     def autopx(self, line: str) -> None:
@@ -309,6 +397,9 @@ class ParallelMagics(Magics):
         self.shell.run_cell(cell, store_history=False)
 
 
+# The CellOptions fields that %%px options and %pxconfig set.
+_CELL_OPTIONS = ("targets", "block", "stream", "group", "collapse", "timeout", "trace")
+
 _SUBCOMMANDS = {
     "start": "_mpi_start",
     "stop": "_mpi_stop",
@@ -317,6 +408,9 @@ _SUBCOMMANDS = {
     "push": "_mpi_push",
     "pull": "_mpi_pull",
     "config": "_mpi_config",
+    "trace": "_mpi_trace",
+    "show": "_mpi_show",
+    "explain": "_mpi_explain",
 }
 
 

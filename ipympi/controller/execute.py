@@ -11,10 +11,11 @@ and execute reply carry the real ``ename``.
 
 from __future__ import annotations
 
+import pickle
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import _control as ctl
 from .cluster import Cluster, ClusterError, Request
@@ -22,6 +23,9 @@ from .hooks import build_report, notify
 from .render import GROUPS, OutputRenderer, compose_error
 from .targets import format_ranks, parse_targets
 from .watch import LOOK_AFTER, LOOK_EVERY, describe_stuck, is_stuck
+
+if TYPE_CHECKING:
+    from ..teach.trace import Trace
 
 __all__ = [
     "PROGRESS_AFTER",
@@ -53,6 +57,7 @@ class CellOptions:
     timeout: float | None = None
     silent: bool = False
     store_history: bool = True
+    trace: bool = False  # record every message of the cell on every rank
 
     def __post_init__(self) -> None:
         if self.group not in GROUPS:
@@ -122,6 +127,7 @@ class CellResult:
     stuck: str | None = None  # the wait-for graph, when no rank could progress
     stopped: set[int] = field(default_factory=set)  # ranks ended because the cell was stuck
     states: dict[int, dict] = field(default_factory=dict)  # unfinished ranks' MPI states
+    traced: bool = False  # the ranks recorded the cell's messages (``--trace``)
 
     @property
     def done(self) -> bool:
@@ -159,6 +165,19 @@ class CellResult:
                         error, ename="TimeoutError", evalue=evalue, traceback=traceback
                     )
         return errors
+
+    def trace(self) -> Trace | None:
+        """The messages of a traced cell on every rank that replied (None if not traced)."""
+        if not self.traced:
+            return None
+        from ..teach.trace import Trace
+
+        records = {
+            rank: pickle.loads(reply.buffers[0])
+            for rank, reply in sorted(self.request.replies.items())
+            if reply.buffers
+        }
+        return Trace.from_ranks(records)
 
     @property
     def ok(self) -> bool:
@@ -294,8 +313,10 @@ def run_cell(
         "store_history": options.store_history and not options.silent,
         "execution_count": execution_count,
     }
+    if options.trace:
+        content["trace"] = True
     req = cluster.submit("execute", content, targets)
-    result = CellResult(req, targets, execution_count)
+    result = CellResult(req, targets, execution_count, traced=options.trace)
     if options.block:
         follow(cluster, result, options, publish)
     return result

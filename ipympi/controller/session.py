@@ -24,16 +24,19 @@ __all__ = [
     "current",
     "default_size",
     "gather",
+    "last_trace",
     "pull",
     "push",
     "scatter",
     "set_current",
+    "set_last_trace",
 ]
 
 NP_ENV = "IPYMPI_NP"
 DATA_TIMEOUT = None  # data requests wait like cells: Ctrl-C interrupts them
 
 _current: Cluster | None = None
+_last_trace: Any = None  # the Trace of the last traced cell
 
 
 def default_size() -> int:
@@ -159,3 +162,15 @@ def _portable(func: Callable[..., Any]) -> Any:
     if name == "<lambda>":
         raise TypeError("cannot send a lambda to the ranks: define a named function instead")
     return ("source", name, textwrap.dedent(source))
+
+
+def last_trace() -> Any:
+    """The :class:`~ipympi.teach.trace.Trace` of the last cell run with ``--trace``."""
+    if _last_trace is None:
+        raise LookupError("no traced cell yet: run a cell with %%px --trace, or %mpi trace on")
+    return _last_trace
+
+
+def set_last_trace(trace: Any) -> None:
+    global _last_trace
+    _last_trace = trace

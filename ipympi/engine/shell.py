@@ -308,6 +308,11 @@ class Engine:
         if isinstance(count, int) and count > shell.execution_count:
             # Tracebacks say "Cell In[7]" and locations "cell [7]" as the notebook does.
             shell.execution_count = count
+        trace = bool(msg.content.get("trace", False))
+        if trace:
+            from .. import _trace
+
+            _trace.start()
         self.state = "running"
         self.executing = True
         try:
@@ -315,6 +320,8 @@ class Engine:
         finally:
             self.executing = False
             self.state = "idle"
+            # The cell's messages travel back with the reply (``%%px --trace``).
+            buffers = (pickle.dumps(_trace.stop(), pickle.HIGHEST_PROTOCOL),) if trace else ()
         if isinstance(result.error_in_exec, KeyboardInterrupt):
             mismatch = None  # the controller realigns interrupted ranks; nothing to report
         else:
@@ -332,7 +339,7 @@ class Engine:
             content.update(status="error", ename=type(error).__name__, evalue=str(error))
             if isinstance(error, KeyboardInterrupt) and shell.interrupted_at:
                 content["where"] = shell.interrupted_at
-        self.reply(content)
+        self.reply(content, buffers)
 
     def check_after_cell(self, take_mismatch: bool) -> MPIException | None:
         """Warn (stderr) about what the cell left behind; return a late mismatch error.

@@ -1,0 +1,167 @@
+"""The rank side of ``%mpi explain``: run one collective call with its messages recorded.
+
+The controller checks the call text with :func:`parse_collective_call` and
+sends it to every rank, where :func:`explain_call` evaluates the call's
+communicator and arguments in the rank's namespace, copies the buffers it was
+given, runs the call with the tracer keeping payloads and algorithm states
+(:mod:`ipympi._trace`), and returns everything the explanation needs. The call
+really runs: afterwards the rank's buffers hold its results, as they would
+after running the cell.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from typing import Any
+
+import numpy as np
+
+__all__ = ["COLLECTIVES", "explain_call", "parse_collective_call"]
+
+# The collectives of the standard's collective chapter, as mpi4py spells them.
+_BUFFER_CALLS = (
+    "Barrier",
+    "Bcast",
+    "Gather",
+    "Gatherv",
+    "Scatter",
+    "Scatterv",
+    "Allgather",
+    "Allgatherv",
+    "Alltoall",
+    "Alltoallv",
+    "Alltoallw",
+    "Reduce",
+    "Allreduce",
+    "Reduce_scatter_block",
+    "Reduce_scatter",
+    "Scan",
+    "Exscan",
+)
+_OBJECT_CALLS = (
+    "barrier",
+    "bcast",
+    "gather",
+    "scatter",
+    "allgather",
+    "alltoall",
+    "reduce",
+    "allreduce",
+    "scan",
+    "exscan",
+)
+COLLECTIVES = frozenset(
+    _BUFFER_CALLS
+    + _OBJECT_CALLS
+    + tuple("I" + name[0].lower() + name[1:] for name in _BUFFER_CALLS)
+)
+
+
+def parse_collective_call(text: str) -> ast.Call:
+    """The call of ``text`` (``comm.Allreduce(a, b)``); ValueError explains what is wrong."""
+    text = text.strip()
+    if not text:
+        raise ValueError("give the collective call to explain, e.g. comm.Allreduce(a, b)")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"{text!r} is not a Python expression: {exc.msg}") from None
+    call = tree.body
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)):
+        raise ValueError(f"{text!r} is not a method call such as comm.Allreduce(a, b)")
+    name = call.func.attr
+    if name not in COLLECTIVES:
+        known = ", ".join(sorted(set(_BUFFER_CALLS) | set(_OBJECT_CALLS), key=str.lower))
+        raise ValueError(f"{name} is not a collective that can be explained; choose one of {known}")
+    if any(isinstance(arg, ast.Starred) for arg in call.args) or any(
+        kw.arg is None for kw in call.keywords
+    ):
+        raise ValueError("write the call's arguments out (no *args or **kwargs)")
+    return call
+
+
+def _label(node: ast.AST, index: int) -> str:
+    text = ast.unparse(node)
+    return text if len(text) <= 30 else f"argument {index + 1}"
+
+
+def _buffer_of(value: Any) -> Any:
+    """The array inside a buffer argument (``a`` or ``[a, MPI.DOUBLE]``), else None."""
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, (list, tuple)) and value and isinstance(value[0], np.ndarray):
+        return value[0]
+    return None
+
+
+def _snapshot(value: Any) -> Any:
+    array = _buffer_of(value)
+    if array is not None:
+        return array.copy()
+    try:
+        return copy.deepcopy(value)
+    except Exception:
+        return repr(value)
+
+
+def explain_call(text: str) -> dict[str, Any]:
+    """Run the collective call ``text`` on this rank, recording it for an explanation.
+
+    Returns ``{"records", "dtype", "before", "after"}``: this rank's trace
+    records (with payloads and states), the numpy dtype of the call's buffers
+    (None for lower-case calls), and the call's data arguments before and
+    after the call, by their text (``{"a": array, "b": array}``); a lower-case
+    call's result is ``after["result"]``.
+    """
+    from IPython import get_ipython
+
+    from .. import _trace
+    from .._request import Request
+
+    call = parse_collective_call(text)
+    shell = get_ipython()
+    namespace = shell.user_ns if shell is not None else {}
+
+    def evaluate(node: ast.AST) -> Any:
+        return eval(compile(ast.Expression(node), "<explain>", "eval"), namespace)
+
+    target = evaluate(call.func.value)
+    args = [evaluate(node) for node in call.args]
+    kwargs = {kw.arg: evaluate(kw.value) for kw in call.keywords if kw.arg is not None}
+    # The data arguments, by their text: not constants (a root), ops or datatypes.
+    labelled = [
+        (_label(node, i), value)
+        for i, (node, value) in enumerate(zip(call.args, args))
+        if not isinstance(node, ast.Constant)
+    ]
+    labelled += [
+        (kw.arg, kwargs[kw.arg]) for kw in call.keywords if kw.arg not in (None, "op", "root")
+    ]
+    data = [(label, value) for label, value in labelled if not _is_handle(value)]
+    arrays = [a for a in (_buffer_of(value) for _, value in data) if a is not None]
+    dtype = str(arrays[0].dtype) if arrays else None
+
+    before = {label: _snapshot(value) for label, value in data}
+    _trace.start(payloads=True)
+    try:
+        result = getattr(target, call.func.attr)(*args, **kwargs)
+        if isinstance(result, Request):
+            result.Wait()
+            result = None
+    finally:
+        records = _trace.stop()
+    after = {label: _snapshot(value) for label, value in data if _buffer_of(value) is not None}
+    if call.func.attr in _OBJECT_CALLS and call.func.attr != "barrier":
+        after["result"] = _snapshot(result)
+    return {"records": records, "dtype": dtype, "before": before, "after": after}
+
+
+def _is_handle(value: Any) -> bool:
+    """MPI handles (ops, datatypes, IN_PLACE) are not data to show."""
+    module = type(value).__module__ or ""
+    return (
+        module.startswith("ipympi.")
+        and _buffer_of(value) is None
+        and not isinstance(value, (int, float, str, list, tuple, dict))
+    )

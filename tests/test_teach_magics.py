@@ -1,0 +1,155 @@
+"""The teaching magics in a real kernel: ``%%px --trace``, ``%mpi trace``, ``%mpi explain``,
+``%mpi show`` and ``ipympi.last_trace()``.
+
+A stock IPython kernel with ``%load_ext ipympi`` and three ranks, driven by
+jupyter_client: every check looks at the iopub messages a notebook would get.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from kernel_helpers import KernelSession, kernel_env, kernel_specs_installed, strip_ansi
+
+RANKS = 3
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KernelSession]:
+    with (
+        kernel_specs_installed(tmp_path_factory.mktemp("jupyter")),
+        KernelSession("python3", kernel_env()) as k,
+    ):
+        k.ok("%load_ext ipympi")
+        k.ok(f"%mpi start -n {RANKS}", timeout=60)
+        k.ok("%px import numpy as np")
+        yield k
+
+
+def displays(messages: list[dict]) -> list[dict]:
+    return [m["content"]["data"] for m in messages if m["msg_type"] == "display_data"]
+
+
+def result_data(messages: list[dict]) -> dict:
+    (data,) = [m["content"]["data"] for m in messages if m["msg_type"] == "execute_result"]
+    return data
+
+
+def error_of(kernel: KernelSession, code: str) -> dict:
+    reply, messages = kernel.execute(code)
+    assert reply["content"]["status"] == "error", messages
+    return reply["content"]
+
+
+@pytest.mark.timeout(60)
+def test_px_trace_draws_the_cells_messages(kernel: KernelSession) -> None:
+    out = kernel.ok(
+        "%%px --trace\n"
+        "total = comm.allreduce(rank)\n"
+        "if rank == 0:\n"
+        "    comm.send('hi', dest=2, tag=5)\n"
+        "elif rank == 2:\n"
+        "    comm.recv(source=0, tag=5)\n"
+    )
+    (shown,) = displays(out)
+    assert shown["image/svg+xml"].lstrip().startswith("<svg")
+    assert "allreduce" in strip_ansi(shown["text/plain"])
+    summary = kernel.value(
+        "import ipympi\n"
+        "t = ipympi.last_trace()\n"
+        "(sorted(t.ranks), [(c.call, c.algorithm) for c in t.collectives],\n"
+        " [(m.src, m.dst, m.tag, m.call) for m in t.messages if m.coll is None])"
+    )
+    ranks, collectives, p2p = summary
+    assert ranks == list(range(RANKS))
+    assert collectives == [("allreduce", "allreduce_recursive_doubling")]
+    assert p2p == [(0, 2, 5, "send")]
+
+
+@pytest.mark.timeout(60)
+def test_untraced_cells_draw_nothing_and_keep_the_last_trace(kernel: KernelSession) -> None:
+    kernel.ok("%%px --trace\ncomm.Barrier()")
+    before = kernel.value("ipympi.last_trace().summary()")
+    out = kernel.ok("%%px\ncomm.Barrier()")
+    assert displays(out) == []
+    assert kernel.value("ipympi.last_trace().summary()") == before
+
+
+@pytest.mark.timeout(60)
+def test_trace_on_traces_every_cell_until_off(kernel: KernelSession) -> None:
+    out = kernel.ok("%mpi trace on")
+    assert "tracing is on" in out[0]["content"]["text"]
+    assert len(displays(kernel.ok("%px comm.Barrier()"))) == 1
+    assert len(displays(kernel.ok("%%px\ncomm.Barrier()"))) == 1
+    assert displays(kernel.ok("%%px --no-trace\ncomm.Barrier()")) == []
+    kernel.ok("%mpi trace off")
+    assert displays(kernel.ok("%%px\ncomm.Barrier()")) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_failing_traced_cell_still_shows_its_trace(kernel: KernelSession) -> None:
+    reply, messages = kernel.execute("%%px --trace\ncomm.Barrier()\nif rank == 1:\n    1 / 0\n")
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "ZeroDivisionError"
+    assert len(displays(messages)) == 1
+    assert kernel.value("ipympi.last_trace().collectives[0].call") == "Barrier"
+
+
+@pytest.mark.timeout(60)
+def test_explain_shows_allreduce_step_by_step(kernel: KernelSession) -> None:
+    kernel.ok("%px a = np.array([1.0, 2.0]) * (rank + 1); b = np.zeros(2)")
+    data = result_data(kernel.ok("%mpi explain comm.Allreduce(a, b)"))
+    text = data["text/plain"]
+    assert "comm.Allreduce(a, b) — algorithm allreduce_recursive_doubling, 3 ranks" in text
+    assert "text/html" in data
+    # the call really ran: every rank holds the sum
+    assert kernel.value("[v.tolist() for v in ipympi.current().pull('b')]") == [[6.0, 12.0]] * 3
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        ("", "give the collective call"),
+        ("comm.Send(a, dest=1)", "Send is not a collective"),
+        ("comm.Allreduce(a,", "is not a Python expression"),
+        ("Allreduce(a, b)", "is not a method call"),
+        ("comm.Allreduce(*xs)", "write the call's arguments out"),
+    ],
+)
+def test_explain_rejects_what_it_cannot_explain(
+    kernel: KernelSession, call: str, message: str
+) -> None:
+    content = error_of(kernel, f"%mpi explain {call}")
+    assert content["ename"] == "UsageError"
+    assert message in content["evalue"]
+
+
+@pytest.mark.timeout(60)
+def test_explain_of_a_failing_call_reports_the_ranks_error(kernel: KernelSession) -> None:
+    content = error_of(kernel, "%mpi explain comm.Bcast(a, root=7)")
+    assert "root 7" in content["evalue"]
+    # the session is still usable
+    assert kernel.value("ipympi.current().pull('b')[0].tolist()") == [6.0, 12.0]
+
+
+@pytest.mark.timeout(60)
+def test_show_puts_ranks_side_by_side(kernel: KernelSession) -> None:
+    kernel.ok("%px v = np.arange(3) + (rank == 1)")
+    data = result_data(kernel.ok("%mpi show v"))
+    assert "text/html" in data
+    text = data["text/plain"]
+    assert all(f"rank {r}" in text for r in range(RANKS))
+    content = error_of(kernel, "%mpi show no_such_name")
+    assert "no_such_name" in content["evalue"]
+
+
+@pytest.mark.timeout(60)
+def test_tracing_stops_with_the_traced_cell(kernel: KernelSession) -> None:
+    """Tracing costs nothing afterwards: each rank's tracer is off again after the cell."""
+    kernel.ok("%%px --trace\ncomm.Barrier()")
+    assert (
+        kernel.value("from ipympi import _trace\nipympi.current().apply(_trace.active)")
+        == [False] * RANKS
+    )
