@@ -73,6 +73,11 @@ ROOTED = {"Bcast", "Gather", "Gatherv", "Scatter", "Scatterv", "Reduce"}
 ROOTED |= {name.lower() for name in ROOTED}
 
 
+# Neighbourhood collectives have no root: their root field holds this marker,
+# so that Neighbor_allgather never matches Allgather.
+NEIGHBORHOOD = 0x1FF
+
+
 def signature(kind: str, root: int = 0, mode: str = "blocking") -> int:
     """The 16-bit signature of a collective call (kind, form, root)."""
     form = {"blocking": 0, "nonblocking": NONBLOCKING, "persistent": PERSISTENT}[mode]
@@ -85,6 +90,8 @@ def describe_signature(sig: int) -> str:
     if not 1 <= kind_id <= len(KINDS):
         return "a point-to-point message" if sig == 0 else f"an unknown collective ({sig})"
     name = KINDS[kind_id - 1]
+    if name not in ROOTED and (sig >> 7) & 0x1FF == NEIGHBORHOOD:
+        name = ("Neighbor_" if name[0].isupper() else "neighbor_") + name.lower()
     if sig & NONBLOCKING:
         name = "I" + name[0].lower() + name[1:]
     elif sig & PERSISTENT:

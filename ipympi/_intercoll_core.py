@@ -119,8 +119,15 @@ class InterCollOp(CollOp):
                 label=impl.label,
             )
         )
+        if getattr(algorithm, "__name__", "") in _WRAPPERS:
+            # Traces name the algorithm: the intercommunicator form of the call.
+            algorithm.__name__ = f"intercomm_{call.lower()}"
         super().__init__(shadow, call, algorithm, sig, finish)
         self.comm = comm
+
+
+# Generic generator names that say nothing in a trace.
+_WRAPPERS = frozenset({"run", "once", "nothing", "shifted"})
 
 
 class InterCollBase:

@@ -25,7 +25,7 @@ from typing import Any
 from . import _constants as K
 from ._buffers import send_buffer
 from ._coll import _per_rank, _unpack_after, _vspec, _wspec
-from ._collsched import Algorithm, Round
+from ._collsched import NEIGHBORHOOD, Algorithm, Round
 from ._comm import CommImpl, Intracomm
 from ._errhandling import mpi_call
 from ._errors import ERR_ARG, ERR_COUNT, ERR_TOPOLOGY
@@ -56,7 +56,9 @@ _KIND_NAMES = {K.CART: "Cartesian", K.GRAPH: "graph", K.DIST_GRAPH: "distributed
 def _exchange(
     sends: list[tuple[int, Any]], recvs: list[tuple[int, Any]], slots: list[int]
 ) -> Algorithm:
-    ops = yield Round("neighbors", sends=sends, recvs=recvs)
+    targets = [target for _, target in recvs]
+    state = targets if all(t is not None for t in targets) else None
+    ops = yield Round("neighbors", sends=sends, recvs=recvs, state=state)
     return slots, ops
 
 
@@ -118,7 +120,7 @@ class Topocomm(Intracomm):
             inc = [(ins[i], recvs[i]) for i in slots]
             return _exchange(out, inc, slots), finish
 
-        return self._collective(call, kind, 0, plan, mode)
+        return self._collective(call, kind, NEIGHBORHOOD, plan, mode)
 
     def _allgather_n(self, call: str, sendbuf: Any, recvbuf: Any, mode: str, v: bool) -> Any:
         ins, outs, _ = self._edges(call)

@@ -605,6 +605,13 @@ MISMATCH = PRELUDE + textwrap.dedent(
                 req.Wait()
             else:
                 comm.Ibcast(np.zeros(4), 0).Wait()
+        elif scenario == "neighbor_vs_allgather":
+            ring = comm.Create_cart([size], periods=[True])
+            if rank == 0:
+                ring.Neighbor_allgather(np.zeros(1), np.zeros(2))
+            else:
+                ring.Allgather(np.zeros(1), np.zeros(size))
+            ring.Free()
         elif scenario == "barrier_vs_allreduce":
             if rank == 1:
                 comm.Barrier()
@@ -658,6 +665,7 @@ SCENARIOS = [
     ("blocking_vs_nonblocking", "Bcast(root=0)|Ibcast(root=0)", 3),
     ("nonblocking_roots", "Ibcast(root=0)|Ibcast(root=1)", 3),
     ("persistent_vs_nonblocking", "Bcast_init|Ibcast(root=0)", 2),
+    ("neighbor_vs_allgather", "Neighbor_allgather|Allgather", 3),
     ("barrier_vs_allreduce", "Barrier|Allreduce", 2),
     pytest.param(
         "bcast_vs_reduce_silent",
