@@ -300,7 +300,12 @@ class ParallelMagics(Magics):
         stepper = explanation.widget()
         if stepper is None:
             return explanation
-        display(stepper)
+        # The stepper where widgets render; the static frames elsewhere (a saved
+        # notebook, nbconvert, a terminal).
+        bundle = explanation._repr_mimebundle_()
+        widget_view = "application/vnd.jupyter.widget-view+json"
+        bundle[widget_view] = stepper._repr_mimebundle_()[widget_view]
+        display(bundle, raw=True)
         return None
 
     # -- running cells ---------------------------------------------------------------------

@@ -36,6 +36,22 @@ def result_data(messages: list[dict]) -> dict:
     return data
 
 
+def explanation_data(messages: list[dict]) -> dict:
+    """The bundle of an explanation: a result, or a display with the widget stepper."""
+    (data,) = [
+        m["content"]["data"]
+        for m in messages
+        if m["msg_type"] in ("execute_result", "display_data")
+    ]
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        assert "application/vnd.jupyter.widget-view+json" not in data
+    else:
+        assert "application/vnd.jupyter.widget-view+json" in data
+    return data
+
+
 def error_of(kernel: KernelSession, code: str) -> dict:
     reply, messages = kernel.execute(code)
     assert reply["content"]["status"] == "error", messages
@@ -99,7 +115,7 @@ def test_a_failing_traced_cell_still_shows_its_trace(kernel: KernelSession) -> N
 @pytest.mark.timeout(60)
 def test_explain_shows_allreduce_step_by_step(kernel: KernelSession) -> None:
     kernel.ok("%px a = np.array([1.0, 2.0]) * (rank + 1); b = np.zeros(2)")
-    data = result_data(kernel.ok("%mpi explain comm.Allreduce(a, b)"))
+    data = explanation_data(kernel.ok("%mpi explain comm.Allreduce(a, b)"))
     text = data["text/plain"]
     assert "comm.Allreduce(a, b) — algorithm allreduce_recursive_doubling, 3 ranks" in text
     assert "text/html" in data
