@@ -217,6 +217,12 @@ class CollOp(Op):
                 )
                 if trace is not None:
                     self.tracer.round_started(trace, rnd, self.round)
+                reported = self.engine.coll_errors.pop(self.context, None)
+                if reported is not None:
+                    # Another rank found a mismatch on this communicator after this
+                    # round's receives were posted: its ranks have left, so the next
+                    # round's messages would never come.
+                    raise _Reported(reported)
                 self.rounds += 1
                 self.round = rnd
                 self._start_round(rnd)
