@@ -17,40 +17,14 @@ from typing import Any
 
 import numpy as np
 
+from .._collsched import KINDS
+
 __all__ = ["COLLECTIVES", "explain_call", "parse_collective_call"]
 
-# The collectives of the standard's collective chapter, as mpi4py spells them.
-_BUFFER_CALLS = (
-    "Barrier",
-    "Bcast",
-    "Gather",
-    "Gatherv",
-    "Scatter",
-    "Scatterv",
-    "Allgather",
-    "Allgatherv",
-    "Alltoall",
-    "Alltoallv",
-    "Alltoallw",
-    "Reduce",
-    "Allreduce",
-    "Reduce_scatter_block",
-    "Reduce_scatter",
-    "Scan",
-    "Exscan",
-)
-_OBJECT_CALLS = (
-    "barrier",
-    "bcast",
-    "gather",
-    "scatter",
-    "allgather",
-    "alltoall",
-    "reduce",
-    "allreduce",
-    "scan",
-    "exscan",
-)
+# The collectives of the standard's collective chapter, as mpi4py spells them
+# (the collective kinds that signatures know, but for Idup's context agreement).
+_BUFFER_CALLS = tuple(kind for kind in KINDS if kind[0].isupper())
+_OBJECT_CALLS = ("barrier", *(k for k in KINDS if k[0].islower() and k != "dup"))
 COLLECTIVES = frozenset(
     _BUFFER_CALLS
     + _OBJECT_CALLS
