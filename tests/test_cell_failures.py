@@ -239,6 +239,45 @@ def test_messages_and_receives_left_behind_are_warned_about_once(cluster) -> Non
     assert notebook.text("stderr") == ""
 
 
+def test_leftovers_of_a_stopped_cell_are_warned_about_under_that_cell(cluster) -> None:
+    # Both ranks send synchronously first: a deadlock, stopped by the controller. The
+    # messages they sent are left unreceived, and that cell (not the next) says so.
+    code = (
+        "if rank < 2:\n"
+        "    comm.ssend(rank, dest=1 - rank, tag=7)\n"
+        "    comm.recv(source=1 - rank, tag=7)\n"
+    )
+    result, notebook, _ = cell(cluster, code)
+    assert type(result.error()).__name__ == "DeadlockError"
+    stderr = notebook.text("stderr")
+    for rank in (0, 1):
+        assert (
+            f"[stderr:{rank}] ipympi warning: a message from rank {1 - rank} (tag 7, "
+        ) in stderr, stderr
+        assert (
+            f"[stderr:{rank}] ipympi warning: a message to rank {1 - rank} (tag 7, ssend) on "
+            "MPI_COMM_WORLD has not been received yet"
+        ) in stderr, stderr
+    assert "nonblocking" not in stderr
+    _, notebook, _ = cell(cluster, "if rank < 2:\n    comm.recv(source=1 - rank, tag=7)\n")
+    assert notebook.text("stderr") == ""
+    assert_usable(cluster)
+
+
+def test_an_unnamed_communicator_is_described_in_warnings(cluster) -> None:
+    code = "dup = comm.Dup()\nif rank == 0:\n    unanswered = dup.issend('x', dest=1, tag=3)\n"
+    _, notebook, _ = cell(cluster, code)
+    assert (
+        "[stderr:0] ipympi warning: a message to rank 1 (tag 3, issend) on an unnamed "
+        "communicator (4 ranks) has not been received yet\n"
+    ) in notebook.text("stderr")
+    cell(
+        cluster,
+        "if rank == 1:\n    dup.recv(source=0, tag=3)\nif rank == 0:\n    unanswered.wait()",
+    )
+    cell(cluster, "dup.Free()")
+
+
 def test_operations_on_a_rank_that_dies_fail_with_an_mpi_error() -> None:
     code = (
         "import os, signal, time\n"

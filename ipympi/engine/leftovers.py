@@ -37,13 +37,17 @@ class Leftovers:
     def __init__(self) -> None:
         self._seen: set[int] = set()
 
-    def check(self, engine: Any, take_mismatch: bool) -> tuple[list[str], str | None]:
+    def check(
+        self, engine: Any, take_mismatch: bool, interrupted: bool = False
+    ) -> tuple[list[str], str | None]:
         """What a cell left in ``engine`` (the caller must not hold it).
 
         Returns the warnings for new leftovers, one line each, and, with
         ``take_mismatch``, the news of a collective mismatch this rank heard of
         after it had left the collective (taken, so that the next cell's first
         collective does not raise it again). One pass over the engine.
+        After an ``interrupted`` cell, collectives are left out: the controller
+        abandons the interrupted ones when it realigns the ranks.
         """
         if engine is None or engine.finalized or engine.transport is None:
             return [], None
@@ -54,7 +58,8 @@ class Leftovers:
             unexpected = [e for e in engine.matcher.pending_unexpected() if e.context % 2 == 0]
             posted = [r for r in engine.matcher.pending_posted() if r.context % 2 == 0]
             sends = list(engine._sends.values())  # synchronous or large, not yet received
-            collectives = list(engine.colls)  # nonblocking collectives still in progress
+            # nonblocking collectives still in progress
+            collectives = [] if interrupted else list(engine.colls)
             if take_mismatch and engine.coll_errors:
                 context = next(iter(engine.coll_errors))
                 mismatch = engine.coll_errors.pop(context)
@@ -98,4 +103,4 @@ class Leftovers:
 
 def _comm_name(comm: Any) -> str:
     impl = getattr(comm, "_impl", None)
-    return str(getattr(impl, "name", "")) or "a freed communicator"
+    return str(getattr(impl, "label", "")) if impl is not None else "a freed communicator"

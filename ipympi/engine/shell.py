@@ -323,7 +323,10 @@ class Engine:
             # The cell's messages travel back with the reply (``%%px --trace``).
             buffers = (pickle.dumps(_trace.stop(), pickle.HIGHEST_PROTOCOL),) if trace else ()
         if isinstance(result.error_in_exec, KeyboardInterrupt):
-            mismatch = None  # the controller realigns interrupted ranks; nothing to report
+            # Point-to-point leftovers are this cell's; collectives are realigned
+            # by the controller, and a mismatch is not news after an interrupt.
+            self.check_after_cell(take_mismatch=False, interrupted=True)
+            mismatch = None
         else:
             mismatch = self.check_after_cell(take_mismatch=result.error_in_exec is None)
         content: dict[str, Any] = {"execution_count": shell.execution_count - 1}
@@ -341,7 +344,9 @@ class Engine:
                 content["where"] = shell.interrupted_at
         self.reply(content, buffers)
 
-    def check_after_cell(self, take_mismatch: bool) -> MPIException | None:
+    def check_after_cell(
+        self, take_mismatch: bool, interrupted: bool = False
+    ) -> MPIException | None:
         """Warn (stderr) about what the cell left behind; return a late mismatch error.
 
         A collective mismatch this rank learned of after leaving the collective
@@ -352,7 +357,7 @@ class Engine:
         from .._errors import ERR_NOT_SAME
 
         try:
-            lines, mismatch = self.leftovers.check(_runtime._engine, take_mismatch)
+            lines, mismatch = self.leftovers.check(_runtime._engine, take_mismatch, interrupted)
         except Exception as exc:  # a report must never fail the cell
             lines, mismatch = [f"ipympi warning: cannot check for leftover messages: {exc}"], None
         if lines:
