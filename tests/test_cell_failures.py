@@ -135,6 +135,7 @@ def test_a_timeout_stops_a_computing_cell(cluster) -> None:
     assert lines[0].startswith("the cell ran longer than --timeout 1 s; rank 1 was stopped at")
     assert "stopped at line 1 of cell [" in lines[0]
     assert "raise KeyboardInterrupt" not in "\n".join(lines)
+    assert "KeyboardInterrupt" not in strip_ansi("\n".join(result.errors[1]["traceback"]))
     assert_usable(cluster)
 
 

@@ -158,7 +158,7 @@ class CellResult:
                 if error.get("ename") == "KeyboardInterrupt":
                     evalue = f"{self.timeout_text}; {_stopped(rank, error)}"
                     traceback = [
-                        *list(error.get("traceback") or [])[:-1],
+                        *map(_as_timeout_header, list(error.get("traceback") or [])[:-1]),
                         f"TimeoutError: {evalue}",
                     ]
                     errors[rank] = dict(
@@ -240,6 +240,13 @@ class CellResult:
         failed = f", failed on {format_ranks(sorted(self.errors))}" if self.errors else ""
         ranks = format_ranks(self.targets)
         return f"<CellResult [{self.execution_count}] ranks {ranks}: {state}{failed}>"
+
+
+def _as_timeout_header(line: str) -> str:
+    """IPython's traceback header of the interrupt, named as the timeout it was."""
+    if "Traceback (most recent call last)" not in line:
+        return line
+    return line.replace("KeyboardInterrupt", "TimeoutError     ", 1)  # same width
 
 
 def _stopped(rank: int, error: Mapping[str, Any]) -> str:
