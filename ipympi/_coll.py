@@ -18,7 +18,7 @@ import numpy as np
 
 from . import _algorithms as algo
 from ._buffers import IN_PLACE, BufferSpec, recv_buffer, send_buffer
-from ._collsched import Algorithm, CollOp, check_reported, run_blocking, signature
+from ._collsched import Algorithm, CollOp, check_reported, run_in_mode, signature
 from ._errhandling import mpi_call
 from ._errors import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_ROOT
 from ._errors import Exception as MPIException
@@ -177,27 +177,7 @@ class Collectives:
             gen, finish = plan(impl.rank, impl.size)
             return CollOp(self, call, gen, sig, finish, root)
 
-        if mode == "persistent":
-
-            def start() -> CollOp:
-                engine.enter()
-                try:
-                    coll = launch()
-                    coll.start()
-                    return coll
-                finally:
-                    engine.leave()
-
-            return Prequest._persistent(start)
-        engine.enter()
-        try:
-            coll = launch()
-            if mode == "blocking":
-                return run_blocking(coll)
-            coll.start()
-            return Request._of(coll)
-        finally:
-            engine.leave()
+        return run_in_mode(engine, launch, mode)
 
     # -- barrier ------------------------------------------------------------------
     def _barrier(self, call: str, mode: str) -> Any:

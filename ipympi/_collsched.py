@@ -32,7 +32,7 @@ from ._errors import ERR_NOT_SAME, ERR_OTHER
 from ._errors import Exception as MPIException
 from ._ops import COLL, RECV, SEND, Op
 
-__all__ = ["CollOp", "Round", "check_reported", "describe_signature", "signature"]
+__all__ = ["CollOp", "Round", "check_reported", "describe_signature", "run_in_mode", "signature"]
 
 # Collective kinds (low 5 bits of a signature); bit 5 marks nonblocking and
 # bit 6 persistent calls (the three forms never match each other); bits 7-15
@@ -376,6 +376,38 @@ def _envelope_signature(env: Any) -> int:
         return payload[3]
     frame = payload[0]
     return frame[2] | frame[3] << 8
+
+
+def run_in_mode(engine: Any, launch: Callable[[], CollOp], mode: str) -> Any:
+    """Run the collective that ``launch`` builds (the caller does not hold the engine).
+
+    ``mode`` "blocking" runs it to completion and returns its result;
+    "nonblocking" starts it and returns its request; "persistent" returns a
+    request that launches a fresh one at every ``Start``.
+    """
+    from ._request import Prequest, Request
+
+    if mode == "persistent":
+
+        def start() -> CollOp:
+            engine.enter()
+            try:
+                coll = launch()
+                coll.start()
+                return coll
+            finally:
+                engine.leave()
+
+        return Prequest._persistent(start)
+    engine.enter()
+    try:
+        coll = launch()
+        if mode == "blocking":
+            return run_blocking(coll)
+        coll.start()
+        return Request._of(coll)
+    finally:
+        engine.leave()
 
 
 def run_blocking(coll: CollOp) -> Any:

@@ -23,11 +23,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import _constants as K
 from ._buffers import IN_PLACE
-from ._collsched import Algorithm, CollOp, Round, check_reported, run_blocking, signature
+from ._collsched import Algorithm, CollOp, Round, check_reported, run_in_mode, signature
 from ._commcreate import _int
 from ._errors import ERR_BUFFER, ERR_ROOT
 from ._errors import Exception as MPIException
-from ._request import Prequest, Request
 
 if TYPE_CHECKING:
     from ._comm import CommImpl
@@ -157,27 +156,7 @@ class InterCollBase:
             gen, finish = build(impl.rank, impl.size, lo, ro)
             return InterCollOp(self, call, gen, sig, finish, union, lo + impl.rank)
 
-        if mode == "persistent":
-
-            def start() -> CollOp:
-                engine.enter()
-                try:
-                    coll = launch()
-                    coll.start()
-                    return coll
-                finally:
-                    engine.leave()
-
-            return Prequest._persistent(start)
-        engine.enter()
-        try:
-            coll = launch()
-            if mode == "blocking":
-                return run_blocking(coll)
-            coll.start()
-            return Request._of(coll)
-        finally:
-            engine.leave()
+        return run_in_mode(engine, launch, mode)
 
     def _role(self, root: int, call: str) -> tuple[str, int]:
         """``("root" | "idle" | "leaf", root's union rank)`` for a rooted collective.
