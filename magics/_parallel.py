@@ -279,6 +279,7 @@ class ParallelMagics(Magics):
         from ipympi.teach.explain import Explanation
         from ipympi.teach.recording import explain_call, parse_collective_call
 
+        text = text.strip()
         try:
             parse_collective_call(text)
         except ValueError as exc:
@@ -286,12 +287,12 @@ class ParallelMagics(Magics):
         cluster = self._cluster()
         try:
             ensure_world(cluster, list(range(cluster.n)), publisher_for(self.shell))
-            outcomes = session.apply(cluster, explain_call, text.strip())
+            outcomes = session.apply(cluster, explain_call, text)
         except (ClusterError, ValueError) as exc:
             raise UsageError(f"%mpi explain: {exc}") from None
         ranks = range(len(outcomes))
         explanation = Explanation.from_ranks(
-            text.strip(),
+            text,
             {rank: outcomes[rank]["records"] for rank in ranks},
             next((o["dtype"] for o in outcomes if o["dtype"]), None),
             {rank: outcomes[rank]["before"] for rank in ranks},

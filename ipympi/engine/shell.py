@@ -34,6 +34,7 @@ from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
 from traitlets import Type
 
+from .. import _trace
 from .._control import format_call
 from .._errors import Exception as MPIException
 from .._progress import describe_location
@@ -310,8 +311,6 @@ class Engine:
             shell.execution_count = count
         trace = bool(msg.content.get("trace", False))
         if trace:
-            from .. import _trace
-
             _trace.start()
         self.state = "running"
         self.executing = True
