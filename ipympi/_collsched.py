@@ -31,6 +31,7 @@ from ._constants import ANY_SOURCE
 from ._errors import ERR_NOT_SAME, ERR_OTHER
 from ._errors import Exception as MPIException
 from ._ops import COLL, RECV, SEND, Op
+from ._request import Prequest, Request
 
 __all__ = ["CollOp", "Round", "check_reported", "describe_signature", "run_in_mode", "signature"]
 
@@ -385,8 +386,6 @@ def run_in_mode(engine: Any, launch: Callable[[], CollOp], mode: str) -> Any:
     "nonblocking" starts it and returns its request; "persistent" returns a
     request that launches a fresh one at every ``Start``.
     """
-    from ._request import Prequest, Request
-
     if mode == "persistent":
 
         def start() -> CollOp:
