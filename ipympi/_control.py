@@ -3,33 +3,45 @@
 Pure encoding, decoding and formatting: no sockets live here.
 
 Transport
-    The launcher binds a zmq ROUTER socket at ``ipc://<session dir>/ctl`` (the
-    address is in ``IPYMPI_CTL``). Each rank connects one DEALER socket whose
-    routing identity is ``b"rank%d" % rank`` (see :func:`identity`). The session
-    directory is private (mode 0700), so only the job's own user can connect.
+    The launcher binds a zmq ROUTER socket at ``ipc://<session dir>/ctl`` on
+    one host, or at ``tcp://ADDRESS:PORT`` when the ranks span several hosts
+    (the address is in ``IPYMPI_CTL``). Each rank connects one DEALER socket
+    whose routing identity is ``b"rank%d" % rank`` (see :func:`identity`).
 
 Frames
-    Every message is one zmq frame holding one JSON object, UTF-8 encoded, at
-    most ``MAX_FRAME`` bytes. The ROUTER sees ``[identity, frame]``; a DEALER
-    sees ``[frame]``. Every object has a ``"type"``; unknown extra keys are
-    allowed (and ignored) so either side can grow. Required keys:
+    Every message is one zmq frame: a 32-byte HMAC-SHA256 of the rest, keyed
+    with the session's secret (``IPYMPI_KEY``), then one JSON object, UTF-8
+    encoded, at most ``MAX_FRAME`` bytes. A frame whose signature does not
+    verify is refused, so only processes given the key can take part, also
+    over tcp. The ROUTER sees ``[identity, frame]``; a DEALER sees ``[frame]``.
+    Every object has a ``"type"``; unknown extra keys are allowed (and
+    ignored) so either side can grow. Required keys:
 
     =========  =========  ==========================================================
     type       direction  keys
     =========  =========  ==========================================================
-    hello      rank → L   ``rank`` (int), ``pid`` (int), ``host`` (str): at start-up
+    hello      rank → L   ``rank`` (int), ``pid`` (int), ``host`` (str): at start-up;
+                          optionally ``data`` (str), the rank's tcp data endpoint
+                          in a world that spans several hosts
     abort      rank → L   ``rank``, ``code`` (int), ``reason`` (str): the rank called
                           ``COMM_WORLD.Abort(code)`` or hit a fatal MPI error
     state      rank → L   ``rank``, ``state`` (one of ``RANK_STATES``), and optionally
                           ``pid``, ``host``, ``call`` (e.g. ``"Recv"``), ``comm``
                           (a communicator name), ``peer`` and ``tag`` (int or str),
                           ``since`` (seconds in the current call), ``where``
-                          (``"file.py:12"``); the reply to a query
+                          (``"file.py:12"``), ``cpu`` (CPU seconds the process
+                          has used), ``rss`` (resident bytes); the reply to a query
     query      L → rank   no keys: "what are you doing?"; the rank answers with a
                           ``state`` message from a background thread, even while
                           its main thread is blocked in an MPI call
     peer_exit  L → rank   ``rank``, ``reason`` (str): that rank has died; what
                           waits on it fails with an MPI error instead of hanging
+    signal     L → rank   ``signal`` (int): the rank sends this signal to its own
+                          process group (how an interrupt reaches a rank on
+                          another host)
+    peers      L → rank   ``endpoints`` (list of str): every rank's tcp data
+                          endpoint, in rank order, once all have said hello
+                          (worlds that span several hosts)
     =========  =========  ==========================================================
 
 Abort semantics
@@ -48,6 +60,7 @@ status) and, for a rank killed by a signal, ``signal`` (e.g. ``"SIGKILL"``).
 
 from __future__ import annotations
 
+import hmac
 import json
 import signal
 from collections.abc import Mapping
@@ -64,12 +77,15 @@ __all__ = [
     "ENV_SIZE",
     "EXITED",
     "HELLO",
+    "MAC_SIZE",
     "MAX_FRAME",
     "MESSAGE_TYPES",
     "NO_ANSWER",
+    "PEERS",
     "PEER_EXIT",
     "QUERY",
     "RANK_STATES",
+    "SIGNAL",
     "STATE",
     "ControlProtocolError",
     "control_address",
@@ -83,6 +99,8 @@ __all__ = [
     "identity",
     "launcher_state",
     "rank_of",
+    "session_key",
+    "sign",
     "signal_name",
 ]
 
@@ -91,7 +109,7 @@ ENV_RANK = "IPYMPI_RANK"  # this rank in COMM_WORLD
 ENV_SIZE = "IPYMPI_SIZE"  # the size of COMM_WORLD
 ENV_SESSION_DIR = "IPYMPI_SESSION_DIR"  # private directory for the job's ipc sockets
 ENV_CTL = "IPYMPI_CTL"  # zmq address of the launcher's control ROUTER
-ENV_KEY = "IPYMPI_KEY"  # per-session secret (hex), e.g. for signing MPI traffic
+ENV_KEY = "IPYMPI_KEY"  # per-session secret (hex): signs control and tcp traffic
 
 # -- message types ----------------------------------------------------------------
 HELLO = "hello"
@@ -99,7 +117,9 @@ ABORT = "abort"
 STATE = "state"
 QUERY = "query"
 PEER_EXIT = "peer_exit"
-MESSAGE_TYPES = frozenset({HELLO, ABORT, STATE, QUERY, PEER_EXIT})
+SIGNAL = "signal"
+PEERS = "peers"
+MESSAGE_TYPES = frozenset({HELLO, ABORT, STATE, QUERY, PEER_EXIT, SIGNAL, PEERS})
 
 # States a rank reports about itself.
 RANK_STATES = frozenset({"running", "blocked", "idle", "finalized"})
@@ -108,11 +128,13 @@ NO_ANSWER = "no answer"
 EXITED = "exited"
 
 MAX_FRAME = 1 << 20
+MAC_SIZE = 32  # an HMAC-SHA256 digest leads every frame
 
 _INT = (int,)
 _STR = (str,)
 _NUMBER = (int, float)
 _INT_OR_STR = (int, str)
+_LIST = (list,)
 
 # type -> {key: accepted types}; required keys first, then optional ones (may be null).
 _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
@@ -121,6 +143,8 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     STATE: {"rank": _INT, "state": _STR},
     QUERY: {},
     PEER_EXIT: {"rank": _INT, "reason": _STR},
+    SIGNAL: {"signal": _INT},
+    PEERS: {"endpoints": _LIST},
 }
 _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     STATE: {
@@ -132,7 +156,10 @@ _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
         "tag": _INT_OR_STR,
         "since": _NUMBER,
         "where": _STR,
+        "cpu": _NUMBER,
+        "rss": _INT,
     },
+    HELLO: {"data": _STR},
 }
 
 # Collectives whose peer is a root rather than a source or destination.
@@ -190,8 +217,21 @@ def _validate(msg: Mapping[str, Any]) -> None:
         raise ControlProtocolError(f"unknown rank state {msg['state']!r:.60}")
 
 
-def encode(msg: Mapping[str, Any]) -> bytes:
-    """One control frame holding ``msg`` (validated first)."""
+def sign(key: bytes, data: bytes) -> bytes:
+    """The HMAC-SHA256 of ``data`` under the session ``key``."""
+    return hmac.digest(key, data, "sha256")
+
+
+def session_key(text: str) -> bytes:
+    """The session key given as hex text in ``IPYMPI_KEY`` (a non-hex text is used as is)."""
+    try:
+        return bytes.fromhex(text)
+    except ValueError:
+        return text.encode()
+
+
+def encode(msg: Mapping[str, Any], key: bytes) -> bytes:
+    """One signed control frame holding ``msg`` (validated first)."""
     _validate(msg)
     try:
         text = json.dumps(dict(msg), separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -200,15 +240,22 @@ def encode(msg: Mapping[str, Any]) -> bytes:
     data = text.encode("utf-8")
     if len(data) > MAX_FRAME:
         raise ControlProtocolError(f"control message of {len(data)} bytes exceeds {MAX_FRAME}")
-    return data
+    return sign(key, data) + data
 
 
-def decode(data: bytes) -> dict[str, Any]:
-    """The message in one control frame; :class:`ControlProtocolError` if it is not one."""
-    if len(data) > MAX_FRAME:
-        raise ControlProtocolError(f"control frame of {len(data)} bytes exceeds {MAX_FRAME}")
+def decode(frame: bytes, key: bytes) -> dict[str, Any]:
+    """The message in one signed control frame.
+
+    Raises :class:`ControlProtocolError` if the frame is not signed with
+    ``key`` or does not hold a well-formed message.
+    """
+    if len(frame) > MAX_FRAME + MAC_SIZE:
+        raise ControlProtocolError(f"control frame of {len(frame)} bytes exceeds {MAX_FRAME}")
+    mac, data = bytes(frame[:MAC_SIZE]), bytes(frame[MAC_SIZE:])
+    if len(mac) < MAC_SIZE or not hmac.compare_digest(mac, sign(key, data)):
+        raise ControlProtocolError("control frame with a bad signature (not from this session)")
     try:
-        msg = json.loads(bytes(data).decode("utf-8"))
+        msg = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ControlProtocolError(f"control frame is not UTF-8 JSON: {exc}") from exc
     if not isinstance(msg, dict):

@@ -52,7 +52,7 @@ import zmq
 
 from . import _control as ctl
 from ._forwarding import OutputStream, Sink
-from .controller.watch import LOOK_AFTER, LOOK_EVERY, cpu_seconds, describe_stuck_job, is_stuck
+from .controller.watch import LOOK_AFTER, LOOK_EVERY, describe_stuck_job, is_stuck, with_cpu
 
 __all__ = ["DEADLOCK_STATUS", "TIMEOUT_STATUS", "Job", "Rank", "rank_environment", "run_job"]
 
@@ -414,7 +414,7 @@ class Job:
         assert self._ctl is not None
         self._reap()
         self._states = {}
-        frame = ctl.encode({"type": ctl.QUERY})
+        frame = ctl.encode({"type": ctl.QUERY}, ctl.session_key(self.key))
         asked = []
         for rank in self.ranks:
             if rank.returncode is None:
@@ -492,9 +492,7 @@ class Job:
         self._reap()
         states = [self._state_of(rank) for rank in self.ranks]
         pending = [rank.rank for rank in self.ranks if rank.returncode is None]
-        current = {
-            rank: dict(states[rank], cpu=cpu_seconds(self.ranks[rank].mpi_pid)) for rank in pending
-        }
+        current = {rank: with_cpu(states[rank], self.ranks[rank].mpi_pid) for rank in pending}
         if is_stuck(self._previous, current, pending):
             self._deadlock = describe_stuck_job(states, pending)
             self._deadlock_states = states
@@ -607,7 +605,7 @@ class Job:
                 if len(frames) != 2:
                     raise ctl.ControlProtocolError(f"{len(frames)} frames instead of 2")
                 rank = ctl.rank_of(frames[0])
-                msg = ctl.decode(frames[1])
+                msg = ctl.decode(frames[1], ctl.session_key(self.key))
                 if msg.get("rank", rank) != rank or not 0 <= rank < len(self.ranks):
                     raise ctl.ControlProtocolError(f"rank {msg.get('rank')} from {frames[0]!r}")
                 handler = self._on_message.get(msg["type"])

@@ -20,12 +20,17 @@ from typing import Any, Callable
 
 import zmq
 
+from . import _control
 from ._engine import IDLE_HANDOFF, Engine
 from ._transport import RETRY_MS
 
-__all__ = ["ProgressThread", "describe_location", "describe_state"]
+__all__ = ["ProgressThread", "describe_location", "describe_state", "resident_bytes", "signal_self"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+try:
+    _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+except (AttributeError, ValueError, OSError):
+    _PAGE_SIZE = 4096
 
 # What the rank's main thread does outside MPI, when something above MPI knows:
 # a notebook engine sets this to a callable returning "idle" or "running".
@@ -76,7 +81,20 @@ def describe_state(engine: Engine, main_thread_id: int | None) -> dict[str, Any]
     if state["state"] != "idle":
         state["where"] = _user_location(main_thread_id)
     state.update(engine.statistics())
+    state["cpu"] = round(time.process_time(), 4)
+    rss = resident_bytes()
+    if rss is not None:
+        state["rss"] = rss
     return state
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory (Linux ``/proc``), else None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class ProgressThread(threading.Thread):
@@ -146,22 +164,26 @@ class ProgressThread(threading.Thread):
                     print(f"ipympi: rank {engine.rank}: progress error: {exc}", file=sys.stderr)
 
     def _serve_control(self) -> None:
-        from . import _control
-
-        ctl = self.transport.ctl
-        assert ctl is not None
-        while True:
-            try:
-                with self.transport.ctl_lock:
-                    data = ctl.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                msg = _control.decode(data)
-            except Exception:
-                continue
-            if msg.get("type") == "query":
-                reply = describe_state(self.engine, self.main_thread_id)
-                self.transport.send_control(_control.encode(reply))
-            elif msg.get("type") == _control.PEER_EXIT:
+        while (msg := self.transport.recv_control()) is not None:
+            kind = msg["type"]
+            if kind == _control.QUERY:
+                self.transport.send_control(describe_state(self.engine, self.main_thread_id))
+            elif kind == _control.PEER_EXIT:
                 self.engine.note_peer_exit(int(msg["rank"]), str(msg.get("reason", "")))
+            elif kind == _control.SIGNAL:
+                signal_self(int(msg["signal"]))
+
+
+def signal_self(signum: int) -> None:
+    """Send ``signum`` to this process's group if it leads one (its children too), else to it.
+
+    How an interrupt reaches a rank that the launcher or controller cannot
+    signal directly (one on another host).
+    """
+    try:
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpid(), signum)
+        else:
+            os.kill(os.getpid(), signum)
+    except (OSError, ValueError):
+        pass

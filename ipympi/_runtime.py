@@ -146,13 +146,13 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
     size = int(env.pop(_control.ENV_SIZE, "1"))
     session_dir = env.pop(_control.ENV_SESSION_DIR, "")
     ctl = env.pop(_control.ENV_CTL, "")
-    env.pop(_control.ENV_KEY, None)
+    key = _control.session_key(env.pop(_control.ENV_KEY, ""))
     _launched = bool(session_dir)
     transport = None
     if session_dir:
         from ._transport import Transport
 
-        transport = Transport(rank, session_dir, ctl or None)
+        transport = Transport(rank, session_dir, ctl or None, key)
     engine = Engine(rank, size, transport)
     _engine = engine
     handler = _default_errhandler()
@@ -173,14 +173,7 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
         _progress.start()
         if ctl:
             transport.send_control(
-                _control.encode(
-                    {
-                        "type": "hello",
-                        "rank": rank,
-                        "pid": os.getpid(),
-                        "host": socket.gethostname(),
-                    }
-                )
+                {"type": "hello", "rank": rank, "pid": os.getpid(), "host": socket.gethostname()}
             )
         _install_excepthook()
     _thread_level = min(required, THREAD_SERIALIZED)
@@ -309,9 +302,7 @@ def _abort(code: int, reason: str) -> NoReturn:
             pass
     transport = engine.transport if engine is not None else None
     if transport is not None and transport.ctl is not None:
-        transport.send_control(
-            _control.encode({"type": "abort", "rank": rank, "code": code, "reason": reason})
-        )
+        transport.send_control({"type": "abort", "rank": rank, "code": code, "reason": reason})
         time.sleep(3.0)  # the launcher ends us; exit on our own if it does not
     else:
         print(f"ipympi: rank {rank}: {reason}", file=sys.stderr, flush=True)

@@ -34,9 +34,12 @@ import socket
 import threading
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Mapping
+from typing import Any, Callable
 
 import zmq
+
+from . import _control
 
 __all__ = ["MAX_FRAME", "Transport"]
 
@@ -58,8 +61,11 @@ def endpoint(session_dir: str, rank: int) -> str:
 class Transport:
     """The data socket, peer sockets and doorbell of one rank (callers lock)."""
 
-    def __init__(self, rank: int, session_dir: str, ctl_endpoint: str | None) -> None:
+    def __init__(
+        self, rank: int, session_dir: str, ctl_endpoint: str | None, key: bytes = b""
+    ) -> None:
         self.rank = rank
+        self.key = key  # the session's secret: signs control messages
         self.session_dir = session_dir
         self.data = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.path = endpoint(session_dir, rank)
@@ -190,10 +196,30 @@ class Transport:
                 pass
 
     # -- control -------------------------------------------------------------
-    def send_control(self, data: bytes) -> None:
+    def send_control(self, msg: Mapping[str, Any]) -> None:
+        """Send one control message (signed) to the launcher or controller, if any."""
         if self.ctl is not None:
+            data = _control.encode(msg, self.key)
             with self.ctl_lock:
                 self.ctl.send(data)
+
+    def recv_control(self) -> dict[str, Any] | None:
+        """The next well-signed control message, or None when none is waiting.
+
+        Frames that are not signed with the session key, or are not control
+        messages, are dropped.
+        """
+        assert self.ctl is not None
+        while True:
+            try:
+                with self.ctl_lock:
+                    data = self.ctl.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return None
+            try:
+                return _control.decode(data, self.key)
+            except _control.ControlProtocolError:
+                continue
 
     def close(self, linger_ms: int = 1000) -> None:
         """Close every socket; queued frames get ``linger_ms`` to leave."""

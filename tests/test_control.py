@@ -29,16 +29,39 @@ VALID = [
         "posted_receives": 1,
     },
     {"type": "state", "rank": 0, "state": "idle", "peer": None, "tag": None},
+    {"type": "state", "rank": 0, "state": "running", "cpu": 1.25, "rss": 52428800},
+    {"type": "hello", "rank": 5, "pid": 77, "host": "b", "data": "tcp://127.0.0.3:41234"},
     {"type": "query"},
+    {"type": "signal", "signal": 2},
+    {"type": "peers", "endpoints": ["tcp://127.0.0.2:5000", "tcp://127.0.0.3:5001"]},
 ]
+KEY = bytes(range(16))
 
 
 @pytest.mark.parametrize("msg", VALID, ids=lambda m: str(m["type"]))
 def test_every_message_type_round_trips(msg: dict) -> None:
-    data = ctl.encode(msg)
+    data = ctl.encode(msg, KEY)
     assert isinstance(data, bytes)
-    assert json.loads(data.decode("utf-8")) == msg
-    assert ctl.decode(data) == msg
+    assert data[: ctl.MAC_SIZE] == ctl.sign(KEY, data[ctl.MAC_SIZE :])
+    assert json.loads(data[ctl.MAC_SIZE :].decode("utf-8")) == msg
+    assert ctl.decode(data, KEY) == msg
+
+
+def test_frames_signed_with_another_key_or_tampered_are_refused() -> None:
+    data = ctl.encode({"type": "signal", "signal": 2}, KEY)
+    with pytest.raises(ctl.ControlProtocolError, match="bad signature"):
+        ctl.decode(data, b"another key")
+    tampered = data.replace(b"2}", b"9}")
+    with pytest.raises(ctl.ControlProtocolError, match="bad signature"):
+        ctl.decode(tampered, KEY)
+    for short in (b"", data[:10], data[ctl.MAC_SIZE :]):
+        with pytest.raises(ctl.ControlProtocolError, match="bad signature"):
+            ctl.decode(short, KEY)
+
+
+def test_session_keys_come_as_hex() -> None:
+    assert ctl.session_key(KEY.hex()) == KEY
+    assert ctl.session_key("not hex") == b"not hex"
 
 
 def test_message_types_match_the_spec_table() -> None:
@@ -48,8 +71,8 @@ def test_message_types_match_the_spec_table() -> None:
 
 def test_non_ascii_text_is_utf8() -> None:
     msg = {"type": "abort", "rank": 0, "code": 1, "reason": "Recv: données tronquées"}
-    assert "données".encode() in ctl.encode(msg)
-    assert ctl.decode(ctl.encode(msg)) == msg
+    assert "données".encode() in ctl.encode(msg, KEY)
+    assert ctl.decode(ctl.encode(msg, KEY), KEY) == msg
 
 
 GARBAGE = [
@@ -66,6 +89,8 @@ GARBAGE = [
     (b'{"type": "abort", "rank": 0, "code": 1.5, "reason": "x"}', "'code' must be int"),
     (b'{"type": "state", "rank": 0, "state": "sleeping"}', "unknown rank state"),
     (b'{"type": "state", "rank": 0, "state": "blocked", "since": "3"}', "'since' must be"),
+    (b'{"type": "signal"}', "without 'signal'"),
+    (b'{"type": "peers", "endpoints": "tcp://a:1"}', "'endpoints' must be list"),
     (b"[" * 100000 + b"]" * 100000, "not UTF-8 JSON"),
     (b" " * (ctl.MAX_FRAME + 1), "exceeds"),
 ]
@@ -74,7 +99,7 @@ GARBAGE = [
 @pytest.mark.parametrize(("data", "why"), GARBAGE, ids=range(len(GARBAGE)))
 def test_garbage_raises_a_clear_protocol_error(data: bytes, why: str) -> None:
     with pytest.raises(ctl.ControlProtocolError, match=why.replace("(", r"\(")):
-        ctl.decode(data)
+        ctl.decode(ctl.sign(KEY, data) + data, KEY)
 
 
 def test_protocol_errors_are_value_errors() -> None:
@@ -83,11 +108,11 @@ def test_protocol_errors_are_value_errors() -> None:
 
 def test_encode_validates_too() -> None:
     with pytest.raises(ctl.ControlProtocolError, match="without 'reason'"):
-        ctl.encode({"type": "abort", "rank": 0, "code": 1})
+        ctl.encode({"type": "abort", "rank": 0, "code": 1}, KEY)
     with pytest.raises(ctl.ControlProtocolError, match="cannot encode"):
-        ctl.encode({"type": "query", "extra": object()})
+        ctl.encode({"type": "query", "extra": object()}, KEY)
     with pytest.raises(ctl.ControlProtocolError, match="cannot encode"):
-        ctl.encode({"type": "query", "extra": float("nan")})
+        ctl.encode({"type": "query", "extra": float("nan")}, KEY)
 
 
 def test_identities() -> None:

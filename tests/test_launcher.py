@@ -35,6 +35,7 @@ RUN_TIMEOUT = 30
 FAKE_RANK = r"""
 import json, os, signal, socket, subprocess, sys, threading, time
 import zmq
+from ipympi import _control
 
 rank, size = int(os.environ["IPYMPI_RANK"]), int(os.environ["IPYMPI_SIZE"])
 ready_dir = os.environ["FAKE_DIR"]
@@ -48,8 +49,11 @@ sock.setsockopt(zmq.LINGER, 2000)
 sock.connect(os.environ["IPYMPI_CTL"])
 
 
+KEY = _control.session_key(os.environ["IPYMPI_KEY"])
+
+
 def send(**msg):
-    sock.send(json.dumps(msg).encode())
+    sock.send(_control.encode(msg, KEY))
 
 
 send(type="hello", rank=rank, pid=os.getpid(), host=socket.gethostname())
@@ -77,7 +81,7 @@ def sleep_forever():
 def answer_queries():
     t0 = time.monotonic()
     while True:
-        if json.loads(sock.recv())["type"] == "query":
+        if _control.decode(sock.recv(), KEY)["type"] == "query":
             send(type="state", rank=rank, pid=os.getpid(), host=socket.gethostname(),
                  state="blocked", call="Recv", comm="COMM_WORLD", peer=0, tag=7,
                  since=round(time.monotonic() - t0, 3), where="prog.py:5")

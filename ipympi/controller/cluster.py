@@ -37,7 +37,7 @@ from .._launcher import _make_session_dir, rank_environment
 from ..engine.protocol import Message, ProtocolError, Signer
 from .api import ClusterAPI
 from .supervisor import SupervisorProcess
-from .watch import cpu_seconds
+from .watch import with_cpu
 
 __all__ = [
     "DEFAULT_NP",
@@ -144,6 +144,7 @@ class Cluster(ClusterAPI):
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._router.bind(f"ipc://{self.session_dir}/engines")
         self._ctl: zmq.Socket[bytes] | None = None
+        self._mpi_key = b""  # signs the current world's control messages
         self._world_dir: str | None = None
         self._supervisor: SupervisorProcess | None = None
         self._poller = zmq.Poller()
@@ -181,12 +182,12 @@ class Cluster(ClusterAPI):
         self._ctl.bind(ctl.control_address(self._world_dir))
         self._poller.register(self._ctl, zmq.POLLIN)
         self.engines = [EngineRecord(rank) for rank in range(self.n)]
-        mpi_key = secrets.token_hex(16)
+        self._mpi_key = secrets.token_bytes(16)
         envs = {
             str(rank): {
                 k: v
                 for k, v in rank_environment(
-                    {}, rank, self.n, self._world_dir, mpi_key, os.cpu_count()
+                    {}, rank, self.n, self._world_dir, self._mpi_key.hex(), os.cpu_count()
                 ).items()
             }
             for rank in range(self.n)
@@ -339,7 +340,7 @@ class Cluster(ClusterAPI):
         """Tell every live rank that ``rank`` died: what waits on it fails at once."""
         if self._ctl is None:
             return
-        frame = ctl.encode({"type": ctl.PEER_EXIT, "rank": rank, "reason": reason})
+        frame = ctl.encode({"type": ctl.PEER_EXIT, "rank": rank, "reason": reason}, self._mpi_key)
         for engine in self.engines:
             if engine.alive and engine.rank != rank:
                 with contextlib.suppress(zmq.ZMQError):
@@ -542,7 +543,7 @@ class Cluster(ClusterAPI):
                 continue
             try:
                 rank = ctl.rank_of(ident)
-                msg = ctl.decode(data)
+                msg = ctl.decode(data, self._mpi_key)
             except ctl.ControlProtocolError:
                 continue
             if not 0 <= rank < len(self.engines):
@@ -562,7 +563,8 @@ class Cluster(ClusterAPI):
             if engine.alive and self._ctl is not None:
                 try:
                     self._ctl.send_multipart(
-                        [ctl.identity(engine.rank), ctl.encode({"type": ctl.QUERY})], zmq.NOBLOCK
+                        [ctl.identity(engine.rank), ctl.encode({"type": ctl.QUERY}, self._mpi_key)],
+                        zmq.NOBLOCK,
                     )
                     asked.append(engine)
                 except zmq.ZMQError:
@@ -576,7 +578,7 @@ class Cluster(ClusterAPI):
         if engine.returncode is not None:
             return ctl.launcher_state(engine.rank, engine.pid, engine.returncode)
         if engine.state:
-            return dict(engine.state, cpu=cpu_seconds(engine.pid))
+            return with_cpu(engine.state, engine.pid)
         return ctl.launcher_state(engine.rank, engine.pid, None)
 
     def status(self) -> list[dict[str, Any]]:
@@ -584,6 +586,7 @@ class Cluster(ClusterAPI):
         rows = []
         for engine, state in zip(self.engines, self.query_states()):
             call = ctl.format_call(state) if state.get("state") == "blocked" else ""
+            memory = state.get("rss") or _rss_bytes(engine.pid) if engine.alive else None
             rows.append(
                 {
                     "rank": engine.rank,
@@ -592,7 +595,7 @@ class Cluster(ClusterAPI):
                     "state": _state_word(state),
                     "call": call,
                     "where": state.get("where", ""),
-                    "memory": _rss_bytes(engine.pid) if engine.alive else None,
+                    "memory": memory,
                 }
             )
         return rows

@@ -36,6 +36,7 @@ __all__ = [
     "describe_stuck",
     "describe_stuck_job",
     "is_stuck",
+    "with_cpu",
 ]
 
 LOOK_AFTER = 0.5  # seconds into a cell before the first look
@@ -80,6 +81,17 @@ def is_stuck(
         if cpu_now is not None and cpu_before is not None and cpu_now - cpu_before >= BUSY_CPU:
             return False
     return True
+
+
+def with_cpu(state: State, pid: int | None) -> dict[str, Any]:
+    """``state`` with ``cpu`` set: as the rank reported it, else read from /proc by ``pid``.
+
+    Ranks report their own CPU time, which also works on another host; /proc
+    is the fallback for processes that do not.
+    """
+    if state.get("cpu") is not None:
+        return dict(state)
+    return dict(state, cpu=cpu_seconds(pid))
 
 
 def cpu_seconds(pid: int | None) -> float | None:
