@@ -288,7 +288,7 @@ class CommConstructors:
         ``UNDEFINED`` gives ``COMM_NULL``; the hardware-guided types give
         ``COMM_NULL`` too (no finer hardware level is known).
         """
-        from ._runtime import Get_processor_name
+        from ._runtime import host_name
 
         impl = self._intra("Split_type")
         split_type = _int(split_type, "Split_type", "split_type")
@@ -297,7 +297,7 @@ class CommConstructors:
             raise MPIException(ERR_ARG, f"Split_type: invalid split_type {split_type}")
         color: Any = K.UNDEFINED
         if split_type == K.COMM_TYPE_SHARED:
-            color = ("host", Get_processor_name())
+            color = ("host", host_name())
         return self._split("Split_type", impl, color, key)
 
     def _split(self, call: str, impl: CommImpl, color: Any, key: int) -> Comm:

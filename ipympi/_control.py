@@ -70,8 +70,11 @@ from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 
 __all__ = [
     "ABORT",
+    "ENV_BIND",
     "ENV_CTL",
+    "ENV_HOST",
     "ENV_KEY",
+    "ENV_NODES",
     "ENV_RANK",
     "ENV_SESSION_DIR",
     "ENV_SIZE",
@@ -90,8 +93,10 @@ __all__ = [
     "ControlProtocolError",
     "control_address",
     "decode",
+    "decode_nodes",
     "describe_exit",
     "encode",
+    "encode_nodes",
     "exit_status",
     "format_abort",
     "format_call",
@@ -110,6 +115,11 @@ ENV_SIZE = "IPYMPI_SIZE"  # the size of COMM_WORLD
 ENV_SESSION_DIR = "IPYMPI_SESSION_DIR"  # private directory for the job's ipc sockets
 ENV_CTL = "IPYMPI_CTL"  # zmq address of the launcher's control ROUTER
 ENV_KEY = "IPYMPI_KEY"  # per-session secret (hex): signs control and tcp traffic
+# A world on several hosts: each rank's host (comma-separated indices, in rank
+# order), the name of this rank's host, and the address its tcp socket binds.
+ENV_NODES = "IPYMPI_NODES"
+ENV_HOST = "IPYMPI_HOST"
+ENV_BIND = "IPYMPI_BIND"
 
 # -- message types ----------------------------------------------------------------
 HELLO = "hello"
@@ -180,6 +190,21 @@ class ControlProtocolError(ValueError):
 def control_address(session_dir: str) -> str:
     """The zmq address of the launcher's control ROUTER in a session directory."""
     return f"ipc://{session_dir}/ctl"
+
+
+def encode_nodes(nodes: list[int]) -> str:
+    """``IPYMPI_NODES`` for a placement: each rank's host index, comma-separated."""
+    return ",".join(str(node) for node in nodes)
+
+
+def decode_nodes(text: str, size: int) -> list[int] | None:
+    """The placement in ``IPYMPI_NODES`` (None when unset); ValueError if malformed."""
+    if not text:
+        return None
+    nodes = [int(part) for part in text.split(",")]
+    if len(nodes) != size or min(nodes) < 0:
+        raise ValueError(f"{ENV_NODES} names {len(nodes)} ranks' hosts for a world of {size}")
+    return nodes
 
 
 def identity(rank: int) -> bytes:

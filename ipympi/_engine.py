@@ -100,6 +100,8 @@ class Engine:
         self.pid = os.getpid()
         self.transport = transport
         self._send = transport.send if transport is not None else None
+        # Whether a rank shares this host (its memory can be read directly).
+        self._same_host = transport.same_host if transport is not None else _everywhere
         self.matcher = Matcher()
         self.lock = threading.RLock()
         self.vm = VmReader()
@@ -304,7 +306,7 @@ class Engine:
         op.rsig = frame[2] | frame[3] << 8
         target = self._target(op, env.nbytes)
         (address,) = wire.RTS_EXTRA.unpack_from(frame, HEADER_SIZE)
-        if self.vm.read(pid, address, target):
+        if self._same_host(wsource) and self.vm.read(pid, address, target):
             self._finish_fill(op, target, env.nbytes)
             if self.tracer is not None:
                 self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
@@ -757,6 +759,10 @@ class Engine:
             "sends_in_flight": len(self._sends),
             "progressed": self.progressed,
         }
+
+
+def _everywhere(wrank: int) -> bool:
+    return True
 
 
 def _unknown_wait() -> WaitInfo:

@@ -46,9 +46,11 @@ class OutputStream:
     forwarded unchanged otherwise, and the last partial line is written at EOF.
     """
 
-    def __init__(self, pipe: IO[bytes], sink: Sink, prefix: bytes | None) -> None:
+    def __init__(self, pipe: IO[bytes] | None, sink: Sink, prefix: bytes | None) -> None:
+        """``pipe`` is read by :meth:`read`; without one, output comes through :meth:`feed`
+        (a rank on another host, whose agent sends its output)."""
         self.pipe = pipe
-        self.fd = pipe.fileno()
+        self.fd = pipe.fileno() if pipe is not None else -1
         self.sink = sink
         self.prefix = prefix
         self._pending = bytearray()
@@ -64,6 +66,11 @@ class OutputStream:
             data = b""
         if not data:
             return False
+        self.feed(data)
+        return True
+
+    def feed(self, data: bytes) -> None:
+        """Take ``data`` as the stream's next bytes and forward the whole lines so far."""
         self._pending += data
         cut = self._pending.rfind(b"\n") + 1
         if cut == 0 and len(self._pending) >= _MAX_PARTIAL:
@@ -71,7 +78,6 @@ class OutputStream:
         if cut:
             self._emit(bytes(self._pending[:cut]))
             del self._pending[:cut]
-        return True
 
     def _emit(self, chunk: bytes) -> None:
         if not chunk or self.prefix is None:
@@ -87,4 +93,5 @@ class OutputStream:
         """Forward any partial line and close the pipe."""
         self._emit(bytes(self._pending))
         self._pending.clear()
-        self.pipe.close()
+        if self.pipe is not None:
+            self.pipe.close()

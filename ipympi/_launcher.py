@@ -124,6 +124,8 @@ def _make_session_dir() -> str:
 class Rank:
     """A Popen-shaped handle on one rank; signals go to its whole process group."""
 
+    local = True  # a process of this machine (see ipympi._agents.AgentRank for others)
+
     def __init__(self, rank: int, popen: subprocess.Popen[bytes]) -> None:
         self.rank = rank
         self.popen = popen
@@ -214,6 +216,7 @@ class Job:
         self._failure: Rank | None = None
         self._abort: dict[str, Any] | None = None
         self._states: dict[int, dict[str, Any]] = {}
+        self._reaped: set[int] = set()  # ranks whose exit has been noticed
         # Looking for a deadlock: when the next look starts, the ranks asked in
         # the look under way (None between looks) and when it stops waiting for
         # answers, the running ranks' states at the previous look, and the
@@ -244,28 +247,37 @@ class Job:
             raise RuntimeError("the job was already started")
         self._started = True
         self.session_dir = _make_session_dir()
-        self.ctl_address = ctl.control_address(self.session_dir)
         self._ctx = zmq.Context()
         self._ctl = self._ctx.socket(zmq.ROUTER)
         self._ctl.setsockopt(zmq.LINGER, 0)
         self._ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._ctl.setsockopt(zmq.MAXMSGSIZE, ctl.MAX_FRAME + 64)
-        self._ctl.bind(self.ctl_address)
+        self.ctl_address = self._bind_control(self._ctl)
         self._watch(self._ctl, self._read_control)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._watch(self._wake_r, self._read_wakeup)
-        preexec = _die_with_parent()
         try:
-            for rank in range(self.n):
-                self._spawn(rank, preexec)
+            self._start_ranks(_die_with_parent())
         except BaseException:
             self._ending = True
             self.kill()
             self._pump(time.monotonic() + GRACE, self._all_exited)
             raise
         self._next_look = time.monotonic() + LOOK_AFTER
+
+    def _bind_control(self, sock: zmq.Socket[bytes]) -> str:
+        """Bind the control ROUTER and return its address (ipc in the session directory)."""
+        assert self.session_dir is not None
+        address = ctl.control_address(self.session_dir)
+        sock.bind(address)
+        return address
+
+    def _start_ranks(self, preexec: Callable[[], None] | None) -> None:
+        """Start every rank (here, on this machine)."""
+        for rank in range(self.n):
+            self._spawn(rank, preexec)
 
     def _spawn(self, rank: int, preexec: Callable[[], None] | None) -> None:
         assert self.session_dir is not None and self.ctl_address is not None
@@ -516,7 +528,7 @@ class Job:
             rank = self._failure
             assert rank.returncode is not None
             others = "" if self._all_exited() else "; ending the other ranks"
-            self.report(f"rank {rank.rank} {ctl.describe_exit(rank.returncode)}{others}")
+            self.report(f"{self._describe_failure(rank)}{others}")
             self._end(GRACE, signal.SIGTERM, 0)
             return ctl.exit_status(rank.returncode)
         if self._deadlock is not None:
@@ -529,6 +541,11 @@ class Job:
         self._end(GRACE, signal.SIGTERM, 0)  # end leftover children, drain output
         codes = [ctl.exit_status(r.returncode) for r in self.ranks if r.returncode]
         return codes[0] if ended_by_caller and codes else 0
+
+    def _describe_failure(self, rank: Rank) -> str:
+        """``rank 2 exited with status 3``: the failed rank, for the job's last report."""
+        assert rank.returncode is not None
+        return f"rank {rank.rank} {ctl.describe_exit(rank.returncode)}"
 
     # -- the event loop ----------------------------------------------------------------
     def _watch(self, obj: Any, handler: Callable[[], None]) -> None:
@@ -553,7 +570,7 @@ class Job:
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
                 return False
-            if any(r.pidfd is None and r.returncode is None for r in self.ranks):
+            if any(r.local and r.pidfd is None and r.returncode is None for r in self.ranks):
                 wait = _TICK if wait is None else min(wait, _TICK)
             ms = -1 if wait is None else max(1, math.ceil(wait * 1000))
             for obj, _event in self._poller.poll(ms):
@@ -562,12 +579,14 @@ class Job:
                     handler()
 
     def _reap(self) -> None:
+        """Notice ranks that have exited; the first to fail is the job's failure."""
         for rank in self.ranks:
-            if rank.pidfd is None and rank.returncode is not None:
+            if rank.rank in self._reaped:
                 continue
             returncode = rank.poll()
             if returncode is None:
                 continue
+            self._reaped.add(rank.rank)
             self._close_pidfd(rank)
             if returncode != 0 and not self._ending and self._failure is None:
                 self._failure = rank
@@ -652,15 +671,20 @@ def run_job(
     timeout: float | None = None,
     name: str = PROG,
     deadlock_check: bool = True,
+    make_job: Callable[..., Job] | None = None,
 ) -> int:
     """Run ``argv`` on ``n`` ranks like ``mpiexec`` and return the exit status.
+
+    ``make_job(argv, n, **options)`` builds the job (default: :class:`Job`,
+    every rank on this machine; :class:`ipympi._agents.HostsJob` places them on hosts).
 
     After ``timeout`` seconds the ranks' states are reported, the ranks ended,
     and the status is 124. With ``deadlock_check``, a job where no rank can
     progress is reported and ended at once, with status 125. 127 (126) when
     the program cannot be found (run).
     """
-    job = Job(argv, n, tag_output=tag_output, name=name, deadlock_check=deadlock_check)
+    options = {"tag_output": tag_output, "name": name, "deadlock_check": deadlock_check}
+    job = Job(argv, n, **options) if make_job is None else make_job(argv, n, **options)
     with _stop_on_signals(job), job:
         try:
             job.start()

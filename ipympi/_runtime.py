@@ -56,6 +56,7 @@ __all__ = [
 ]
 
 VERSION, SUBVERSION = 3, 1
+PEERS_TIMEOUT = 120.0  # seconds a rank of a multi-host world waits for the peer table
 
 # Context ids: COMM_WORLD uses 0/1, COMM_SELF 2/3 (point-to-point/collective);
 # Finalize synchronises on its own context so it cannot meet user messages.
@@ -147,12 +148,16 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
     session_dir = env.pop(_control.ENV_SESSION_DIR, "")
     ctl = env.pop(_control.ENV_CTL, "")
     key = _control.session_key(env.pop(_control.ENV_KEY, ""))
+    nodes = _control.decode_nodes(env.pop(_control.ENV_NODES, ""), size)
+    bind_address = env.pop(_control.ENV_BIND, "") or None
+    host = env.pop(_control.ENV_HOST, "")
     _launched = bool(session_dir)
     transport = None
     if session_dir:
         from ._transport import Transport
 
-        transport = Transport(rank, session_dir, ctl or None, key)
+        transport = Transport(rank, session_dir, ctl or None, key, nodes, bind_address)
+        _set_host_name(host)
     engine = Engine(rank, size, transport)
     _engine = engine
     handler = _default_errhandler()
@@ -168,13 +173,16 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
 
         sys.setswitchinterval(0.0005)  # background progress answers within ~0.6 ms
         allow_peer_reads()
+        if ctl:
+            hello = {"type": "hello", "rank": rank, "pid": os.getpid(), "host": host_name()}
+            if transport.tcp is not None:
+                hello["data"] = transport.tcp.endpoint
+            transport.send_control(hello)
+            if transport.tcp is not None:
+                transport.tcp.set_peers(_wait_for_peers(transport, size))
         _progress = ProgressThread(engine)
         engine.progress = _progress
         _progress.start()
-        if ctl:
-            transport.send_control(
-                {"type": "hello", "rank": rank, "pid": os.getpid(), "host": socket.gethostname()}
-            )
         _install_excepthook()
     _thread_level = min(required, THREAD_SERIALIZED)
     _main_thread = threading.current_thread()
@@ -184,6 +192,34 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
     if rc.finalize is None or rc.finalize:
         atexit.register(_finalize_at_exit)
     return _thread_level
+
+
+def _wait_for_peers(transport: Any, size: int) -> list[str]:
+    """Every rank's tcp endpoint: the launcher sends them once all ranks have said hello.
+
+    Signals the launcher forwards meanwhile (Ctrl-C) are delivered; a launcher
+    that never answers ends the wait after ``PEERS_TIMEOUT`` seconds.
+    """
+    from ._progress import signal_self
+
+    deadline = time.monotonic() + PEERS_TIMEOUT
+    while (left := deadline - time.monotonic()) > 0:
+        if not transport.ctl.poll(int(left * 1000) + 1):
+            continue
+        msg = transport.recv_control()
+        if msg is None:
+            continue
+        if msg["type"] == _control.PEERS:
+            endpoints = [str(e) for e in msg["endpoints"]]
+            if len(endpoints) == size:
+                return endpoints
+        elif msg["type"] == _control.SIGNAL:
+            signal_self(int(msg["signal"]))
+    raise MPIException(
+        ERR_OTHER,
+        f"Init: the other ranks' addresses did not arrive within {PEERS_TIMEOUT:g} s "
+        "(did every host start its ranks?)",
+    )
 
 
 def _default_errhandler() -> Errhandler:
@@ -334,6 +370,23 @@ def Wtick() -> float:
 
 def Get_processor_name() -> str:
     return socket.gethostname()
+
+
+_host_name = ""
+
+
+def _set_host_name(name: str) -> None:
+    global _host_name
+    _host_name = name
+
+
+def host_name() -> str:
+    """The name of this rank's host as the launcher knows it (else the machine's name).
+
+    Ranks with the same name share a host: its memory, its data sockets, and
+    ``Split_type(COMM_TYPE_SHARED)``.
+    """
+    return _host_name or socket.gethostname()
 
 
 def Attach_buffer(buf: Any) -> None:

@@ -17,6 +17,12 @@ blocks on a slow receiver, as with MPICH for small messages.
 The session directory is private (mode 0700, created by the launcher), so no
 other local user can send a frame to a rank.
 
+Ranks on other hosts (a world placed on several hosts by the launcher)
+are reached through a :class:`~ipympi._tcp.TcpLink` instead: signed zmq
+frames over tcp, which its bridge thread puts into this same data socket, so
+everything above the transport reads one stream of frames whatever host a
+peer is on.
+
 Besides the data socket a rank has:
 
 * a *doorbell* (a pipe) that a thread entering MPI rings to take the socket
@@ -34,12 +40,13 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 import zmq
 
 from . import _control
+from ._tcp import TcpLink
 
 __all__ = ["MAX_FRAME", "Transport"]
 
@@ -62,10 +69,18 @@ class Transport:
     """The data socket, peer sockets and doorbell of one rank (callers lock)."""
 
     def __init__(
-        self, rank: int, session_dir: str, ctl_endpoint: str | None, key: bytes = b""
+        self,
+        rank: int,
+        session_dir: str,
+        ctl_endpoint: str | None,
+        key: bytes = b"",
+        nodes: Sequence[int] | None = None,
+        bind_address: str | None = None,
     ) -> None:
+        """``nodes`` gives each world rank's host (an index; None: all on this
+        host); ranks on other hosts are reached over tcp at ``bind_address``."""
         self.rank = rank
-        self.key = key  # the session's secret: signs control messages
+        self.key = key  # the session's secret: signs control and tcp frames
         self.session_dir = session_dir
         self.data = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.path = endpoint(session_dir, rank)
@@ -82,7 +97,23 @@ class Transport:
             self.ctl = self.context.socket(zmq.DEALER)
             self.ctl.setsockopt(zmq.IDENTITY, b"rank%d" % rank)
             self.ctl.setsockopt(zmq.LINGER, 2000)
+            if ctl_endpoint.startswith("tcp://["):
+                self.ctl.setsockopt(zmq.IPV6, 1)
             self.ctl.connect(ctl_endpoint)
+        # Ranks on other hosts, and the tcp link that reaches them.
+        self.remote: frozenset[int] = frozenset()
+        self.tcp: TcpLink | None = None
+        if nodes is not None:
+            mine = nodes[rank]
+            self.remote = frozenset(r for r, node in enumerate(nodes) if node != mine)
+        if self.remote:
+            self.tcp = TcpLink(
+                rank, key, bind_address or "127.0.0.1", self.path, self.context, MAX_FRAME
+            )
+
+    def same_host(self, wrank: int) -> bool:
+        """Whether world rank ``wrank`` runs on this host (its memory can be read directly)."""
+        return wrank not in self.remote
 
     # -- sending -------------------------------------------------------------
     def _peer(self, wrank: int) -> socket.socket | None:
@@ -101,6 +132,10 @@ class Transport:
 
     def send(self, wrank: int, frame: bytes) -> None:
         """Send one frame to world rank ``wrank`` (queued if it has no room now)."""
+        if wrank in self.remote:
+            assert self.tcp is not None
+            self.tcp.send(wrank, frame)
+            return
         queue = self._pending.get(wrank)
         if queue is None:
             sock = self._peers.get(wrank) or self._peer(wrank)
@@ -232,6 +267,8 @@ class Transport:
             sock.close()
         self._peers.clear()
         self._pending.clear()
+        if self.tcp is not None:
+            self.tcp.close(linger_ms)
         if self.ctl is not None:
             self.ctl.close(linger=1000)
             self.ctl = None

@@ -8,11 +8,14 @@ runs the job.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
-from typing import Callable
+from typing import Any, Callable
 
-from ._launcher import DEADLOCK_STATUS, PROG, TIMEOUT_STATUS, run_job
+from ._agents import LAUNCHERS, HostsJob
+from ._hosts import HostError, parse_hosts, read_hostfile, slurm_hosts
+from ._launcher import DEADLOCK_STATUS, PROG, TIMEOUT_STATUS, Job, run_job
 
 __all__ = ["main", "program_argv"]
 
@@ -41,7 +44,10 @@ the error code of Abort, {TIMEOUT_STATUS} after --timeout, {DEADLOCK_STATUS} for
 """
 
 # Launcher options that take a value in the next argument.
-_VALUED = frozenset({"-n", "-np", "--np", "--timeout"})
+_VALUED = frozenset(
+    {"-n", "-np", "--np", "--timeout", "--hosts", "--hostfile", "--launcher", "--launcher-exec",
+     "--iface"}
+)  # fmt: skip
 
 
 def program_argv(command: Sequence[str]) -> list[str]:
@@ -96,15 +102,16 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
     """The parser of the launcher's own options."""
     parser = argparse.ArgumentParser(
         prog=prog,
-        usage=f"{prog} [-h] [-n N] [--tag-output] [--timeout S] [--no-deadlock-check] [--] "
-        "(PROGRAM | -m MODULE | -c CODE) [ARGS...]",
+        usage=f"{prog} [-h] [-n N] [--tag-output] [--timeout S] [--no-deadlock-check] "
+        "[--hosts LIST | --hostfile FILE] [--launcher HOW] [--launcher-exec CMD] [--iface NAME] "
+        "[--] (PROGRAM | -m MODULE | -c CODE) [ARGS...]",
         description=_DESCRIPTION,
         epilog=_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "-n", "-np", "--np", dest="np", metavar="N", type=_positive(int), default=1,
-        help="number of ranks (default: 1)",
+        "-n", "-np", "--np", dest="np", metavar="N", type=_positive(int), default=None,
+        help="number of ranks (default: 1; with hosts, every slot)",
     )  # fmt: skip
     parser.add_argument(
         "--tag-output", action="store_true",
@@ -120,7 +127,64 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="do not end the job when no rank can progress (a deadlock then "
         "lasts until --timeout, if any)",
     )  # fmt: skip
+    hosts = parser.add_argument_group(
+        "several hosts",
+        "Ranks fill each host's slots in order, then wrap around. Ranks on one host "
+        "exchange Unix datagrams; ranks on different hosts signed tcp frames. Each host "
+        "needs this Python with ipympi at the same path (a shared file system).",
+    )
+    hosts.add_argument(
+        "--hosts", metavar="LIST",
+        help="hosts to run on, e.g. a:4,b:4 (name[:slots], one slot by default)",
+    )  # fmt: skip
+    hosts.add_argument(
+        "--hostfile", metavar="FILE",
+        help="hosts to run on, one per line: name, name:slots or 'name slots=N'",
+    )  # fmt: skip
+    hosts.add_argument(
+        "--launcher", choices=LAUNCHERS, default=None,
+        help="how to start each host's agent: local (this machine), ssh, or srun (one "
+        "step per node of a Slurm allocation, whose nodes are the default hosts); auto "
+        "(the default) starts this machine's directly and others by srun inside an "
+        "allocation, else by ssh",
+    )  # fmt: skip
+    hosts.add_argument(
+        "--launcher-exec", metavar="CMD",
+        help="the ssh or srun command to use, e.g. 'ssh -p 2222' or a path",
+    )  # fmt: skip
+    hosts.add_argument(
+        "--iface", metavar="NAME",
+        help="network interface (e.g. eth0, ib0) or address the ranks' and the launcher's "
+        "tcp sockets bind on each host (default: the address the host list names, else "
+        "the one that reaches the launcher)",
+    )  # fmt: skip
     return parser
+
+
+def _job_factory(args: argparse.Namespace) -> tuple[int, Callable[..., Job] | None]:
+    """The number of ranks and how to build the job, from the host options.
+
+    Raises :class:`~ipympi._hosts.HostError` for hosts that cannot be used.
+    """
+    if args.hosts and args.hostfile:
+        raise HostError("give --hosts or --hostfile, not both")
+    if args.hosts:
+        hosts = parse_hosts(args.hosts)
+    elif args.hostfile:
+        hosts = read_hostfile(args.hostfile)
+    elif args.launcher == "srun":
+        hosts = slurm_hosts(os.environ)
+    else:
+        if args.launcher not in (None, "auto", "local") or args.iface or args.launcher_exec:
+            raise HostError("--launcher, --launcher-exec and --iface need --hosts or --hostfile")
+        return args.np or 1, None
+    n = args.np or sum(host.slots for host in hosts)
+    options = {"launcher": args.launcher or "auto", "launcher_exec": args.launcher_exec}
+
+    def make(argv: Sequence[str], n: int, **job_options: Any) -> Job:
+        return HostsJob(argv, n, hosts, iface=args.iface, **options, **job_options)
+
+    return n, make
 
 
 def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
@@ -130,14 +194,16 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     args = parser.parse_args(options)
     try:
         program = program_argv(command)
-    except ValueError as exc:
+        n, make_job = _job_factory(args)
+    except ValueError as exc:  # HostError is one
         parser.error(str(exc))
     return run_job(
         program,
-        args.np,
+        n,
         tag_output=args.tag_output,
         timeout=args.timeout,
         deadlock_check=args.deadlock_check,
+        make_job=make_job,
     )
 
 

@@ -1,0 +1,442 @@
+"""The launcher's side of a job on several hosts: host agents and their ranks.
+
+For ``ipympi.run --hosts ...`` the launcher starts one host agent
+(:mod:`ipympi._node`) per host and talks to it through the agent's standard
+streams. :class:`AgentProcess` is that process, started
+
+* directly, for a host that is this machine (``--launcher local``, and what
+  ``auto`` picks for it);
+* through ssh, ``ssh -o BatchMode=yes -x HOST 'cd CWD; exec PYTHON -m ipympi._node'``
+  (``--launcher-exec`` replaces ``ssh``, e.g. ``"ssh -p 2222"``);
+* through srun inside a Slurm allocation, one single-task step per node
+  (``srun --nodes=1 --ntasks=1 --nodelist=HOST --cpus-per-task=SLOTS ...``).
+
+:class:`AgentRank` is a Popen-shaped handle on a rank an agent runs, so the
+job drives local and remote ranks alike: its pid and return code come from
+the agent's events, and signals go to the agent as commands.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable
+
+import zmq
+
+from . import _control as ctl
+from ._forwarding import OutputStream
+from ._hosts import (
+    Host,
+    environment_is_local,
+    interface_address,
+    is_this_machine,
+    place,
+    resolve,
+    route_source,
+)
+from ._launcher import GRACE, Job, Rank, rank_environment
+
+__all__ = [
+    "LAUNCHERS",
+    "AgentProcess",
+    "AgentRank",
+    "HostsJob",
+    "agent_argv",
+    "forwarded_environment",
+]
+
+LAUNCHERS = ("auto", "local", "ssh", "srun")
+LOST = 255  # the return code of a rank whose agent went away (as ssh's own failures)
+LOST_WAIT = 0.5  # seconds to learn the exit status of an agent whose events ended
+
+
+def agent_argv(host: Host, how: str, launcher_exec: str | None, python: str, cwd: str) -> list[str]:
+    """The command that starts the agent of ``host``: ``how`` is local, ssh or srun."""
+    module = [python, "-m", "ipympi._node"]
+    if how == "local":
+        return module
+    if how == "ssh":
+        remote = f"cd {shlex.quote(cwd)} 2>/dev/null; exec {shlex.join(module)}"
+        return [
+            *shlex.split(launcher_exec or "ssh"),
+            "-o",
+            "BatchMode=yes",
+            "-x",
+            host.name,
+            remote,
+        ]
+    if how == "srun":
+        return [
+            *shlex.split(launcher_exec or "srun"),
+            "--nodes=1",
+            "--ntasks=1",
+            f"--nodelist={host.name}",
+            f"--cpus-per-task={host.slots}",
+            "--input=all",
+            "--unbuffered",
+            "--job-name=ipympi-agent",
+            *module,
+        ]
+    raise ValueError(f"unknown launcher {how!r} (expected one of {', '.join(LAUNCHERS)})")
+
+
+def forwarded_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The launcher's environment as ranks on other hosts get it (as MPICH's mpiexec
+    forwards it), without what describes this host or process only."""
+    return {name: value for name, value in env.items() if not environment_is_local(name)}
+
+
+class AgentProcess:
+    """One running host agent, seen from the launcher: commands in, events out.
+
+    ``fd`` is its event pipe (for the launcher's poller) and ``err_fd`` its
+    stderr, where ssh, srun or the agent itself explain failures.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        host: Host,
+        argv: Sequence[str],
+        preexec: Any,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.index = index
+        self.host = host
+        self.argv = list(argv)
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=None if env is None else dict(env),
+            start_new_session=True,  # a terminal's Ctrl-C reaches ranks only through us
+            preexec_fn=preexec,
+        )
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        self.fd = self.proc.stdout.fileno()
+        self.err_fd = self.proc.stderr.fileno()
+        os.set_blocking(self.fd, False)
+        self._buffer = b""
+        self.ready: dict[str, Any] | None = None  # the agent's ready event
+        self.gone = False  # its event pipe reached end of file
+
+    def command(self, command: Mapping[str, Any]) -> None:
+        """Send one command line; an agent that is gone ignores it."""
+        if self.gone or self.proc.stdin is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.write(json.dumps(command).encode() + b"\n")
+            self.proc.stdin.flush()
+
+    def read(self) -> list[dict[str, Any]] | None:
+        """The complete events in what the pipe has now; None at end of file."""
+        try:
+            data = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return []
+        except OSError:
+            data = b""
+        if not data:
+            self.gone = True
+            return None
+        self._buffer += data
+        events = []
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                print(f"ipympi.run: host {self.host.name}: bad agent line {line[:80]!r}",
+                      file=sys.stderr)  # fmt: skip
+        return events
+
+    def stop(self, grace: float) -> int | None:
+        """Close its stdin (the agent ends its ranks and exits); kill it after ``grace``."""
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        try:
+            return self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return self.proc.wait(grace)
+        return None
+
+
+class AgentRank:
+    """A Popen-shaped handle on a rank that a host agent runs."""
+
+    local = False
+
+    def __init__(self, rank: int, agent: AgentProcess) -> None:
+        self.rank = rank
+        self.agent = agent
+        self.pid: int | None = None  # on the agent's host
+        self.returncode: int | None = None
+        self.hello: dict[str, Any] | None = None
+        self.pidfd: int | None = None
+        self.error = ""  # why it could not start, or why it was lost
+
+    @property
+    def mpi_pid(self) -> int | None:
+        if self.hello is not None:
+            return int(self.hello["pid"])
+        return self.pid
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The return code; the job's event loop is what learns it (no blocking here)."""
+        if self.returncode is None:
+            raise subprocess.TimeoutExpired(self.agent.argv, timeout or 0.0)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            self.agent.command({"type": "signal", "signal": int(sig), "ranks": [self.rank]})
+
+    def terminate(self) -> None:
+        self.send_signal(15)
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+
+# -- a job on several hosts -----------------------------------------------------------
+class HostsJob(Job):
+    """A :class:`~ipympi._launcher.Job` whose ranks are placed on several hosts.
+
+    Ranks fill the hosts' slots in order (:func:`ipympi._hosts.place`); each
+    host used gets one agent. The control ROUTER listens on tcp, on the
+    interface asked for (``iface``), else on the address this machine uses to
+    reach the first other host (loopback when every host is this machine).
+    Every rank learns each rank's host from ``IPYMPI_NODES``; ranks on one host
+    exchange datagrams, others signed tcp frames, whose endpoints the job
+    sends to every rank (``peers``) once all have said hello.
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        n: int,
+        hosts: Sequence[Host],
+        *,
+        launcher: str = "auto",
+        launcher_exec: str | None = None,
+        iface: str | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(argv, n, **options)
+        if launcher not in LAUNCHERS:
+            raise ValueError(f"unknown launcher {launcher!r} (expected {', '.join(LAUNCHERS)})")
+        if not hosts:
+            raise ValueError("a job on hosts needs at least one host")
+        self.hosts = list(hosts)
+        self.launcher = launcher
+        self.launcher_exec = launcher_exec
+        self.iface = iface
+        # One node per distinct host name, numbered in order of first appearance.
+        names = list(dict.fromkeys(host.name for host in self.hosts))
+        self.nodes = [names.index(self.hosts[index].name) for index in place(self.hosts, n)]
+        self.node_hosts = [
+            Host(name, sum(h.slots for h in self.hosts if h.name == name)) for name in names
+        ]
+        self.agents: list[AgentProcess] = []
+        self._agent_streams: dict[int, OutputStream] = {}
+        self._peers_sent = False
+        self._control_host = ""
+
+    # -- starting -----------------------------------------------------------------------
+    def _bind_control(self, sock: zmq.Socket[bytes]) -> str:
+        self._control_host = self._choose_control_host()
+        host = f"[{self._control_host}]" if ":" in self._control_host else self._control_host
+        if ":" in self._control_host:
+            sock.setsockopt(zmq.IPV6, 1)
+        port = sock.bind_to_random_port(f"tcp://{host}")
+        return f"tcp://{host}:{port}"
+
+    def _choose_control_host(self) -> str:
+        if self.iface:
+            return interface_address(self.iface)
+        used = {self.node_hosts[node].name for node in set(self.nodes)}
+        remote = [name for name in used if not is_this_machine(name)]
+        return route_source(resolve(remote[0])) if remote else "127.0.0.1"
+
+    def _how(self, host: Host) -> str:
+        if self.launcher != "auto":
+            return self.launcher
+        if is_this_machine(host.name):
+            return "local"
+        return "srun" if "SLURM_JOB_ID" in self.env else "ssh"
+
+    def _start_ranks(self, preexec: Callable[[], None] | None) -> None:
+        cwd = os.getcwd()
+        shared = forwarded_environment(self.env)
+        for node, host in enumerate(self.node_hosts):
+            ranks = [rank for rank in range(self.n) if self.nodes[rank] == node]
+            if not ranks:
+                continue
+            how = self._how(host)
+            argv = agent_argv(host, how, self.launcher_exec, sys.executable, cwd)
+            env = None if how == "local" else shared
+            agent = AgentProcess(node, host, argv, preexec, self.env if how == "local" else None)
+            self.agents.append(agent)
+            self._watch(agent.fd, lambda agent=agent: self._read_agent(agent))
+            assert agent.proc.stderr is not None
+            prefix = f"{self.name}: host {host.name}: ".encode()
+            errors = OutputStream(agent.proc.stderr, self._stderr, prefix)
+            self._agent_streams[errors.fd] = errors
+            self._watch(errors.fd, lambda fd=errors.fd: self._read_agent_errors(fd))
+            for rank in ranks:
+                self.ranks.append(AgentRank(rank, agent))
+            agent.command(
+                {
+                    "type": "start",
+                    "host": host.name,
+                    "iface": self.iface,
+                    "launcher": self._control_host,
+                    "argv": self.argv,
+                    "cwd": cwd,
+                    "env": env,
+                    "ranks": [{"rank": rank, "env": self._rank_env(rank)} for rank in ranks],
+                }
+            )
+        self.ranks.sort(key=lambda handle: handle.rank)
+        for handle in self.ranks:
+            prefix = b"[%d] " % handle.rank if self.tag_output else None
+            for fd, sink in ((1, self._stdout), (2, self._stderr)):
+                self._streams[_stream_key(handle.rank, fd)] = OutputStream(None, sink, prefix)
+
+    def _rank_env(self, rank: int) -> dict[str, str]:
+        assert self.ctl_address is not None
+        env = rank_environment({}, rank, self.n, "", self.key, None)
+        del env[ctl.ENV_SESSION_DIR]  # the agent makes one on its host
+        env[ctl.ENV_CTL] = self.ctl_address
+        env[ctl.ENV_NODES] = ctl.encode_nodes(self.nodes)
+        env[ctl.ENV_HOST] = self.node_hosts[self.nodes[rank]].name
+        return env
+
+    # -- what the agents say --------------------------------------------------------------
+    def _read_agent(self, agent: AgentProcess) -> None:
+        events = agent.read()
+        if events is None:
+            self._unwatch(agent.fd)
+            self._lose(agent)
+            return
+        for event in events:
+            kind = event.get("type")
+            if kind == "ready":
+                agent.ready = event
+                if event.get("note"):
+                    self.report(f"host {agent.host.name}: {event['note']}")
+                continue
+            handle = self._handle_of(event.get("rank"), agent)
+            if handle is None:
+                continue
+            if kind == "spawned":
+                handle.pid = int(event["pid"])
+            elif kind == "output":
+                stream = self._streams.get(_stream_key(handle.rank, int(event["fd"])))
+                if stream is not None:
+                    stream.feed(base64.b64decode(event["data"]))
+            elif kind == "closed":
+                self._close_stream(_stream_key(handle.rank, int(event["fd"])))
+            elif kind == "exited":
+                handle.returncode = int(event["returncode"])
+            elif kind == "failed":
+                handle.error = str(event.get("error", ""))
+                self.report(f"host {agent.host.name}: rank {handle.rank}: {handle.error}")
+                handle.returncode = int(event.get("status", 127))
+                for fd in (1, 2):
+                    self._close_stream(_stream_key(handle.rank, fd))
+
+    def _handle_of(self, rank: Any, agent: AgentProcess) -> AgentRank | None:
+        if not isinstance(rank, int) or not 0 <= rank < len(self.ranks):
+            return None
+        handle = self.ranks[rank]
+        return handle if isinstance(handle, AgentRank) and handle.agent is agent else None
+
+    def _lose(self, agent: AgentProcess) -> None:
+        """The agent's events ended (it exited, or its ssh/srun did): its ranks are lost."""
+        lost = [h for h in self.ranks if isinstance(h, AgentRank) and h.agent is agent]
+        running = [h for h in lost if h.returncode is None]
+        if running and not self._ending:
+            try:
+                status: int | None = agent.proc.wait(LOST_WAIT)  # its pipe closed as it exited
+            except subprocess.TimeoutExpired:
+                status = None
+            how = f" (exit status {status})" if status not in (None, 0) else ""
+            self.report(f"host {agent.host.name}: lost the connection to its agent{how}")
+        for handle in running:
+            handle.error = f"lost with the agent of host {agent.host.name}"
+            handle.returncode = LOST
+        for handle in lost:
+            for fd in (1, 2):
+                self._close_stream(_stream_key(handle.rank, fd))
+
+    def _describe_failure(self, rank: Rank) -> str:
+        if isinstance(rank, AgentRank) and rank.error:
+            return f"rank {rank.rank} on host {rank.agent.host.name}: {rank.error}"
+        return f"{super()._describe_failure(rank)} on host {self._host_of(rank)}"
+
+    def _host_of(self, rank: Rank) -> str:
+        return self.node_hosts[self.nodes[rank.rank]].name
+
+    def _read_agent_errors(self, fd: int) -> None:
+        stream = self._agent_streams.get(fd)
+        if stream is not None and not stream.read():
+            self._unwatch(fd)
+            self._agent_streams.pop(fd).close()
+
+    # -- signals, hellos, the end ------------------------------------------------------------
+    def send_signal(self, sig: int) -> None:
+        """One command per agent: every rank of its host gets ``sig``."""
+        for agent in self.agents:
+            agent.command({"type": "signal", "signal": int(sig)})
+
+    def _on_hello(self, rank: Rank, msg: dict[str, Any]) -> None:
+        super()._on_hello(rank, msg)
+        if self._peers_sent or not all(handle.hello for handle in self.ranks):
+            return
+        endpoints = [str((handle.hello or {}).get("data", "")) for handle in self.ranks]
+        if not all(endpoints):
+            return  # ranks on a single host need no peer table
+        self._peers_sent = True
+        assert self._ctl is not None
+        frame = ctl.encode({"type": ctl.PEERS, "endpoints": endpoints}, ctl.session_key(self.key))
+        for handle in self.ranks:
+            with contextlib.suppress(zmq.ZMQError):
+                self._ctl.send_multipart([ctl.identity(handle.rank), frame], zmq.NOBLOCK)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            super().close()
+        finally:
+            for agent in self.agents:
+                agent.stop(GRACE)
+            for fd, stream in list(self._agent_streams.items()):
+                while stream.read():  # what the agent said last
+                    pass
+                self._unwatch(fd)
+                stream.close()
+            self._agent_streams.clear()
+
+
+def _stream_key(rank: int, fd: int) -> int:
+    """The key of a remote rank's stdout (1) or stderr (2) among the job's streams.
+
+    Negative, so it never collides with the file descriptors of local pipes.
+    """
+    return -(2 * rank + fd)
