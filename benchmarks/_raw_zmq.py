@@ -3,7 +3,9 @@
 ``python benchmarks/_raw_zmq.py --impl raw --plan PLAN`` starts two rank processes
 (this file with ``--rank 0`` / ``--rank 1``) and passes on rank 0's ``P2P-RESULT`` line.
 Each rank binds a PULL socket at ``ipc://<tmpdir>/r<rank>`` and connects a PUSH socket
-to the peer's. Messages carry a 16-byte ``struct`` header (source, tag, sequence):
+to the peer's (with ``--tcp``: at ``tcp://127.0.0.2:*`` and ``tcp://127.0.0.3:*``, the
+floor for ranks on different hosts). Messages carry a 16-byte ``struct`` header (source,
+tag, sequence):
 
 - pickled int: one frame, header + ``pickle.dumps(i)``; the receiver unpickles it;
 - small buffers (below ``LARGE``): one frame, header + the array's bytes; the receiver
@@ -36,15 +38,25 @@ PICKLE_PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
 class Endpoint:
-    """One rank's PULL (bound) and PUSH (connected to the peer) ipc sockets."""
+    """One rank's PULL (bound) and PUSH (connected to the peer) sockets.
 
-    def __init__(self, rank: int, directory: str) -> None:
+    ipc sockets in ``directory``, or with ``tcp`` tcp sockets on 127.0.0.2 (rank 0)
+    and 127.0.0.3 (rank 1), whose ports the ranks exchange through files there.
+    """
+
+    def __init__(self, rank: int, directory: str, tcp: bool = False) -> None:
         self.rank = rank
         self.ctx = zmq.Context()
         self.pull = self.ctx.socket(zmq.PULL)
-        self.pull.bind(f"ipc://{directory}/r{rank}")
         self.push = self.ctx.socket(zmq.PUSH)
-        self.push.connect(f"ipc://{directory}/r{1 - rank}")
+        if tcp:
+            port = self.pull.bind_to_random_port(f"tcp://127.0.0.{2 + rank}")
+            _publish(os.path.join(directory, f"port{rank}"), str(port))
+            peer = _await(os.path.join(directory, f"port{1 - rank}"))
+            self.push.connect(f"tcp://127.0.0.{3 - rank}:{peer}")
+        else:
+            self.pull.bind(f"ipc://{directory}/r{rank}")
+            self.push.connect(f"ipc://{directory}/r{1 - rank}")
         self.seq = 0
 
     def close(self) -> None:
@@ -132,9 +144,27 @@ class Endpoint:
         return time.perf_counter() - start
 
 
-def run_rank(rank: int, directory: str, plan: dict[str, Any]) -> dict[str, list[float]]:
+def _publish(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def _await(path: str, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the peer never published {path}")
+        time.sleep(0.01)
+    with open(path) as f:
+        return f.read()
+
+
+def run_rank(
+    rank: int, directory: str, plan: dict[str, Any], tcp: bool = False
+) -> dict[str, list[float]]:
     """One rank's side of every row: warm-up, then timed trials (one-way seconds, rank 0)."""
-    ep = Endpoint(rank, directory)
+    ep = Endpoint(rank, directory, tcp)
     try:
         ep.handshake()
         results: dict[str, list[float]] = {}
@@ -158,7 +188,7 @@ def run_rank(rank: int, directory: str, plan: dict[str, Any]) -> dict[str, list[
         ep.close()
 
 
-def launch(plan_text: str, timeout: float) -> int:
+def launch(plan_text: str, timeout: float, tcp: bool = False) -> int:
     """Start both ranks, wait (at most ``timeout`` s), pass on rank 0's output.
 
     When a rank fails, the other is ended; the exit status is the failed rank's.
@@ -169,6 +199,7 @@ def launch(plan_text: str, timeout: float) -> int:
             for rank in range(2):
                 cmd = [sys.executable, os.path.abspath(__file__), "--impl", "raw"]
                 cmd += ["--plan", plan_text, "--rank", str(rank), "--dir", directory]
+                cmd += ["--tcp"] if tcp else []
                 out = subprocess.PIPE if rank == 0 else subprocess.DEVNULL
                 procs.append(subprocess.Popen(cmd, stdout=out, text=True))
             deadline = time.monotonic() + timeout
@@ -201,11 +232,12 @@ def main(argv: list[str] | None = None) -> int:
     extra.add_argument("--rank", type=int)
     extra.add_argument("--dir")
     extra.add_argument("--timeout", type=float, default=300.0)
+    extra.add_argument("--tcp", action="store_true", help="tcp on 127.0.0.2/3 instead of ipc")
     ours, rest = extra.parse_known_args(argv)
     args = parse_args(rest, ("raw",))
     if ours.rank is None:
-        return launch(args.plan, ours.timeout)
-    results = run_rank(ours.rank, ours.dir, json.loads(args.plan))
+        return launch(args.plan, ours.timeout, ours.tcp)
+    results = run_rank(ours.rank, ours.dir, json.loads(args.plan), ours.tcp)
     if ours.rank == 0:
         emit_result("raw", f"pyzmq {zmq.__version__} (libzmq {zmq.zmq_version()})", results)
     return 0

@@ -5,7 +5,9 @@
 Runs the same ping-pong loops on 2 ranks three times: ``_p2p_rank.py`` under
 ``python -m ipympi.run -n 2``, the raw pyzmq floor ``_raw_zmq.py``, and
 ``_p2p_rank.py`` under ``mpiexec -n 2`` with mpi4py (when mpi4py and ``mpiexec``
-are available), then prints one table of min / median over the trials. See
+are available), then prints one table of min / median over the trials. A second
+table puts the two ranks on two "hosts" (127.0.0.2 and 127.0.0.3, so over tcp)
+next to raw pyzmq over the same tcp. See
 ``benchmarks/README.md`` for what each row and ratio means.
 """
 
@@ -38,26 +40,58 @@ from _harness import (  # noqa: E402
 from _p2p_rank import LATENCY_ROWS, RESULT_PREFIX, make_plan  # noqa: E402
 
 IMPLS = ("ipympi", "raw", "mpi4py")
-TITLES = {"ipympi": "ipympi", "raw": "raw pyzmq", "mpi4py": "mpi4py"}
+# Between two hosts: ranks on 127.0.0.2 and 127.0.0.3, so over tcp (as across machines).
+TCP_IMPLS = ("ipympi-tcp", "raw-tcp")
+TITLES = {
+    "ipympi": "ipympi",
+    "raw": "raw pyzmq",
+    "mpi4py": "mpi4py",
+    "ipympi-tcp": "ipympi tcp",
+    "raw-tcp": "raw pyzmq tcp",
+}
+TCP_HOSTS = ("--hosts", "127.0.0.2:1,127.0.0.3:1")
+TCP_SLOWER = 5  # tcp rows run 1/5 of the round trips (each is several times slower)
 VALUE_WIDTH = 17
 RATIO_WIDTH = 15
 LABEL_WIDTH = 18
 
 
-def commands(plan_text: str, timeout: float) -> dict[str, tuple[list[str], dict[str, str]]]:
+def commands(
+    plan_text: str, tcp_plan_text: str, timeout: float
+) -> dict[str, tuple[list[str], dict[str, str]]]:
     """The command line and environment of each implementation's run."""
     rank = str(HERE / "_p2p_rank.py")
-    plan = ["--plan", plan_text]
+    plan, tcp_plan = ["--plan", plan_text], ["--plan", tcp_plan_text]
     raw = [sys.executable, str(HERE / "_raw_zmq.py"), "--timeout", f"{timeout:g}"]
+    ipympi = [*ipympi_launcher(2, timeout), rank, "--impl", "ipympi"]
+    tcp = [*ipympi_launcher(2, timeout), *TCP_HOSTS, rank, "--impl", "ipympi"]
     return {
-        "ipympi": ([*ipympi_launcher(2, timeout), rank, "--impl", "ipympi", *plan], ipympi_env()),
+        "ipympi": ([*ipympi, *plan], ipympi_env()),
         "raw": ([*raw, "--impl", "raw", *plan], dict(os.environ)),
         "mpi4py": ([*mpiexec_launcher(2), rank, "--impl", "mpi4py", *plan], dict(os.environ)),
+        "ipympi-tcp": ([*tcp, *tcp_plan], ipympi_env()),
+        "raw-tcp": ([*raw, "--tcp", "--impl", "raw", *tcp_plan], dict(os.environ)),
     }
 
 
-def summarize(plan: dict[str, Any], results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per row and implementation: min / median of the one-way times, in the row's unit."""
+def fewer_round_trips(plan: dict[str, Any], factor: int) -> dict[str, Any]:
+    """``plan`` with ``factor`` times fewer timed and warm-up round trips per row."""
+    rows = [
+        dict(row, iters=max(20, row["iters"] // factor), warmup=max(5, row["warmup"] // factor))
+        for row in plan["rows"]
+    ]
+    return dict(plan, rows=rows)
+
+
+def summarize(
+    plan: dict[str, Any],
+    results: dict[str, dict[str, Any]],
+    impls: tuple[str, ...] = IMPLS,
+    versus: tuple[str, ...] = ("raw", "mpi4py"),
+) -> list[dict[str, Any]]:
+    """Per row and implementation: min / median of the one-way times, in the row's unit,
+    and the ratio of ``impls[0]`` to each of ``versus``."""
+    lead = impls[0]
     table = []
     for row in plan["rows"]:
         name = row["name"]
@@ -70,7 +104,7 @@ def summarize(plan: dict[str, Any], results: dict[str, dict[str, Any]]) -> list[
             "iters": row["iters"],
         }
         medians = {}
-        for impl in IMPLS:
+        for impl in impls:
             if impl not in results:
                 entry[impl] = None
                 continue
@@ -82,15 +116,13 @@ def summarize(plan: dict[str, Any], results: dict[str, dict[str, Any]]) -> list[
             else:
                 gbps = row["nbytes"] / 1e9
                 entry[impl] = {"min": gbps / best, "median": gbps / median}
-        for other in ("raw", "mpi4py"):
-            if "ipympi" in medians and other in medians:
-                entry[f"ipympi/{other}"] = (
-                    medians["ipympi"] / medians[other]
-                    if latency
-                    else medians[other] / medians["ipympi"]
+        for other in versus:
+            if lead in medians and other in medians:
+                entry[f"{lead}/{other}"] = (
+                    medians[lead] / medians[other] if latency else medians[other] / medians[lead]
                 )
             else:
-                entry[f"ipympi/{other}"] = None
+                entry[f"{lead}/{other}"] = None
         table.append(entry)
     return table
 
@@ -134,6 +166,42 @@ def render(
     return "\n".join(lines)
 
 
+def render_tcp(
+    plan: dict[str, Any], table: list[dict[str, Any]], local: list[dict[str, Any]]
+) -> str:
+    """The table of ranks on two hosts (tcp on loopback), against the same-host ipympi run."""
+    lines = [
+        f"Between two hosts: ranks on 127.0.0.2 and 127.0.0.3 (tcp, signed frames), "
+        f"{plan['trials']} trials each: min / median",
+        "",
+        f"{'':<{LABEL_WIDTH}}"
+        + "".join(f"{TITLES[i]:>{VALUE_WIDTH}}" for i in TCP_IMPLS)
+        + f"{'tcp/raw tcp':>{RATIO_WIDTH}}{'tcp/same host':>{RATIO_WIDTH}}",
+    ]
+    section = None
+    for entry, same_host in zip(table, local):
+        unit = entry["unit"]
+        title = "one-way latency, us" if unit == "us" else "bandwidth, GB/s"
+        if title != section:
+            section = title
+            lines.append(title)
+        versus_local = None
+        if entry["ipympi-tcp"] and same_host["ipympi"]:
+            tcp, here = entry["ipympi-tcp"]["median"], same_host["ipympi"]["median"]
+            versus_local = tcp / here if unit == "us" else here / tcp
+        line = f"  {entry['label']:<{LABEL_WIDTH - 2}}"
+        line += "".join(f"{cell(entry[impl], unit):>{VALUE_WIDTH}}" for impl in TCP_IMPLS)
+        line += f"{ratio(entry['ipympi-tcp/raw-tcp']):>{RATIO_WIDTH}}"
+        line += f"{ratio(versus_local):>{RATIO_WIDTH}}"
+        lines.append(line)
+    lines += [
+        "",
+        "tcp/raw tcp: ipympi between hosts against raw pyzmq over the same tcp (same rule as",
+        "  above); tcp/same host: ipympi between hosts against ipympi on one host",
+    ]
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run every implementation, print the table, optionally write JSON."""
     args = parse_arguments(__doc__.splitlines()[0], argv)
@@ -141,11 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     plan_text = json.dumps(plan, separators=(",", ":"))
     mpi4py_note = "--no-mpi4py" if args.no_mpi4py else mpi4py_missing()
     impls = [impl for impl in IMPLS if impl != "mpi4py" or mpi4py_note is None]
-    cmds = commands(plan_text, args.timeout)
+    tcp_plan = fewer_round_trips(plan, TCP_SLOWER)
+    cmds = commands(plan_text, json.dumps(tcp_plan, separators=(",", ":")), args.timeout)
 
     def run_all() -> dict[str, Any]:
         results = {}
-        for impl in impls:
+        for impl in [*impls, *TCP_IMPLS]:
             cmd, env = cmds[impl]
             announce("p2p.py", TITLES[impl])
             results[impl] = run_job(TITLES[impl], cmd, env, args.timeout + 30, RESULT_PREFIX)
@@ -157,8 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     table = summarize(plan, results)
     versions = {impl: results[impl]["version"] for impl in results}
     print(render(plan, table, versions, mpi4py_note), flush=True)
+    tcp_table = summarize(tcp_plan, results, TCP_IMPLS, ("raw-tcp",))
+    print("\n" + render_tcp(tcp_plan, tcp_table, table), flush=True)
     if args.json:
-        write_json(args.json, plan, mpi4py_note, results, table)
+        write_json(args.json, plan, mpi4py_note, results, table + tcp_table)
     return 0
 
 

@@ -36,6 +36,7 @@ from ._errors import Exception as MPIException
 from ._largebuf import VmReader, buffer_address
 from ._matching import Envelope, Matcher, PostedReceive
 from ._ops import Op
+from ._tcp import Received
 from ._transport import Transport
 from ._wire import (
     ACK,
@@ -456,12 +457,17 @@ class Engine:
                     self._reply(wsource, CANCELLED, msgid)
                 return
 
-    def on_data(self, frame: bytes) -> None:
-        """A chunk (header ``value`` = offset) of a large message sent through frames."""
+    def on_data(self, frame: bytes, chunk: memoryview | None = None) -> None:
+        """A chunk (header ``value`` = offset) of a large message sent through frames.
+
+        The data follows the header in ``frame``, or comes apart as ``chunk``
+        (from another host).
+        """
         _, _, _, _, _, _, wsource, _, msgid, offset = _unpack_header(frame)
         key = (wsource, msgid)
         op, env, target, got = self._rdv[key]
-        chunk = memoryview(frame)[HEADER_SIZE:]
+        if chunk is None:
+            chunk = memoryview(frame)[HEADER_SIZE:]
         end = min(offset + chunk.nbytes, target.nbytes)
         if end > offset:
             target[offset:end] = chunk[: end - offset]
@@ -475,9 +481,11 @@ class Engine:
             self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
         self._reply(wsource, FIN, msgid)
 
-    def _handle(self, frame: bytes) -> None:
+    def _handle(self, frame: Received) -> None:
         self.progressed += 1
-        if frame[0] == DATA:
+        if type(frame) is tuple:  # a chunk from another host: (header frame, data)
+            self.on_data(*frame)
+        elif frame[0] == DATA:
             self.on_data(frame)
         else:
             self.on_frame(frame)

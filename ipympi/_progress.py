@@ -122,7 +122,8 @@ class ProgressThread(threading.Thread):
             parked.register(transport.ctl, zmq.POLLIN)
         parked.register(transport.bell_r, zmq.POLLIN)
         driving = zmq.Poller()
-        driving.register(transport.data_fd, zmq.POLLIN)
+        for source in transport.inputs:
+            driving.register(source, zmq.POLLIN)
         driving.register(transport.bell_r, zmq.POLLIN)
         if transport.ctl is not None:
             driving.register(transport.ctl, zmq.POLLIN)
@@ -157,7 +158,7 @@ class ProgressThread(threading.Thread):
                 return
             if transport.ctl is not None and transport.ctl in events:
                 self._serve_control()
-            if transport.data_fd in events or transport.has_output:
+            if transport.has_output or any(source in events for source in transport.inputs):
                 try:
                     engine.poll_once(False)
                 except Exception as exc:  # a broken frame must not kill progress

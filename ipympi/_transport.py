@@ -19,9 +19,9 @@ other local user can send a frame to a rank.
 
 Ranks on other hosts (a world placed on several hosts by the launcher)
 are reached through a :class:`~ipympi._tcp.TcpLink` instead: signed zmq
-frames over tcp, which its bridge thread puts into this same data socket, so
-everything above the transport reads one stream of frames whatever host a
-peer is on.
+frames over tcp. A rank with such peers waits on its data socket and its tcp
+inbox together and reads whichever has a frame, so everything above the
+transport sees one stream of frames whatever host a peer is on.
 
 Besides the data socket a rank has:
 
@@ -46,7 +46,8 @@ from typing import Any, Callable
 import zmq
 
 from . import _control
-from ._tcp import TcpLink
+from ._tcp import CHUNK as TCP_CHUNK
+from ._tcp import Received, TcpLink
 
 __all__ = ["MAX_FRAME", "Transport"]
 
@@ -107,9 +108,13 @@ class Transport:
             mine = nodes[rank]
             self.remote = frozenset(r for r, node in enumerate(nodes) if node != mine)
         if self.remote:
-            self.tcp = TcpLink(
-                rank, key, bind_address or "127.0.0.1", self.path, self.context, MAX_FRAME
-            )
+            self.tcp = TcpLink(rank, key, bind_address or "127.0.0.1", self.context, MAX_FRAME)
+        # What to watch for incoming frames: the data socket's fd, and the tcp inbox.
+        self.inputs: list[Any] = (
+            [self.data_fd] if self.tcp is None else [self.data_fd, self.tcp.inbox]
+        )
+        self._tcp_turn = False  # alternate which input is read first, so neither starves
+        self._either: zmq.Poller | None = None  # the data socket and the tcp inbox together
 
     def same_host(self, wrank: int) -> bool:
         """Whether world rank ``wrank`` runs on this host (its memory can be read directly)."""
@@ -161,7 +166,16 @@ class Transport:
             sock.sendto(frame, self.path)
 
     def send_chunked(self, wrank: int, header_at: Callable[[int], bytes], mem: memoryview) -> None:
-        """Send a large payload as frames ``header_at(offset) + chunk``."""
+        """Send a large payload as frames ``header_at(offset) + chunk``.
+
+        To a rank on another host the chunks are larger and leave without a
+        copy, the header and the data as two parts of one tcp message.
+        """
+        if wrank in self.remote:
+            assert self.tcp is not None
+            for offset in range(0, mem.nbytes, TCP_CHUNK):
+                self.tcp.send(wrank, header_at(offset), mem[offset : offset + TCP_CHUNK])
+            return
         for offset in range(0, mem.nbytes, CHUNK):
             self.send(wrank, header_at(offset) + mem[offset : offset + CHUNK])
 
@@ -191,8 +205,13 @@ class Transport:
         return bool(self._pending)
 
     # -- receiving -----------------------------------------------------------
-    def recv(self) -> bytes:
-        """Wait for the next frame, sending queued frames meanwhile."""
+    def recv(self) -> Received:
+        """Wait for the next frame, sending queued frames meanwhile.
+
+        A large message's chunk from another host comes as (header frame, data).
+        """
+        if self.tcp is not None:
+            return self._recv_either()
         if not self._pending:
             return self.data.recv(MAX_FRAME)
         while True:
@@ -211,14 +230,33 @@ class Transport:
                     if frame is not None:
                         return frame
 
-    def recv_nowait(self) -> bytes | None:
+    def _recv_either(self) -> Received:
+        """Wait for a frame on the data socket or the tcp inbox."""
+        poller = self._either
+        if poller is None:
+            poller = self._either = zmq.Poller()
+            for source in self.inputs:
+                poller.register(source, zmq.POLLIN)
+        while True:
+            frame = self.recv_nowait()
+            if frame is not None:
+                return frame
+            poller.poll(RETRY_MS if self._pending else -1)
+
+    def recv_nowait(self) -> Received | None:
         """The next frame if one is waiting, else None (also retries queued sends)."""
         if self._pending:
             self.flush()
+        tcp = self.tcp
+        if tcp is not None:
+            self._tcp_turn = not self._tcp_turn
+            if self._tcp_turn and (received := tcp.recv_nowait()) is not None:
+                return received
         try:
             return self.data.recv(MAX_FRAME, socket.MSG_DONTWAIT)
         except BlockingIOError:
-            return None
+            pass
+        return tcp.recv_nowait() if tcp is not None and not self._tcp_turn else None
 
     # -- doorbell ------------------------------------------------------------
     def ring(self) -> None:

@@ -75,6 +75,38 @@ def test_ranks_on_two_hosts_compute_together(run_mpi) -> None:
     assert_ok(proc, 5)
 
 
+def test_floods_wildcards_and_background_progress_across_hosts(run_mpi) -> None:
+    """Many messages before any receive, ANY_SOURCE mixing both paths in per-source
+    order, and a synchronous send that completes while its receiver computes."""
+    body = """
+    N = 300
+    reqs = [comm.isend((rank, i), dest=d, tag=3) for d in range(size) if d != rank
+            for i in range(N)]
+    seen = {s: [] for s in range(size) if s != rank}
+    for _ in range(N * (size - 1)):
+        source, i = comm.recv(source=MPI.ANY_SOURCE, tag=3)
+        seen[source].append(i)
+    MPI.Request.Waitall(reqs)
+    assert all(got == list(range(N)) for got in seen.values()), seen
+    comm.Barrier()
+    if rank == 3:
+        req = comm.irecv(source=0, tag=8)
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:  # pure Python: only the progress thread answers
+            sum(range(1000))
+        assert req.wait() == "while you compute"
+    elif rank == 0:
+        time.sleep(0.2)
+        started = time.monotonic()
+        comm.ssend("while you compute", dest=3, tag=8)
+        took = time.monotonic() - started
+        assert took < 1.0, f"the synchronous send waited {took:.2f} s for the computing rank"
+    comm.Barrier()
+    """
+    proc = run_mpi(4, mpi_program(MPI_PRELUDE, body), launcher_args=HOSTS)
+    assert_ok(proc, 4)
+
+
 def test_a_failure_on_one_host_ends_every_host(run_mpi) -> None:
     body = REPORT_PIDS + textwrap.dedent(
         """
