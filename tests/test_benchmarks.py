@@ -57,6 +57,9 @@ def test_p2p_quick_prints_every_row() -> None:
     assert list(found) == ROWS, detail
     for match in found.values():
         assert float(match["ratio"]) > 0, detail
+    tcp = lines[lines.index(next(line for line in lines if line.startswith("Between two hosts"))) :]
+    tcp_format = re.compile(rf"^  (?P<label>.+?)\s+{PAIR}\s+{PAIR}\s+{NUMBER}x\s+{NUMBER}x$")
+    assert [m["label"] for line in tcp if (m := tcp_format.match(line))] == ROWS, detail
 
 
 def test_collectives_quick_prints_every_row() -> None:
