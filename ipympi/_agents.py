@@ -25,6 +25,7 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
@@ -55,6 +56,8 @@ __all__ = [
 LAUNCHERS = ("auto", "local", "ssh", "srun")
 LOST = 255  # the return code of a rank whose agent went away (as ssh's own failures)
 LOST_WAIT = 0.5  # seconds to learn the exit status of an agent whose events ended
+# Seconds an agent gets to answer (ssh or srun may be slow); IPYMPI_START_TIMEOUT changes it.
+AGENT_START_TIMEOUT = 60.0
 
 
 def agent_argv(host: Host, how: str, launcher_exec: str | None, python: str, cwd: str) -> list[str]:
@@ -158,18 +161,20 @@ class AgentProcess:
                       file=sys.stderr)  # fmt: skip
         return events
 
-    def stop(self, grace: float) -> int | None:
-        """Close its stdin (the agent ends its ranks and exits); kill it after ``grace``."""
+    def close_stdin(self) -> None:
+        """End of file on its stdin: the agent ends its ranks and exits."""
         with contextlib.suppress(OSError, ValueError):
             assert self.proc.stdin is not None
             self.proc.stdin.close()
-        try:
-            return self.proc.wait(grace)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                return self.proc.wait(grace)
-        return None
+
+    def finish(self, deadline: float) -> None:
+        """Wait until ``deadline`` for the agent to exit; then kill it (and wait a little)."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(max(0.0, deadline - time.monotonic()))
+            return
+        self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(LOST_WAIT)
 
 
 class AgentRank:
@@ -255,6 +260,7 @@ class HostsJob(Job):
         self._agent_streams: dict[int, OutputStream] = {}
         self._peers_sent = False
         self._control_host = ""
+        self._start_deadline = 0.0  # when agents that have not answered are given up
 
     # -- starting -----------------------------------------------------------------------
     def _bind_control(self, sock: zmq.Socket[bytes]) -> str:
@@ -280,6 +286,8 @@ class HostsJob(Job):
         return "srun" if "SLURM_JOB_ID" in self.env else "ssh"
 
     def _start_ranks(self, preexec: Callable[[], None] | None) -> None:
+        self._start_timeout = float(self.env.get("IPYMPI_START_TIMEOUT", AGENT_START_TIMEOUT))
+        self._start_deadline = time.monotonic() + self._start_timeout
         cwd = os.getcwd()
         shared = forwarded_environment(self.env)
         for node, host in enumerate(self.node_hosts):
@@ -392,6 +400,30 @@ class HostsJob(Job):
     def _host_of(self, rank: Rank) -> str:
         return self.node_hosts[self.nodes[rank.rank]].name
 
+    def _needs_tick(self) -> bool:
+        return super()._needs_tick() or self._starting()
+
+    def _starting(self) -> list[AgentProcess]:
+        """The agents that have not answered yet."""
+        return [agent for agent in self.agents if agent.ready is None and not agent.gone]
+
+    def _reap(self) -> None:
+        if not self._ending and time.monotonic() > self._start_deadline:
+            for agent in self._starting():
+                self.report(
+                    f"host {agent.host.name}: its agent did not answer within "
+                    f"{self._start_timeout:g} s ({shlex.join(agent.argv[:3])} ...)"
+                )
+                agent.gone = True  # its late events are ignored
+                self._unwatch(agent.fd)
+                for handle in self.ranks:
+                    if isinstance(handle, AgentRank) and handle.agent is agent:
+                        handle.error = f"its host {agent.host.name} did not start it"
+                        handle.returncode = LOST
+                        for fd in (1, 2):
+                            self._close_stream(_stream_key(handle.rank, fd))
+        super()._reap()
+
     def _read_agent_errors(self, fd: int) -> None:
         stream = self._agent_streams.get(fd)
         if stream is not None and not stream.read():
@@ -425,7 +457,10 @@ class HostsJob(Job):
             super().close()
         finally:
             for agent in self.agents:
-                agent.stop(GRACE)
+                agent.close_stdin()
+            deadline = time.monotonic() + GRACE
+            for agent in self.agents:
+                agent.finish(time.monotonic() if agent.ready is None else deadline)
             for fd, stream in list(self._agent_streams.items()):
                 while stream.read():  # what the agent said last
                     pass

@@ -570,13 +570,18 @@ class Job:
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
                 return False
-            if any(r.local and r.pidfd is None and r.returncode is None for r in self.ranks):
+            if self._needs_tick():
                 wait = _TICK if wait is None else min(wait, _TICK)
             ms = -1 if wait is None else max(1, math.ceil(wait * 1000))
             for obj, _event in self._poller.poll(ms):
                 handler = self._handlers.get(obj)
                 if handler is not None:
                     handler()
+
+    def _needs_tick(self) -> bool:
+        """Whether the event loop must wake up regularly: a rank's exit cannot be
+        watched (no pidfd on this platform), so it is polled."""
+        return any(r.local and r.pidfd is None and r.returncode is None for r in self.ranks)
 
     def _reap(self) -> None:
         """Notice ranks that have exited; the first to fail is the job's failure."""

@@ -249,6 +249,20 @@ def test_an_unreachable_host_is_reported_at_once(run_mpi) -> None:
     assert time.monotonic() - started < 10
 
 
+def test_a_host_that_never_answers_ends_the_job(run_mpi) -> None:
+    started = time.monotonic()
+    proc = run_mpi(
+        4,
+        mpi_program(MPI_PRELUDE, "comm.Barrier()"),
+        launcher_args=(*HOSTS, "--launcher", "ssh", "--launcher-exec", str(FAKES / "ssh")),
+        env={"FAKE_SSH_HANG": "1", "IPYMPI_START_TIMEOUT": "1.5"},
+    )
+    assert proc.returncode == 255, proc.stderr
+    assert "host 127.0.0.2: its agent did not answer within 1.5 s" in proc.stderr
+    assert "rank 0 on host 127.0.0.2: its host 127.0.0.2 did not start it" in proc.stderr
+    assert time.monotonic() - started < 15
+
+
 def test_agents_start_as_srun_steps_inside_an_allocation(run_mpi, tmp_path: Path) -> None:
     log = tmp_path / "srun.log"
     allocation = {
