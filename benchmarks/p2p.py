@@ -127,6 +127,30 @@ def summarize(
     return table
 
 
+def rows(
+    table: list[dict[str, Any]],
+    impls: tuple[str, ...],
+    ratio_titles: tuple[str, ...],
+    ratios: list[list[float | None]],
+) -> list[str]:
+    """A table's header and rows: each implementation's min / median, then the ratios,
+    under a section title per unit."""
+    header = f"{'':<{LABEL_WIDTH}}" + "".join(f"{TITLES[i]:>{VALUE_WIDTH}}" for i in impls)
+    lines = [header + "".join(f"{title:>{RATIO_WIDTH}}" for title in ratio_titles)]
+    section = None
+    for entry, values in zip(table, ratios):
+        unit = entry["unit"]
+        title = "one-way latency, us" if unit == "us" else "bandwidth, GB/s"
+        if title != section:
+            section = title
+            lines.append(title)
+        line = f"  {entry['label']:<{LABEL_WIDTH - 2}}"
+        line += "".join(f"{cell(entry[impl], unit):>{VALUE_WIDTH}}" for impl in impls)
+        line += "".join(f"{ratio(value):>{RATIO_WIDTH}}" for value in values)
+        lines.append(line)
+    return lines
+
+
 def render(
     plan: dict[str, Any],
     table: list[dict[str, Any]],
@@ -139,21 +163,8 @@ def render(
         " | ".join(versions.get(impl, f"{TITLES[impl]}: n/a") for impl in IMPLS),
         "",
     ]
-    header = f"{'':<{LABEL_WIDTH}}" + "".join(f"{TITLES[i]:>{VALUE_WIDTH}}" for i in IMPLS)
-    header += f"{'ipympi/raw':>{RATIO_WIDTH}}{'ipympi/mpi4py':>{RATIO_WIDTH}}"
-    lines.append(header)
-    section = None
-    for entry in table:
-        unit = entry["unit"]
-        title = "one-way latency, us" if unit == "us" else "bandwidth, GB/s"
-        if title != section:
-            section = title
-            lines.append(title)
-        line = f"  {entry['label']:<{LABEL_WIDTH - 2}}"
-        line += "".join(f"{cell(entry[impl], unit):>{VALUE_WIDTH}}" for impl in IMPLS)
-        line += f"{ratio(entry['ipympi/raw']):>{RATIO_WIDTH}}"
-        line += f"{ratio(entry['ipympi/mpi4py']):>{RATIO_WIDTH}}"
-        lines.append(line)
+    ratios = [[entry["ipympi/raw"], entry["ipympi/mpi4py"]] for entry in table]
+    lines += rows(table, IMPLS, ("ipympi/raw", "ipympi/mpi4py"), ratios)
     lines += [
         "",
         "latency: one-way time (round trip / 2); ratio = ipympi median / other median,"
@@ -174,26 +185,15 @@ def render_tcp(
         f"Between two hosts: ranks on 127.0.0.2 and 127.0.0.3 (tcp, signed frames), "
         f"{plan['trials']} trials each: min / median",
         "",
-        f"{'':<{LABEL_WIDTH}}"
-        + "".join(f"{TITLES[i]:>{VALUE_WIDTH}}" for i in TCP_IMPLS)
-        + f"{'tcp/raw tcp':>{RATIO_WIDTH}}{'tcp/same host':>{RATIO_WIDTH}}",
     ]
-    section = None
+    ratios = []
     for entry, same_host in zip(table, local):
-        unit = entry["unit"]
-        title = "one-way latency, us" if unit == "us" else "bandwidth, GB/s"
-        if title != section:
-            section = title
-            lines.append(title)
         versus_local = None
         if entry["ipympi-tcp"] and same_host["ipympi"]:
             tcp, here = entry["ipympi-tcp"]["median"], same_host["ipympi"]["median"]
-            versus_local = tcp / here if unit == "us" else here / tcp
-        line = f"  {entry['label']:<{LABEL_WIDTH - 2}}"
-        line += "".join(f"{cell(entry[impl], unit):>{VALUE_WIDTH}}" for impl in TCP_IMPLS)
-        line += f"{ratio(entry['ipympi-tcp/raw-tcp']):>{RATIO_WIDTH}}"
-        line += f"{ratio(versus_local):>{RATIO_WIDTH}}"
-        lines.append(line)
+            versus_local = tcp / here if entry["unit"] == "us" else here / tcp
+        ratios.append([entry["ipympi-tcp/raw-tcp"], versus_local])
+    lines += rows(table, TCP_IMPLS, ("tcp/raw tcp", "tcp/same host"), ratios)
     lines += [
         "",
         "tcp/raw tcp: ipympi between hosts against raw pyzmq over the same tcp (same rule as",

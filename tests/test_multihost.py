@@ -8,13 +8,16 @@ are replaced by stand-ins (``tests/fakes``) that run the agent here.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import MPI_PRELUDE, ROOT, _env, assert_ok, mpi_program, wait_gone
@@ -164,45 +167,47 @@ def test_a_timeout_reports_every_host_s_ranks(run_mpi) -> None:
     assert proc.stderr.count(": running at prog") == 3, proc.stderr
 
 
-@pytest.mark.timeout(60)
-def test_ctrl_c_reaches_the_ranks_on_every_host(tmp_path: Path) -> None:
+@contextlib.contextmanager
+def _running_job(tmp_path: Path, body: str, *options: str) -> Iterator[tuple[Any, list[int]]]:
+    """A 4-rank job on two hosts, started in the background; yields the launcher and the
+    ranks' pids once every rank has printed its ``PID`` line. The launcher is killed at
+    the end if still running, and its pipes are closed."""
     prog = tmp_path / "prog.py"
-    prog.write_text(
-        mpi_program(
-            MPI_PRELUDE,
-            """
-            import os
-            print(f"PID {os.getpid()} rank {rank}", flush=True)
-            try:
-                if rank == 2:
-                    comm.recv(source=1, tag=5)
-                else:
-                    time.sleep(60)
-            except KeyboardInterrupt:
-                print(f"rank {rank} interrupted", flush=True)
-                raise
-            """,
-            ok=False,
-        )
-    )
-    cmd = [sys.executable, "-m", "ipympi.run", "-n", "4", *HOSTS, "--no-deadlock-check", str(prog)]
+    prog.write_text(mpi_program(MPI_PRELUDE, REPORT_PIDS + textwrap.dedent(body), ok=False))
+    cmd = [sys.executable, "-m", "ipympi.run", "-n", "4", *HOSTS, *options, str(prog)]
     launcher = subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path
     )
-    pids: list[int] = []
     try:
         assert launcher.stdout is not None
+        pids: list[int] = []
         while len(pids) < 4:
             line = launcher.stdout.readline()
             assert line, "the job ended before every rank started"
             pids += _pids(line)
-        time.sleep(0.3)  # every rank is in its wait now
-        launcher.send_signal(signal.SIGINT)
-        out, err = launcher.communicate(timeout=30)
+        yield launcher, pids
     finally:
         if launcher.poll() is None:
             launcher.kill()
-            launcher.communicate()
+        launcher.communicate()
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_reaches_the_ranks_on_every_host(tmp_path: Path) -> None:
+    body = """
+    try:
+        if rank == 2:
+            comm.recv(source=1, tag=5)
+        else:
+            time.sleep(60)
+    except KeyboardInterrupt:
+        print(f"rank {rank} interrupted", flush=True)
+        raise
+    """
+    with _running_job(tmp_path, body, "--no-deadlock-check") as (launcher, pids):
+        time.sleep(0.3)  # every rank is in its wait now
+        launcher.send_signal(signal.SIGINT)
+        out, err = launcher.communicate(timeout=30)
     assert launcher.returncode == 130, err
     assert sorted(line for line in out.splitlines() if "interrupted" in line) == [
         f"rank {r} interrupted" for r in range(4)
@@ -337,19 +342,7 @@ def test_an_interface_binds_every_tcp_socket(run_mpi) -> None:
 
 
 def test_no_agent_or_rank_outlives_a_killed_launcher(tmp_path: Path) -> None:
-    prog = tmp_path / "prog.py"
-    prog.write_text(mpi_program(MPI_PRELUDE, REPORT_PIDS + "time.sleep(60)\n", ok=False))
-    cmd = [sys.executable, "-m", "ipympi.run", "-n", "4", *HOSTS, str(prog)]
-    launcher = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=_env()
-    )
-    pids: list[int] = []
-    try:
-        assert launcher.stdout is not None
-        while len(pids) < 4:
-            line = launcher.stdout.readline()
-            assert line, "the job ended before every rank started"
-            pids += _pids(line)
+    with _running_job(tmp_path, "time.sleep(60)\n") as (launcher, pids):
         agents = subprocess.run(
             ["pgrep", "-f", "ipympi._node", "-P", str(launcher.pid)],
             capture_output=True,
@@ -359,10 +352,4 @@ def test_no_agent_or_rank_outlives_a_killed_launcher(tmp_path: Path) -> None:
         assert len(agents) == 2
         launcher.kill()
         launcher.wait(10)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait(10)
-        assert launcher.stdout is not None
-        launcher.stdout.close()
     assert wait_gone(pids + [int(pid) for pid in agents]) == []
