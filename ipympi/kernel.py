@@ -23,7 +23,10 @@ from .controller.cluster import Cluster, ClusterError
 
 __all__ = ["IpympiKernel", "main"]
 
-ASK_TIMEOUT = 2.0  # seconds rank 0 gets to answer a completion or inspection
+# Seconds rank 0 gets to answer a completion or inspection. Its first completion
+# loads jedi's caches (about 2 s here, as in a stock kernel), so a loaded machine
+# needs more than that; a rank busy with a --noblock cell answers only after it.
+ASK_TIMEOUT = 5.0
 
 
 class IpympiKernel(IPythonKernel):
