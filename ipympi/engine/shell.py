@@ -37,7 +37,7 @@ from traitlets import Type
 from .. import _trace
 from .._control import format_call
 from .._errors import Exception as MPIException
-from .._progress import describe_location
+from .._introspect import describe_location
 from .capture import FLUSH_INTERVAL, FdCapture, RankStream
 from .leftovers import Leftovers
 from .protocol import Message, ProtocolError, Signer
