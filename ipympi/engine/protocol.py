@@ -27,7 +27,8 @@ Types (direction, content)
                                     ``mpi_key``, ``env`` (dict): fork these engines
     ``spawned``         sup → C     ``rank``, ``pid``
     ``exited``          sup → C     ``rank``, ``pid``, ``returncode`` (Popen style)
-    ``hello``           eng → C     ``rank``, ``pid``, ``host``: the engine is ready
+    ``hello``           eng → C     ``rank``, ``pid``, ``host``: the engine is ready;
+                                    ``mpi`` (optional): its MPI library, e.g. "MPICH 5.0.2"
     ``execute``         C → eng     ``code``, ``silent``, ``store_history``
     ``stream``          eng → C     ``name``, ``text`` (``parent``: the request's id)
     ``display_data``    eng → C     ``data``, ``metadata``, ``transient``
