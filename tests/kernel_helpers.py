@@ -39,6 +39,8 @@ __all__ = [
     "KernelSession",
     "alive",
     "children",
+    "cmdline",
+    "descendants",
     "error_text",
     "install_kernel_specs",
     "kernel_env",
@@ -233,7 +235,8 @@ def error_text(message: dict) -> list[str]:
 
 
 # -- processes ----------------------------------------------------------------------------
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
+    """The command line of ``pid``, its words joined by spaces ("" if it has gone)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -258,8 +261,18 @@ def children(pid: int) -> list[int]:
     return [p for p in _pids() if _ppid(p) == pid]
 
 
+def descendants(pid: int) -> list[int]:
+    """Every living process below ``pid``: its children, theirs, and so on."""
+    found: list[int] = []
+    level = [pid]
+    while level:
+        level = [c for p in level for c in children(p) if alive(c)]
+        found += level
+    return found
+
+
 def session_processes(kernel_pid: int) -> tuple[list[int], list[int]]:
     """The supervisors a kernel started and the engines they forked: (supervisors, engines)."""
-    supervisors = [p for p in children(kernel_pid) if ENGINE_MODULE in _cmdline(p).split()]
+    supervisors = [p for p in children(kernel_pid) if ENGINE_MODULE in cmdline(p).split()]
     engines = [c for s in supervisors for c in children(s) if alive(c)]
     return supervisors, engines

@@ -274,8 +274,8 @@ def _check_engine_death(
     assert lines[0].startswith(f"rank {rank} {how}; ranks {others} of 4 raised Exception")
     assert f"rank {rank} has died ({how})" in text
     status = kernel.ok("%mpi status")[0]["content"]["data"]["text/plain"].splitlines()
-    assert status[1 + rank].split()[:2] == [str(rank), str(old_engines[rank])]
-    assert "idle" not in status[1 + rank].split()
+    assert status[2 + rank].split()[:2] == [str(rank), str(old_engines[rank])]  # under a caption
+    assert "idle" not in status[2 + rank].split()
     # a world with a dead rank runs nothing until it is restarted
     after, _ = kernel.execute("comm.allreduce(1)")
     assert after["content"]["status"] == "error"

@@ -356,7 +356,8 @@ def test_mpi_status_lists_the_ranks(kernel: KernelSession) -> None:
     assert kinds(inner) == ["execute_result"]
     data = inner[0]["content"]["data"]
     assert data["text/html"].startswith("<table>")
-    head, *rows = data["text/plain"].splitlines()
+    caption, head, *rows = data["text/plain"].splitlines()
+    assert caption == f"{NP} ranks: builtin backend (ipympi's own MPI), forked by the supervisor"
     assert head.split()[:4] == ["rank", "pid", "host", "state"]
     assert len(rows) == NP
     for rank, (row, pid) in enumerate(zip(rows, pids)):

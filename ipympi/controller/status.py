@@ -23,10 +23,15 @@ def format_memory(nbytes: int | None) -> str:
 
 
 class StatusTable:
-    """The rows of ``Cluster.status()``; displays as a table."""
+    """The rows of ``Cluster.status()``; displays as a table under its ``caption``.
 
-    def __init__(self, rows: Sequence[dict[str, Any]]) -> None:
+    The caption says how the ranks run (``3 ranks: mpi4py backend (MPICH
+    5.0.2), started by mpiexec``); it is the first line of the text form.
+    """
+
+    def __init__(self, rows: Sequence[dict[str, Any]], caption: str = "") -> None:
         self.rows = list(rows)
+        self.caption = caption
 
     def _cells(self) -> list[list[str]]:
         out = []
@@ -47,7 +52,8 @@ class StatusTable:
         heads = [_HEADINGS.get(c, c) for c in COLUMNS]
         cells = self._cells()
         widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(heads)]
-        lines = ["  ".join(h.ljust(w) for h, w in zip(heads, widths)).rstrip()]
+        lines = [self.caption] if self.caption else []
+        lines += ["  ".join(h.ljust(w) for h, w in zip(heads, widths)).rstrip()]
         lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
         return "\n".join(lines)
 
@@ -59,4 +65,5 @@ class StatusTable:
             "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
             for row in self._cells()
         )
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        caption = f"<caption>{html.escape(self.caption)}</caption>" if self.caption else ""
+        return f"<table>{caption}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
