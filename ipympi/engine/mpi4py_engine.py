@@ -235,7 +235,7 @@ def serve(stderr_pipe: tuple[int, int], notes: int) -> int:
         )
     import zmq
 
-    from .shell import close_io, make_shell, open_io, say_hello
+    from .shell import close_io, make_shell, open_io, say_hello, serve_until_shutdown
 
     sys.setswitchinterval(SWITCH_INTERVAL)
     ctx: zmq.Context[Any] = zmq.Context()
@@ -254,17 +254,7 @@ def serve(stderr_pipe: tuple[int, int], notes: int) -> int:
     control.start()
     signal.signal(signal.SIGINT, engine.on_sigint)
     say_hello(io, rank, {"mpi": _library(MPI)})
-    try:
-        engine.serve()
-    finally:
-        io.flush_output()
-    status = 0
-    try:
-        MPI.Finalize()
-    except BaseException as exc:
-        assert io.fd_capture is not None
-        os.write(io.fd_capture.original_stderr, f"rank {rank}: Finalize failed: {exc}\n".encode())
-        status = 1
+    status = serve_until_shutdown(engine, MPI.Finalize)
     control.stop()
     close_io(io, ctx)
     return status

@@ -51,6 +51,7 @@ __all__ = [
     "open_io",
     "run_engine",
     "say_hello",
+    "serve_until_shutdown",
 ]
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -563,19 +564,26 @@ def run_engine(rank: int, spec: Mapping[str, Any], key: bytes) -> int:
     _progress.activity = lambda: engine.state
     signal.signal(signal.SIGINT, engine.on_sigint)
     say_hello(io, rank)
+    status = serve_until_shutdown(engine, MPI.Finalize)
+    close_io(io, ctx)
+    return status
+
+
+def serve_until_shutdown(engine: Engine, finalize: Callable[[], Any]) -> int:
+    """Serve requests until told to shut down, then ``finalize`` MPI; the exit status."""
+    io = engine.io
     try:
         engine.serve()
     finally:
         io.flush_output()
-    status = 0
     try:
-        MPI.Finalize()
+        finalize()
     except BaseException as exc:
         assert io.fd_capture is not None
-        os.write(io.fd_capture.original_stderr, f"rank {rank}: Finalize failed: {exc}\n".encode())
-        status = 1
-    close_io(io, ctx)
-    return status
+        text = f"rank {io.rank}: Finalize failed: {exc}\n"
+        os.write(io.fd_capture.original_stderr, text.encode())
+        return 1
+    return 0
 
 
 def _flush_forever(io: EngineIO) -> None:
