@@ -22,6 +22,7 @@ import ast
 import contextlib
 import os
 import queue
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,6 +43,8 @@ __all__ = [
     "cmdline",
     "descendants",
     "error_text",
+    "execute_headers",
+    "failing_cell",
     "install_kernel_specs",
     "kernel_env",
     "kernel_specs_installed",
@@ -232,6 +235,37 @@ def stream_text(messages: list[dict], name: str = "stdout") -> str:
 def error_text(message: dict) -> list[str]:
     """The lines of an ``error`` message's (or error reply's) traceback, ANSI codes removed."""
     return [strip_ansi(line) for line in message["content"]["traceback"]]
+
+
+def failing_cell(
+    kernel: KernelSession, code: str, interrupt_after: float | None = None, timeout: float = 35.0
+) -> tuple[dict, list[str], float]:
+    """Run a cell that must fail: its reply, its one error's text lines, seconds to report.
+
+    With ``interrupt_after``, the kernel is interrupted that many seconds after
+    the cell was sent, and the time is counted from the interrupt.
+    """
+    msg_id = kernel.send(code)
+    started = time.monotonic()
+    if interrupt_after is not None:
+        time.sleep(interrupt_after)
+        kernel.km.interrupt_kernel()
+        started = time.monotonic()
+    reply, messages = kernel.collect(msg_id, timeout=timeout)
+    took = time.monotonic() - started
+    content = reply["content"]
+    assert content["status"] == "error", f"{code!r} did not fail"
+    errors = [m for m in messages if m["msg_type"] == "error"]
+    assert len(errors) == 1, [m["msg_type"] for m in messages]
+    assert errors[0]["content"]["ename"] == content["ename"]
+    assert errors[0]["content"]["evalue"] == content["evalue"]
+    lines = [line for entry in error_text(errors[0]) for line in entry.splitlines()]
+    return reply, lines, took
+
+
+def execute_headers(lines: list[str]) -> list[str]:
+    """The ``[R:execute]`` headers among a composed traceback's lines."""
+    return [line for line in lines if re.fullmatch(r"\[[0-9,\-]+:execute\]", line)]
 
 
 # -- processes ----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ import pytest
 from kernel_helpers import (
     KernelSession,
     error_text,
+    execute_headers,
     kernel_env,
     kernel_specs_installed,
     outputs,
@@ -149,11 +150,6 @@ def result_pairs(messages: list[dict]) -> list[tuple[str, dict]]:
         assert ipympi_meta(label)["ranks"] == ipympi_meta(result)["ranks"]
         pairs.append((display_text(label), result))
     return pairs
-
-
-def headers(lines: list[str]) -> list[str]:
-    """The ``[R:execute]`` headers among a composed traceback's lines."""
-    return [line for line in lines if re.fullmatch(r"\[[0-9,\-]+:execute\]", line)]
 
 
 def rank_pids(kernel: KernelSession) -> list[int]:
@@ -283,7 +279,7 @@ def test_error_on_one_rank(kernel: KernelSession) -> None:
     assert any("\x1b[" in line for line in content["traceback"])
     lines = error_text(error)
     assert lines[0].startswith("rank 1 of 3 raised ZeroDivisionError: division by zero")
-    assert headers(lines) == ["[1:execute]"]
+    assert execute_headers(lines) == ["[1:execute]"]
     assert sum("ZeroDivisionError: division by zero" in line for line in lines[1:]) == 1
     assert reply["content"]["ename"] == "ZeroDivisionError"
 
@@ -294,7 +290,7 @@ def test_identical_errors_collapse(kernel: KernelSession) -> None:
     lines = error_text(error)
     assert error["content"]["ename"] == "ZeroDivisionError"
     assert lines[0].startswith("all 3 ranks raised ZeroDivisionError")
-    assert headers(lines) == ["[0-2:execute]"]
+    assert execute_headers(lines) == ["[0-2:execute]"]
     assert sum("ZeroDivisionError: division by zero" in line for line in lines[1:]) == 1
 
 
@@ -326,7 +322,7 @@ def test_output_before_an_error_is_kept(kernel: KernelSession) -> None:
     lines = error_text(inner[-1])
     assert reply["content"]["ename"] == "ValueError"
     assert lines[0].startswith("all 3 ranks raised ValueError")
-    assert headers(lines) == ["[0:execute]", "[1:execute]", "[2:execute]"]
+    assert execute_headers(lines) == ["[0:execute]", "[1:execute]", "[2:execute]"]
 
 
 # -- the controller's own cells -----------------------------------------------------------
