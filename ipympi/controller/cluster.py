@@ -28,10 +28,8 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import zmq
@@ -41,7 +39,9 @@ from .._launcher import _make_session_dir
 from ..engine.protocol import Message, ProtocolError, Signer
 from .api import ClusterAPI
 from .launchers import ClusterError, Launcher, World, make_launcher, routable_address
+from .records import EngineRecord, Output, Request
 from .render import WORLD_ENDED
+from .status import status_rows
 from .watch import with_cpu
 
 __all__ = [
@@ -61,67 +61,6 @@ ABORT_GRACE = 1.0  # seconds an abort message may lag behind the end of an MPI l
 _OUTPUT_TYPES = frozenset(
     {"stream", "display_data", "update_display_data", "clear_output", "execute_result", "error"}
 )
-
-Output = Callable[[list[tuple[int, str, dict[str, Any]]]], None]
-
-
-@dataclass
-class EngineRecord:
-    """What the controller knows about one rank's engine process."""
-
-    rank: int
-    pid: int | None = None  # known once spawned locally, or from the engine's hello
-    host: str = ""
-    ready: bool = False
-    launched: bool = False  # its process has been started
-    returncode: int | None = None  # Popen style, once the engine has exited
-    state: dict[str, Any] = field(default_factory=dict)  # the last MPI state answer
-    mpi: str = ""  # the MPI library it runs on, when it is not ipympi's own
-    ended_by: str = ""  # why the launcher ended it with its world, if it did
-
-    @property
-    def alive(self) -> bool:
-        return self.launched and self.returncode is None
-
-
-@dataclass
-class Request:
-    """One request sent to some ranks, and everything they said about it."""
-
-    id: str
-    kind: str
-    targets: list[int]
-    replies: dict[int, Message] = field(default_factory=dict)
-    messages: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
-    on_output: Output | None = None
-    interrupted: bool = False
-    ended: str | None = None  # why the world was ended while this request ran
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def done(self) -> bool:
-        return all(rank in self.replies for rank in self.targets)
-
-    @property
-    def pending(self) -> list[int]:
-        return [rank for rank in self.targets if rank not in self.replies]
-
-    def errors(self) -> dict[int, dict[str, Any]]:
-        """The error content per failed rank (from the ``error`` message, else the reply)."""
-        found: dict[int, dict[str, Any]] = {}
-        for rank, kind, content in self.messages:
-            if kind == "error" and rank not in found:
-                found[rank] = content
-        for rank, reply in self.replies.items():
-            if reply.content.get("status") != "ok" and rank not in found:
-                found[rank] = {
-                    "ename": reply.content.get("ename", "Error"),
-                    "evalue": reply.content.get("evalue", ""),
-                    "traceback": reply.content.get("traceback", []),
-                }
-            if rank in found and reply.content.get("where"):
-                found[rank].setdefault("where", reply.content["where"])
-        return found
 
 
 class Cluster(ClusterAPI):
@@ -738,32 +677,16 @@ class Cluster(ClusterAPI):
         if engine.returncode is not None:
             return ctl.launcher_state(engine.rank, engine.pid, engine.returncode)
         if engine.state:
-            return with_cpu(engine.state, self._local_pid(engine))
+            return with_cpu(engine.state, self.local_pid(engine))
         return ctl.launcher_state(engine.rank, engine.pid, None)
 
-    def _local_pid(self, engine: EngineRecord) -> int | None:
+    def local_pid(self, engine: EngineRecord) -> int | None:
         """The engine's pid where ``/proc`` may be read about it: never on another host."""
         return None if self.launcher.remote else engine.pid
 
     def status(self) -> list[dict[str, Any]]:
         """One row per rank: rank, pid, host, state, call (what it waits for), memory."""
-        rows = []
-        for engine, state in zip(self.engines, self.query_states()):
-            call = ctl.format_call(state) if state.get("state") == "blocked" else ""
-            local = self._local_pid(engine)
-            memory = state.get("rss") or _rss_bytes(local) if engine.alive else None
-            rows.append(
-                {
-                    "rank": engine.rank,
-                    "pid": engine.pid,
-                    "host": engine.host or socket.gethostname(),
-                    "state": _state_word(state, engine.ended_by and self.launcher.name),
-                    "call": call,
-                    "where": state.get("where", ""),
-                    "memory": memory,
-                }
-            )
-        return rows
+        return status_rows(self)
 
 
 def _rank_of(ident: bytes, gen: int) -> int | None:
@@ -776,26 +699,3 @@ def _rank_of(ident: bytes, gen: int) -> int | None:
             except ValueError:
                 return None
     return None
-
-
-def _state_word(state: Mapping[str, Any], ended_by: str = "") -> str:
-    """One word or two for a rank's state (``ended_by``: the launcher that ended it)."""
-    word = str(state.get("state", ctl.NO_ANSWER))
-    if word == ctl.EXITED and ended_by:
-        return f"ended by {ended_by}"
-    if word == ctl.EXITED:
-        if state.get("signal"):
-            return f"killed ({state['signal']})"
-        return f"exited ({state.get('status', '?')})"
-    return word
-
-
-def _rss_bytes(pid: int | None) -> int | None:
-    """Resident memory of ``pid`` (Linux /proc), else None."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
