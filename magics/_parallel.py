@@ -24,7 +24,7 @@ from IPython.display import display
 from ipympi.controller import session
 from ipympi.controller.cluster import Cluster, ClusterError
 from ipympi.controller.execute import CellOptions, CellResult, ensure_world, follow, run_cell
-from ipympi.controller.launchers import BACKENDS, MPI_LAUNCHERS
+from ipympi.controller.launchers import BACKENDS, MPI_LAUNCHERS, make_launcher
 from ipympi.controller.publish import cell_number, publisher_for, request_is_silent
 from ipympi.controller.render import GROUPS
 from ipympi.controller.status import StatusTable
@@ -179,20 +179,23 @@ class ParallelMagics(Magics):
             raise UsageError(f"%mpi {command}: -n must be at least 1, not {args.n}")
         return args
 
-    def _choose_backend(self, cluster: Cluster, args: argparse.Namespace, command: str) -> None:
-        """Switch ``cluster`` to the backend and launcher the options name (if they differ)."""
+    def _backend_choice(
+        self, cluster: Cluster, args: argparse.Namespace, command: str
+    ) -> tuple[str, str | None] | None:
+        """The backend and launcher the options switch ``cluster`` to, checked; None: no switch."""
         if args.backend is None and args.launcher is None:
-            return
+            return None
         backend = args.backend or cluster.backend
         launcher = args.launcher
         if backend == "mpi4py" and launcher is None and cluster.backend == "mpi4py":
             launcher = cluster.launcher.name  # --backend mpi4py alone keeps the launcher
         if backend == cluster.backend and launcher in (None, cluster.launcher.name):
-            return
+            return None
         try:
-            cluster.use(backend, launcher)
+            make_launcher(backend, launcher, cluster.env)  # refused here, before any world ends
         except ClusterError as exc:
             raise UsageError(f"%mpi {command}: {exc}") from None
+        return backend, launcher
 
     def _mpi_start(self, rest: list[str]) -> None:
         args = self._world_args(rest, "start")
@@ -215,7 +218,9 @@ class ParallelMagics(Magics):
             raise UsageError(
                 f"{cluster.n} ranks are already running: %mpi restart [-n N] replaces them"
             )
-        self._choose_backend(cluster, args, "start")
+        choice = self._backend_choice(cluster, args, "start")
+        if choice is not None:
+            cluster.use(*choice)
         started = time.monotonic()
         try:
             cluster.start(args.n)
@@ -236,9 +241,11 @@ class ParallelMagics(Magics):
         except ClusterError:
             self._mpi_start(rest)
             return
+        choice = self._backend_choice(cluster, args, "restart")
         started = time.monotonic()
         cluster.stop()
-        self._choose_backend(cluster, args, "restart")
+        if choice is not None:
+            cluster.use(*choice)
         try:
             cluster.start(args.n)
         except ClusterError as exc:

@@ -182,12 +182,14 @@ def test_mpi_status_names_the_backend_and_each_rank(kernel: KernelSession) -> No
 def test_bad_options_get_readable_errors(kernel: KernelSession) -> None:
     for code, expected in [
         ("%mpi restart --backend foo", "argument --backend: invalid choice: 'foo'"),
+        ("%mpi restart --backend builtin --launcher srun", "for the mpi4py backend only"),
         ("%%px --trace\n1", "--trace records the messages of ipympi's built-in MPI"),
         ("%mpi explain comm.bcast(rank)", "shows what ipympi's built-in MPI does"),
     ]:
         reply, _ = kernel.execute(code)
         assert reply["content"]["ename"] == "UsageError", code
         assert expected in reply["content"]["evalue"], reply["content"]["evalue"]
+    assert results(kernel.ok("comm.allreduce(1)")) == [str(NP)]  # the world still runs
 
 
 # -- interrupts -----------------------------------------------------------------------------
