@@ -154,7 +154,7 @@ class SupervisorLauncher(Launcher):
 
     def start(self, world: World) -> list[Event]:
         if self.supervisor is None or not self.supervisor.alive:
-            self._forget_supervisor()
+            self.close(0.5)  # what is left of one that died
             self.supervisor = SupervisorProcess(self.env, world.n)
         self._pids = {}
         cpus = os.cpu_count()
@@ -214,11 +214,6 @@ class SupervisorLauncher(Launcher):
     def close(self, grace: float) -> None:
         if self.supervisor is not None:
             self.supervisor.stop(grace)
-            self.supervisor = None
-
-    def _forget_supervisor(self) -> None:
-        if self.supervisor is not None:
-            self.supervisor.stop(0.5)
             self.supervisor = None
 
 
