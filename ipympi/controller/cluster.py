@@ -57,7 +57,7 @@ START_TIMEOUT = 60.0  # seconds for a world to say hello (a loaded CI machine is
 INTERRUPT_GRACE = 5.0  # seconds interrupted ranks get to reply before they are reported
 STOP_GRACE = 3.0  # seconds between the steps of stopping a world
 QUERY_TIMEOUT = 1.0
-ABORT_GRACE = 1.0  # seconds an abort message may lag behind the end of an MPI launcher's job
+ABORT_GRACE = 2.0  # seconds an abort message may lag behind the end of an MPI launcher's job
 _OUTPUT_TYPES = frozenset(
     {"stream", "display_data", "update_display_data", "clear_output", "execute_result", "error"}
 )

@@ -33,9 +33,11 @@ standard error first, which the controller must hear of as an ``abort``
 control message. The rank's witness (:mod:`ipympi.engine.keeper`), a process
 that outlives the job's end, sends it: mpi4py holds the GIL in ``Abort``, so
 while the call lasts no thread of the engine reads that line, and the
-witness finds it unread in the engine's stderr pipe; MPICH's ``Abort`` may
-also return before the launcher's kill arrives, and then the engine reads
-the line itself and copies it to the witness's notes at once.
+witness finds it unread in the engine's stderr pipe. MPICH's ``Abort`` may
+also return before the launcher's kill arrives: then the engine reads the
+line itself, copies it to the witness's notes, and sends no reply (the cell
+did not succeed) until the kill comes, or :data:`ABORT_WAIT` seconds have
+passed without it.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ ENV_ENGINE_KEY = "IPYMPI_ENGINE_KEY"
 ENV_GEN = "IPYMPI_GEN"
 SWITCH_INTERVAL = 0.0005  # seconds: the control thread answers within ~1 ms while code runs
 ABORT_LINGER = 2.0  # seconds the witness may take to deliver an abort message
+ABORT_WAIT = 10.0  # seconds an engine whose Abort returned waits to be ended, before it replies
 
 # What MPI libraries print when a rank calls Abort (MPICH, then Open MPI).
 _ABORTS = (
@@ -193,6 +196,17 @@ def _engine_class() -> type:
     class Mpi4pyEngine(Engine):
         """The shared engine, minus what only the built-in MPI can do."""
 
+        aborted: threading.Event | None = None  # set once MPI has said this rank aborts
+
+        def reply(self, content: dict[str, Any], buffers: tuple[bytes, ...] = ()) -> None:
+            self.io.flush_output()  # what MPI printed, an Abort included, is seen first
+            aborted = self.aborted
+            if aborted is not None and aborted.is_set():
+                time.sleep(ABORT_WAIT)  # the launcher ends this process meanwhile
+                text = f"rank {self.io.rank} called Abort, but the MPI world was not ended"
+                content = {"status": "error", "ename": "MPIAbort", "evalue": text}
+            super().reply(content, buffers)
+
         @staticmethod
         def describe_interruption(frame: Any) -> str:
             location = describe_location(frame)
@@ -242,14 +256,18 @@ def serve(stderr_pipe: tuple[int, int], notes: int) -> int:
     control = ControlThread(ctx, env[ctl.ENV_CTL], control_key, rank)
     address, gen = env[ENV_ENGINES], int(env[ENV_GEN])
 
+    aborted = threading.Event()
+
     def watch(fd: int, data: bytes) -> None:
         if fd == 2 and abort_in(data) is not None:
+            aborted.set()
             with contextlib.suppress(OSError):
                 os.write(notes, data)  # for the witness: this process will be gone soon
 
     io = open_io(ctx, address, rank, gen, engine_key, {2: stderr_pipe}, watch)
     shell = make_shell(io, {"MPI": MPI, "comm": comm, "rank": rank, "size": size})
     engine = _engine_class()(io, shell)
+    engine.aborted = aborted
     control.activity = lambda: engine.state
     control.start()
     signal.signal(signal.SIGINT, engine.on_sigint)
