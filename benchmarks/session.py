@@ -1,13 +1,16 @@
 """Session start-up and per-cell round trips of ipympi, stock ipykernel and IPython Parallel.
 
 ``python benchmarks/session.py [--repeat 5] [--cells 200] [--quick] [--no-ipyparallel]
-[--json FILE]``
+[--no-mpi4py] [--json FILE]``
 
 Starts the ``ipympi`` kernel (4 ranks), the stock IPython kernel (one process, the
 floor) and a 4-engine IPython Parallel cluster (when ``ipyparallel`` is installed),
 times how long each takes until a first cell has run, then the round trip of a
 trivial cell and of a cell that prints on every rank, and prints one table of
-min / median. See ``benchmarks/README.md`` for what each row means.
+min / median. Where mpi4py and an MPI are installed, the ``ipympi`` kernel on the
+mpi4py backend (``IPYMPI_BACKEND=mpi4py``, ranks started by mpiexec) gets two more
+rows: session ready and trivial cell. See ``benchmarks/README.md`` for what each row
+means.
 """
 
 from __future__ import annotations
@@ -44,16 +47,27 @@ from _harness import (  # noqa: E402
 RANKS = 4
 IMPLS = ("ipympi", "ipykernel", "ipyparallel")
 TITLES = {"ipympi": "ipympi", "ipykernel": "ipykernel", "ipyparallel": "IPython Parallel"}
-# (key, label, unit); "ready" is timed per fresh start, the others per cell.
+# (key, label, unit); "ready" is timed per fresh start, the others per cell. The
+# "_mpi4py" rows are the ipympi kernel's on the mpi4py backend (ipympi column only).
 ROWS = (
     ("ready", "session ready, s", "s"),
     ("trivial", "trivial cell, ms", "ms"),
     ("print", "print on every rank, ms", "ms"),
+    ("ready_mpi4py", "  on mpi4py: ready, s", "s"),
+    ("trivial_mpi4py", "  on mpi4py: trivial, ms", "ms"),
+)
+MPI4PY_ROWS = ("ready", "trivial")  # what the mpi4py backend is timed for
+# A cell that says which mpi4py and MPI library the mpi4py backend's ranks run.
+MPI4PY_VERSION = (
+    "%%px -t 0\nimport mpi4py\n"
+    "name, version = MPI.get_vendor()\n"
+    "print(f'mpi4py {mpi4py.__version__} on {name}', '.'.join(map(str, version)))"
 )
 SCALE = {"s": 1.0, "ms": 1e3}
 # The cell each system runs for each row.
 CODE = {
     "ipympi": {"ready": "comm.Barrier()", "trivial": "pass", "print": "print(rank)"},
+    "ipympi-mpi4py": {"ready": "comm.Barrier()", "trivial": "pass"},
     "ipykernel": {"ready": "pass", "trivial": "pass", "print": "print(0)"},
     "ipyparallel": {"ready": "pass", "trivial": "pass", "print": "print(0)"},
 }
@@ -64,7 +78,11 @@ PRINTED = {
     "ipyparallel": ["0"] * RANKS,
 }
 TARGETS = "targets: session ready ≤ 1.0 s; trivial cell ≤ 3 ms"
-KERNEL_NAMES = {"ipympi": "ipympi-session-bench", "ipykernel": "ipykernel-session-bench"}
+KERNEL_NAMES = {
+    "ipympi": "ipympi-session-bench",
+    "ipympi-mpi4py": "ipympi-mpi4py-session-bench",
+    "ipykernel": "ipykernel-session-bench",
+}
 RECONNECT_MS = 10  # how often the client retries connecting to a kernel still starting
 LABEL_WIDTH = 25
 VALUE_WIDTH = 18
@@ -87,6 +105,7 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--no-ipyparallel", action="store_true", help="skip the IPython Parallel column"
     )
+    parser.add_argument("--no-mpi4py", action="store_true", help="skip the mpi4py rows")
     parser.add_argument("--json", metavar="FILE", help="also write every time and the table")
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="seconds allowed per operation (60)"
@@ -115,6 +134,20 @@ def ipyparallel_missing() -> str | None:
     return None
 
 
+def mpi4py_backend_missing() -> str | None:
+    """Why the mpi4py backend cannot be benchmarked here, or None when it can."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from ipympi.controller.launchers import ClusterError, make_launcher
+    finally:
+        sys.path.pop(0)
+    try:
+        make_launcher("mpi4py", None, os.environ)
+    except ClusterError as exc:
+        return str(exc)
+    return None
+
+
 def check_printed(impl: str, text: str) -> None:
     """Fail unless ``text`` is one line per rank ending in the printed value."""
     values = sorted(line.split()[-1] for line in text.splitlines() if line.strip())
@@ -127,14 +160,18 @@ def check_printed(impl: str, text: str) -> None:
 
 def write_kernel_specs(directory: Path) -> None:
     """Kernel specs of the ipympi kernel (4 ranks) and of the stock IPython kernel."""
+    ipympi = [sys.executable, "-m", "ipympi.kernel", "-f", "{connection_file}"]
     argv = {
-        "ipympi": [sys.executable, "-m", "ipympi.kernel", "-f", "{connection_file}"],
+        "ipympi": ipympi,
+        "ipympi-mpi4py": ipympi,
         "ipykernel": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
     }
     for impl, name in KERNEL_NAMES.items():
         spec: dict[str, Any] = {"argv": argv[impl], "display_name": name, "language": "python"}
         if impl == "ipympi":
             spec["env"] = {"IPYMPI_NP": str(RANKS)}
+        elif impl == "ipympi-mpi4py":
+            spec["env"] = {"IPYMPI_NP": str(RANKS), "IPYMPI_BACKEND": "mpi4py"}
         (directory / name).mkdir()
         (directory / name / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
 
@@ -159,7 +196,7 @@ class Kernel:
 
     def start(self) -> None:
         """Start the kernel and connect to it; returns before the kernel is up."""
-        env = ipympi_env() if self.impl == "ipympi" else dict(os.environ)
+        env = ipympi_env() if self.impl.startswith("ipympi") else dict(os.environ)
         self.manager.start_kernel(env=env, cwd=str(ROOT), stdout=self.output, stderr=self.output)
         self.client = self.manager.client(context=self.context)
         self.client.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
@@ -266,10 +303,10 @@ def time_rows(run: Callable[[str], str], impl: str, plan: dict[str, Any]) -> dic
         check_printed(impl, out)
         return out
 
-    return {
-        "trivial": time_cells(run, CODE[impl]["trivial"], plan),
-        "print": time_cells(printed, CODE[impl]["print"], plan),
-    }
+    rows = {"trivial": time_cells(run, CODE[impl]["trivial"], plan)}
+    if "print" in CODE[impl]:
+        rows["print"] = time_cells(printed, CODE[impl]["print"], plan)
+    return rows
 
 
 def measure_kernel(impl: str, plan: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -301,6 +338,9 @@ def measure_kernel(impl: str, plan: dict[str, Any], timeout: float) -> dict[str,
                         result.update(time_rows(kernel.cell, impl, plan))
                         if impl == "ipympi":
                             result["version"] = f"{kernel.version()}, {RANKS} ranks"
+                        elif impl == "ipympi-mpi4py":
+                            said = kernel.cell(MPI4PY_VERSION).split("] ", 1)[-1].strip()
+                            result["version"] = f"ranks started by mpiexec, {said}"
                         else:
                             result["version"] = f"ipykernel {importlib.metadata.version(impl)}"
                 finally:
@@ -356,6 +396,8 @@ def summarize(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per row and system: min / median in the row's unit; ``None`` if it did not run."""
     table = []
     for key, label, unit in ROWS:
+        if key.endswith("_mpi4py") and not results.get("ipympi", {}).get(key):
+            continue  # the mpi4py backend was not measured
         entry: dict[str, Any] = {"name": key, "label": label, "unit": unit}
         for impl in IMPLS:
             times = results.get(impl, {}).get(key)
@@ -378,6 +420,7 @@ def render(
     results: dict[str, dict[str, Any]],
     errors: dict[str, str],
     skipped: str | None,
+    mpi4py_note: str | None,
 ) -> str:
     """The printed table, with a header and footnotes."""
     versions = []
@@ -405,6 +448,11 @@ def render(
         "  reply and all outputs; ratio = ipympi median / ipykernel median, lower is better",
         TARGETS,
     ]
+    if results.get("ipympi", {}).get("mpi4py"):
+        said = results["ipympi"]["mpi4py"]
+        lines.append(f"on mpi4py: the ipympi kernel with IPYMPI_BACKEND=mpi4py ({said})")
+    elif mpi4py_note:
+        lines.append(f"on mpi4py: n/a ({mpi4py_note})")
     for impl in IMPLS:
         if impl in errors:
             lines.append(f"{TITLES[impl]}: error ({errors[impl].splitlines()[0]})")
@@ -446,6 +494,7 @@ def main(argv: list[str] | None = None) -> int:
         "code": CODE,
     }
     skipped = "--no-ipyparallel" if args.no_ipyparallel else ipyparallel_missing()
+    mpi4py_note = "--no-mpi4py" if args.no_mpi4py else mpi4py_backend_missing()
     impls = [impl for impl in IMPLS if impl != "ipyparallel" or skipped is None]
     errors: dict[str, str] = {}
 
@@ -462,13 +511,25 @@ def main(argv: list[str] | None = None) -> int:
                 reason = str(exc) if isinstance(exc, BenchmarkError) else repr(exc)
                 errors[impl] = reason
                 print(f"{SCRIPT}: {TITLES[impl]} failed: {reason}", file=sys.stderr, flush=True)
+        if mpi4py_note is None and "ipympi" in results:
+            announce(SCRIPT, "ipympi on mpi4py")
+            try:
+                timed = measure_kernel("ipympi-mpi4py", plan, args.timeout)
+            except Exception as exc:
+                reason = str(exc) if isinstance(exc, BenchmarkError) else repr(exc)
+                errors["ipympi"] = f"on mpi4py: {reason}"
+                print(f"{SCRIPT}: ipympi on mpi4py failed: {reason}", file=sys.stderr, flush=True)
+            else:
+                for key in MPI4PY_ROWS:
+                    results["ipympi"][f"{key}_mpi4py"] = timed[key]
+                results["ipympi"]["mpi4py"] = timed["version"]
         return results
 
     status, results = run_jobs(SCRIPT, run_all)
     if status:
         return status
     table = summarize(results)
-    print(render(plan, table, results, errors, skipped), flush=True)
+    print(render(plan, table, results, errors, skipped, mpi4py_note), flush=True)
     if args.json:
         write_document(args.json, plan, skipped, errors, results, table)
     return 1 if errors else 0

@@ -29,8 +29,9 @@ Frames
                           ``pid``, ``host``, ``call`` (e.g. ``"Recv"``), ``comm``
                           (a communicator name), ``peer`` and ``tag`` (int or str),
                           ``since`` (seconds in the current call), ``where``
-                          (``"file.py:12"``), ``cpu`` (CPU seconds the process
-                          has used), ``rss`` (resident bytes); the reply to a query
+                          (``"file.py:12"``), ``line`` (the source text there),
+                          ``cpu`` (CPU seconds the process has used), ``rss``
+                          (resident bytes); the reply to a query
     query      L → rank   no keys: "what are you doing?"; the rank answers with a
                           ``state`` message from a background thread, even while
                           its main thread is blocked in an MPI call
@@ -166,6 +167,7 @@ _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
         "tag": _INT_OR_STR,
         "since": _NUMBER,
         "where": _STR,
+        "line": _STR,
         "cpu": _NUMBER,
         "rss": _INT,
     },

@@ -11,7 +11,6 @@ transfers still complete during long computations.
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 import threading
@@ -22,15 +21,12 @@ import zmq
 
 from . import _control
 from ._engine import IDLE_HANDOFF, Engine
+from ._introspect import describe_location as describe_location
+from ._introspect import resident_bytes as resident_bytes
+from ._introspect import signal_self as signal_self
 from ._transport import RETRY_MS
 
 __all__ = ["ProgressThread", "describe_location", "describe_state", "resident_bytes", "signal_self"]
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-try:
-    _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
-except (AttributeError, ValueError, OSError):
-    _PAGE_SIZE = 4096
 
 # What the rank's main thread does outside MPI, when something above MPI knows:
 # a notebook engine sets this to a callable returning "idle" or "running".
@@ -42,24 +38,6 @@ def _user_location(thread_id: int | None) -> str:
     if thread_id is None:
         return ""
     return describe_location(sys._current_frames().get(thread_id))
-
-
-def describe_location(frame: Any) -> str:
-    """The innermost frame of user code at or above ``frame``, in words.
-
-    ``prog.py:12`` for a file, ``line 3 of cell [7]`` for a notebook cell
-    (IPython names cells ``<ipython-input-7-...>``); frames of ipympi itself
-    and of other generated code are skipped. ``""`` when there is none.
-    """
-    while frame is not None:
-        name = frame.f_code.co_filename
-        if name.startswith("<ipython-input-"):
-            parts = name.strip("<>").split("-")
-            return f"line {frame.f_lineno} of cell [{parts[2] if len(parts) > 2 else '?'}]"
-        if not name.startswith(_PACKAGE_DIR) and not name.startswith("<"):
-            return f"{os.path.basename(name)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return ""
 
 
 def describe_state(engine: Engine, main_thread_id: int | None) -> dict[str, Any]:
@@ -86,15 +64,6 @@ def describe_state(engine: Engine, main_thread_id: int | None) -> dict[str, Any]
     if rss is not None:
         state["rss"] = rss
     return state
-
-
-def resident_bytes() -> int | None:
-    """This process's resident memory (Linux ``/proc``), else None."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * _PAGE_SIZE
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class ProgressThread(threading.Thread):
@@ -173,18 +142,3 @@ class ProgressThread(threading.Thread):
                 self.engine.note_peer_exit(int(msg["rank"]), str(msg.get("reason", "")))
             elif kind == _control.SIGNAL:
                 signal_self(int(msg["signal"]))
-
-
-def signal_self(signum: int) -> None:
-    """Send ``signum`` to this process's group if it leads one (its children too), else to it.
-
-    How an interrupt reaches a rank that the launcher or controller cannot
-    signal directly (one on another host).
-    """
-    try:
-        if os.getpgrp() == os.getpid():
-            os.killpg(os.getpid(), signum)
-        else:
-            os.kill(os.getpid(), signum)
-    except (OSError, ValueError):
-        pass

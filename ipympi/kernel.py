@@ -1,12 +1,14 @@
 """The ``ipympi`` kernel: an IPython kernel in which every cell runs on N MPI ranks.
 
 It is ipykernel's IPython kernel with the ipympi extension loaded, a session
-of ``IPYMPI_NP`` ranks (default 4) started while the kernel itself starts, and
-parallel mode on (``%autopx``): a cell goes to every rank, ``%%local`` runs a
-cell in the kernel only, and ``%mpi``/``%px``/``%autopx`` are always the
-kernel's. Completion and inspection look at rank 0's namespace, where the
-variables live. Start it with ``python -m ipympi.kernel -f CONNECTION_FILE``
-(``ipympi install`` writes the kernel spec).
+of ``IPYMPI_NP`` ranks (default 4) started while the kernel itself starts (on
+ipympi's own MPI, or on mpi4py with ``IPYMPI_BACKEND=mpi4py``, started by
+``IPYMPI_LAUNCHER``: mpiexec or srun), and parallel mode on (``%autopx``): a
+cell goes to every rank, ``%%local`` runs a cell in the kernel only, and
+``%mpi``/``%px``/``%autopx`` are always the kernel's. Completion and
+inspection look at rank 0's namespace, where the variables live. Start it
+with ``python -m ipympi.kernel -f CONNECTION_FILE`` (``ipympi install``
+writes the kernel spec).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ipykernel.kernelapp import IPKernelApp
 
 from . import __version__
 from .controller import session
-from .controller.cluster import Cluster, ClusterError
+from .controller.cluster import ClusterError
 
 __all__ = ["IpympiKernel", "main"]
 
@@ -46,10 +48,10 @@ class IpympiKernel(IPythonKernel):
         self.parallel = load_ipython_extension(self.shell)
         self.parallel.autopx.enabled = True
         try:
-            cluster = Cluster(session.default_size())
-            session.set_current(cluster)
+            cluster = session.current(start=True)
             cluster.start(wait=False)  # the engines start while the kernel does
         except (ClusterError, OSError) as exc:
+            session.set_start_error(str(exc))
             print(f"ipympi: cannot start the MPI session: {exc}", file=sys.__stderr__)
 
     # -- completion and inspection in the ranks' namespace ------------------------------------

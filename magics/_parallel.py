@@ -24,6 +24,7 @@ from IPython.display import display
 from ipympi.controller import session
 from ipympi.controller.cluster import Cluster, ClusterError
 from ipympi.controller.execute import CellOptions, CellResult, ensure_world, follow, run_cell
+from ipympi.controller.launchers import BACKENDS, MPI_LAUNCHERS, make_launcher
 from ipympi.controller.publish import cell_number, publisher_for, request_is_silent
 from ipympi.controller.render import GROUPS
 from ipympi.controller.status import StatusTable
@@ -129,9 +130,13 @@ class ParallelMagics(Magics):
     def mpi(self, line: str, cell: str | None = None) -> Any:
         """Manage the MPI session, or (as ``%%mpi``) run a cell on the ranks like ``%%px``.
 
-        %mpi start [-n N]     start N ranks (default: IPYMPI_NP, else 4)
+        %mpi start [-n N] [--backend builtin|mpi4py] [--launcher mpiexec|srun]
+                              start N ranks (default: IPYMPI_NP, else 4) on ipympi's own
+                              MPI (default: IPYMPI_BACKEND, else builtin) or on mpi4py,
+                              started by mpiexec (default: IPYMPI_LAUNCHER) or srun
         %mpi stop             end the ranks
-        %mpi restart [-n N]   a fresh world of N ranks (default: the same size)
+        %mpi restart [-n N] [--backend B] [--launcher L]
+                              a fresh world of N ranks (default: the same size and backend)
         %mpi status           what each rank is doing: pid, host, state, MPI call, memory
         %mpi push NAME...     send the controller's variables to every rank
         %mpi pull NAME [-t T] the value of NAME on each rank, as a list
@@ -163,31 +168,65 @@ class ParallelMagics(Magics):
             )
         return getattr(self, method)(rest)
 
-    def _size_arg(self, rest: list[str], command: str) -> int | None:
+    def _world_args(self, rest: list[str], command: str) -> argparse.Namespace:
+        """``-n``, ``--backend`` and ``--launcher`` of ``%mpi start`` and ``%mpi restart``."""
         parser = _Parser(prog=f"%mpi {command}")
         parser.add_argument("-n", "--np", type=int, dest="n", help="number of ranks")
-        n = parser.parse(rest).n
-        if n is not None and n < 1:
-            raise UsageError(f"%mpi {command}: -n must be at least 1, not {n}")
-        return n
+        parser.add_argument("--backend", choices=BACKENDS, help="the MPI the ranks run")
+        parser.add_argument("--launcher", choices=MPI_LAUNCHERS, help="starts mpi4py ranks")
+        args = parser.parse(rest)
+        if args.n is not None and args.n < 1:
+            raise UsageError(f"%mpi {command}: -n must be at least 1, not {args.n}")
+        return args
+
+    def _backend_choice(
+        self, cluster: Cluster, args: argparse.Namespace, command: str
+    ) -> tuple[str, str | None] | None:
+        """The backend and launcher the options switch ``cluster`` to, checked; None: no switch."""
+        if args.backend is None and args.launcher is None:
+            return None
+        backend = args.backend or cluster.backend
+        launcher = args.launcher
+        if backend == "mpi4py" and launcher is None and cluster.backend == "mpi4py":
+            launcher = cluster.launcher.name  # --backend mpi4py alone keeps the launcher
+        if backend == cluster.backend and launcher in (None, cluster.launcher.name):
+            return None
+        try:
+            make_launcher(backend, launcher, cluster.env)  # refused here, before any world ends
+        except ClusterError as exc:
+            raise UsageError(f"%mpi {command}: {exc}") from None
+        return backend, launcher
 
     def _mpi_start(self, rest: list[str]) -> None:
-        n = self._size_arg(rest, "start")
+        args = self._world_args(rest, "start")
         try:
             cluster = session.current()
         except ClusterError:
-            cluster = Cluster(n or session.default_size())
+            try:
+                backend = args.backend or session.default_backend()
+                launcher = args.launcher or (
+                    session.default_launcher() if backend == "mpi4py" else None
+                )
+                cluster = Cluster(
+                    args.n or session.default_size(), backend=backend, launcher=launcher
+                )
+            except ClusterError as exc:
+                raise UsageError(f"%mpi start: {exc}") from None
             session.set_current(cluster)
+            session.set_start_error(None)
         if cluster.running:
             raise UsageError(
                 f"{cluster.n} ranks are already running: %mpi restart [-n N] replaces them"
             )
+        choice = self._backend_choice(cluster, args, "start")
+        if choice is not None:
+            cluster.use(*choice)
         started = time.monotonic()
         try:
-            cluster.start(n)
+            cluster.start(args.n)
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
-        print(f"MPI session: {cluster.n} ranks ready in {time.monotonic() - started:.2f} s")
+        print(f"MPI session: {_ready(cluster)} in {time.monotonic() - started:.2f} s")
 
     def _mpi_stop(self, rest: list[str]) -> None:
         _Parser(prog="%mpi stop").parse(rest)
@@ -196,25 +235,27 @@ class ParallelMagics(Magics):
         print("MPI session stopped")
 
     def _mpi_restart(self, rest: list[str]) -> None:
-        n = self._size_arg(rest, "restart")
+        args = self._world_args(rest, "restart")
         try:
             cluster = session.current()
         except ClusterError:
             self._mpi_start(rest)
             return
+        choice = self._backend_choice(cluster, args, "restart")
         started = time.monotonic()
         cluster.stop()
+        if choice is not None:
+            cluster.use(*choice)
         try:
-            cluster.start(n)
+            cluster.start(args.n)
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
-        print(
-            f"MPI session restarted: {cluster.n} ranks ready in {time.monotonic() - started:.2f} s"
-        )
+        print(f"MPI session restarted: {_ready(cluster)} in {time.monotonic() - started:.2f} s")
 
     def _mpi_status(self, rest: list[str]) -> StatusTable:
         _Parser(prog="%mpi status").parse(rest)
-        return StatusTable(self._cluster().status())
+        cluster = self._cluster()
+        return StatusTable(cluster.status(), f"{cluster.n} ranks: {cluster.describe()}")
 
     def _mpi_push(self, rest: list[str]) -> None:
         parser = _Parser(prog="%mpi push")
@@ -254,6 +295,8 @@ class ParallelMagics(Magics):
         parser = _Parser(prog="%mpi trace")
         parser.add_argument("state", nargs="?", choices=("on", "off"))
         state = parser.parse(rest).state
+        if state == "on":
+            self._need_builtin("%mpi trace on")
         if state is not None:
             self.defaults["trace"] = state == "on"
         on = self.defaults.get("trace", False)
@@ -284,7 +327,7 @@ class ParallelMagics(Magics):
             parse_collective_call(text)
         except ValueError as exc:
             raise UsageError(f"%mpi explain: {exc}") from None
-        cluster = self._cluster()
+        cluster = self._need_builtin("%mpi explain")
         try:
             ensure_world(cluster, list(range(cluster.n)), publisher_for(self.shell))
             outcomes = session.apply(cluster, explain_call, text)
@@ -308,6 +351,16 @@ class ParallelMagics(Magics):
         bundle[widget_view] = stepper._repr_mimebundle_()[widget_view]
         display(bundle, raw=True)
         return None
+
+    def _need_builtin(self, what: str) -> Cluster:
+        """The session's cluster, if it runs ipympi's own MPI, which ``what`` needs."""
+        cluster = self._cluster()
+        if cluster.backend != "builtin":
+            raise UsageError(
+                f"{what} shows what ipympi's built-in MPI does; this session runs "
+                f"{cluster.backend} (%mpi restart --backend builtin switches)"
+            )
+        return cluster
 
     # -- running cells ---------------------------------------------------------------------
     def _options(self, args: argparse.Namespace) -> CellOptions:
@@ -418,6 +471,12 @@ _SUBCOMMANDS = {
     "show": "_mpi_show",
     "explain": "_mpi_explain",
 }
+
+
+def _ready(cluster: Cluster) -> str:
+    """``4 ranks ready`` (``on mpi4py`` added where the backend is not the built-in MPI)."""
+    on = "" if cluster.backend == "builtin" else f" on {cluster.backend}"
+    return f"{cluster.n} ranks{on} ready"
 
 
 class _Parser(argparse.ArgumentParser):

@@ -22,6 +22,7 @@ import ast
 import contextlib
 import os
 import queue
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,7 +40,11 @@ __all__ = [
     "KernelSession",
     "alive",
     "children",
+    "cmdline",
+    "descendants",
     "error_text",
+    "execute_headers",
+    "failing_cell",
     "install_kernel_specs",
     "kernel_env",
     "kernel_specs_installed",
@@ -232,8 +237,40 @@ def error_text(message: dict) -> list[str]:
     return [strip_ansi(line) for line in message["content"]["traceback"]]
 
 
+def failing_cell(
+    kernel: KernelSession, code: str, interrupt_after: float | None = None, timeout: float = 35.0
+) -> tuple[dict, list[str], float]:
+    """Run a cell that must fail: its reply, its one error's text lines, seconds to report.
+
+    With ``interrupt_after``, the kernel is interrupted that many seconds after
+    the cell was sent, and the time is counted from the interrupt.
+    """
+    msg_id = kernel.send(code)
+    started = time.monotonic()
+    if interrupt_after is not None:
+        time.sleep(interrupt_after)
+        kernel.km.interrupt_kernel()
+        started = time.monotonic()
+    reply, messages = kernel.collect(msg_id, timeout=timeout)
+    took = time.monotonic() - started
+    content = reply["content"]
+    assert content["status"] == "error", f"{code!r} did not fail"
+    errors = [m for m in messages if m["msg_type"] == "error"]
+    assert len(errors) == 1, [m["msg_type"] for m in messages]
+    assert errors[0]["content"]["ename"] == content["ename"]
+    assert errors[0]["content"]["evalue"] == content["evalue"]
+    lines = [line for entry in error_text(errors[0]) for line in entry.splitlines()]
+    return reply, lines, took
+
+
+def execute_headers(lines: list[str]) -> list[str]:
+    """The ``[R:execute]`` headers among a composed traceback's lines."""
+    return [line for line in lines if re.fullmatch(r"\[[0-9,\-]+:execute\]", line)]
+
+
 # -- processes ----------------------------------------------------------------------------
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
+    """The command line of ``pid``, its words joined by spaces ("" if it has gone)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -258,8 +295,18 @@ def children(pid: int) -> list[int]:
     return [p for p in _pids() if _ppid(p) == pid]
 
 
+def descendants(pid: int) -> list[int]:
+    """Every living process below ``pid``: its children, theirs, and so on."""
+    found: list[int] = []
+    level = [pid]
+    while level:
+        level = [c for p in level for c in children(p) if alive(c)]
+        found += level
+    return found
+
+
 def session_processes(kernel_pid: int) -> tuple[list[int], list[int]]:
     """The supervisors a kernel started and the engines they forked: (supervisors, engines)."""
-    supervisors = [p for p in children(kernel_pid) if ENGINE_MODULE in _cmdline(p).split()]
+    supervisors = [p for p in children(kernel_pid) if ENGINE_MODULE in cmdline(p).split()]
     engines = [c for s in supervisors for c in children(s) if alive(c)]
     return supervisors, engines

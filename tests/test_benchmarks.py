@@ -119,6 +119,15 @@ def test_session_quick_prints_every_row() -> None:
     assert found == SESSION_ROWS, detail
     assert any(line.startswith("targets: session ready") for line in lines), detail
     assert "IPython Parallel: n/a (--no-ipyparallel)" in lines, detail
+    # The ipympi kernel on the mpi4py backend, where mpi4py and an MPI are installed.
+    mpi4py_rows = re.compile(rf"^  on mpi4py: (ready, s|trivial, ms)\s+{PAIR}\s+n/a\s+n/a\s+n/a$")
+    mpi4py_found = [line for line in lines if mpi4py_rows.match(line)]
+    note = [line for line in lines if line.startswith("on mpi4py: ")]
+    assert len(note) == 1, detail
+    if note[0].startswith("on mpi4py: n/a ("):
+        assert mpi4py_found == [], detail
+    else:
+        assert len(mpi4py_found) == 2, detail
 
 
 FAULT_SCENARIOS = 11

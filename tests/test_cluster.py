@@ -234,7 +234,7 @@ def test_stop_restart_and_close_leave_no_process() -> None:
         assert wait_gone(first) == []
         second = [e.pid for e in c.engines]
         assert set(first).isdisjoint(second)
-        supervisor = c._supervisor.pid
+        supervisor = c.launcher.supervisor.pid
         c.stop()
         assert wait_gone(second) == []
         req = c.submit("execute", {"code": "1"}, [0])
@@ -249,7 +249,7 @@ def test_engines_die_with_the_supervisor() -> None:
     with Cluster(2) as c:
         c.start()
         pids = [e.pid for e in c.engines]
-        os.kill(c._supervisor.pid, signal.SIGKILL)
+        os.kill(c.launcher.supervisor.pid, signal.SIGKILL)
         assert wait_gone(pids) == []
         c.pump(time.monotonic() + 2, lambda: not c.running)
         assert not c.running

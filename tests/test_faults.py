@@ -30,6 +30,8 @@ import pytest
 from kernel_helpers import (
     KernelSession,
     error_text,
+    execute_headers,
+    failing_cell,
     kernel_env,
     kernel_specs_installed,
     outputs,
@@ -99,37 +101,6 @@ def note_processes(k: KernelSession, seen: set[int]) -> None:
 
 
 # -- helpers ------------------------------------------------------------------------------
-def run_failing(
-    kernel: KernelSession, code: str, interrupt_after: float | None = None
-) -> tuple[dict, list[str], float]:
-    """Run a cell that must fail: its reply, its one error's text lines, seconds to report.
-
-    With ``interrupt_after``, the kernel is interrupted that many seconds after
-    the cell was sent, and the time is counted from the interrupt.
-    """
-    msg_id = kernel.send(code)
-    started = time.monotonic()
-    if interrupt_after is not None:
-        time.sleep(interrupt_after)
-        kernel.km.interrupt_kernel()
-        started = time.monotonic()
-    reply, messages = kernel.collect(msg_id, timeout=REPORT_WITHIN + 30)
-    took = time.monotonic() - started
-    content = reply["content"]
-    assert content["status"] == "error", f"{code!r} did not fail"
-    errors = [m for m in messages if m["msg_type"] == "error"]
-    assert len(errors) == 1, [m["msg_type"] for m in messages]
-    assert errors[0]["content"]["ename"] == content["ename"]
-    assert errors[0]["content"]["evalue"] == content["evalue"]
-    lines = [line for entry in error_text(errors[0]) for line in entry.splitlines()]
-    return reply, lines, took
-
-
-def headers(lines: list[str]) -> list[str]:
-    """The ``[R:execute]`` headers among a composed traceback's lines."""
-    return [line for line in lines if re.fullmatch(r"\[[0-9,\-]+:execute\]", line)]
-
-
 def parse_ranks(text: str) -> list[int]:
     """``0,1,3`` or ``0-2,5`` as a list of ranks."""
     ranks: list[int] = []
@@ -179,7 +150,7 @@ def count_of(reply: dict) -> int:
 # -- exceptions ---------------------------------------------------------------------------
 @pytest.mark.timeout(60)
 def test_exception_on_one_rank_while_the_others_wait_in_a_barrier(kernel: KernelSession) -> None:
-    reply, lines, took = run_failing(kernel, "1 / 0 if rank == 2 else comm.Barrier()")
+    reply, lines, took = failing_cell(kernel, "1 / 0 if rank == 2 else comm.Barrier()")
     assert took < REPORT_WITHIN
     assert reply["content"]["ename"] == "ZeroDivisionError"
     assert reply["content"]["evalue"] == "division by zero"
@@ -187,18 +158,18 @@ def test_exception_on_one_rank_while_the_others_wait_in_a_barrier(kernel: Kernel
     assert summary.startswith("rank 2 of 4 raised ZeroDivisionError: division by zero; ")
     where = f"on MPI_COMM_WORLD at line 1 of cell [{count_of(reply)}]"
     assert waiting_ranks(summary, r"Barrier \(collective #\d+, round \d+\)", where) == [0, 1, 3]
-    assert headers(lines) == ["[2:execute]"]
+    assert execute_headers(lines) == ["[2:execute]"]
     assert sum("ZeroDivisionError: division by zero" in line for line in lines[1:]) == 1
     assert_world_survived(kernel)
 
 
 @pytest.mark.timeout(60)
 def test_the_same_exception_on_every_rank_is_shown_once(kernel: KernelSession) -> None:
-    reply, lines, took = run_failing(kernel, "1 / 0")
+    reply, lines, took = failing_cell(kernel, "1 / 0")
     assert took < REPORT_WITHIN
     assert reply["content"]["ename"] == "ZeroDivisionError"
     assert lines[0] == "all 4 ranks raised ZeroDivisionError: division by zero"
-    assert headers(lines) == ["[0-3:execute]"]
+    assert execute_headers(lines) == ["[0-3:execute]"]
     assert sum("ZeroDivisionError: division by zero" in line for line in lines[1:]) == 1
     assert_world_survived(kernel)
 
@@ -206,7 +177,7 @@ def test_the_same_exception_on_every_rank_is_shown_once(kernel: KernelSession) -
 # -- cells that cannot progress -----------------------------------------------------------
 @pytest.mark.timeout(60)
 def test_deadlock_of_two_receives_is_stopped(kernel: KernelSession) -> None:
-    reply, lines, took = run_failing(kernel, "comm.recv(source=rank ^ 1, tag=7)")
+    reply, lines, took = failing_cell(kernel, "comm.recv(source=rank ^ 1, tag=7)")
     assert took < REPORT_WITHIN
     assert reply["content"]["ename"] == "DeadlockError"
     assert lines[0] == (
@@ -215,13 +186,13 @@ def test_deadlock_of_two_receives_is_stopped(kernel: KernelSession) -> None:
         "rank 2 waits in recv(source=3, tag=7) on MPI_COMM_WORLD; "
         "rank 3 waits in recv(source=2, tag=7) on MPI_COMM_WORLD; the ranks were stopped"
     )
-    assert headers(lines) == [f"[{rank}:execute]" for rank in RANKS]
+    assert execute_headers(lines) == [f"[{rank}:execute]" for rank in RANKS]
     assert_world_survived(kernel)
 
 
 @pytest.mark.timeout(60)
 def test_a_rank_skipping_a_barrier_is_named(kernel: KernelSession) -> None:
-    reply, lines, took = run_failing(kernel, "if rank != 3:\n    comm.Barrier()")
+    reply, lines, took = failing_cell(kernel, "if rank != 3:\n    comm.Barrier()")
     assert took < REPORT_WITHIN
     assert reply["content"]["ename"] == "DeadlockError"
     summary = lines[0]
@@ -229,7 +200,7 @@ def test_a_rank_skipping_a_barrier_is_named(kernel: KernelSession) -> None:
     for rank in (1, 2):
         assert f"; rank {rank} waits in Barrier (collective #" in summary
     assert summary.endswith("; rank 3 has finished the cell; the ranks were stopped")
-    assert headers(lines) == ["[0:execute]", "[1:execute]", "[2:execute]"]
+    assert execute_headers(lines) == ["[0:execute]", "[1:execute]", "[2:execute]"]
     assert_world_survived(kernel)
 
 
@@ -242,7 +213,7 @@ def test_mismatched_collectives_fail_that_cell_only(kernel: KernelSession) -> No
     unnoticed nor be raised again by the next cell's (correct) collective.
     """
     code = "if rank == 0:\n    comm.bcast(1, root=0)\nelse:\n    comm.reduce(1, root=0)"
-    reply, lines, took = run_failing(kernel, code)
+    reply, lines, took = failing_cell(kernel, code)
     assert took < REPORT_WITHIN
     assert reply["content"]["ename"] == "Exception"  # MPI.Exception, as with mpi4py
     evalue = reply["content"]["evalue"]
@@ -261,10 +232,10 @@ def _check_engine_death(
     kernel: KernelSession, code: str, rank: int, how: str, old_engines: list[int]
 ) -> None:
     """A rank's death is reported; the next cell asks for a restart; the restart works."""
-    reply, lines, took = run_failing(kernel, code)
+    reply, lines, took = failing_cell(kernel, code)
     assert took < REPORT_WITHIN
     text = "\n".join(lines)
-    assert f"[{rank}:execute]" in headers(lines)
+    assert f"[{rank}:execute]" in execute_headers(lines)
     assert f"EngineDied: rank {rank} {how}" in text
     ename, evalue = reply["content"]["ename"], reply["content"]["evalue"]
     others = ",".join(str(r) for r in RANKS if r != rank)
@@ -274,8 +245,8 @@ def _check_engine_death(
     assert lines[0].startswith(f"rank {rank} {how}; ranks {others} of 4 raised Exception")
     assert f"rank {rank} has died ({how})" in text
     status = kernel.ok("%mpi status")[0]["content"]["data"]["text/plain"].splitlines()
-    assert status[1 + rank].split()[:2] == [str(rank), str(old_engines[rank])]
-    assert "idle" not in status[1 + rank].split()
+    assert status[2 + rank].split()[:2] == [str(rank), str(old_engines[rank])]  # under a caption
+    assert "idle" not in status[2 + rank].split()
     # a world with a dead rank runs nothing until it is restarted
     after, _ = kernel.execute("comm.allreduce(1)")
     assert after["content"]["status"] == "error"
@@ -308,7 +279,7 @@ def test_os_exit_of_one_rank_during_a_collective(kernel: KernelSession) -> None:
 @pytest.mark.timeout(60)
 def test_abort_ends_the_world_and_the_next_cell_gets_a_fresh_one(kernel: KernelSession) -> None:
     old = engine_pids(kernel)
-    reply, lines, took = run_failing(kernel, "if rank == 1:\n    comm.Abort(5)\ncomm.Barrier()")
+    reply, lines, took = failing_cell(kernel, "if rank == 1:\n    comm.Abort(5)\ncomm.Barrier()")
     assert took < REPORT_WITHIN
     assert reply["content"]["ename"] == "MPIAbort"
     assert reply["content"]["evalue"].startswith("rank 1 called Abort with error code 5")
@@ -326,7 +297,7 @@ def test_abort_ends_the_world_and_the_next_cell_gets_a_fresh_one(kernel: KernelS
 @pytest.mark.timeout(60)
 def test_interrupt_stops_an_endless_loop_on_every_rank(kernel: KernelSession) -> None:
     code = "spins = 0\nwhile True:\n    spins += 1"
-    reply, lines, took = run_failing(kernel, code, interrupt_after=1.0)
+    reply, lines, took = failing_cell(kernel, code, interrupt_after=1.0)
     assert took < REPORT_WITHIN
     assert reply["content"]["ename"] == "KeyboardInterrupt"
     summary = lines[0]
@@ -360,7 +331,7 @@ def test_error_completing_a_nonblocking_receive(kernel: KernelSession) -> None:
         "elif rank == 1:\n"
         "    comm.Send(np.ones(10), dest=0, tag=1)"
     )
-    reply, lines, took = run_failing(kernel, code)
+    reply, lines, took = failing_cell(kernel, code)
     assert took < REPORT_WITHIN
     assert reply["content"]["ename"] == "Exception"  # MPI.Exception, as with mpi4py
     evalue = reply["content"]["evalue"]
@@ -369,7 +340,7 @@ def test_error_completing_a_nonblocking_receive(kernel: KernelSession) -> None:
         "of 80 bytes from rank 1 (tag 1) does not fit in a receive buffer of 16 bytes"
     )
     assert lines[0] == f"rank 0 of 4 raised Exception: {evalue}"
-    assert headers(lines) == ["[0:execute]"]
+    assert execute_headers(lines) == ["[0:execute]"]
     assert any(line.startswith("----> 5") for line in lines), "the line of req.Wait()"
     # the exception the rank saw carries the error class
     error_class = kernel.value(
@@ -394,11 +365,11 @@ def test_error_of_a_noblock_cell_is_shown_by_pxresult(kernel: KernelSession) -> 
     assert time.monotonic() - started < 1.0, "--noblock waited for the ranks"
     assert reply["content"]["status"] == "ok"
     assert [m["msg_type"] for m in outputs(messages)] == ["execute_result"]
-    reply, lines, took = run_failing(kernel, "%pxresult")
+    reply, lines, took = failing_cell(kernel, "%pxresult")
     assert took < REPORT_WITHIN
     assert reply["content"]["ename"] == "ValueError"
     assert reply["content"]["evalue"] == "late failure"
     assert lines[0] == "rank 1 of 4 raised ValueError: late failure"
-    assert headers(lines) == ["[1:execute]"]
+    assert execute_headers(lines) == ["[1:execute]"]
     assert "----> 4     raise ValueError('late failure')" in lines
     assert_world_survived(kernel)

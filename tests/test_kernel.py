@@ -29,6 +29,7 @@ import pytest
 from kernel_helpers import (
     KernelSession,
     error_text,
+    execute_headers,
     kernel_env,
     kernel_specs_installed,
     outputs,
@@ -163,11 +164,6 @@ def result_pairs(messages: list[dict]) -> list[tuple[str, dict]]:
     return pairs
 
 
-def headers(lines: list[str]) -> list[str]:
-    """The ``[R:execute]`` headers among a composed traceback's lines."""
-    return [line for line in lines if re.fullmatch(r"\[[0-9,\-]+:execute\]", line)]
-
-
 def rank_pids(kernel: KernelSession) -> list[int]:
     """Each rank's process id, in rank order."""
     kernel.ok("import os as _os\n_pid = _os.getpid()")
@@ -295,7 +291,7 @@ def test_error_on_one_rank(kernel: KernelSession) -> None:
     assert any("\x1b[" in line for line in content["traceback"])
     lines = error_text(error)
     assert lines[0].startswith("rank 1 of 3 raised ZeroDivisionError: division by zero")
-    assert headers(lines) == ["[1:execute]"]
+    assert execute_headers(lines) == ["[1:execute]"]
     assert sum("ZeroDivisionError: division by zero" in line for line in lines[1:]) == 1
     assert reply["content"]["ename"] == "ZeroDivisionError"
 
@@ -306,7 +302,7 @@ def test_identical_errors_collapse(kernel: KernelSession) -> None:
     lines = error_text(error)
     assert error["content"]["ename"] == "ZeroDivisionError"
     assert lines[0].startswith("all 3 ranks raised ZeroDivisionError")
-    assert headers(lines) == ["[0-2:execute]"]
+    assert execute_headers(lines) == ["[0-2:execute]"]
     assert sum("ZeroDivisionError: division by zero" in line for line in lines[1:]) == 1
 
 
@@ -338,7 +334,7 @@ def test_output_before_an_error_is_kept(kernel: KernelSession) -> None:
     lines = error_text(inner[-1])
     assert reply["content"]["ename"] == "ValueError"
     assert lines[0].startswith("all 3 ranks raised ValueError")
-    assert headers(lines) == ["[0:execute]", "[1:execute]", "[2:execute]"]
+    assert execute_headers(lines) == ["[0:execute]", "[1:execute]", "[2:execute]"]
 
 
 # -- the controller's own cells -----------------------------------------------------------
@@ -368,7 +364,8 @@ def test_mpi_status_lists_the_ranks(kernel: KernelSession) -> None:
     assert kinds(inner) == ["execute_result"]
     data = inner[0]["content"]["data"]
     assert data["text/html"].startswith("<table>")
-    head, *rows = data["text/plain"].splitlines()
+    caption, head, *rows = data["text/plain"].splitlines()
+    assert caption == f"{NP} ranks: builtin backend (ipympi's own MPI), forked by the supervisor"
     assert head.split()[:4] == ["rank", "pid", "host", "state"]
     assert len(rows) == NP
     for rank, (row, pid) in enumerate(zip(rows, pids)):

@@ -2,16 +2,20 @@
 
 A :class:`Cluster` owns one private session directory, one engine-protocol
 ROUTER (``ipc://<dir>/engines``, signed messages, see
-:mod:`ipympi.engine.protocol`) and one supervisor process
-(:mod:`ipympi.engine.supervisor`, driven through
-:mod:`ipympi.controller.supervisor`) that forks the engines. Each *world*
-(a set of N engines that form one ``COMM_WORLD``) gets its own directory
-``<dir>/w<gen>`` holding the ranks' data sockets and the MPI control ROUTER
-(``ipc://<dir>/w<gen>/ctl``, see :mod:`ipympi._control`) through which ranks
-say hello, abort, and answer state queries even while blocked in MPI.
+:mod:`ipympi.engine.protocol`) and one launcher
+(:mod:`ipympi.controller.launchers`) that starts the engines: by default a
+supervisor process that forks engines of the built-in MPI
+(:mod:`ipympi.engine.supervisor`), or ``mpiexec``/``srun`` starting engines
+on mpi4py (``backend="mpi4py"``). Each *world* (a set of N engines that form
+one ``COMM_WORLD``) gets its own directory ``<dir>/w<gen>`` holding the
+ranks' data sockets and the MPI control ROUTER (``ipc://<dir>/w<gen>/ctl``,
+see :mod:`ipympi._control`) through which ranks say hello, abort, and answer
+state queries even while blocked in MPI. When the launcher may start engines
+on other hosts, both ROUTERs are also bound to a tcp address on one
+interface.
 
 Everything happens in the calling thread: :meth:`Cluster.pump` polls the two
-ROUTERs and the supervisor's event pipe until a condition holds or a
+ROUTERs and the launcher's file descriptors until a condition holds or a
 deadline passes, so every wait is bounded and interruptible (Ctrl-C in the
 controller interrupts the running ranks, see :meth:`Cluster.wait`).
 """
@@ -24,19 +28,20 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import zmq
 
 from .. import _control as ctl
-from .._launcher import _make_session_dir, rank_environment
+from .._launcher import _make_session_dir
 from ..engine.protocol import Message, ProtocolError, Signer
 from .api import ClusterAPI
-from .supervisor import SupervisorProcess
+from .launchers import ClusterError, Launcher, World, make_launcher, routable_address
+from .records import EngineRecord, Output, Request
+from .render import WORLD_ENDED
+from .status import status_rows
 from .watch import with_cpu
 
 __all__ = [
@@ -52,80 +57,33 @@ START_TIMEOUT = 60.0  # seconds for a world to say hello (a loaded CI machine is
 INTERRUPT_GRACE = 5.0  # seconds interrupted ranks get to reply before they are reported
 STOP_GRACE = 3.0  # seconds between the steps of stopping a world
 QUERY_TIMEOUT = 1.0
+ABORT_GRACE = 2.0  # seconds an abort message may lag behind the end of an MPI launcher's job
 _OUTPUT_TYPES = frozenset(
     {"stream", "display_data", "update_display_data", "clear_output", "execute_result", "error"}
 )
 
-Output = Callable[[list[tuple[int, str, dict[str, Any]]]], None]
-
-
-class ClusterError(RuntimeError):
-    """The session cannot do what was asked (no engines, a world that did not start, ...)."""
-
-
-@dataclass
-class EngineRecord:
-    """What the controller knows about one rank's engine process."""
-
-    rank: int
-    pid: int | None = None
-    host: str = ""
-    ready: bool = False
-    returncode: int | None = None  # Popen style, once the engine has exited
-    state: dict[str, Any] = field(default_factory=dict)  # the last MPI state answer
-
-    @property
-    def alive(self) -> bool:
-        return self.pid is not None and self.returncode is None
-
-
-@dataclass
-class Request:
-    """One request sent to some ranks, and everything they said about it."""
-
-    id: str
-    kind: str
-    targets: list[int]
-    replies: dict[int, Message] = field(default_factory=dict)
-    messages: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
-    on_output: Output | None = None
-    interrupted: bool = False
-    started: float = field(default_factory=time.monotonic)
-
-    @property
-    def done(self) -> bool:
-        return all(rank in self.replies for rank in self.targets)
-
-    @property
-    def pending(self) -> list[int]:
-        return [rank for rank in self.targets if rank not in self.replies]
-
-    def errors(self) -> dict[int, dict[str, Any]]:
-        """The error content per failed rank (from the ``error`` message, else the reply)."""
-        found: dict[int, dict[str, Any]] = {}
-        for rank, kind, content in self.messages:
-            if kind == "error" and rank not in found:
-                found[rank] = content
-        for rank, reply in self.replies.items():
-            if reply.content.get("status") != "ok" and rank not in found:
-                found[rank] = {
-                    "ename": reply.content.get("ename", "Error"),
-                    "evalue": reply.content.get("evalue", ""),
-                    "traceback": reply.content.get("traceback", []),
-                }
-            if rank in found and reply.content.get("where"):
-                found[rank].setdefault("where", reply.content["where"])
-        return found
-
 
 class Cluster(ClusterAPI):
-    """N engines (ranks) for one notebook session."""
+    """N engines (ranks) for one notebook session.
 
-    def __init__(self, n: int = DEFAULT_NP, *, env: Mapping[str, str] | None = None) -> None:
+    ``backend`` is ``"builtin"`` (ipympi's own MPI, the default) or
+    ``"mpi4py"`` (a real MPI, started by ``launcher``: ``"mpiexec"``, the
+    default, or ``"srun"``).
+    """
+
+    def __init__(
+        self,
+        n: int = DEFAULT_NP,
+        *,
+        env: Mapping[str, str] | None = None,
+        backend: str = "builtin",
+        launcher: str | None = None,
+    ) -> None:
         if n < 1:
             raise ValueError(f"a session needs at least one rank, not {n}")
         self.n = n
         self.env = dict(os.environ if env is None else env)
+        self.launcher: Launcher = make_launcher(backend, launcher, self.env)
         self.session_dir = _make_session_dir()
         self.key = secrets.token_bytes(32)
         self.signer = Signer(self.key)
@@ -143,18 +101,43 @@ class Cluster(ClusterAPI):
         self._router.setsockopt(zmq.LINGER, 0)
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._router.bind(f"ipc://{self.session_dir}/engines")
+        self._tcp_engines: str | None = None  # the ROUTER's tcp address, once bound
         self._ctl: zmq.Socket[bytes] | None = None
         self._mpi_key = b""  # signs the current world's control messages
         self._world_dir: str | None = None
-        self._supervisor: SupervisorProcess | None = None
         self._poller = zmq.Poller()
         self._poller.register(self._router, zmq.POLLIN)
+        self._watched: set[int] = set()  # the launcher's file descriptors in the poller
         self._closed = False
 
     # -- life cycle ------------------------------------------------------------------
     @property
     def running(self) -> bool:
         return any(engine.alive for engine in self.engines)
+
+    @property
+    def backend(self) -> str:
+        """The MPI the engines run: ``"builtin"`` or ``"mpi4py"``."""
+        return self.launcher.backend
+
+    def use(self, backend: str, launcher: str | None = None) -> None:
+        """Run the next worlds on ``backend`` (started by ``launcher``); no world may be running."""
+        if self.running:
+            raise ClusterError("stop the engines first (%mpi restart does)")
+        chosen = make_launcher(backend, launcher, self.env)
+        self.launcher.close(STOP_GRACE)
+        self.launcher = chosen
+        self._watch_launcher()
+
+    def describe(self) -> str:
+        """The backend, its MPI library and how the engines were started, in words.
+
+        ``mpi4py backend (MPICH 5.0.2), started by mpiexec``
+        """
+        library = ", ".join(sorted({e.mpi for e in self.engines if e.mpi})) or (
+            self.launcher.library
+        )
+        return f"{self.backend} backend ({library}), {self.launcher.started_by}"
 
     def start(self, n: int | None = None, *, wait: bool = True) -> None:
         """Start a world of ``n`` ranks (default: the last size); wait until all are ready."""
@@ -169,7 +152,6 @@ class Cluster(ClusterAPI):
                 raise ValueError(f"a session needs at least one rank, not {n}")
             self.n = n
         self._close_world()  # what is left of a world whose engines all died
-        self._start_supervisor()
         self.gen += 1
         self.aborted = None
         self.ended = None
@@ -179,43 +161,67 @@ class Cluster(ClusterAPI):
         self._ctl = self._ctx.socket(zmq.ROUTER)
         self._ctl.setsockopt(zmq.LINGER, 0)
         self._ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._ctl.bind(ctl.control_address(self._world_dir))
         self._poller.register(self._ctl, zmq.POLLIN)
         self.engines = [EngineRecord(rank) for rank in range(self.n)]
         self._mpi_key = secrets.token_bytes(16)
-        envs = {
-            str(rank): {
-                k: v
-                for k, v in rank_environment(
-                    {}, rank, self.n, self._world_dir, self._mpi_key.hex(), os.cpu_count()
-                ).items()
-            }
-            for rank in range(self.n)
-        }
-        assert self._supervisor is not None
-        self._supervisor.command(
-            {
-                "type": "spawn",
-                "ranks": list(range(self.n)),
-                "address": f"ipc://{self.session_dir}/engines",
-                "gen": self.gen,
-                "key": self.key.hex(),
-                "env": envs,
-            }
-        )
+        try:
+            world = World(
+                n=self.n,
+                gen=self.gen,
+                directory=self._world_dir,
+                address=self._engine_address(),
+                control=self._bind_control(),
+                key=self.key,
+                control_key=self._mpi_key,
+                env=self.env,
+            )
+            events = self.launcher.start(world)
+        except BaseException:
+            self._close_world()
+            raise
+        finally:
+            self._watch_launcher()
+        self._handle_launcher_events(events)
         if wait:
             self.wait_ready()
+
+    def _engine_address(self) -> str:
+        """Where this world's engines connect: the session's ipc socket, or tcp."""
+        if not self.launcher.remote:
+            return f"ipc://{self.session_dir}/engines"
+        if self._tcp_engines is None:
+            self._router.bind(f"tcp://{routable_address(self.env)}:0")
+            self._tcp_engines = self._router.getsockopt(zmq.LAST_ENDPOINT).decode()
+        return self._tcp_engines
+
+    def _bind_control(self) -> str:
+        """Bind the world's control ROUTER (ipc in the world's directory, or tcp)."""
+        assert self._ctl is not None and self._world_dir is not None
+        if not self.launcher.remote:
+            address = ctl.control_address(self._world_dir)
+            self._ctl.bind(address)
+            return address
+        self._ctl.bind(f"tcp://{routable_address(self.env)}:0")
+        return self._ctl.getsockopt(zmq.LAST_ENDPOINT).decode()
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
         """Wait until every engine of the current world has said hello."""
         ok = self.pump(time.monotonic() + timeout, self._world_settled)
         dead = [e for e in self.engines if e.returncode is not None]
         if dead or not ok:
-            problems = [
-                f"rank {e.rank} {ctl.describe_exit(e.returncode)}" for e in dead if e.returncode
-            ] or [f"no hello from rank(s) {[e.rank for e in self.engines if not e.ready]}"]
+            failed = [
+                f"rank {e.rank} {ctl.describe_exit(e.returncode)}"
+                for e in dead
+                if e.returncode and not e.ended_by
+            ]
+            ended = sorted({e.ended_by for e in dead if e.ended_by})
+            problems = failed + ended or [
+                f"no hello from rank(s) {[e.rank for e in self.engines if not e.ready]}"
+            ]
+            said = self.launcher.diagnosis()
             self._kill_world()
-            raise ClusterError("the engines did not start: " + "; ".join(problems))
+            said = f"\n{self.launcher.name} said:\n{said}" if said else ""
+            raise ClusterError("the engines did not start: " + "; ".join(problems) + said)
 
     def _world_settled(self) -> bool:
         return all(e.ready or e.returncode is not None for e in self.engines)
@@ -229,18 +235,21 @@ class Cluster(ClusterAPI):
         alive = [e for e in self.engines if e.alive]
         self._stopping = True
         broken = any(e.returncode is not None for e in self.engines)
-        if alive:
+
+        def gone() -> bool:  # the engines, and the launcher process that started them
+            return not self.running and not self.launcher.active
+
+        if alive and all(e.ready for e in alive) and not self._busy() and not broken:
             # A world with a dead rank cannot finalize (its barrier would wait
             # for the dead one): it gets SIGTERM at once.
-            if all(e.ready for e in alive) and not self._busy() and not broken:
-                req = self.submit("shutdown", {}, [e.rank for e in alive])
-                self.pump(time.monotonic() + grace, lambda: not self.running)
-                self.requests.pop(req.id, None)
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                if not self.running:
-                    break
-                self.signal([e.rank for e in self.engines if e.alive], sig)
-                self.pump(time.monotonic() + grace, lambda: not self.running)
+            req = self.submit("shutdown", {}, [e.rank for e in alive])
+            self.pump(time.monotonic() + grace, gone)
+            self.requests.pop(req.id, None)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if gone():
+                break
+            self.launcher.end(sig)
+            self.pump(time.monotonic() + grace, gone)
         for req in self.requests.values():
             self._fail_pending(req, "EngineStopped", "the engines were stopped")
         self.requests.clear()
@@ -260,9 +269,8 @@ class Cluster(ClusterAPI):
             self.stop()
         finally:
             self._closed = True
-            if self._supervisor is not None:
-                self._supervisor.stop(STOP_GRACE)
-                self._supervisor = None
+            self.launcher.close(STOP_GRACE)
+            self._watch_launcher()
             self._router.close(0)
             self._ctx.term()
             shutil.rmtree(self.session_dir, ignore_errors=True)
@@ -274,7 +282,7 @@ class Cluster(ClusterAPI):
         self.close()
 
     def _kill_world(self) -> None:
-        self.signal([e.rank for e in self.engines if e.alive], signal.SIGKILL)
+        self.launcher.end(signal.SIGKILL)
         self.pump(time.monotonic() + STOP_GRACE, lambda: not self.running)
         self._close_world()
 
@@ -287,42 +295,76 @@ class Cluster(ClusterAPI):
             shutil.rmtree(self._world_dir, ignore_errors=True)
             self._world_dir = None
 
-    # -- the supervisor ----------------------------------------------------------------
-    def _start_supervisor(self) -> None:
-        """Start a supervisor unless one is running, and watch its event pipe."""
-        if self._supervisor is not None and self._supervisor.alive:
-            return
-        if self._supervisor is not None:
-            self._poller.unregister(self._supervisor.fd)
-        self._supervisor = SupervisorProcess(self.env, self.n)
-        self._poller.register(self._supervisor.fd, zmq.POLLIN)
+    # -- the launcher ------------------------------------------------------------------
+    def _watch_launcher(self) -> None:
+        """Poll exactly the file descriptors the launcher has now."""
+        fds = set(self.launcher.fds())
+        for fd in self._watched - fds:
+            self._poller.unregister(fd)
+        for fd in fds - self._watched:
+            self._poller.register(fd, zmq.POLLIN)
+        self._watched = fds
 
-    def _read_supervisor(self) -> None:
-        """Record the engines' pids and exits; a dead supervisor killed every engine."""
-        sup = self._supervisor
-        assert sup is not None
-        events = sup.read()
-        if events is None:  # the supervisor died: so did its engines (PDEATHSIG)
-            self._poller.unregister(sup.fd)
-            for engine in self.engines:
-                if engine.returncode is None and engine.pid is not None:
-                    self._on_exit(engine.rank, -int(signal.SIGKILL))
-            self._supervisor = None
-            return
+    def _read_launcher(self, fd: int) -> None:
+        events = self.launcher.read(fd)
+        self._watch_launcher()
+        self._handle_launcher_events(events)
+
+    def _handle_launcher_events(self, events: list[dict[str, Any]]) -> None:
+        """Record what the launcher says about the engines' processes (see launchers)."""
         for event in events:
             kind = event.get("type")
-            rank = event.get("rank")
-            if kind == "spawned" and rank is not None and rank < len(self.engines):
-                self.engines[rank].pid = int(event["pid"])
-            elif (
-                kind == "exited"
-                and rank is not None
-                and rank < len(self.engines)
-                and self.engines[rank].pid == event.get("pid")
-            ):
-                self._on_exit(rank, int(event["returncode"]))
+            if kind == "ended":
+                self._on_world_end(event)
+                continue
+            engine = self._engine_of(event)
+            if engine is None:
+                continue
+            if kind == "spawned":
+                engine.launched = True
+                engine.pid = event.get("pid") or engine.pid
+            elif kind == "exited" and engine.returncode is None:
+                pid = event.get("pid")
+                if pid is None or engine.pid is None or engine.pid == pid:
+                    self._on_exit(engine.rank, int(event["returncode"]))
 
-    def _on_exit(self, rank: int, returncode: int) -> None:
+    def _engine_of(self, event: Mapping[str, Any]) -> EngineRecord | None:
+        """The engine an event is about: by rank, else by pid and host."""
+        rank = event.get("rank")
+        if isinstance(rank, int):
+            return self.engines[rank] if 0 <= rank < len(self.engines) else None
+        for engine in self.engines:
+            if engine.pid == event.get("pid") and engine.host == event.get("host"):
+                return engine
+        return None
+
+    def _on_world_end(self, event: Mapping[str, Any]) -> None:
+        """The launcher ended every engine still running (a failed rank ends an MPI job)."""
+        if event.get("abort") and self.aborted is None and not self._stopping:
+            self.aborted = dict(event["abort"])
+        unexplained = all(e.returncode is None for e in self.engines)
+        if unexplained and not self._stopping and self.aborted is None and not self.ended:
+            # No rank said how it ended: an Abort ends every process at once, and
+            # the aborting rank's message may still be on its way.
+            self.pump(time.monotonic() + ABORT_GRACE, lambda: self.aborted is not None)
+        reason = str(event.get("reason", ""))
+        if event.get("said"):
+            reason += f" ({self.launcher.name}: {event['said']})"
+        if not self._stopping and self.aborted is None and not self.ended:
+            failed = [
+                f"rank {e.rank} {ctl.describe_exit(e.returncode)}"
+                for e in self.engines
+                if e.returncode is not None
+            ]
+            self.ended = "; ".join([*failed, reason])
+        for engine in self.engines:
+            if engine.alive:
+                engine.ended_by = reason
+                ended_by = None if self._stopping else reason
+                self._on_exit(engine.rank, -int(signal.SIGKILL), ended_by=ended_by)
+
+    def _on_exit(self, rank: int, returncode: int, ended_by: str | None = None) -> None:
+        """Rank ``rank``'s engine has exited (``ended_by``: the launcher ended it, saying so)."""
         engine = self.engines[rank]
         engine.returncode = returncode
         if not self._stopping and self.aborted is None and not self.ended:
@@ -332,9 +374,11 @@ class Cluster(ClusterAPI):
                 if self.aborted is not None:
                     # The same words for every rank: the cell's error shows them once.
                     self._synthesize_reply(req, rank, "MPIAbort", self.world_ended())
-                    continue
-                what = ctl.describe_exit(returncode) if returncode else "exited"
-                self._synthesize_reply(req, rank, "EngineDied", f"rank {rank} {what}")
+                elif ended_by is not None:
+                    self._synthesize_reply(req, rank, WORLD_ENDED, ended_by)
+                else:
+                    what = ctl.describe_exit(returncode) if returncode else "exited"
+                    self._synthesize_reply(req, rank, "EngineDied", f"rank {rank} {what}")
 
     def _tell_peers(self, rank: int, reason: str) -> None:
         """Tell every live rank that ``rank`` died: what waits on it fails at once."""
@@ -380,8 +424,17 @@ class Cluster(ClusterAPI):
                 self._synthesize_reply(req, rank, "EngineDied", f"rank {rank}: {exc}")
         return req
 
-    def _synthesize_reply(self, req: Request, rank: int, ename: str, evalue: str) -> None:
-        content = {"status": "error", "ename": ename, "evalue": evalue, "traceback": []}
+    def _synthesize_reply(
+        self, req: Request, rank: int, ename: str, evalue: str, where: str | None = None
+    ) -> None:
+        content: dict[str, Any] = {
+            "status": "error",
+            "ename": ename,
+            "evalue": evalue,
+            "traceback": [],
+        }
+        if where is not None:
+            content["where"] = where
         req.messages.append((rank, "error", content))
         if req.on_output is not None:
             req.on_output([(rank, "error", content)])
@@ -418,12 +471,45 @@ class Cluster(ClusterAPI):
         req.interrupted = True
         self.signal(req.pending, signal.SIGINT)
         self._pump_through_interrupts(time.monotonic() + INTERRUPT_GRACE, lambda: req.done)
+        if req.pending and not self.launcher.interrupts_mpi_calls:
+            self._end_uninterruptible(req)
+            return
         for rank in req.pending:
             self._synthesize_reply(
                 req, rank, "KeyboardInterrupt", f"rank {rank} did not respond to the interrupt"
             )
         if resynchronize:
             self.resynchronize()
+
+    def _end_uninterruptible(self, req: Request) -> None:
+        """End the world of ranks that an interrupt cannot reach (inside a real MPI call).
+
+        Each silent rank's error says where it was; the request (and the
+        notice of the next cell, which starts a fresh world) says why the
+        world was ended.
+        """
+        pending = req.pending
+        with contextlib.suppress(KeyboardInterrupt):
+            self.query_states(timeout=QUERY_TIMEOUT)
+        places = []
+        for rank in pending:
+            state = self.engines[rank].state
+            where = f"at {state['where']}" if state.get("where") else "somewhere"
+            if state.get("line"):
+                where += f" ({state['line']})"
+            places.append(f"rank {rank} {where}")
+            self._synthesize_reply(
+                req,
+                rank,
+                "KeyboardInterrupt",
+                f"rank {rank} could not be interrupted",
+                f"{where}, which could not be interrupted",
+            )
+        req.ended = (
+            "a rank inside a call of a real MPI cannot be interrupted, so the MPI world was "
+            "ended (the next cell starts a fresh one)"
+        )
+        self.end_world(f"{'; '.join(places)}: not interruptible in MPI, so the world was ended")
 
     def _pump_through_interrupts(self, deadline: float, done: Callable[[], bool]) -> bool:
         """``pump``, where a Ctrl-C (the user asking to interrupt) does not cut the wait."""
@@ -436,7 +522,7 @@ class Cluster(ClusterAPI):
     def end_world(self, reason: str) -> None:
         """Kill every engine of the world now; the next cell starts a fresh one."""
         self.ended = reason
-        self.signal([e.rank for e in self.engines if e.alive], signal.SIGKILL)
+        self.launcher.end(signal.SIGKILL)
         with contextlib.suppress(KeyboardInterrupt):
             self.pump(time.monotonic() + STOP_GRACE, lambda: not self.running)
 
@@ -446,8 +532,11 @@ class Cluster(ClusterAPI):
         Interrupted ranks may have stopped in different collectives (rank 0 in
         its 3rd, rank 1 in its 4th): every rank abandons what it was in, then
         all continue from the largest sequence number any rank reached, so the
-        next cell's collectives match again.
+        next cell's collectives match again. A real MPI's collectives are its
+        own business: with the mpi4py backend there is nothing to realign.
         """
+        if self.backend != "builtin":
+            return True
         ranks = [e.rank for e in self.engines if e.alive and e.ready]
         first = self.submit("recover", {}, ranks)
         ok = self._pump_through_interrupts(time.monotonic() + timeout, lambda: first.done)
@@ -462,12 +551,20 @@ class Cluster(ClusterAPI):
         return ok
 
     def signal(self, ranks: Iterable[int], sig: int) -> None:
-        """Send ``sig`` to each rank's engine and its children (its process group)."""
+        """Send ``sig`` to each rank's engine and its children (its process group).
+
+        The launcher delivers it where it can (an engine it forked on this
+        host); any other engine is asked to send it to itself, through the
+        control channel (:func:`ipympi._introspect.signal_self`).
+        """
         for rank in ranks:
-            pid = self.engines[rank].pid
-            if pid is not None and self.engines[rank].returncode is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, sig)
+            engine = self.engines[rank]
+            if not engine.alive or self.launcher.signal(rank, engine.pid, sig):
+                continue
+            if self._ctl is not None:
+                frame = ctl.encode({"type": ctl.SIGNAL, "signal": int(sig)}, self._mpi_key)
+                with contextlib.suppress(zmq.ZMQError):
+                    self._ctl.send_multipart([ctl.identity(rank), frame], zmq.NOBLOCK)
 
     def forget(self, req: Request) -> None:
         self.requests.pop(req.id, None)
@@ -487,8 +584,9 @@ class Cluster(ClusterAPI):
                 self._read_engines()
             if self._ctl is not None and self._ctl in events:
                 self._read_control()
-            if self._supervisor is not None and self._supervisor.fd in events:
-                self._read_supervisor()
+            for fd in self._watched & events.keys():
+                if fd in self._watched:  # an earlier read may have closed it
+                    self._read_launcher(fd)
 
     def _read_engines(self) -> None:
         batches: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
@@ -508,9 +606,10 @@ class Cluster(ClusterAPI):
                 continue  # a message from an engine of an earlier world
             if msg.type == "hello":
                 engine = self.engines[rank]
-                engine.ready = True
+                engine.ready = engine.launched = True
                 engine.pid = int(msg.content.get("pid", engine.pid or 0)) or engine.pid
                 engine.host = str(msg.content.get("host", ""))
+                engine.mpi = str(msg.content.get("mpi", ""))
                 continue
             req = self.requests.get(msg.parent or "")
             if req is None:
@@ -578,27 +677,16 @@ class Cluster(ClusterAPI):
         if engine.returncode is not None:
             return ctl.launcher_state(engine.rank, engine.pid, engine.returncode)
         if engine.state:
-            return with_cpu(engine.state, engine.pid)
+            return with_cpu(engine.state, self.local_pid(engine))
         return ctl.launcher_state(engine.rank, engine.pid, None)
+
+    def local_pid(self, engine: EngineRecord) -> int | None:
+        """The engine's pid where ``/proc`` may be read about it: never on another host."""
+        return None if self.launcher.remote else engine.pid
 
     def status(self) -> list[dict[str, Any]]:
         """One row per rank: rank, pid, host, state, call (what it waits for), memory."""
-        rows = []
-        for engine, state in zip(self.engines, self.query_states()):
-            call = ctl.format_call(state) if state.get("state") == "blocked" else ""
-            memory = state.get("rss") or _rss_bytes(engine.pid) if engine.alive else None
-            rows.append(
-                {
-                    "rank": engine.rank,
-                    "pid": engine.pid,
-                    "host": engine.host or socket.gethostname(),
-                    "state": _state_word(state),
-                    "call": call,
-                    "where": state.get("where", ""),
-                    "memory": memory,
-                }
-            )
-        return rows
+        return status_rows(self)
 
 
 def _rank_of(ident: bytes, gen: int) -> int | None:
@@ -611,23 +699,3 @@ def _rank_of(ident: bytes, gen: int) -> int | None:
             except ValueError:
                 return None
     return None
-
-
-def _state_word(state: Mapping[str, Any]) -> str:
-    word = str(state.get("state", ctl.NO_ANSWER))
-    if word == ctl.EXITED:
-        if state.get("signal"):
-            return f"killed ({state['signal']})"
-        return f"exited ({state.get('status', '?')})"
-    return word
-
-
-def _rss_bytes(pid: int | None) -> int | None:
-    """Resident memory of ``pid`` (Linux /proc), else None."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None

@@ -224,6 +224,8 @@ class CellResult:
         if self.timed_out is not None and type(exc).__name__ == "TimeoutError":
             stops = [_stopped(r, self.request.errors().get(r, {})) for r in sorted(errors)]
             exc.traceback_lines[0] = "; ".join([self.timeout_text, *stops])
+        if self.request.ended:
+            exc.traceback_lines[0] += f"; {self.request.ended}"
         return exc
 
     @property
@@ -312,6 +314,11 @@ def run_cell(
     ``publish`` None keeps the output in the result only. A non-blocking cell
     collects its output quietly until :func:`follow` shows it (``%pxresult``).
     """
+    if options.trace and cluster.backend != "builtin":
+        raise ValueError(
+            "--trace records the messages of ipympi's built-in MPI; this session runs "
+            f"{cluster.backend} (%mpi restart --backend builtin to trace, %mpi trace off to stop)"
+        )
     targets = parse_targets(options.targets, cluster.n)
     ensure_world(cluster, targets, publish)
     content = {

@@ -68,7 +68,15 @@ from typing import Any, Callable, NamedTuple
 
 from .targets import format_ranks
 
-__all__ = ["GROUPS", "OutputRenderer", "Publish", "compose_error", "strip_ansi"]
+__all__ = [
+    "ENDED_BY_ABORT",
+    "GROUPS",
+    "WORLD_ENDED",
+    "OutputRenderer",
+    "Publish",
+    "compose_error",
+    "strip_ansi",
+]
 
 #: ``publish(msg_type, content, metadata)``: send one IOPub message to the notebook.
 Publish = Callable[[str, dict, dict], None]
@@ -434,6 +442,9 @@ def _ranks(ranks: list[int]) -> str:
 
 
 ENDED_BY_ABORT = "MPIAbort"  # the error name of the ranks of an aborted world
+# The error name of ranks that an MPI launcher ended with their world (after
+# another rank failed); their error value says who ended them.
+WORLD_ENDED = "WorldEnded"
 
 
 def _ename(content: Mapping[str, Any]) -> str:
@@ -459,6 +470,8 @@ def _raised(errors: dict[int, dict], failing: list[int], targets: list[int]) -> 
     if name == ENDED_BY_ABORT and len(values) == 1:
         # Not raised by the ranks: one rank aborted and the world was ended.
         return f"the MPI world was aborted: {values.pop()}"
+    if name == WORLD_ENDED and len(values) == 1:
+        return f"the MPI world has ended: {values.pop()}"
     who = f"all {len(failing)} ranks" if failing == targets and len(failing) > 1 else None
     text = f"{who or _ranks(failing) + of} raised {name}"
     if len(values) == 1 and "" not in values:

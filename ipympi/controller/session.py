@@ -16,12 +16,17 @@ from typing import Any, Callable
 
 from .cluster import DEFAULT_NP, Cluster, ClusterError, Request
 from .execute import rank_error
+from .launchers import BACKENDS, MPI_LAUNCHERS
 from .targets import parse_targets
 
 __all__ = [
+    "BACKEND_ENV",
+    "LAUNCHER_ENV",
     "NP_ENV",
     "apply",
     "current",
+    "default_backend",
+    "default_launcher",
     "default_size",
     "gather",
     "last_trace",
@@ -30,12 +35,16 @@ __all__ = [
     "scatter",
     "set_current",
     "set_last_trace",
+    "set_start_error",
 ]
 
 NP_ENV = "IPYMPI_NP"
+BACKEND_ENV = "IPYMPI_BACKEND"
+LAUNCHER_ENV = "IPYMPI_LAUNCHER"
 DATA_TIMEOUT = None  # data requests wait like cells: Ctrl-C interrupts them
 
 _current: Cluster | None = None
+_start_error: str | None = None  # why the kernel could not start its session
 _last_trace: Any = None  # the Trace of the last traced cell
 
 
@@ -53,19 +62,42 @@ def default_size() -> int:
     return n
 
 
+def default_backend() -> str:
+    """The backend of a new session: ``IPYMPI_BACKEND`` if set, else ``"builtin"``."""
+    backend = os.environ.get(BACKEND_ENV, "").strip() or "builtin"
+    if backend not in BACKENDS:
+        raise ClusterError(f"{BACKEND_ENV}={backend!r}: choose from {', '.join(BACKENDS)}")
+    return backend
+
+
+def default_launcher() -> str | None:
+    """The launcher of a new mpi4py session: ``IPYMPI_LAUNCHER`` if set (else mpiexec)."""
+    launcher = os.environ.get(LAUNCHER_ENV, "").strip() or None
+    if launcher is not None and launcher not in MPI_LAUNCHERS:
+        raise ClusterError(f"{LAUNCHER_ENV}={launcher!r}: choose from {', '.join(MPI_LAUNCHERS)}")
+    return launcher
+
+
 def current(*, start: bool = False) -> Cluster:
-    """The session's cluster (``start=True``: start one of ``IPYMPI_NP`` ranks if none)."""
+    """The session's cluster (``start=True``: make one as the environment says, if none)."""
     global _current
     if _current is None:
         if not start:
-            raise ClusterError("no MPI session: run %mpi start (or use the ipympi kernel)")
-        _current = Cluster(default_size())
+            why = f" ({_start_error})" if _start_error else ""
+            raise ClusterError(f"no MPI session{why}: run %mpi start (or use the ipympi kernel)")
+        _current = Cluster(default_size(), backend=default_backend(), launcher=default_launcher())
     return _current
 
 
 def set_current(cluster: Cluster | None) -> None:
     global _current
     _current = cluster
+
+
+def set_start_error(reason: str | None) -> None:
+    """Remember why the session could not be started, for the cells that need it."""
+    global _start_error
+    _start_error = reason
 
 
 # -- data to and from the ranks ------------------------------------------------------------

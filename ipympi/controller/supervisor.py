@@ -26,33 +26,41 @@ from typing import Any
 
 from .._launcher import THREAD_VARS, _die_with_parent
 
-__all__ = ["SupervisorProcess"]
+__all__ = ["SupervisorProcess", "engine_environment"]
+
+
+def engine_environment(env: Mapping[str, str], ranks: int) -> dict[str, str]:
+    """The environment of a world's engines: ``env`` with the engines' defaults.
+
+    When the ranks fill every core, BLAS/OpenMP thread pools default to one
+    thread (unless ``env`` sets them), as in
+    :func:`ipympi._launcher.rank_environment`; figures are drawn inline.
+    """
+    env = dict(env)
+    cpus = os.cpu_count()
+    if cpus is not None and ranks >= cpus:
+        for var in THREAD_VARS:
+            env.setdefault(var, "1")
+    env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
 
 
 class SupervisorProcess:
     """One running ``python -m ipympi.engine`` process and its two pipes.
 
     ``env`` is the session's environment; ``ranks`` is the size of the world
-    it is started for: when the ranks fill every core, BLAS/OpenMP thread
-    pools default to one thread (unless ``env`` sets them), as in
-    :func:`ipympi._launcher.rank_environment`. The process gets its own
-    session, so the notebook's SIGINT reaches the ranks only through the
+    it is started for (see :func:`engine_environment`). The process gets its
+    own session, so the notebook's SIGINT reaches the ranks only through the
     controller, and on Linux it dies with the controller.
     """
 
     def __init__(self, env: Mapping[str, str], ranks: int) -> None:
-        env = dict(env)
-        cpus = os.cpu_count()
-        if cpus is not None and ranks >= cpus:
-            for var in THREAD_VARS:
-                env.setdefault(var, "1")
-        env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-        env["PYTHONUNBUFFERED"] = "1"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ipympi.engine"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=env,
+            env=engine_environment(env, ranks),
             start_new_session=True,  # the notebook's SIGINT reaches ranks only through us
             preexec_fn=_die_with_parent(),
         )

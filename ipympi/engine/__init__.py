@@ -7,4 +7,9 @@ single-threaded template makes a 4-rank session ready in a fraction of a
 second. Each engine is an IPython shell (magics, ``!cmd``, display hooks) with
 ``MPI``, ``comm``, ``rank`` and ``size`` predefined; it talks to the controller
 through signed messages (:mod:`ipympi.engine.protocol`).
+
+With the mpi4py backend the engines are started by an MPI launcher instead
+(``mpiexec`` or ``srun`` running :mod:`ipympi.engine.mpi4py_engine`): the
+same shell on ``mpi4py.MPI``, each rank kept by a parent process that reports
+how it ended (:mod:`ipympi.engine.keeper`).
 """

@@ -23,6 +23,7 @@ import io
 import os
 import select
 import threading
+from collections.abc import Mapping
 from typing import Callable
 
 __all__ = ["FLUSH_BYTES", "FLUSH_INTERVAL", "FdCapture", "RankStream"]
@@ -104,16 +105,25 @@ class FdCapture:
 
     The original descriptors are kept (``original_stderr``) for messages that
     must reach the supervisor's terminal even when the engine is broken.
+    ``pipes`` may give the pipe (read end, write end) to use for a descriptor,
+    e.g. one whose read end another process also holds; ``watch(fd, data)``,
+    if given, sees every chunk read, before it is queued.
     """
 
-    def __init__(self, streams: dict[int, RankStream]) -> None:
+    def __init__(
+        self,
+        streams: dict[int, RankStream],
+        pipes: Mapping[int, tuple[int, int]] | None = None,
+        watch: Callable[[int, bytes], None] | None = None,
+    ) -> None:
         self.streams = streams
+        self.watch = watch
         self.original_stderr = os.dup(2)
         self._pipes: dict[int, int] = {}  # read end -> target fd
         self._decoders: dict[int, codecs.IncrementalDecoder] = {}
         self._lock = threading.Lock()
         for fd in streams:
-            r, w = os.pipe()
+            r, w = (pipes or {}).get(fd) or os.pipe()
             os.dup2(w, fd)
             os.close(w)
             os.set_blocking(r, False)
@@ -146,6 +156,8 @@ class FdCapture:
                     return
                 if not data:
                     return
+                if self.watch is not None:
+                    self.watch(self._pipes[r], data)
                 text = self._decoders[r].decode(data)
                 self.streams[self._pipes[r]].write(text)
 

@@ -4,7 +4,8 @@ Pure encoding, decoding and signing; no sockets live here.
 
 Sockets
     The controller binds one ROUTER at ``ipc://<session dir>/engines`` (the
-    session directory is private, mode 0700). The supervisor connects a DEALER
+    session directory is private, mode 0700), and also at a tcp address on
+    one interface when engines may run on other hosts. The supervisor connects a DEALER
     with identity ``b"supervisor"``. Each engine connects two DEALERs: ``in``
     (identity ``b"in<rank>"``), on which only its main thread receives
     requests, and ``out`` (identity ``b"out<rank>"``), on which every thread of
@@ -27,7 +28,8 @@ Types (direction, content)
                                     ``mpi_key``, ``env`` (dict): fork these engines
     ``spawned``         sup → C     ``rank``, ``pid``
     ``exited``          sup → C     ``rank``, ``pid``, ``returncode`` (Popen style)
-    ``hello``           eng → C     ``rank``, ``pid``, ``host``: the engine is ready
+    ``hello``           eng → C     ``rank``, ``pid``, ``host``: the engine is ready;
+                                    ``mpi`` (optional): its MPI library, e.g. "MPICH 5.0.2"
     ``execute``         C → eng     ``code``, ``silent``, ``store_history``
     ``stream``          eng → C     ``name``, ``text`` (``parent``: the request's id)
     ``display_data``    eng → C     ``data``, ``metadata``, ``transient``

@@ -37,12 +37,22 @@ from traitlets import Type
 from .. import _trace
 from .._control import format_call
 from .._errors import Exception as MPIException
-from .._progress import describe_location
+from .._introspect import describe_location
 from .capture import FLUSH_INTERVAL, FdCapture, RankStream
 from .leftovers import Leftovers
 from .protocol import Message, ProtocolError, Signer
 
-__all__ = ["EngineIO", "RankShell", "run_engine"]
+__all__ = [
+    "Engine",
+    "EngineIO",
+    "RankShell",
+    "close_io",
+    "make_shell",
+    "open_io",
+    "run_engine",
+    "say_hello",
+    "serve_until_shutdown",
+]
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -257,8 +267,10 @@ class Engine:
     def on_sigint(self, signum: int, frame: Any) -> None:
         if not self.executing:
             return  # idle: nothing to interrupt
-        self.shell.interrupted_at = describe_interruption(frame)
+        self.shell.interrupted_at = self.describe_interruption(frame)
         raise KeyboardInterrupt
+
+    describe_interruption = staticmethod(describe_interruption)
 
     def serve(self) -> None:
         while self.running:
@@ -481,21 +493,31 @@ def _die_with_parent() -> None:
     threading.Thread(target=watch, name="ipympi-parent-watch", daemon=True).start()
 
 
-def run_engine(rank: int, spec: Mapping[str, Any], key: bytes) -> int:
-    """Body of a forked engine process: set up, announce, serve; returns the exit status."""
-    _die_with_parent()
-    ctx: zmq.Context[Any] = zmq.Context()
-    io = EngineIO(ctx, spec["address"], rank, int(spec["gen"]), key)
+def open_io(
+    ctx: zmq.Context[Any],
+    address: str,
+    rank: int,
+    gen: int,
+    key: bytes,
+    pipes: Mapping[int, tuple[int, int]] | None = None,
+    watch: Callable[[int, bytes], None] | None = None,
+) -> EngineIO:
+    """Connect an engine's sockets and capture its output (``sys`` streams and fds 1, 2).
+
+    ``pipes`` and ``watch``: see :class:`FdCapture`.
+    """
+    io = EngineIO(ctx, address, rank, gen, key)
     sys.stdout = io.streams["stdout"]  # type: ignore[assignment]
     sys.stderr = io.streams["stderr"]  # type: ignore[assignment]
-    io.fd_capture = FdCapture({1: io.streams["stdout"], 2: io.streams["stderr"]})
+    streams = {1: io.streams["stdout"], 2: io.streams["stderr"]}
+    io.fd_capture = FdCapture(streams, pipes, watch)
     flusher = threading.Thread(target=_flush_forever, args=(io,), name="ipympi-flush", daemon=True)
     flusher.start()
+    return io
 
-    from .. import MPI, rc
 
-    MPI.Init()
-    rc.initialize = True
+def make_shell(io: EngineIO, names: Mapping[str, Any]) -> RankShell:
+    """The rank's shell, with ``names`` (``MPI``, ``comm``, ``rank``, ``size``) predefined."""
     from traitlets.config import Config
 
     config = Config()
@@ -504,32 +526,64 @@ def run_engine(rank: int, spec: Mapping[str, Any], key: bytes) -> int:
     config.HistoryManager.hist_file = ":memory:"
     shell = RankShell.instance(config=config)
     shell.engine_io = io
+    shell.user_ns.update(names)
+    shell.user_ns_hidden.update(names)
+    return shell
+
+
+def say_hello(io: EngineIO, rank: int, extra: Mapping[str, Any] | None = None) -> None:
+    """Tell the controller that requests can reach this engine now (``extra``: more about it)."""
+    content = {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(), **(extra or {})}
+    # Sent on the inbox: once the controller has it, requests can reach this engine.
+    io.inbox.send_multipart(io.signer.encode(Message("hello", content)))
+
+
+def close_io(io: EngineIO, ctx: zmq.Context[Any]) -> None:
+    """Send what is left of the output, close the sockets and end the context."""
+    io.flush_output()
+    io.inbox.close(0)
+    io.outbox.close()
+    ctx.term()
+
+
+def run_engine(rank: int, spec: Mapping[str, Any], key: bytes) -> int:
+    """Body of a forked engine process: set up, announce, serve; returns the exit status."""
+    _die_with_parent()
+    ctx: zmq.Context[Any] = zmq.Context()
+    io = open_io(ctx, spec["address"], rank, int(spec["gen"]), key)
+
+    from .. import MPI, rc
+
+    MPI.Init()
+    rc.initialize = True
     comm = MPI.COMM_WORLD
-    shell.user_ns.update(MPI=MPI, comm=comm, rank=comm.Get_rank(), size=comm.Get_size())
-    shell.user_ns_hidden.update(MPI=MPI, comm=comm, rank=rank, size=comm.Get_size())
+    shell = make_shell(io, {"MPI": MPI, "comm": comm, "rank": rank, "size": comm.Get_size()})
     engine = Engine(io, shell)
     from .. import _progress
 
     _progress.activity = lambda: engine.state
     signal.signal(signal.SIGINT, engine.on_sigint)
-    # Sent on the inbox: once the controller has it, requests can reach this engine.
-    hello = Message("hello", {"rank": rank, "pid": os.getpid(), "host": socket.gethostname()})
-    io.inbox.send_multipart(io.signer.encode(hello))
+    say_hello(io, rank)
+    status = serve_until_shutdown(engine, MPI.Finalize)
+    close_io(io, ctx)
+    return status
+
+
+def serve_until_shutdown(engine: Engine, finalize: Callable[[], Any]) -> int:
+    """Serve requests until told to shut down, then ``finalize`` MPI; the exit status."""
+    io = engine.io
     try:
         engine.serve()
     finally:
         io.flush_output()
-    status = 0
     try:
-        MPI.Finalize()
+        finalize()
     except BaseException as exc:
-        os.write(io.fd_capture.original_stderr, f"rank {rank}: Finalize failed: {exc}\n".encode())
-        status = 1
-    io.flush_output()
-    io.inbox.close(0)
-    io.outbox.close()
-    ctx.term()
-    return status
+        assert io.fd_capture is not None
+        text = f"rank {io.rank}: Finalize failed: {exc}\n"
+        os.write(io.fd_capture.original_stderr, text.encode())
+        return 1
+    return 0
 
 
 def _flush_forever(io: EngineIO) -> None:

@@ -1,0 +1,83 @@
+"""What a rank's process can tell about itself, and do to itself, without any MPI.
+
+Where its main thread is in user code, how much memory it holds, and how to
+send itself a signal. The built-in MPI's progress thread answers controller
+queries with these (:mod:`ipympi._progress`), and so does the control thread
+of an engine running on another MPI (:mod:`ipympi.engine.mpi4py_engine`),
+which must not import the built-in MPI at all.
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+from typing import Any
+
+__all__ = ["describe_location", "resident_bytes", "signal_self", "source_line"]
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+try:
+    _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+except (AttributeError, ValueError, OSError):
+    _PAGE_SIZE = 4096
+
+
+def _user_frame(frame: Any) -> Any:
+    """The innermost frame of user code at or above ``frame``, or None."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith("<ipython-input-"):
+            return frame
+        if not name.startswith(_PACKAGE_DIR) and not name.startswith("<"):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def describe_location(frame: Any) -> str:
+    """The innermost frame of user code at or above ``frame``, in words.
+
+    ``prog.py:12`` for a file, ``line 3 of cell [7]`` for a notebook cell
+    (IPython names cells ``<ipython-input-7-...>``); frames of ipympi itself
+    and of other generated code are skipped. ``""`` when there is none.
+    """
+    frame = _user_frame(frame)
+    if frame is None:
+        return ""
+    name = frame.f_code.co_filename
+    if name.startswith("<ipython-input-"):
+        parts = name.strip("<>").split("-")
+        return f"line {frame.f_lineno} of cell [{parts[2] if len(parts) > 2 else '?'}]"
+    return f"{os.path.basename(name)}:{frame.f_lineno}"
+
+
+def source_line(frame: Any) -> str:
+    """The source text of the line :func:`describe_location` names, stripped ("" if unknown)."""
+    frame = _user_frame(frame)
+    if frame is None:
+        return ""
+    return linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+
+
+def resident_bytes() -> int | None:
+    """This process's resident memory (Linux ``/proc``), else None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def signal_self(signum: int) -> None:
+    """Send ``signum`` to this process's group if it leads one (its children too), else to it.
+
+    How an interrupt reaches a rank that the launcher or controller cannot
+    signal directly (one on another host).
+    """
+    try:
+        if os.getpgrp() == os.getpid():
+            os.killpg(os.getpid(), signum)
+        else:
+            os.kill(os.getpid(), signum)
+    except (OSError, ValueError):
+        pass
