@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
 import shlex
 import subprocess
@@ -42,6 +41,7 @@ from ._hosts import (
     resolve,
     route_source,
 )
+from ._jsonlines import JsonLinesProcess
 from ._launcher import GRACE, Job, Rank, rank_environment
 
 __all__ = [
@@ -55,7 +55,6 @@ __all__ = [
 
 LAUNCHERS = ("auto", "local", "ssh", "srun")
 LOST = 255  # the return code of a rank whose agent went away (as ssh's own failures)
-LOST_WAIT = 0.5  # seconds to learn the exit status of an agent whose events ended
 # Seconds an agent gets to answer (ssh or srun may be slow); IPYMPI_START_TIMEOUT changes it.
 AGENT_START_TIMEOUT = 60.0
 
@@ -96,11 +95,11 @@ def forwarded_environment(env: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name, value in env.items() if not environment_is_local(name)}
 
 
-class AgentProcess:
+class AgentProcess(JsonLinesProcess):
     """One running host agent, seen from the launcher: commands in, events out.
 
-    ``fd`` is its event pipe (for the launcher's poller) and ``err_fd`` its
-    stderr, where ssh, srun or the agent itself explain failures.
+    What ssh, srun or the agent itself say on stderr is reported by the job,
+    line by line, under the host's name.
     """
 
     def __init__(
@@ -111,70 +110,10 @@ class AgentProcess:
         preexec: Any,
         env: Mapping[str, str] | None = None,
     ) -> None:
+        super().__init__(argv, env, capture_stderr=True, preexec=preexec)
         self.index = index
         self.host = host
-        self.argv = list(argv)
-        self.proc = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=None if env is None else dict(env),
-            start_new_session=True,  # a terminal's Ctrl-C reaches ranks only through us
-            preexec_fn=preexec,
-        )
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        self.fd = self.proc.stdout.fileno()
-        self.err_fd = self.proc.stderr.fileno()
-        os.set_blocking(self.fd, False)
-        self._buffer = b""
         self.ready: dict[str, Any] | None = None  # the agent's ready event
-        self.gone = False  # its event pipe reached end of file
-
-    def command(self, command: Mapping[str, Any]) -> None:
-        """Send one command line; an agent that is gone ignores it."""
-        if self.gone or self.proc.stdin is None:
-            return
-        with contextlib.suppress(OSError, ValueError):
-            self.proc.stdin.write(json.dumps(command).encode() + b"\n")
-            self.proc.stdin.flush()
-
-    def read(self) -> list[dict[str, Any]] | None:
-        """The complete events in what the pipe has now; None at end of file."""
-        try:
-            data = os.read(self.fd, 1 << 16)
-        except BlockingIOError:
-            return []
-        except OSError:
-            data = b""
-        if not data:
-            self.gone = True
-            return None
-        self._buffer += data
-        events = []
-        while b"\n" in self._buffer:
-            line, self._buffer = self._buffer.split(b"\n", 1)
-            try:
-                events.append(json.loads(line))
-            except ValueError:
-                print(f"ipympi.run: host {self.host.name}: bad agent line {line[:80]!r}",
-                      file=sys.stderr)  # fmt: skip
-        return events
-
-    def close_stdin(self) -> None:
-        """End of file on its stdin: the agent ends its ranks and exits."""
-        with contextlib.suppress(OSError, ValueError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-
-    def finish(self, deadline: float) -> None:
-        """Wait until ``deadline`` for the agent to exit; then kill it (and wait a little)."""
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(max(0.0, deadline - time.monotonic()))
-            return
-        self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(LOST_WAIT)
 
 
 class AgentRank:
@@ -257,7 +196,6 @@ class HostsJob(Job):
             Host(name, sum(h.slots for h in self.hosts if h.name == name)) for name in names
         ]
         self.agents: list[AgentProcess] = []
-        self._agent_streams: dict[int, OutputStream] = {}
         self._peers_sent = False
         self._control_host = ""
         self._start_deadline = 0.0  # when agents that have not answered are given up
@@ -300,11 +238,8 @@ class HostsJob(Job):
             agent = AgentProcess(node, host, argv, preexec, self.env if how == "local" else None)
             self.agents.append(agent)
             self._watch(agent.fd, lambda agent=agent: self._read_agent(agent))
-            assert agent.proc.stderr is not None
-            prefix = f"{self.name}: host {host.name}: ".encode()
-            errors = OutputStream(agent.proc.stderr, self._stderr, prefix)
-            self._agent_streams[errors.fd] = errors
-            self._watch(errors.fd, lambda fd=errors.fd: self._read_agent_errors(fd))
+            assert agent.err_fd is not None
+            self._watch(agent.err_fd, lambda agent=agent: self._report_errors(agent))
             for rank in ranks:
                 self.ranks.append(AgentRank(rank, agent))
             agent.command(
@@ -339,6 +274,7 @@ class HostsJob(Job):
         events = agent.read()
         if events is None:
             self._unwatch(agent.fd)
+            self._report_errors(agent)
             self._lose(agent)
             return
         for event in events:
@@ -379,10 +315,7 @@ class HostsJob(Job):
         lost = [h for h in self.ranks if isinstance(h, AgentRank) and h.agent is agent]
         running = [h for h in lost if h.returncode is None]
         if running and not self._ending:
-            try:
-                status: int | None = agent.proc.wait(LOST_WAIT)  # its pipe closed as it exited
-            except subprocess.TimeoutExpired:
-                status = None
+            status = agent.proc.poll()
             how = f" (exit status {status})" if status not in (None, 0) else ""
             self.report(f"host {agent.host.name}: lost the connection to its agent{how}")
         for handle in running:
@@ -424,11 +357,13 @@ class HostsJob(Job):
                             self._close_stream(_stream_key(handle.rank, fd))
         super()._reap()
 
-    def _read_agent_errors(self, fd: int) -> None:
-        stream = self._agent_streams.get(fd)
-        if stream is not None and not stream.read():
-            self._unwatch(fd)
-            self._agent_streams.pop(fd).close()
+    def _report_errors(self, agent: AgentProcess) -> None:
+        """Report what the agent (or its ssh, srun) said on stderr, under its host's name."""
+        for line in agent.read_errors():
+            self.report(f"host {agent.host.name}: {line}")
+        if agent.proc.stderr is not None and agent.proc.poll() is not None:
+            assert agent.err_fd is not None
+            self._unwatch(agent.err_fd)
 
     # -- signals, hellos, the end ------------------------------------------------------------
     def send_signal(self, sig: int) -> None:
@@ -460,13 +395,9 @@ class HostsJob(Job):
                 agent.close_stdin()
             deadline = time.monotonic() + GRACE
             for agent in self.agents:
-                agent.finish(time.monotonic() if agent.ready is None else deadline)
-            for fd, stream in list(self._agent_streams.items()):
-                while stream.read():  # what the agent said last
-                    pass
-                self._unwatch(fd)
-                stream.close()
-            self._agent_streams.clear()
+                last = agent.finish(time.monotonic() if agent.ready is None else deadline)
+                for line in last:
+                    self.report(f"host {agent.host.name}: {line}")
 
 
 def _stream_key(rank: int, fd: int) -> int:

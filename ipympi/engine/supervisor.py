@@ -8,11 +8,20 @@ rank whenever the controller asks, in a few milliseconds each. It creates no
 zmq context: a context does not survive a fork.
 
 It talks to the controller through its standard streams, one JSON object per
-line: commands on stdin (``spawn``, ``exit``), events on stdout (``ready``,
-``spawned``, ``exited``). The pipes are private to the two processes. When
-stdin reaches end of file (the controller is gone), the supervisor kills its
-engines and exits; on Linux the engines also die with the supervisor
-(``PR_SET_PDEATHSIG``).
+line: commands on stdin (``spawn``, ``signal``, ``exit``), events on stdout
+(``ready``, ``spawned``, ``exited``). The pipes are private to the two
+processes. When stdin reaches end of file (the controller is gone), the
+supervisor kills its engines and exits; on Linux the engines also die with the
+supervisor (``PR_SET_PDEATHSIG``).
+
+A session on several hosts runs one supervisor per host, started through ssh
+or srun for the others (:mod:`ipympi.controller.hosts`); its ``spawn``
+command then names the ``host`` (as the host list does), the network
+interface (``iface``) and the controller's address (``controller``), and the
+supervisor makes the world's private directory on its host and picks the
+address its engines' tcp sockets bind (:func:`ipympi._hosts.bind_address_for`).
+``signal`` (``signal``, ``ranks``) signals engines on its host, which the
+controller cannot do itself.
 """
 
 from __future__ import annotations
@@ -21,7 +30,9 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -52,6 +63,7 @@ class Supervisor:
         self.commands = commands
         self.events = events
         self.children: dict[int, int] = {}  # pid -> rank
+        self.world_dir: str | None = None  # made here, for a world on several hosts
         self._buffer = b""
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -66,7 +78,7 @@ class Supervisor:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.set_wakeup_fd(self._wake_w)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for engines only
-        self.emit({"type": "ready", "pid": os.getpid()})
+        self.emit({"type": "ready", "pid": os.getpid(), "host": socket.gethostname()})
         try:
             while True:
                 self.reap()
@@ -88,19 +100,64 @@ class Supervisor:
                             return 0
         finally:
             self.kill_all()
+            self.remove_world_dir()
 
     def handle(self, command: dict[str, Any]) -> bool:
         kind = command.get("type")
         if kind == "spawn":
+            if command.get("host") is not None:
+                from .._hosts import HostError
+
+                try:
+                    self.place_world(command)
+                except HostError as exc:  # e.g. no such --iface here: no engine can start
+                    print(f"ipympi supervisor: {exc}", file=sys.stderr, flush=True)
+                    for rank in command["ranks"]:
+                        self.emit({"type": "exited", "rank": rank, "pid": None, "returncode": 1})
+                    return True
             for rank in command["ranks"]:
                 pid = self.fork_engine(int(rank), command)
                 self.children[pid] = int(rank)
                 self.emit({"type": "spawned", "rank": rank, "pid": pid})
             return True
+        if kind == "signal":
+            ranks = {int(rank) for rank in command["ranks"]}
+            for pid, rank in list(self.children.items()):
+                if rank in ranks:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(pid, int(command["signal"]))
+            return True
         if kind == "exit":
             return False
         print(f"ipympi supervisor: unknown command {kind!r}", file=sys.stderr)
         return True
+
+    def place_world(self, spec: dict[str, Any]) -> None:
+        """Set up a world of a session on several hosts on this host (see the docstring).
+
+        The engines' environments get the world's directory, made here, the
+        address to bind, and single-threaded BLAS/OpenMP pools when this
+        host's engines fill its cores.
+        """
+        from .._control import ENV_BIND, ENV_SESSION_DIR
+        from .._hosts import bind_address_for
+        from .._launcher import THREAD_VARS, _make_session_dir
+
+        self.remove_world_dir()
+        self.world_dir = _make_session_dir()
+        bind = bind_address_for(str(spec["host"]), spec.get("iface"), str(spec["controller"]))
+        cpus = os.cpu_count()
+        crowded = cpus is not None and len(spec["ranks"]) >= cpus
+        for env in spec["env"].values():
+            env[ENV_SESSION_DIR], env[ENV_BIND] = self.world_dir, bind
+            for var in THREAD_VARS if crowded else ():
+                if var not in env and var not in os.environ:
+                    env[var] = "1"
+
+    def remove_world_dir(self) -> None:
+        if self.world_dir is not None:
+            shutil.rmtree(self.world_dir, ignore_errors=True)
+            self.world_dir = None
 
     def fork_engine(self, rank: int, spec: dict[str, Any]) -> int:
         pid = os.fork()
