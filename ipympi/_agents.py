@@ -32,15 +32,7 @@ import zmq
 
 from . import _control as ctl
 from ._forwarding import OutputStream
-from ._hosts import (
-    Host,
-    environment_is_local,
-    interface_address,
-    is_this_machine,
-    place,
-    resolve,
-    route_source,
-)
+from ._hosts import Host, controller_address, environment_is_local, nodes_of, start_method
 from ._jsonlines import JsonLinesProcess
 from ._launcher import GRACE, Job, Rank, rank_environment
 
@@ -59,9 +51,17 @@ LOST = 255  # the return code of a rank whose agent went away (as ssh's own fail
 AGENT_START_TIMEOUT = 60.0
 
 
-def agent_argv(host: Host, how: str, launcher_exec: str | None, python: str, cwd: str) -> list[str]:
-    """The command that starts the agent of ``host``: ``how`` is local, ssh or srun."""
-    module = [python, "-m", "ipympi._node"]
+def agent_argv(
+    host: Host,
+    how: str,
+    launcher_exec: str | None,
+    python: str,
+    cwd: str,
+    module_name: str = "ipympi._node",
+) -> list[str]:
+    """The command that starts the agent of ``host`` (or another helper, ``module_name``):
+    ``how`` is local, ssh or srun."""
+    module = [python, "-m", module_name]
     if how == "local":
         return module
     if how == "ssh":
@@ -83,7 +83,7 @@ def agent_argv(host: Host, how: str, launcher_exec: str | None, python: str, cwd
             f"--cpus-per-task={host.slots}",
             "--input=all",
             "--unbuffered",
-            "--job-name=ipympi-agent",
+            "--job-name=ipympi",
             *module,
         ]
     raise ValueError(f"unknown launcher {how!r} (expected one of {', '.join(LAUNCHERS)})")
@@ -189,12 +189,7 @@ class HostsJob(Job):
         self.launcher = launcher
         self.launcher_exec = launcher_exec
         self.iface = iface
-        # One node per distinct host name, numbered in order of first appearance.
-        names = list(dict.fromkeys(host.name for host in self.hosts))
-        self.nodes = [names.index(self.hosts[index].name) for index in place(self.hosts, n)]
-        self.node_hosts = [
-            Host(name, sum(h.slots for h in self.hosts if h.name == name)) for name in names
-        ]
+        self.node_hosts, self.nodes = nodes_of(self.hosts, n)
         self.agents: list[AgentProcess] = []
         self._peers_sent = False
         self._control_host = ""
@@ -202,26 +197,13 @@ class HostsJob(Job):
 
     # -- starting -----------------------------------------------------------------------
     def _bind_control(self, sock: zmq.Socket[bytes]) -> str:
-        self._control_host = self._choose_control_host()
+        used = [self.node_hosts[node].name for node in sorted(set(self.nodes))]
+        self._control_host = controller_address(used, self.iface)
         host = f"[{self._control_host}]" if ":" in self._control_host else self._control_host
         if ":" in self._control_host:
             sock.setsockopt(zmq.IPV6, 1)
         port = sock.bind_to_random_port(f"tcp://{host}")
         return f"tcp://{host}:{port}"
-
-    def _choose_control_host(self) -> str:
-        if self.iface:
-            return interface_address(self.iface)
-        used = {self.node_hosts[node].name for node in set(self.nodes)}
-        remote = [name for name in used if not is_this_machine(name)]
-        return route_source(resolve(remote[0])) if remote else "127.0.0.1"
-
-    def _how(self, host: Host) -> str:
-        if self.launcher != "auto":
-            return self.launcher
-        if is_this_machine(host.name):
-            return "local"
-        return "srun" if "SLURM_JOB_ID" in self.env else "ssh"
 
     def _start_ranks(self, preexec: Callable[[], None] | None) -> None:
         self._start_timeout = float(self.env.get("IPYMPI_START_TIMEOUT", AGENT_START_TIMEOUT))
@@ -232,7 +214,7 @@ class HostsJob(Job):
             ranks = [rank for rank in range(self.n) if self.nodes[rank] == node]
             if not ranks:
                 continue
-            how = self._how(host)
+            how = start_method(host.name, self.launcher, self.env)
             argv = agent_argv(host, how, self.launcher_exec, sys.executable, cwd)
             env = None if how == "local" else shared
             agent = AgentProcess(node, host, argv, preexec, self.env if how == "local" else None)

@@ -29,17 +29,20 @@ __all__ = [
     "Host",
     "HostError",
     "bind_address_for",
+    "controller_address",
     "environment_is_local",
     "expand_counts",
     "expand_nodelist",
     "interface_address",
     "is_this_machine",
+    "nodes_of",
     "parse_hosts",
     "place",
     "read_hostfile",
     "resolve",
     "route_source",
     "slurm_hosts",
+    "start_method",
 ]
 
 
@@ -122,6 +125,39 @@ def place(hosts: Sequence[Host], n: int) -> list[int]:
     """The host index of each of ``n`` ranks: fill slots in order, then wrap around."""
     order = [index for index, host in enumerate(hosts) for _ in range(host.slots)]
     return [order[rank % len(order)] for rank in range(n)]
+
+
+def nodes_of(hosts: Sequence[Host], n: int) -> tuple[list[Host], list[int]]:
+    """The distinct hosts (a name listed twice is one host, with the slots added up),
+    and the index among them of each of ``n`` ranks' host (see :func:`place`)."""
+    names = list(dict.fromkeys(host.name for host in hosts))
+    distinct = [Host(name, sum(h.slots for h in hosts if h.name == name)) for name in names]
+    return distinct, [names.index(hosts[index].name) for index in place(hosts, n)]
+
+
+def start_method(name: str, launcher: str, env: Mapping[str, str]) -> str:
+    """How to start a helper process on host ``name``: ``local``, ``ssh`` or ``srun``.
+
+    ``launcher`` as asked, except ``auto``: this machine directly, another host
+    as a step of the Slurm job this runs in (``SLURM_JOB_ID``), else by ssh.
+    """
+    if launcher != "auto":
+        return launcher
+    if is_this_machine(name):
+        return "local"
+    return "srun" if "SLURM_JOB_ID" in env else "ssh"
+
+
+def controller_address(names: Sequence[str], iface: str | None) -> str:
+    """The address a launcher or controller binds for ranks on the hosts ``names``.
+
+    The interface asked for; loopback when every host is this machine; else
+    the address this machine uses to reach the first other host.
+    """
+    if iface:
+        return interface_address(iface)
+    remote = [name for name in names if not is_this_machine(name)]
+    return route_source(resolve(remote[0])) if remote else "127.0.0.1"
 
 
 # -- Slurm -----------------------------------------------------------------------------

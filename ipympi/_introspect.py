@@ -11,26 +11,49 @@ from __future__ import annotations
 
 import linecache
 import os
+import sysconfig
 from typing import Any
 
 __all__ = ["describe_location", "resident_bytes", "signal_self", "source_line"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_LIBRARY_DIRS = tuple(
+    {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+)
 try:
     _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
 except (AttributeError, ValueError, OSError):
     _PAGE_SIZE = 4096
 
 
+def _is_library(frame: Any) -> bool:
+    """A frame of the standard library or an installed package (zmq, numpy, ...)."""
+    name = frame.f_code.co_filename
+    return name.startswith(_LIBRARY_DIRS) or "/site-packages/" in name
+
+
 def _user_frame(frame: Any) -> Any:
-    """The innermost frame of user code at or above ``frame``, or None."""
+    """The innermost frame of user code at or above ``frame``, or None.
+
+    Frames of ipympi are skipped, and so are frames of libraries that ipympi
+    called (zmq's poll while a rank waits for a message on another host); a
+    user's function called by ipympi (a reduction operation) is user code.
+    """
+    chain = []
     while frame is not None:
+        chain.append(frame)
+        frame = frame.f_back
+    first = next(
+        (i for i, f in enumerate(chain) if f.f_code.co_filename.startswith(_PACKAGE_DIR)), 0
+    )
+    if not all(_is_library(f) for f in chain[:first]):
+        first = 0
+    for frame in chain[first:]:
         name = frame.f_code.co_filename
         if name.startswith("<ipython-input-"):
             return frame
         if not name.startswith(_PACKAGE_DIR) and not name.startswith("<"):
             return frame
-        frame = frame.f_back
     return None
 
 

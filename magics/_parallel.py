@@ -21,10 +21,11 @@ from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, 
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
+from ipympi._hosts import HostError, parse_hosts, read_hostfile
 from ipympi.controller import session
 from ipympi.controller.cluster import Cluster, ClusterError
 from ipympi.controller.execute import CellOptions, CellResult, ensure_world, follow, run_cell
-from ipympi.controller.launchers import BACKENDS, MPI_LAUNCHERS, make_launcher
+from ipympi.controller.launchers import BACKENDS, LAUNCHERS, make_launcher
 from ipympi.controller.publish import cell_number, publisher_for, request_is_silent
 from ipympi.controller.render import GROUPS
 from ipympi.controller.status import StatusTable
@@ -130,13 +131,20 @@ class ParallelMagics(Magics):
     def mpi(self, line: str, cell: str | None = None) -> Any:
         """Manage the MPI session, or (as ``%%mpi``) run a cell on the ranks like ``%%px``.
 
-        %mpi start [-n N] [--backend builtin|mpi4py] [--launcher mpiexec|srun]
+        %mpi start [-n N] [--backend builtin|mpi4py] [--launcher L] [--hosts LIST]
                               start N ranks (default: IPYMPI_NP, else 4) on ipympi's own
                               MPI (default: IPYMPI_BACKEND, else builtin) or on mpi4py,
                               started by mpiexec (default: IPYMPI_LAUNCHER) or srun
+                              --hosts a:4,b:4 (or --hostfile FILE): ranks on several hosts;
+                              the built-in MPI's are started directly (this machine), by
+                              ssh, or by srun in a Slurm allocation (--launcher auto|local|
+                              ssh|srun; srun alone takes the allocation's nodes);
+                              --launcher-exec CMD replaces ssh, srun or mpiexec;
+                              --iface NAME is the network interface every socket binds
         %mpi stop             end the ranks
-        %mpi restart [-n N] [--backend B] [--launcher L]
-                              a fresh world of N ranks (default: the same size and backend)
+        %mpi restart [-n N] [--backend B] [--launcher L] [--hosts LIST] ...
+                              a fresh world of N ranks (default: the same size, backend
+                              and hosts)
         %mpi status           what each rank is doing: pid, host, state, MPI call, memory
         %mpi push NAME...     send the controller's variables to every rank
         %mpi pull NAME [-t T] the value of NAME on each rank, as a list
@@ -169,33 +177,53 @@ class ParallelMagics(Magics):
         return getattr(self, method)(rest)
 
     def _world_args(self, rest: list[str], command: str) -> argparse.Namespace:
-        """``-n``, ``--backend`` and ``--launcher`` of ``%mpi start`` and ``%mpi restart``."""
+        """``-n``, the backend, the launcher and the hosts of ``%mpi start``/``restart``."""
         parser = _Parser(prog=f"%mpi {command}")
         parser.add_argument("-n", "--np", type=int, dest="n", help="number of ranks")
         parser.add_argument("--backend", choices=BACKENDS, help="the MPI the ranks run")
-        parser.add_argument("--launcher", choices=MPI_LAUNCHERS, help="starts mpi4py ranks")
+        parser.add_argument("--launcher", choices=LAUNCHERS, help="how ranks are started")
+        parser.add_argument("--hosts", metavar="LIST", help="hosts, e.g. a:4,b:4")
+        parser.add_argument("--hostfile", metavar="FILE", help="hosts, one per line")
+        parser.add_argument("--launcher-exec", metavar="CMD", help="the ssh/srun/mpiexec to use")
+        parser.add_argument("--iface", metavar="NAME", help="the network interface to bind")
         args = parser.parse(rest)
         if args.n is not None and args.n < 1:
             raise UsageError(f"%mpi {command}: -n must be at least 1, not {args.n}")
+        if args.hosts and args.hostfile:
+            raise UsageError(f"%mpi {command}: give --hosts or --hostfile, not both")
+        try:
+            if args.hosts:
+                args.hosts = parse_hosts(args.hosts)
+            elif args.hostfile:
+                args.hosts = read_hostfile(args.hostfile)
+        except HostError as exc:
+            raise UsageError(f"%mpi {command}: {exc}") from None
         return args
+
+    @staticmethod
+    def _placement(args: argparse.Namespace) -> dict[str, Any]:
+        return {"hosts": args.hosts, "launcher_exec": args.launcher_exec, "iface": args.iface}
 
     def _backend_choice(
         self, cluster: Cluster, args: argparse.Namespace, command: str
-    ) -> tuple[str, str | None] | None:
-        """The backend and launcher the options switch ``cluster`` to, checked; None: no switch."""
-        if args.backend is None and args.launcher is None:
+    ) -> dict[str, Any] | None:
+        """The backend, launcher and hosts the options switch ``cluster`` to, checked;
+        None: no switch (the options say nothing new)."""
+        placement = self._placement(args)
+        if args.backend is None and args.launcher is None and not any(placement.values()):
             return None
         backend = args.backend or cluster.backend
         launcher = args.launcher
         if backend == "mpi4py" and launcher is None and cluster.backend == "mpi4py":
             launcher = cluster.launcher.name  # --backend mpi4py alone keeps the launcher
-        if backend == cluster.backend and launcher in (None, cluster.launcher.name):
+        same_launcher = launcher in (None, cluster.launcher.name)
+        if backend == cluster.backend and same_launcher and not any(placement.values()):
             return None
         try:
-            make_launcher(backend, launcher, cluster.env)  # refused here, before any world ends
+            make_launcher(backend, launcher, cluster.env, **placement)  # refused before any end
         except ClusterError as exc:
             raise UsageError(f"%mpi {command}: {exc}") from None
-        return backend, launcher
+        return {"backend": backend, "launcher": launcher, **placement}
 
     def _mpi_start(self, rest: list[str]) -> None:
         args = self._world_args(rest, "start")
@@ -203,12 +231,8 @@ class ParallelMagics(Magics):
             cluster = session.current()
         except ClusterError:
             try:
-                backend = args.backend or session.default_backend()
-                launcher = args.launcher or (
-                    session.default_launcher() if backend == "mpi4py" else None
-                )
-                cluster = Cluster(
-                    args.n or session.default_size(), backend=backend, launcher=launcher
+                cluster = session.new_cluster(
+                    args.n, args.backend, args.launcher, **self._placement(args)
                 )
             except ClusterError as exc:
                 raise UsageError(f"%mpi start: {exc}") from None
@@ -220,7 +244,7 @@ class ParallelMagics(Magics):
             )
         choice = self._backend_choice(cluster, args, "start")
         if choice is not None:
-            cluster.use(*choice)
+            cluster.use(**choice)
         started = time.monotonic()
         try:
             cluster.start(args.n)
@@ -245,7 +269,7 @@ class ParallelMagics(Magics):
         started = time.monotonic()
         cluster.stop()
         if choice is not None:
-            cluster.use(*choice)
+            cluster.use(**choice)
         try:
             cluster.start(args.n)
         except ClusterError as exc:
@@ -474,9 +498,12 @@ _SUBCOMMANDS = {
 
 
 def _ready(cluster: Cluster) -> str:
-    """``4 ranks ready`` (``on mpi4py`` added where the backend is not the built-in MPI)."""
+    """``4 ranks ready`` (``on mpi4py`` added where the backend is not the built-in MPI,
+    ``on 2 hosts`` where the ranks are on several)."""
     on = "" if cluster.backend == "builtin" else f" on {cluster.backend}"
-    return f"{cluster.n} ranks{on} ready"
+    hosts = len({engine.host for engine in cluster.engines if engine.host})
+    where = f" on {hosts} hosts" if hosts > 1 else ""
+    return f"{cluster.n} ranks{on} ready{where}"
 
 
 class _Parser(argparse.ArgumentParser):

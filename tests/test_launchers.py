@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ipympi._hosts import Host
 from ipympi.controller import session
 from ipympi.controller.cluster import Cluster, ClusterError
 from ipympi.controller.launchers import (
@@ -74,8 +75,14 @@ def test_the_builtin_backend_is_forked_by_the_supervisor() -> None:
 def test_bad_backends_and_launchers_are_refused_with_a_readable_error() -> None:
     with pytest.raises(ClusterError, match=r"unknown backend 'foo': choose from builtin, mpi4py"):
         Cluster(2, backend="foo")
-    with pytest.raises(ClusterError, match="for the mpi4py backend only"):
-        Cluster(2, backend="builtin", launcher="srun")
+    with pytest.raises(ClusterError, match="--launcher mpiexec starts ranks on mpi4py"):
+        Cluster(2, backend="builtin", launcher="mpiexec")
+    with pytest.raises(ClusterError, match="--launcher srun needs a Slurm allocation"):
+        Cluster(2, backend="builtin", launcher="srun", env={})
+    with pytest.raises(ClusterError, match="give --hosts"):
+        Cluster(2, backend="builtin", launcher="ssh")
+    with pytest.raises(ClusterError, match="unknown launcher 'pbs'"):
+        Cluster(2, backend="builtin", launcher="pbs")
 
 
 def test_a_missing_mpi4py_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,7 +95,7 @@ def test_a_missing_mpi4py_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_srun_outside_slurm_is_named(tmp_path: Path) -> None:
     with pytest.raises(ClusterError, match="there is no srun on PATH"):
         Cluster(2, backend="mpi4py", launcher="srun", env={"PATH": str(tmp_path)})
-    with pytest.raises(ClusterError, match="unknown launcher 'ssh'"):
+    with pytest.raises(ClusterError, match="--launcher ssh starts the built-in MPI's engines"):
         make_launcher("mpi4py", "ssh", {})
 
 
@@ -115,6 +122,38 @@ def test_command_lines_carry_no_secret(tmp_path: Path) -> None:
     assert MPILauncher("mpiexec", {**env, "SLURM_JOB_ID": "12"}).remote
 
 
+@pytest.mark.skipif(not HAS_MPI4PY, reason="mpi4py is not installed")
+def test_hosts_go_to_the_mpi_launcher(tmp_path: Path) -> None:
+    mpiexec = tmp_path / "mpiexec"
+    mpiexec.write_text("#!/bin/sh\necho 'HYDRA build details:'\n")
+    mpiexec.chmod(0o755)
+    hosts = [Host("a", 4), Host("b", 2)]
+    launcher = make_launcher("mpi4py", None, {"PATH": str(tmp_path)}, hosts=hosts, iface="lo")
+    assert isinstance(launcher, MPILauncher) and launcher.remote
+    assert launcher.command(6)[1:5] == ["-n", "6", "-hosts", "a:4,b:2"]
+    assert launcher.address({}) == "127.0.0.1"  # the interface asked for
+    mpiexec.write_text("#!/bin/sh\necho 'mpiexec (Open MPI) 5.0.3'\n")
+    other = MPILauncher("mpiexec", {"PATH": str(tmp_path)}, hosts)
+    assert other.command(6)[3:5] == ["--host", "a:4,b:2"]
+    srun = MPILauncher("srun", {"PATH": str(tmp_path)}, hosts, program="/opt/slurm/srun")
+    assert srun.command(6)[:4] == ["/opt/slurm/srun", "--ntasks=6", "--kill-on-bad-exit=1",
+                                   "--nodelist=a,b"]  # fmt: skip
+
+
+def test_the_built_in_mpi_on_hosts_has_a_supervisor_per_host() -> None:
+    from ipympi.controller.hosts import HostsLauncher
+
+    launcher = make_launcher("builtin", None, {}, hosts=[Host("127.0.0.2", 2), Host("x", 1)])
+    assert isinstance(launcher, HostsLauncher) and launcher.remote
+    assert launcher.started_by == "forked by supervisors on 2 hosts"
+    allocation = {"SLURM_JOB_NODELIST": "n[1-3]", "SLURM_TASKS_PER_NODE": "4(x3)"}
+    slurm = make_launcher("builtin", "srun", allocation)
+    assert isinstance(slurm, HostsLauncher)
+    assert slurm.describe_hosts() == "n1:4,n2:4,n3:4"
+    local = make_launcher("builtin", None, {}, hosts=[Host("127.0.0.2", 2)], iface="lo")
+    assert local.address({}) == "127.0.0.1"
+
+
 def test_engines_on_other_hosts_connect_to_one_interface() -> None:
     assert routable_address({"IPYMPI_IP": "10.1.2.3"}) == "10.1.2.3"
     address = routable_address({})
@@ -131,6 +170,16 @@ def test_the_environment_chooses_the_kernels_backend(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("IPYMPI_BACKEND", "openmpi")
     with pytest.raises(ClusterError, match="IPYMPI_BACKEND='openmpi': choose from"):
         session.default_backend()
-    monkeypatch.setenv("IPYMPI_LAUNCHER", "ssh")
-    with pytest.raises(ClusterError, match="IPYMPI_LAUNCHER='ssh': choose from"):
+    monkeypatch.setenv("IPYMPI_LAUNCHER", "pbs")
+    with pytest.raises(ClusterError, match="IPYMPI_LAUNCHER='pbs': choose from"):
         session.default_launcher()
+    monkeypatch.setenv("IPYMPI_HOSTS", "a:4,b:0")
+    with pytest.raises(ClusterError, match=r"IPYMPI_HOSTS='a:4,b:0': .*positive"):
+        session.default_placement()
+    monkeypatch.setenv("IPYMPI_HOSTS", "a:4,b:4")
+    monkeypatch.setenv("IPYMPI_IFACE", "ib0")
+    assert session.default_placement() == {
+        "hosts": [Host("a", 4), Host("b", 4)],
+        "iface": "ib0",
+        "launcher_exec": None,
+    }

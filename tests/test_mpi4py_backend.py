@@ -182,7 +182,9 @@ def test_mpi_status_names_the_backend_and_each_rank(kernel: KernelSession) -> No
 def test_bad_options_get_readable_errors(kernel: KernelSession) -> None:
     for code, expected in [
         ("%mpi restart --backend foo", "argument --backend: invalid choice: 'foo'"),
-        ("%mpi restart --backend builtin --launcher srun", "for the mpi4py backend only"),
+        ("%mpi restart --backend builtin --launcher mpiexec", "starts ranks on mpi4py"),
+        ("%mpi restart --backend builtin --launcher srun", "needs a Slurm allocation"),
+        ("%mpi restart --launcher ssh", "--launcher ssh starts the built-in MPI's engines"),
         ("%%px --trace\n1", "--trace records the messages of ipympi's built-in MPI"),
         ("%mpi explain comm.bcast(rank)", "shows what ipympi's built-in MPI does"),
     ]:

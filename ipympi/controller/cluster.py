@@ -38,7 +38,7 @@ from .. import _control as ctl
 from .._launcher import _make_session_dir
 from ..engine.protocol import Message, ProtocolError, Signer
 from .api import ClusterAPI
-from .launchers import ClusterError, Launcher, World, make_launcher, routable_address
+from .launchers import ClusterError, Launcher, World, make_launcher
 from .records import EngineRecord, Output, Request
 from .render import WORLD_ENDED
 from .status import status_rows
@@ -68,7 +68,9 @@ class Cluster(ClusterAPI):
 
     ``backend`` is ``"builtin"`` (ipympi's own MPI, the default) or
     ``"mpi4py"`` (a real MPI, started by ``launcher``: ``"mpiexec"``, the
-    default, or ``"srun"``).
+    default, or ``"srun"``). ``placement`` (``hosts``, ``launcher_exec``,
+    ``iface``) puts the ranks on several hosts; see
+    :func:`~ipympi.controller.launchers.make_launcher`.
     """
 
     def __init__(
@@ -78,12 +80,13 @@ class Cluster(ClusterAPI):
         env: Mapping[str, str] | None = None,
         backend: str = "builtin",
         launcher: str | None = None,
+        **placement: Any,
     ) -> None:
         if n < 1:
             raise ValueError(f"a session needs at least one rank, not {n}")
         self.n = n
         self.env = dict(os.environ if env is None else env)
-        self.launcher: Launcher = make_launcher(backend, launcher, self.env)
+        self.launcher: Launcher = make_launcher(backend, launcher, self.env, **placement)
         self.session_dir = _make_session_dir()
         self.key = secrets.token_bytes(32)
         self.signer = Signer(self.key)
@@ -104,6 +107,7 @@ class Cluster(ClusterAPI):
         self._tcp_engines: str | None = None  # the ROUTER's tcp address, once bound
         self._ctl: zmq.Socket[bytes] | None = None
         self._mpi_key = b""  # signs the current world's control messages
+        self._endpoints: dict[int, str] = {}  # rank -> tcp endpoint (a world on several hosts)
         self._world_dir: str | None = None
         self._poller = zmq.Poller()
         self._poller.register(self._router, zmq.POLLIN)
@@ -120,11 +124,13 @@ class Cluster(ClusterAPI):
         """The MPI the engines run: ``"builtin"`` or ``"mpi4py"``."""
         return self.launcher.backend
 
-    def use(self, backend: str, launcher: str | None = None) -> None:
-        """Run the next worlds on ``backend`` (started by ``launcher``); no world may be running."""
+    def use(self, backend: str, launcher: str | None = None, **placement: Any) -> None:
+        """Run the next worlds on ``backend`` (started by ``launcher``, on the hosts of
+        ``placement``: see :func:`~ipympi.controller.launchers.make_launcher`); no world
+        may be running."""
         if self.running:
             raise ClusterError("stop the engines first (%mpi restart does)")
-        chosen = make_launcher(backend, launcher, self.env)
+        chosen = make_launcher(backend, launcher, self.env, **placement)
         self.launcher.close(STOP_GRACE)
         self.launcher = chosen
         self._watch_launcher()
@@ -163,6 +169,7 @@ class Cluster(ClusterAPI):
         self._ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._poller.register(self._ctl, zmq.POLLIN)
         self.engines = [EngineRecord(rank) for rank in range(self.n)]
+        self._endpoints = {}
         self._mpi_key = secrets.token_bytes(16)
         try:
             world = World(
@@ -190,7 +197,7 @@ class Cluster(ClusterAPI):
         if not self.launcher.remote:
             return f"ipc://{self.session_dir}/engines"
         if self._tcp_engines is None:
-            self._router.bind(f"tcp://{routable_address(self.env)}:0")
+            self._router.bind(f"tcp://{self.launcher.address(self.env)}:0")
             self._tcp_engines = self._router.getsockopt(zmq.LAST_ENDPOINT).decode()
         return self._tcp_engines
 
@@ -201,7 +208,7 @@ class Cluster(ClusterAPI):
             address = ctl.control_address(self._world_dir)
             self._ctl.bind(address)
             return address
-        self._ctl.bind(f"tcp://{routable_address(self.env)}:0")
+        self._ctl.bind(f"tcp://{self.launcher.address(self.env)}:0")
         return self._ctl.getsockopt(zmq.LAST_ENDPOINT).decode()
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
@@ -342,7 +349,8 @@ class Cluster(ClusterAPI):
         """The launcher ended every engine still running (a failed rank ends an MPI job)."""
         if event.get("abort") and self.aborted is None and not self._stopping:
             self.aborted = dict(event["abort"])
-        unexplained = all(e.returncode is None for e in self.engines)
+        # "known": the launcher knows why (a host was lost); no abort can be on its way.
+        unexplained = not event.get("known") and all(e.returncode is None for e in self.engines)
         if unexplained and not self._stopping and self.aborted is None and not self.ended:
             # No rank said how it ended: an Abort ends every process at once, and
             # the aborting rank's message may still be on its way.
@@ -649,9 +657,23 @@ class Cluster(ClusterAPI):
                 continue
             if msg["type"] == ctl.STATE:
                 self.engines[rank].state = msg
+            elif msg["type"] == ctl.HELLO and msg.get("data"):
+                self._note_endpoint(rank, str(msg["data"]))
             elif msg["type"] == ctl.ABORT and self.aborted is None:
                 self.aborted = msg
                 self.signal([e.rank for e in self.engines], signal.SIGKILL)
+
+    def _note_endpoint(self, rank: int, endpoint: str) -> None:
+        """A rank of a world on several hosts announced its tcp endpoint; once every
+        rank has, each gets the table (``peers``) and its ``MPI.Init`` returns."""
+        self._endpoints[rank] = endpoint
+        if len(self._endpoints) < len(self.engines) or self._ctl is None:
+            return
+        table = [self._endpoints[r] for r in range(len(self.engines))]
+        frame = ctl.encode({"type": ctl.PEERS, "endpoints": table}, self._mpi_key)
+        for engine in self.engines:
+            with contextlib.suppress(zmq.ZMQError):
+                self._ctl.send_multipart([ctl.identity(engine.rank), frame], zmq.NOBLOCK)
 
     # -- observation -------------------------------------------------------------------
     def query_states(self, timeout: float = QUERY_TIMEOUT, wait: bool = True) -> list[dict]:

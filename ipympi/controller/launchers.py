@@ -44,11 +44,12 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import _control as ctl
+from .._hosts import Host, HostError, interface_address, slurm_hosts
 from .._launcher import _die_with_parent, rank_environment
 from ..engine import mpi4py_engine
 from ..engine.keeper import parse_report
@@ -56,6 +57,8 @@ from .supervisor import SupervisorProcess, engine_environment
 
 __all__ = [
     "BACKENDS",
+    "HOST_LAUNCHERS",
+    "LAUNCHERS",
     "MPI_LAUNCHERS",
     "ClusterError",
     "Launcher",
@@ -136,6 +139,10 @@ class Launcher:
     def diagnosis(self) -> str:
         """What the launcher itself last printed that may explain a failure ("" if nothing)."""
         return ""
+
+    def address(self, env: Mapping[str, str]) -> str:
+        """The address the cluster binds for engines on other hosts (:attr:`remote`)."""
+        return routable_address(env)
 
 
 # -- the built-in MPI: engines forked by a supervisor ---------------------------------------
@@ -230,7 +237,17 @@ class MPILauncher(Launcher):
     library = "a real MPI"  # until the engines name it
     interrupts_mpi_calls = False
 
-    def __init__(self, name: str, env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        env: Mapping[str, str],
+        hosts: Sequence[Host] | None = None,
+        program: str | None = None,
+        iface: str | None = None,
+    ) -> None:
+        """``hosts`` go to the MPI launcher (``mpiexec -hosts``, ``srun --nodelist``);
+        ``program`` replaces the ``mpiexec``/``srun`` found on PATH; engines on other
+        hosts reach the controller at ``iface``'s address."""
         if name not in MPI_LAUNCHERS:
             raise ClusterError(f"unknown launcher {name!r}: choose from {', '.join(MPI_LAUNCHERS)}")
         if importlib.util.find_spec("mpi4py") is None:
@@ -240,8 +257,16 @@ class MPILauncher(Launcher):
             )
         self.name = name
         self.started_by = f"started by {name}"
-        self.program = _find_program(name, env)
-        self.remote = name == "srun" or any(var in env for var in ALLOCATION_VARIABLES)
+        self.program = program or _find_program(name, env)
+        self.hosts = list(hosts or [])
+        self._hosts_flag = ""  # how this mpiexec is given hosts, once asked
+        self.iface = iface
+        self.remote = (
+            name == "srun"
+            or bool(hosts)
+            or iface is not None
+            or any(var in env for var in ALLOCATION_VARIABLES)
+        )
         self.proc: subprocess.Popen[bytes] | None = None
         self._key = b""
         self._pidfd: int | None = None
@@ -257,9 +282,17 @@ class MPILauncher(Launcher):
         """The command line of a world of ``n`` ranks."""
         engine = [sys.executable, "-m", mpi4py_engine.__name__]
         if self.name == "srun":
+            nodes = [f"--nodelist={','.join(h.name for h in self.hosts)}"] if self.hosts else []
             # End the step when a task fails, as mpiexec ends the job.
-            return [self.program, f"--ntasks={n}", "--kill-on-bad-exit=1", *engine]
-        return [self.program, "-n", str(n), *engine]
+            return [self.program, f"--ntasks={n}", "--kill-on-bad-exit=1", *nodes, *engine]
+        placement = []
+        if self.hosts:
+            self._hosts_flag = self._hosts_flag or _hosts_option(self.program)
+            placement = [self._hosts_flag, ",".join(f"{h.name}:{h.slots}" for h in self.hosts)]
+        return [self.program, "-n", str(n), *placement, *engine]
+
+    def address(self, env: Mapping[str, str]) -> str:
+        return interface_address(self.iface) if self.iface else routable_address(env)
 
     def start(self, world: World) -> list[Event]:
         self.close(0.5)  # whatever is left of the previous world
@@ -451,19 +484,73 @@ def _find_program(name: str, env: Mapping[str, str]) -> str:
     )
 
 
+def _hosts_option(program: str) -> str:
+    """How ``program`` (an mpiexec) is given hosts: Open MPI's ``--host``, else MPICH's
+    (and Intel MPI's) ``-hosts``."""
+    try:
+        said = subprocess.run(
+            [program, "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "-hosts"
+    text = said.stdout + said.stderr
+    return "--host" if "Open MPI" in text or "OpenRTE" in text else "-hosts"
+
+
 # -- choosing one ---------------------------------------------------------------------------
-def make_launcher(backend: str, launcher: str | None, env: Mapping[str, str]) -> Launcher:
-    """The launcher for ``backend`` (and, for mpi4py, ``launcher``: mpiexec by default)."""
+HOST_LAUNCHERS = ("auto", "local", "ssh", "srun")  # start supervisors of the built-in MPI
+LAUNCHERS = tuple(dict.fromkeys((*MPI_LAUNCHERS, *HOST_LAUNCHERS)))
+
+
+def make_launcher(
+    backend: str,
+    launcher: str | None,
+    env: Mapping[str, str],
+    *,
+    hosts: Sequence[Host] | None = None,
+    launcher_exec: str | None = None,
+    iface: str | None = None,
+) -> Launcher:
+    """The launcher for ``backend`` with ``launcher`` (see below) on ``hosts``.
+
+    The built-in MPI on this machine: a supervisor (``launcher`` None or
+    ``local``); on ``hosts``, or the nodes of the Slurm allocation with
+    ``srun``: one supervisor per host, started as ``launcher`` says (``auto``,
+    ``local``, ``ssh``, ``srun``). mpi4py: ``mpiexec`` (the default) or
+    ``srun``, given the hosts. ``launcher_exec`` replaces the ssh, srun or
+    mpiexec command; ``iface`` is the interface (or address) to bind.
+    """
     if backend not in BACKENDS:
         raise ClusterError(f"unknown backend {backend!r}: choose from {', '.join(BACKENDS)}")
-    if backend == "builtin":
-        if launcher is not None:
+    if launcher is not None and launcher not in LAUNCHERS:
+        raise ClusterError(f"unknown launcher {launcher!r}: choose from {', '.join(LAUNCHERS)}")
+    if backend == "mpi4py":
+        if launcher not in (None, *MPI_LAUNCHERS):
             raise ClusterError(
-                f"the launcher ({launcher}) is chosen for the mpi4py backend only: "
-                "the built-in MPI's engines are forked by ipympi itself"
+                f"--launcher {launcher} starts the built-in MPI's engines: ranks on mpi4py "
+                f"are started by {' or '.join(MPI_LAUNCHERS)}"
+            )
+        return MPILauncher(launcher or "mpiexec", env, hosts, launcher_exec, iface)
+    if launcher == "mpiexec":
+        raise ClusterError(
+            "--launcher mpiexec starts ranks on mpi4py (--backend mpi4py); the built-in "
+            "MPI's engines are started by ipympi itself, on hosts by local, ssh or srun"
+        )
+    from .hosts import HostsLauncher
+
+    if hosts is None and launcher == "srun":
+        try:
+            hosts = slurm_hosts(env)
+        except HostError as exc:
+            raise ClusterError(str(exc)) from None
+    if hosts is None:
+        if launcher not in (None, "local") or launcher_exec or iface:
+            raise ClusterError(
+                "--launcher, --launcher-exec and --iface place ranks on hosts: give --hosts "
+                "(or --hostfile)"
             )
         return SupervisorLauncher(env)
-    return MPILauncher(launcher or "mpiexec", env)
+    return HostsLauncher(hosts, env, launcher or "auto", launcher_exec, iface)
 
 
 def routable_address(env: Mapping[str, str]) -> str:

@@ -14,9 +14,10 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
+from .._hosts import HostError, parse_hosts
 from .cluster import DEFAULT_NP, Cluster, ClusterError, Request
 from .execute import rank_error
-from .launchers import BACKENDS, MPI_LAUNCHERS
+from .launchers import BACKENDS, LAUNCHERS
 from .targets import parse_targets
 
 __all__ = [
@@ -27,9 +28,11 @@ __all__ = [
     "current",
     "default_backend",
     "default_launcher",
+    "default_placement",
     "default_size",
     "gather",
     "last_trace",
+    "new_cluster",
     "pull",
     "push",
     "scatter",
@@ -41,6 +44,9 @@ __all__ = [
 NP_ENV = "IPYMPI_NP"
 BACKEND_ENV = "IPYMPI_BACKEND"
 LAUNCHER_ENV = "IPYMPI_LAUNCHER"
+HOSTS_ENV = "IPYMPI_HOSTS"
+IFACE_ENV = "IPYMPI_IFACE"
+LAUNCHER_EXEC_ENV = "IPYMPI_LAUNCHER_EXEC"
 DATA_TIMEOUT = None  # data requests wait like cells: Ctrl-C interrupts them
 
 _current: Cluster | None = None
@@ -71,11 +77,44 @@ def default_backend() -> str:
 
 
 def default_launcher() -> str | None:
-    """The launcher of a new mpi4py session: ``IPYMPI_LAUNCHER`` if set (else mpiexec)."""
+    """The launcher of a new session: ``IPYMPI_LAUNCHER`` if set (else the backend's own)."""
     launcher = os.environ.get(LAUNCHER_ENV, "").strip() or None
-    if launcher is not None and launcher not in MPI_LAUNCHERS:
-        raise ClusterError(f"{LAUNCHER_ENV}={launcher!r}: choose from {', '.join(MPI_LAUNCHERS)}")
+    if launcher is not None and launcher not in LAUNCHERS:
+        raise ClusterError(f"{LAUNCHER_ENV}={launcher!r}: choose from {', '.join(LAUNCHERS)}")
     return launcher
+
+
+def default_placement() -> dict[str, Any]:
+    """Where a new session's ranks run: ``IPYMPI_HOSTS`` (``a:4,b:4``), ``IPYMPI_IFACE``
+    and ``IPYMPI_LAUNCHER_EXEC``, as the options of ``%mpi start``."""
+    text = os.environ.get(HOSTS_ENV, "").strip()
+    try:
+        hosts = parse_hosts(text) if text else None
+    except HostError as exc:
+        raise ClusterError(f"{HOSTS_ENV}={text!r}: {exc}") from None
+    return {
+        "hosts": hosts,
+        "iface": os.environ.get(IFACE_ENV, "").strip() or None,
+        "launcher_exec": os.environ.get(LAUNCHER_EXEC_ENV, "").strip() or None,
+    }
+
+
+def new_cluster(
+    n: int | None = None, backend: str | None = None, launcher: str | None = None, **placement: Any
+) -> Cluster:
+    """A cluster as asked, the environment (``IPYMPI_*``) filling in what is not.
+
+    ``IPYMPI_LAUNCHER=mpiexec`` is left aside for the built-in MPI, whose
+    engines mpiexec does not start.
+    """
+    backend = backend or default_backend()
+    if launcher is None:
+        launcher = default_launcher()
+        if backend == "builtin" and launcher == "mpiexec":
+            launcher = None
+    chosen = default_placement()
+    chosen.update({key: value for key, value in placement.items() if value is not None})
+    return Cluster(n or default_size(), backend=backend, launcher=launcher, **chosen)
 
 
 def current(*, start: bool = False) -> Cluster:
@@ -85,7 +124,7 @@ def current(*, start: bool = False) -> Cluster:
         if not start:
             why = f" ({_start_error})" if _start_error else ""
             raise ClusterError(f"no MPI session{why}: run %mpi start (or use the ipympi kernel)")
-        _current = Cluster(default_size(), backend=default_backend(), launcher=default_launcher())
+        _current = new_cluster()
     return _current
 
 

@@ -563,7 +563,9 @@ def run_engine(rank: int, spec: Mapping[str, Any], key: bytes) -> int:
 
     _progress.activity = lambda: engine.state
     signal.signal(signal.SIGINT, engine.on_sigint)
-    say_hello(io, rank)
+    from .._runtime import host_name
+
+    say_hello(io, rank, {"host": host_name()})  # the host's name as the host list gives it
     status = serve_until_shutdown(engine, MPI.Finalize)
     close_io(io, ctx)
     return status
