@@ -197,7 +197,7 @@ class Cluster(ClusterAPI):
         if not self.launcher.remote:
             return f"ipc://{self.session_dir}/engines"
         if self._tcp_engines is None:
-            self._router.bind(f"tcp://{self.launcher.address(self.env)}:0")
+            self._router.bind(f"tcp://{self.launcher.address()}:0")
             self._tcp_engines = self._router.getsockopt(zmq.LAST_ENDPOINT).decode()
         return self._tcp_engines
 
@@ -208,7 +208,7 @@ class Cluster(ClusterAPI):
             address = ctl.control_address(self._world_dir)
             self._ctl.bind(address)
             return address
-        self._ctl.bind(f"tcp://{self.launcher.address(self.env)}:0")
+        self._ctl.bind(f"tcp://{self.launcher.address()}:0")
         return self._ctl.getsockopt(zmq.LAST_ENDPOINT).decode()
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:

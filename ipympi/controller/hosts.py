@@ -74,7 +74,7 @@ class HostsLauncher(Launcher):
         """``a:4,b:4``: the hosts as given."""
         return ",".join(f"{host.name}:{host.slots}" for host in self.hosts)
 
-    def address(self, env: Mapping[str, str]) -> str:
+    def address(self) -> str:
         if not self._address:
             self._address = controller_address([h.name for h in self.distinct], self.iface)
         return self._address
@@ -104,7 +104,7 @@ class HostsLauncher(Launcher):
                     "env": envs,
                     "host": host.name,
                     "iface": self.iface,
-                    "controller": self.address(self.env),
+                    "controller": self.address(),
                 }
             )
         # Every rank is under way: a supervisor that never starts ends them all.

@@ -71,7 +71,6 @@ __all__ = [
 
 BACKENDS = ("builtin", "mpi4py")
 MPI_LAUNCHERS = ("mpiexec", "srun")
-IP_ENV = "IPYMPI_IP"  # the address engines on other hosts connect to
 # Set inside a batch allocation, where mpiexec may start ranks on other hosts.
 ALLOCATION_VARIABLES = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "COBALT_JOBID", "HYDRA_HOST_FILE")
 TAIL_LINES = 20  # lines of an MPI launcher's own output kept for error messages
@@ -140,9 +139,9 @@ class Launcher:
         """What the launcher itself last printed that may explain a failure ("" if nothing)."""
         return ""
 
-    def address(self, env: Mapping[str, str]) -> str:
+    def address(self) -> str:
         """The address the cluster binds for engines on other hosts (:attr:`remote`)."""
-        return routable_address(env)
+        return routable_address()
 
 
 # -- the built-in MPI: engines forked by a supervisor ---------------------------------------
@@ -291,8 +290,8 @@ class MPILauncher(Launcher):
             placement = [self._hosts_flag, ",".join(f"{h.name}:{h.slots}" for h in self.hosts)]
         return [self.program, "-n", str(n), *placement, *engine]
 
-    def address(self, env: Mapping[str, str]) -> str:
-        return interface_address(self.iface) if self.iface else routable_address(env)
+    def address(self) -> str:
+        return interface_address(self.iface) if self.iface else routable_address()
 
     def start(self, world: World) -> list[Event]:
         self.close(0.5)  # whatever is left of the previous world
@@ -553,16 +552,13 @@ def make_launcher(
     return HostsLauncher(hosts, env, launcher or "auto", launcher_exec, iface)
 
 
-def routable_address(env: Mapping[str, str]) -> str:
+def routable_address() -> str:
     """The IP address of this host that engines on other hosts can connect to.
 
-    ``IPYMPI_IP`` if set; else the address of the interface of the default
-    route (a UDP socket is connected, nothing is sent); else the address of
-    the host name; loopback only as a last resort.
+    The address of the interface of the default route (a UDP socket is
+    connected, nothing is sent); else the address of the host name; loopback
+    only as a last resort. (``--iface``/``IPYMPI_IFACE`` choose another.)
     """
-    chosen = env.get(IP_ENV, "").strip()
-    if chosen:
-        return chosen
     with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         probe.connect(("192.0.2.1", 9))  # TEST-NET-1: never contacted
         address = probe.getsockname()[0]
