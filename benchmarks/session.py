@@ -53,10 +53,14 @@ ROWS = (
     ("ready", "session ready, s", "s"),
     ("trivial", "trivial cell, ms", "ms"),
     ("print", "print on every rank, ms", "ms"),
+    ("ready_hosts", "  on 2 hosts: ready, s", "s"),
+    ("trivial_hosts", "  on 2 hosts: trivial, ms", "ms"),
     ("ready_mpi4py", "  on mpi4py: ready, s", "s"),
     ("trivial_mpi4py", "  on mpi4py: trivial, ms", "ms"),
 )
-MPI4PY_ROWS = ("ready", "trivial")  # what the mpi4py backend is timed for
+MPI4PY_ROWS = ("ready", "trivial")  # what the mpi4py backend (and a 2-host session) is timed for
+# The ipympi kernel's ranks on two "hosts" (loopback addresses): supervisors, tcp.
+TWO_HOSTS = "127.0.0.2:2,127.0.0.3:2"
 # A cell that says which mpi4py and MPI library the mpi4py backend's ranks run.
 MPI4PY_VERSION = (
     "%%px -t 0\nimport mpi4py\n"
@@ -68,6 +72,7 @@ SCALE = {"s": 1.0, "ms": 1e3}
 CODE = {
     "ipympi": {"ready": "comm.Barrier()", "trivial": "pass", "print": "print(rank)"},
     "ipympi-mpi4py": {"ready": "comm.Barrier()", "trivial": "pass"},
+    "ipympi-hosts": {"ready": "comm.Barrier()", "trivial": "pass"},
     "ipykernel": {"ready": "pass", "trivial": "pass", "print": "print(0)"},
     "ipyparallel": {"ready": "pass", "trivial": "pass", "print": "print(0)"},
 }
@@ -81,6 +86,7 @@ TARGETS = "targets: session ready ≤ 1.0 s; trivial cell ≤ 3 ms"
 KERNEL_NAMES = {
     "ipympi": "ipympi-session-bench",
     "ipympi-mpi4py": "ipympi-mpi4py-session-bench",
+    "ipympi-hosts": "ipympi-hosts-session-bench",
     "ipykernel": "ipykernel-session-bench",
 }
 RECONNECT_MS = 10  # how often the client retries connecting to a kernel still starting
@@ -164,6 +170,7 @@ def write_kernel_specs(directory: Path) -> None:
     argv = {
         "ipympi": ipympi,
         "ipympi-mpi4py": ipympi,
+        "ipympi-hosts": ipympi,
         "ipykernel": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
     }
     for impl, name in KERNEL_NAMES.items():
@@ -172,6 +179,8 @@ def write_kernel_specs(directory: Path) -> None:
             spec["env"] = {"IPYMPI_NP": str(RANKS)}
         elif impl == "ipympi-mpi4py":
             spec["env"] = {"IPYMPI_NP": str(RANKS), "IPYMPI_BACKEND": "mpi4py"}
+        elif impl == "ipympi-hosts":
+            spec["env"] = {"IPYMPI_NP": str(RANKS), "IPYMPI_HOSTS": TWO_HOSTS}
         (directory / name).mkdir()
         (directory / name / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
 
@@ -341,6 +350,8 @@ def measure_kernel(impl: str, plan: dict[str, Any], timeout: float) -> dict[str,
                         elif impl == "ipympi-mpi4py":
                             said = kernel.cell(MPI4PY_VERSION).split("] ", 1)[-1].strip()
                             result["version"] = f"ranks started by mpiexec, {said}"
+                        elif impl == "ipympi-hosts":
+                            result["version"] = f"--hosts {TWO_HOSTS}"
                         else:
                             result["version"] = f"ipykernel {importlib.metadata.version(impl)}"
                 finally:
@@ -396,8 +407,8 @@ def summarize(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Per row and system: min / median in the row's unit; ``None`` if it did not run."""
     table = []
     for key, label, unit in ROWS:
-        if key.endswith("_mpi4py") and not results.get("ipympi", {}).get(key):
-            continue  # the mpi4py backend was not measured
+        if key.endswith(("_mpi4py", "_hosts")) and not results.get("ipympi", {}).get(key):
+            continue  # the mpi4py backend (or a session on 2 hosts) was not measured
         entry: dict[str, Any] = {"name": key, "label": label, "unit": unit}
         for impl in IMPLS:
             times = results.get(impl, {}).get(key)
@@ -448,6 +459,8 @@ def render(
         "  reply and all outputs; ratio = ipympi median / ipykernel median, lower is better",
         TARGETS,
     ]
+    if results.get("ipympi", {}).get("hosts"):
+        lines.append(f"on 2 hosts: the ipympi kernel with {results['ipympi']['hosts']} (tcp)")
     if results.get("ipympi", {}).get("mpi4py"):
         said = results["ipympi"]["mpi4py"]
         lines.append(f"on mpi4py: the ipympi kernel with IPYMPI_BACKEND=mpi4py ({said})")
@@ -511,18 +524,20 @@ def main(argv: list[str] | None = None) -> int:
                 reason = str(exc) if isinstance(exc, BenchmarkError) else repr(exc)
                 errors[impl] = reason
                 print(f"{SCRIPT}: {TITLES[impl]} failed: {reason}", file=sys.stderr, flush=True)
-        if mpi4py_note is None and "ipympi" in results:
-            announce(SCRIPT, "ipympi on mpi4py")
+        variants = [("hosts", "on 2 hosts")]
+        variants += [("mpi4py", "on mpi4py")] if mpi4py_note is None else []
+        for variant, title in variants if "ipympi" in results else ():
+            announce(SCRIPT, f"ipympi {title}")
             try:
-                timed = measure_kernel("ipympi-mpi4py", plan, args.timeout)
+                timed = measure_kernel(f"ipympi-{variant}", plan, args.timeout)
             except Exception as exc:
                 reason = str(exc) if isinstance(exc, BenchmarkError) else repr(exc)
-                errors["ipympi"] = f"on mpi4py: {reason}"
-                print(f"{SCRIPT}: ipympi on mpi4py failed: {reason}", file=sys.stderr, flush=True)
+                errors["ipympi"] = f"{title}: {reason}"
+                print(f"{SCRIPT}: ipympi {title} failed: {reason}", file=sys.stderr, flush=True)
             else:
                 for key in MPI4PY_ROWS:
-                    results["ipympi"][f"{key}_mpi4py"] = timed[key]
-                results["ipympi"]["mpi4py"] = timed["version"]
+                    results["ipympi"][f"{key}_{variant}"] = timed[key]
+                results["ipympi"][variant] = timed["version"]
         return results
 
     status, results = run_jobs(SCRIPT, run_all)
