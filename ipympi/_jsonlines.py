@@ -1,4 +1,4 @@
-"""A helper process driven through its standard streams, one JSON object per line.
+"""Helper processes driven through their standard streams, one JSON object per line.
 
 The host agents of ``ipympi.run --hosts`` (:mod:`ipympi._node`) and the engine
 supervisors of notebook sessions (:mod:`ipympi.engine.supervisor`) are such
@@ -7,6 +7,7 @@ of file on their stdin tells them to end what they started and exit. They may
 run here or on another host behind ssh or srun, whose own complaints
 ("Connection refused") arrive on stderr: :class:`JsonLinesProcess` keeps the
 last lines of it to explain a failure, when asked to capture it.
+:class:`CommandLoop` is the helper's own side of the conversation.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import collections
 import contextlib
 import json
 import os
+import select
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
-__all__ = ["JsonLinesProcess"]
+__all__ = ["CommandLoop", "JsonLinesProcess"]
 
 TAIL_LINES = 20  # lines of stderr kept to explain a failure
 REAP_WAIT = 0.5  # seconds to learn the exit status of a process whose events ended
@@ -171,3 +173,96 @@ class JsonLinesProcess:
         Returns the lines of stderr not read before."""
         self.close_stdin()
         return self.finish(time.monotonic() + grace)
+
+
+class CommandLoop:
+    """The helper's own side: commands from stdin, events to stdout, children reaped.
+
+    Subclasses say what a command does (:meth:`handle`), what else to watch
+    (:meth:`watched`, :meth:`on_readable`), how to notice ended children
+    (:meth:`reap`) and how to end everything (:meth:`end`). SIGCHLD wakes the
+    loop; SIGINT is ignored (interrupts come as commands); SIGTERM and SIGHUP,
+    like end of file on stdin, end the helper after :meth:`end`.
+    """
+
+    def __init__(self, commands: int = 0, events: int = 1) -> None:
+        self.commands = commands
+        self.events = events
+        self._buffer = b""
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+
+    def emit(self, event: Mapping[str, Any]) -> None:
+        """Write one event line (all of it; nothing once the reader is gone)."""
+        data = (json.dumps(event) + "\n").encode()
+        with contextlib.suppress(BrokenPipeError):
+            while data:
+                data = data[os.write(self.events, data) :]
+
+    def run(self, first: Mapping[str, Any] | None = None) -> int:
+        """Emit ``first`` (if any), then serve until end of file or a false :meth:`handle`."""
+        import signal
+        import sys
+
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self._wake_w)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, lambda *_: sys.exit(0))
+        if first is not None:
+            self.emit(first)
+        try:
+            while True:
+                self.reap()
+                extra = self.watched()
+                try:
+                    ready, _, _ = select.select([self.commands, self._wake_r, *extra], [], [], 1.0)
+                except InterruptedError:
+                    continue
+                if self._wake_r in ready:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 4096)
+                for fd in ready:
+                    if fd in extra:
+                        self.on_readable(fd)
+                if self.commands in ready and not self._read_commands():
+                    return 0
+        finally:
+            self.end()
+
+    def _read_commands(self) -> bool:
+        """Handle the complete command lines waiting; False at end of file or when told to."""
+        data = os.read(self.commands, 65536)
+        if not data:
+            return False  # whoever started us is gone
+        self._buffer += data
+        while b"\n" in self._buffer:
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            if line.strip() and not self.handle(json.loads(line)):
+                return False
+        return True
+
+    def close_wakeup(self) -> None:
+        """Close the wake-up pipe (in a forked child, which must not share it)."""
+        for fd in (self._wake_r, self._wake_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    # -- what subclasses say ----------------------------------------------------------
+    def handle(self, command: dict[str, Any]) -> bool:
+        """Carry out one command; False ends the helper."""
+        raise NotImplementedError
+
+    def watched(self) -> list[int]:
+        """File descriptors to watch besides stdin."""
+        return []
+
+    def on_readable(self, fd: int) -> None:
+        """One of :meth:`watched` is readable."""
+
+    def reap(self) -> None:
+        """Notice children that have ended (called on every turn of the loop)."""
+
+    def end(self) -> None:
+        """End whatever the helper started (it is about to exit)."""

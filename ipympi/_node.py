@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -50,6 +48,7 @@ from typing import Any, Callable
 
 from . import _control as ctl
 from ._hosts import HostError, bind_address_for
+from ._jsonlines import CommandLoop
 from ._launcher import THREAD_VARS, _die_with_parent, _make_session_dir
 
 __all__ = ["Agent", "main"]
@@ -58,64 +57,15 @@ _CHUNK = 1 << 16
 _KILL_WAIT = 2.0  # seconds to reap ranks after SIGKILL at exit
 
 
-class Agent:
+class Agent(CommandLoop):
     """Starts one host's ranks and reports on them (see the module docstring)."""
 
     def __init__(self, commands: int = 0, events: int = 1) -> None:
-        self.commands = commands
-        self.events = events
+        super().__init__(commands, events)
         self.session_dir: str | None = None
         self.ranks: dict[int, subprocess.Popen[bytes]] = {}  # rank -> process
         self.exited: set[int] = set()
         self.pipes: dict[int, tuple[int, int]] = {}  # fd -> (rank, 1 or 2)
-        self._buffer = b""
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-
-    def emit(self, event: dict[str, Any]) -> None:
-        data = (json.dumps(event) + "\n").encode()
-        with contextlib.suppress(BrokenPipeError):
-            while data:
-                data = data[os.write(self.events, data) :]
-
-    # -- the loop -------------------------------------------------------------------
-    def run(self) -> int:
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.set_wakeup_fd(self._wake_w)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts come as commands
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            signal.signal(signum, lambda *_: sys.exit(0))
-        try:
-            while True:
-                self.reap()
-                watched = [self.commands, self._wake_r, *self.pipes]
-                try:
-                    ready, _, _ = select.select(watched, [], [], 1.0)
-                except InterruptedError:
-                    continue
-                if self._wake_r in ready:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(self._wake_r, 4096)
-                for fd in ready:
-                    if fd in self.pipes:
-                        self.forward(fd)
-                if self.commands in ready and not self.read_commands():
-                    return 0
-        finally:
-            self.end()
-
-    def read_commands(self) -> bool:
-        """Handle the complete command lines waiting; False at end of file or ``exit``."""
-        data = os.read(self.commands, 65536)
-        if not data:
-            return False  # the launcher is gone
-        self._buffer += data
-        while b"\n" in self._buffer:
-            line, self._buffer = self._buffer.split(b"\n", 1)
-            if line.strip() and not self.handle(json.loads(line)):
-                return False
-        return True
 
     def handle(self, command: dict[str, Any]) -> bool:
         kind = command.get("type")
@@ -183,6 +133,12 @@ class Agent:
             self.emit({"type": "spawned", "rank": rank, "pid": proc.pid})
 
     # -- what the ranks do -----------------------------------------------------------
+    def watched(self) -> list[int]:
+        return list(self.pipes)
+
+    def on_readable(self, fd: int) -> None:
+        self.forward(fd)
+
     def forward(self, fd: int) -> None:
         rank, stream = self.pipes[fd]
         try:

@@ -27,9 +27,7 @@ controller cannot do itself.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -37,6 +35,8 @@ import sys
 import time
 import traceback
 from typing import Any
+
+from .._jsonlines import CommandLoop
 
 __all__ = ["Supervisor", "main", "preload"]
 
@@ -56,51 +56,17 @@ def preload() -> None:
     from . import shell  # noqa: F401
 
 
-class Supervisor:
+class Supervisor(CommandLoop):
     """Forks engines on command and reports their exits."""
 
     def __init__(self, commands: int = 0, events: int = 1) -> None:
-        self.commands = commands
-        self.events = events
+        super().__init__(commands, events)
         self.children: dict[int, int] = {}  # pid -> rank
         self.world_dir: str | None = None  # made here, for a world on several hosts
-        self._buffer = b""
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
 
-    def emit(self, event: dict[str, Any]) -> None:
-        data = (json.dumps(event) + "\n").encode()
-        with contextlib.suppress(BrokenPipeError):
-            os.write(self.events, data)
-
-    def run(self) -> int:
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.set_wakeup_fd(self._wake_w)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts are for engines only
-        self.emit({"type": "ready", "pid": os.getpid(), "host": socket.gethostname()})
-        try:
-            while True:
-                self.reap()
-                try:
-                    ready, _, _ = select.select([self.commands, self._wake_r], [], [], 1.0)
-                except InterruptedError:
-                    continue
-                if self._wake_r in ready:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(self._wake_r, 4096)
-                if self.commands in ready:
-                    data = os.read(self.commands, 65536)
-                    if not data:
-                        return 0  # the controller is gone
-                    self._buffer += data
-                    while b"\n" in self._buffer:
-                        line, self._buffer = self._buffer.split(b"\n", 1)
-                        if line.strip() and self.handle(json.loads(line)) is False:
-                            return 0
-        finally:
-            self.kill_all()
-            self.remove_world_dir()
+    def end(self) -> None:
+        self.kill_all()
+        self.remove_world_dir()
 
     def handle(self, command: dict[str, Any]) -> bool:
         kind = command.get("type")
@@ -167,14 +133,14 @@ class Supervisor:
         try:
             os.setpgid(0, 0)  # Ctrl-C of the engine reaches its own children too
             signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_DFL)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             devnull = os.open(os.devnull, os.O_RDWR)
             os.dup2(devnull, 0)
             os.dup2(2, 1)  # never write into the event pipe
             os.close(devnull)
-            for fd in (self._wake_r, self._wake_w):
-                os.close(fd)
+            self.close_wakeup()
             os.environ.update(spec["env"][str(rank)])
             from .shell import run_engine
 
@@ -209,4 +175,4 @@ class Supervisor:
 
 def main() -> int:
     preload()
-    return Supervisor().run()
+    return Supervisor().run({"type": "ready", "pid": os.getpid(), "host": socket.gethostname()})
