@@ -22,6 +22,7 @@ import base64
 import contextlib
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -104,14 +105,12 @@ class AgentProcess(JsonLinesProcess):
 
     def __init__(
         self,
-        index: int,
         host: Host,
         argv: Sequence[str],
-        preexec: Any,
+        preexec: Callable[[], None] | None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(argv, env, capture_stderr=True, preexec=preexec)
-        self.index = index
         self.host = host
         self.ready: dict[str, Any] | None = None  # the agent's ready event
 
@@ -150,10 +149,10 @@ class AgentRank:
             self.agent.command({"type": "signal", "signal": int(sig), "ranks": [self.rank]})
 
     def terminate(self) -> None:
-        self.send_signal(15)
+        self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        self.send_signal(9)
+        self.send_signal(signal.SIGKILL)
 
 
 # -- a job on several hosts -----------------------------------------------------------
@@ -193,6 +192,7 @@ class HostsJob(Job):
         self.agents: list[AgentProcess] = []
         self._peers_sent = False
         self._control_host = ""
+        self._start_timeout = float(self.env.get("IPYMPI_START_TIMEOUT", AGENT_START_TIMEOUT))
         self._start_deadline = 0.0  # when agents that have not answered are given up
 
     # -- starting -----------------------------------------------------------------------
@@ -206,7 +206,6 @@ class HostsJob(Job):
         return f"tcp://{host}:{port}"
 
     def _start_ranks(self, preexec: Callable[[], None] | None) -> None:
-        self._start_timeout = float(self.env.get("IPYMPI_START_TIMEOUT", AGENT_START_TIMEOUT))
         self._start_deadline = time.monotonic() + self._start_timeout
         cwd = os.getcwd()
         shared = forwarded_environment(self.env)
@@ -215,9 +214,10 @@ class HostsJob(Job):
             if not ranks:
                 continue
             how = start_method(host.name, self.launcher, self.env)
+            local = how == "local"
             argv = agent_argv(host, how, self.launcher_exec, sys.executable, cwd)
-            env = None if how == "local" else shared
-            agent = AgentProcess(node, host, argv, preexec, self.env if how == "local" else None)
+            # A local agent inherits the job's environment; others get it with "start".
+            agent = AgentProcess(host, argv, preexec, self.env if local else None)
             self.agents.append(agent)
             self._watch(agent.fd, lambda agent=agent: self._read_agent(agent))
             assert agent.err_fd is not None
@@ -232,7 +232,7 @@ class HostsJob(Job):
                     "launcher": self._control_host,
                     "argv": self.argv,
                     "cwd": cwd,
-                    "env": env,
+                    "env": None if local else shared,
                     "ranks": [{"rank": rank, "env": self._rank_env(rank)} for rank in ranks],
                 }
             )

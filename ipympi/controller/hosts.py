@@ -19,6 +19,7 @@ others' ranks could not progress without the lost ones.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -152,7 +153,7 @@ class HostsLauncher(Launcher):
             del self.supervisors[node]
             if node not in self._nodes:
                 return []  # it had no rank of this world
-            self.end(9)
+            self.end(signal.SIGKILL)
             host = self.distinct[node].name
             return [
                 {
