@@ -44,6 +44,7 @@ __all__ = [
     "HostsJob",
     "agent_argv",
     "forwarded_environment",
+    "placed_rank_environment",
 ]
 
 LAUNCHERS = ("auto", "local", "ssh", "srun")
@@ -88,6 +89,20 @@ def agent_argv(
             *module,
         ]
     raise ValueError(f"unknown launcher {how!r} (expected one of {', '.join(LAUNCHERS)})")
+
+
+def placed_rank_environment(
+    rank: int, nodes: Sequence[int], names: Sequence[str], key: str, control: str
+) -> dict[str, str]:
+    """The ``IPYMPI_*`` variables of ``rank`` in a world placed on hosts: ``nodes`` gives
+    each rank's host index among ``names``; its agent or supervisor adds the session
+    directory and the address to bind on its host."""
+    env = rank_environment({}, rank, len(nodes), "", key, None)
+    del env[ctl.ENV_SESSION_DIR]
+    env[ctl.ENV_CTL] = control
+    env[ctl.ENV_NODES] = ctl.encode_nodes(list(nodes))
+    env[ctl.ENV_HOST] = names[nodes[rank]]
+    return env
 
 
 def forwarded_environment(env: Mapping[str, str]) -> dict[str, str]:
@@ -244,12 +259,8 @@ class HostsJob(Job):
 
     def _rank_env(self, rank: int) -> dict[str, str]:
         assert self.ctl_address is not None
-        env = rank_environment({}, rank, self.n, "", self.key, None)
-        del env[ctl.ENV_SESSION_DIR]  # the agent makes one on its host
-        env[ctl.ENV_CTL] = self.ctl_address
-        env[ctl.ENV_NODES] = ctl.encode_nodes(self.nodes)
-        env[ctl.ENV_HOST] = self.node_hosts[self.nodes[rank]].name
-        return env
+        names = [host.name for host in self.node_hosts]
+        return placed_rank_environment(rank, self.nodes, names, self.key, self.ctl_address)
 
     # -- what the agents say --------------------------------------------------------------
     def _read_agent(self, agent: AgentProcess) -> None:

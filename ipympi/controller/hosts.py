@@ -24,10 +24,8 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from .. import _control as ctl
-from .._agents import LAUNCHERS, agent_argv, forwarded_environment
+from .._agents import LAUNCHERS, agent_argv, forwarded_environment, placed_rank_environment
 from .._hosts import Host, controller_address, nodes_of, start_method
-from .._launcher import rank_environment
 from .launchers import Event, Launcher, World
 from .supervisor import SupervisorProcess, engine_environment
 
@@ -93,8 +91,11 @@ class HostsLauncher(Launcher):
             if supervisor is None or supervisor.gone or not supervisor.alive:
                 supervisor = self._start_supervisor(host, how, world.n)
                 self.supervisors[node] = supervisor
-            shared = {} if how == "local" else forwarded_environment(world.env)
-            envs = {str(rank): dict(shared, **self._engine_env(world, rank)) for rank in ranks}
+            # A local supervisor has the session's environment; others get it with "spawn",
+            # with the engines' defaults (inline figures) where it does not say otherwise.
+            shared = {} if how == "local" else engine_environment(world.env, 1)
+            shared = forwarded_environment(shared)
+            envs = {str(rank): {**shared, **self._engine_env(world, rank)} for rank in ranks}
             supervisor.command(
                 {
                     "type": "spawn",
@@ -120,13 +121,9 @@ class HostsLauncher(Launcher):
 
     def _engine_env(self, world: World, rank: int) -> dict[str, str]:
         """An engine's ``IPYMPI_*`` variables (its supervisor adds the directory and address)."""
-        env = rank_environment({}, rank, world.n, "", world.control_key.hex(), None)
-        del env[ctl.ENV_SESSION_DIR]
-        env[ctl.ENV_CTL] = world.control
-        env[ctl.ENV_NODES] = ctl.encode_nodes(self._nodes)
-        env[ctl.ENV_HOST] = self.distinct[self._nodes[rank]].name
-        env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-        return env
+        names = [host.name for host in self.distinct]
+        key = world.control_key.hex()
+        return placed_rank_environment(rank, self._nodes, names, key, world.control)
 
     # -- what the supervisors say ------------------------------------------------------------
     def fds(self) -> list[int]:
