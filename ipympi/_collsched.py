@@ -218,7 +218,7 @@ class CollOp(Op):
                 )
                 if trace is not None:
                     self.tracer.round_started(trace, rnd, self.round)
-                reported = self.engine.coll_errors.pop(self.context, None)
+                reported = self.engine.take_mismatch(self.context, self.seq)
                 if reported is not None:
                     # Another rank found a mismatch on this communicator after this
                     # round's receives were posted: its ranks have left, so the next
@@ -263,7 +263,7 @@ class CollOp(Op):
             if op.peer_died:
                 raise _PeerDied(op.error_detail)
             if op.error:
-                reported = self.engine.coll_errors.pop(self.context, None)
+                reported = self.engine.take_mismatch(self.context, self.seq)
                 if reported:
                     raise _Reported(reported)
             if op.rsig != self.sig:
@@ -366,7 +366,10 @@ def check_reported(engine: Any, context: int, call: str) -> None:
     number), so the error reaches every rank instead of leaving some with
     silently wrong results.
     """
-    error = engine.coll_errors.pop(context, None)
+    # The collective about to start gets the next sequence number: only a report
+    # about one before it is "earlier" (a report about this very one fails it as
+    # it starts, one about a later one waits until this rank gets there).
+    error = engine.take_mismatch(context, engine.coll_next.get(context, 0) - 1)
     if error is not None:
         raise MPIException(ERR_NOT_SAME, f"{call}: an earlier {error}")
 

@@ -125,7 +125,8 @@ class Engine:
         self.colls: list[Any] = []
         self.coll_next: dict[int, int] = {}  # context -> next sequence number
         self.coll_active: dict[int, set[int]] = {}  # context -> started, unfinished
-        self.coll_errors: dict[int, str] = {}
+        # context -> (sequence number, text) of a mismatch another rank reported
+        self.coll_errors: dict[int, tuple[int, str]] = {}
         self.coll_members: dict[int, list[int]] = {}  # context -> world ranks
         self.coll_calls: dict[tuple[int, int], int] = {}  # (context, seq) -> signature
         self.coll_mismatched: set[tuple[int, int]] = set()  # (context, seq) reported
@@ -615,7 +616,9 @@ class Engine:
         if (context, seq) in self.coll_mismatched or seq < self.coll_floor.get(context, 0):
             return
         self.coll_mismatched.add((context, seq))
-        self.coll_errors.setdefault(context, text)
+        known = self.coll_errors.get(context)
+        if known is None or seq < known[0]:
+            self.coll_errors[context] = (seq, text)
         waiting = self.matcher.pending_posted()
         for recv in [r for r in waiting if r.context == context and r.tag >= seq]:
             if self.matcher.cancel(recv):
@@ -624,6 +627,19 @@ class Engine:
                 op.error = ERR_OTHER
                 op.error_detail = text
                 op.done = True
+
+    def take_mismatch(self, context: int, seq: int) -> str | None:
+        """The text of a mismatch reported on ``context`` for collective ``seq`` or an
+        earlier one (and forget it), else None.
+
+        A report about a later collective is kept: this rank's collectives up to
+        it are sound, and it fails the rank when the rank gets there.
+        """
+        known = self.coll_errors.get(context)
+        if known is None or known[0] > seq:
+            return None
+        del self.coll_errors[context]
+        return known[1]
 
     def notify_mismatch(self, context: int, seq: int, wranks: list[int], text: str) -> None:
         """Tell every other rank of a communicator that collective ``seq`` failed."""

@@ -62,7 +62,7 @@ class Leftovers:
             collectives = [] if interrupted else list(engine.colls)
             if take_mismatch and engine.coll_errors:
                 context = next(iter(engine.coll_errors))
-                mismatch = engine.coll_errors.pop(context)
+                mismatch = engine.coll_errors.pop(context)[1]
         finally:
             engine.leave()
         return self._warnings(unexpected, posted, sends, collectives), mismatch
