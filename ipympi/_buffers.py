@@ -138,10 +138,12 @@ class BufferSpec:
       of it untouched.
 
     ``element_dtype`` is the numpy dtype of the basic elements when they are all of one
-    type (what reductions work on), else None.
+    type (what reductions work on), else None. ``array`` is the user's numpy array
+    when the argument was a plain C-contiguous array of a predefined type (the common
+    case), so that reductions use it without building a new view.
     """
 
-    __slots__ = ("count", "datatype", "mem", "repack", "unpack")
+    __slots__ = ("array", "count", "datatype", "mem", "repack", "unpack")
 
     def __init__(
         self,
@@ -150,12 +152,14 @@ class BufferSpec:
         datatype: Datatype,
         unpack: Callable[..., None] | None = None,
         repack: Callable[[], None] | None = None,
+        array: np.ndarray | None = None,
     ) -> None:
         self.mem = mem
         self.count = count
         self.datatype = datatype
         self.unpack = unpack
         self.repack = repack
+        self.array = array
 
     def __repr__(self) -> str:
         return f"BufferSpec(nbytes={self.mem.nbytes}, count={self.count}, datatype={self.datatype})"
@@ -190,6 +194,9 @@ def as_ndarray(spec: BufferSpec) -> np.ndarray:
     The array has the dtype of the basic elements (raw ``uint8`` for ``PACKED`` and
     for derived datatypes mixing several types) and is writable exactly when ``mem`` is.
     """
+    array = spec.array
+    if array is not None:
+        return array.reshape(-1)
     dtype = spec.element_dtype
     if dtype is None:
         dtype = np.dtype(np.uint8)
@@ -237,7 +244,7 @@ def send_buffer(spec: Any) -> BufferSpec:
         # The common case, kept to a few hundred nanoseconds.
         datatype = _ndarray_datatype(spec.dtype)
         if datatype is not None:
-            return BufferSpec(memoryview(spec).cast("B"), spec.size, datatype)
+            return BufferSpec(memoryview(spec).cast("B"), spec.size, datatype, array=spec)
     if type(spec) is list or type(spec) is tuple:
         return _parse_sequence(spec, False)
     if spec is None:
@@ -250,7 +257,7 @@ def recv_buffer(spec: Any) -> BufferSpec:
     if type(spec) is np.ndarray and spec.flags.c_contiguous and spec.flags.writeable and spec.ndim:
         datatype = _ndarray_datatype(spec.dtype)
         if datatype is not None:
-            return BufferSpec(memoryview(spec).cast("B"), spec.size, datatype)
+            return BufferSpec(memoryview(spec).cast("B"), spec.size, datatype, array=spec)
     if type(spec) is list or type(spec) is tuple:
         return _parse_sequence(spec, True)
     if spec is None:

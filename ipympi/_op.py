@@ -112,18 +112,38 @@ def _describe_groups(groups: frozenset[str]) -> str:
 # --- Array reducers: inoutvec = invec op inoutvec, vectorised ----------------------------
 
 
+try:  # numpy 2 keeps its floating-point error state in a context variable; setting
+    # it to a prebuilt "ignore everything" state costs half of entering np.errstate.
+    from numpy._core.umath import _extobj_contextvar as _fp_errors
+    from numpy._core.umath import _make_extobj
+
+    _QUIET: Any = _make_extobj(all="ignore")
+except (ImportError, AttributeError, TypeError):  # other numpy versions: np.errstate
+    _fp_errors = None
+
+
 def _ufunc_reducer(ufunc: np.ufunc) -> ArrayReducer:
     """Return a reducer applying ``ufunc(invec, inoutvec)`` into ``inoutvec``.
 
     Overflow wraps (integers) or gives inf/nan (floats) silently, as in C. Logical
     ufuncs on integer arrays store 0 or 1.
     """
+    if _fp_errors is None:
 
-    def reduce(invec: np.ndarray, inoutvec: np.ndarray, datatype: Datatype) -> None:
-        with np.errstate(all="ignore"):
+        def reduce(invec: np.ndarray, inoutvec: np.ndarray, datatype: Datatype) -> None:
+            with np.errstate(all="ignore"):
+                ufunc(invec, inoutvec, out=inoutvec)
+
+        return reduce
+
+    def reduce_quietly(invec: np.ndarray, inoutvec: np.ndarray, datatype: Datatype) -> None:
+        token = _fp_errors.set(_QUIET)
+        try:
             ufunc(invec, inoutvec, out=inoutvec)
+        finally:
+            _fp_errors.reset(token)
 
-    return reduce
+    return reduce_quietly
 
 
 def _loc_reducer(better: np.ufunc) -> ArrayReducer:
