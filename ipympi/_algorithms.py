@@ -28,6 +28,7 @@ untraced calls pay nothing for it.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,6 +46,8 @@ __all__ = [
     "bcast_binomial",
     "bcast_objects",
     "bcast_scatter_allgather",
+    "binomial_peers",
+    "dissemination_peers",
     "gather_binomial",
     "gather_objects",
     "gatherv_linear",
@@ -89,28 +92,41 @@ def _subtree(rel: int, size: int) -> int:
 
 
 # -- barrier --------------------------------------------------------------------
-def barrier_dissemination(rank: int, size: int) -> Algorithm:
-    """Round k: notify rank + 2^k, hear from rank - 2^k. ceil(log2 p) rounds."""
+@functools.lru_cache(maxsize=256)
+def dissemination_peers(rank: int, size: int) -> tuple[tuple[int, int, int], ...]:
+    """``(distance, send to, receive from)`` of each round of the dissemination barrier."""
+    rounds = []
     k = 1
     while k < size:
-        yield Round(
-            f"dissemination distance {k}",
-            sends=[((rank + k) % size, b"")],
-            recvs=[((rank - k) % size, _EMPTY)],
-        )
+        rounds.append((k, (rank + k) % size, (rank - k) % size))
         k <<= 1
+    return tuple(rounds)
+
+
+def barrier_dissemination(rank: int, size: int) -> Algorithm:
+    """Round k: notify rank + 2^k, hear from rank - 2^k. ceil(log2 p) rounds."""
+    for k, to, frm in dissemination_peers(rank, size):
+        yield Round(f"dissemination distance {k}", sends=[(to, b"")], recvs=[(frm, _EMPTY)])
 
 
 # -- bcast ----------------------------------------------------------------------
-def bcast_binomial(rank: int, size: int, root: int, mem: memoryview) -> Algorithm:
-    """Binomial tree: receive from the parent, then send to each child."""
+@functools.lru_cache(maxsize=256)
+def binomial_peers(rank: int, size: int, root: int) -> tuple[int | None, tuple[int, ...]]:
+    """``(parent, children)`` of ``rank`` in the binomial tree rooted at ``root``
+    (parent None at the root; children farthest first, the order they are sent to)."""
     rel = (rank - root) % size
     up = _parent_distance(rel)
-    if up:
-        yield Round("receive from parent", recvs=[((rank - up) % size, mem)], state=mem)
-    children = [((rank + d) % size, mem) for d in _child_distances(rel, size)]
+    parent = (rank - up) % size if up else None
+    return parent, tuple((rank + d) % size for d in _child_distances(rel, size))
+
+
+def bcast_binomial(rank: int, size: int, root: int, mem: memoryview) -> Algorithm:
+    """Binomial tree: receive from the parent, then send to each child."""
+    parent, children = binomial_peers(rank, size, root)
+    if parent is not None:
+        yield Round("receive from parent", recvs=[(parent, mem)], state=mem)
     if children:
-        yield Round("send to children", sends=children, state=mem)
+        yield Round("send to children", sends=[(child, mem) for child in children], state=mem)
 
 
 def _blocks(nbytes: int, parts: int) -> list[tuple[int, int]]:

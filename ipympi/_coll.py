@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from . import _algorithms as algo
+from . import _collfast as fast
 from ._buffers import IN_PLACE, BufferSpec, recv_buffer, send_buffer
-from ._collsched import Algorithm, CollOp, check_reported, run_in_mode, signature
+from ._collsched import Algorithm, CollOp, check_reported, run_blocking, run_in_mode, signature
 from ._errhandling import mpi_call
 from ._errors import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_ROOT
 from ._errors import Exception as MPIException
@@ -177,10 +178,20 @@ class Collectives:
             gen, finish = plan(impl.rank, impl.size)
             return CollOp(self, call, gen, sig, finish, root)
 
+        if mode == "blocking":  # the common case, with as few layers as possible
+            engine.enter()
+            try:
+                return run_blocking(launch())
+            finally:
+                engine.leave()
         return run_in_mode(engine, launch, mode)
 
     # -- barrier ------------------------------------------------------------------
     def _barrier(self, call: str, mode: str) -> Any:
+        if mode == "blocking":
+            impl = self._live()
+            if fast.attempt(impl, fast.barrier, self, impl, call) is not fast.GENERAL:
+                return None
         return self._collective(
             call, "Barrier", 0, lambda r, p: (algo.barrier_dissemination(r, p), None), mode
         )
@@ -211,9 +222,18 @@ class Collectives:
         spec = send_buffer(buf) if impl.rank == root else recv_buffer(buf)
         mem = spec.mem
         finish = None if impl.rank == root else _unpack_after(spec)
+        large = mem.nbytes >= LARGE_BCAST and impl.size > 2
+        if (
+            mode == "blocking"
+            and not large
+            and fast.attempt(impl, fast.bcast, self, impl, call, root, mem) is not fast.GENERAL
+        ):
+            if finish is not None:
+                finish(None)
+            return None
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
-            if mem.nbytes >= LARGE_BCAST and size > 2:
+            if large:
                 return algo.bcast_scatter_allgather(rank, size, root, mem), finish
             return algo.bcast_binomial(rank, size, root, mem), finish
 

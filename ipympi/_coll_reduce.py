@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _algorithms as algo
+from . import _collfast as fast
 from . import _reductions as red
 from ._buffers import IN_PLACE, BufferSpec, as_ndarray, recv_buffer, send_buffer
 from ._collsched import Algorithm
@@ -42,7 +43,7 @@ def _check_op(op: Any, call: str) -> Op:
 
 def _typed(spec: BufferSpec) -> np.ndarray:
     """The spec's elements as a 1-D typed array viewing its memory."""
-    return as_ndarray(spec).reshape(-1)
+    return as_ndarray(spec)
 
 
 class _Reduction:
@@ -69,9 +70,7 @@ class _Reduction:
         # The contribution is read when the operation starts (every Start, for a
         # persistent request) into a private copy: algorithms combine in place.
         self.source = _typed(source)
-        datatype = self.datatype
-        reduce_arrays = self.op._reduce_arrays
-        self.values = red.ArrayValues(lambda left, right: reduce_arrays(left, right, datatype))
+        self.values = red.ArrayValues(self.op._impl.reduce_arrays, self.datatype)
 
     def fresh(self) -> np.ndarray:
         """A private copy of this rank's contribution, taken now."""
@@ -87,8 +86,8 @@ class _Reduction:
                 ERR_COUNT,
                 f"the receive buffer holds {out.size} elements, the result has {result.size}",
             )
-        np.copyto(out, result.reshape(out.shape))
-        unpack = getattr(self.out, "unpack", None)
+        np.copyto(out, result)  # both 1-D
+        unpack = self.out.unpack
         if unpack is not None:
             unpack(self.out.mem.nbytes)
 
@@ -163,6 +162,13 @@ class Reductions:
             and impl.size > 2
             and args.source.size >= impl.size
         )
+        if mode == "blocking" and not ring:
+            result = fast.attempt(
+                impl, fast.allreduce, self, impl, call, "Allreduce", args.values, args.fresh()
+            )
+            if result is not fast.GENERAL:
+                args.store(result)
+                return None
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             if ring:
@@ -193,6 +199,12 @@ class Reductions:
         """Combine one Python object per rank; every rank returns the result."""
         op = _object_op(op, "allreduce")
         values = red.ObjectValues(op)
+        impl = self._live()
+        result = fast.attempt(
+            impl, fast.allreduce, self, impl, "allreduce", "allreduce", values, sendobj
+        )
+        if result is not fast.GENERAL:
+            return result
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return red.allreduce_recursive_doubling(rank, size, values, sendobj), None

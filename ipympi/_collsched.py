@@ -79,10 +79,12 @@ ROOTED |= {name.lower() for name in ROOTED}
 NEIGHBORHOOD = 0x1FF
 
 
+FORMS = {"blocking": 0, "nonblocking": NONBLOCKING, "persistent": PERSISTENT}
+
+
 def signature(kind: str, root: int = 0, mode: str = "blocking") -> int:
     """The 16-bit signature of a collective call (kind, form, root)."""
-    form = {"blocking": 0, "nonblocking": NONBLOCKING, "persistent": PERSISTENT}[mode]
-    return KIND_IDS[kind] | form | ((root & 0x1FF) << 7)
+    return KIND_IDS[kind] | FORMS[mode] | ((root & 0x1FF) << 7)
 
 
 def describe_signature(sig: int) -> str:
@@ -157,19 +159,28 @@ class CollOp(Op):
         self,
         comm: Any,
         call: str,
-        algorithm: Algorithm,
+        algorithm: Algorithm | None,
         sig: int,
         finish: Callable[[Any], Any] | None = None,
         root: int | None = None,
+        seq: int | None = None,
     ) -> None:
-        super().__init__(COLL, comm, call, ANY_SOURCE, 0)
+        self.kind = COLL
+        self.comm = comm
+        self.call = call
+        self.peer = ANY_SOURCE
+        self.tag = 0
         impl = comm._impl
         self.engine = impl.engine
         self.context = impl.context + 1
         self.world_ranks = impl.world_ranks
         self.rank = impl.rank
         self.sig = sig
-        self.seq = self.engine.begin_collective(self.context, sig, impl.world_ranks)
+        # The call's sequence number: a new one, or that of a call begun on the
+        # straight path (_collfast) that needs this class to report an error.
+        if seq is None:
+            seq = self.engine.begin_collective(self.context, sig, impl.world_ranks)
+        self.seq = seq
         self.algorithm = algorithm
         self.finish = finish
         self.result: Any = None
@@ -205,6 +216,71 @@ class CollOp(Op):
     def _round_done(self) -> bool:
         return all(op.done for op in self.recv_ops) and all(op.done for op in self.send_ops)
 
+    def run_inline(self) -> None:
+        """Run the whole call in the calling thread, round after round.
+
+        The blocking form with tracing off: the same algorithm and messages as
+        :meth:`start` (peers cannot tell the difference), without registering
+        with the engine or creating operations for eager sends. Errors end the
+        call as in :meth:`_step`.
+        """
+        engine = self.engine
+        algorithm = self.algorithm
+        assert algorithm is not None
+        context, seq = self.context, self.seq
+        try:
+            rnd = next(algorithm)
+            while True:
+                if engine.coll_errors:
+                    reported = engine.take_mismatch(context, seq)
+                    if reported is not None:
+                        raise _Reported(reported)
+                self.rounds += 1
+                self.round = rnd
+                received = self._exchange(rnd)
+                self._check(received)
+                rnd = algorithm.send(received)
+        except StopIteration as stop:
+            self._complete(stop.value)
+        except (_Mismatch, _PeerDied) as exc:
+            self._end_with(exc)
+
+    def _exchange(self, rnd: Round) -> list[Op]:
+        """Post one round's receives, send its messages, and wait for all of them."""
+        engine = self.engine
+        context, seq, ranks, me, sig = self.context, self.seq, self.world_ranks, self.rank, self.sig
+        comm, call = self.comm, self.call
+        recv_ops = []
+        for peer, target in rnd.recvs:
+            op = Op(RECV, comm, call, peer, seq)
+            op.mem = target
+            engine.start_recv(op, context, peer, seq)
+            recv_ops.append(op)
+        self.recv_ops = recv_ops
+        send_ops = []
+        for peer, data in rnd.sends:
+            wdest = ranks[peer]
+            if not engine.send_eager(wdest, context, me, seq, data, sig):
+                op = Op(SEND, comm, call, peer, seq)
+                engine.start_send(op, data, wdest, context, me, seq, False, sig)
+                send_ops.append(op)
+        self.send_ops = send_ops
+        for op in recv_ops:
+            if not op.done:
+                engine.wait(op, self._blocked_in)
+        for op in send_ops:
+            if not op.done:
+                engine.wait(op, self._blocked_in)
+        return recv_ops
+
+    def _blocked_in(self) -> Any:
+        """What this call waits for (built only when an observer asks)."""
+        from ._engine import WaitInfo
+
+        pending = [op.peer for op in self.recv_ops if not op.done]
+        call = f"{self.call} (collective #{self.seq}, round {self.rounds})"
+        return WaitInfo(call, self._name(), pending[0] if pending else -1, self.seq)
+
     def _step(self, received: list[Op] | None) -> None:
         trace = self.trace
         try:
@@ -232,14 +308,30 @@ class CollOp(Op):
                 received = self.recv_ops
         except StopIteration as stop:
             self._complete(stop.value)
-        except _PeerDied as exc:
+        except (_Mismatch, _PeerDied) as exc:
+            self._end_with(exc)
+
+    def _end_with(self, exc: _Mismatch | _PeerDied) -> None:
+        """End the call after the failure ``exc`` found while running it."""
+        if isinstance(exc, _PeerDied):
             where = f"collective #{self.seq} on {self._name()}"
             self._fail(f"{where}: {exc}", notify=False, error=ERR_OTHER)
-        except _Reported as exc:
+        elif isinstance(exc, _Reported):
             self._fail(str(exc), notify=False)
-        except _Mismatch as exc:
+        else:
             self._fail(str(exc), notify=True)
             self.engine.coll_errors.pop(self.context, None)
+
+    def fail_round(self, ops: list[Op], reported: str | None = None) -> None:
+        """End the call with the error that a round's received ``ops`` show, or with
+        a mismatch ``reported`` by another rank (for calls on the straight path)."""
+        self.recv_ops = ops
+        try:
+            if reported is not None:
+                raise _Reported(reported)
+            self._check(ops)
+        except (_Mismatch, _PeerDied) as exc:
+            self._end_with(exc)
 
     def _start_round(self, rnd: Round) -> None:
         engine = self.engine
@@ -301,14 +393,7 @@ class CollOp(Op):
     def _complete(self, value: Any) -> None:
         leftover = self.engine.end_collective(self.context, self.seq)
         if leftover is not None:
-            payload_sig = _envelope_signature(leftover)
-            self._fail(
-                f"collective mismatch (collective #{self.seq} on {self._name()}): "
-                f"rank {leftover.source} called {describe_signature(payload_sig)}, "
-                f"rank {self.rank} called {describe_signature(self.sig)}",
-                notify=True,
-                ended=True,
-            )
+            self.end_with_leftover(leftover)
             return
         if self.finish is not None:
             value = self.finish(value)
@@ -316,6 +401,17 @@ class CollOp(Op):
         if self.trace is not None:
             self.tracer.coll_ended(self.trace, self.round, None)
         self._done()
+
+    def end_with_leftover(self, leftover: Any) -> None:
+        """Fail the (ended) call: ``leftover``, a message of it, was never received."""
+        payload_sig = _envelope_signature(leftover)
+        self._fail(
+            f"collective mismatch (collective #{self.seq} on {self._name()}): "
+            f"rank {leftover.source} called {describe_signature(payload_sig)}, "
+            f"rank {self.rank} called {describe_signature(self.sig)}",
+            notify=True,
+            ended=True,
+        )
 
     def _fail(
         self, text: str, notify: bool, ended: bool = False, error: int = ERR_NOT_SAME
@@ -338,7 +434,8 @@ class CollOp(Op):
 
     def _done(self) -> None:
         self.done = True
-        self.algorithm.close()
+        if self.algorithm is not None:
+            self.algorithm.close()
         if self in self.engine.colls:
             self.engine.colls.remove(self)
 
@@ -369,6 +466,8 @@ def check_reported(engine: Any, context: int, call: str) -> None:
     # The collective about to start gets the next sequence number: only a report
     # about one before it is "earlier" (a report about this very one fails it as
     # it starts, one about a later one waits until this rank gets there).
+    if not engine.coll_errors:
+        return
     error = engine.take_mismatch(context, engine.coll_next.get(context, 0) - 1)
     if error is not None:
         raise MPIException(ERR_NOT_SAME, f"{call}: an earlier {error}")
@@ -413,17 +512,18 @@ def run_in_mode(engine: Any, launch: Callable[[], CollOp], mode: str) -> Any:
 
 
 def run_blocking(coll: CollOp) -> Any:
-    """Run a collective to completion (caller holds the engine); its result."""
-    coll.start()
-    if not coll.done:
-        coll.engine.wait(coll, lambda: _blocked_in(coll))
+    """Run a collective to completion (caller holds the engine); its result.
+
+    Traced calls, and calls on a world where a rank has died, go through the
+    general machinery (:meth:`CollOp.start`), which records every round and
+    fails at once; others run inline.
+    """
+    engine = coll.engine
+    if engine.tracer is None and not engine.dead_peers:
+        coll.run_inline()
+    else:
+        coll.start()
+        if not coll.done:
+            engine.wait(coll, coll._blocked_in)
     coll.raise_if_failed()
     return coll.result
-
-
-def _blocked_in(coll: CollOp) -> Any:
-    from ._engine import WaitInfo
-
-    pending = [op.peer for op in coll.recv_ops if not op.done]
-    call = f"{coll.call} (collective #{coll.seq}, round {coll.rounds})"
-    return WaitInfo(call, coll._name(), pending[0] if pending else -1, coll.seq)

@@ -226,22 +226,29 @@ class Engine:
         self._send(wdest, header)
 
     def send_eager(
-        self, wdest: int, context: int, source: int, tag: int, mem: memoryview | bytes
+        self,
+        wdest: int,
+        context: int,
+        source: int,
+        tag: int,
+        mem: memoryview | bytes,
+        sig: int = 0,
     ) -> bool:
         """Send a small standard-mode message to another rank, with no request.
 
-        The fast path of blocking ``Send``/``send``: the message is on its way
-        when this returns, so nothing needs to be completed later. Returns False
-        (nothing sent) when the general path is needed: to self, or too large.
+        The fast path of blocking ``Send``/``send`` and of collectives run
+        inline: the message is on its way when this returns, so nothing needs
+        to be completed later. Returns False (nothing sent) when the general
+        path is needed: to self, too large, or while tracing.
         """
-        if wdest == self.rank:
+        if wdest == self.rank or self.tracer is not None:
             return False
         nbytes = len(mem) if type(mem) is bytes else mem.nbytes
         if nbytes > EAGER_LIMIT:
             return False
         self._send(
             wdest,
-            _pack_header(EAGER, 0, 0, context, source, tag, self.rank, self.pid, 0, nbytes) + mem,
+            _pack_header(EAGER, 0, sig, context, source, tag, self.rank, self.pid, 0, nbytes) + mem,
         )
         return True
 

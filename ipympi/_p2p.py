@@ -172,12 +172,12 @@ class PointToPoint:
         engine = impl.engine
         engine.enter()
         try:
-            # The fast path has no operation to record: while tracing, the
-            # message takes the general path, which sends the same eager frame.
+            # The fast path has no operation to record: while tracing,
+            # send_eager declines and the message takes the general path,
+            # which sends the same eager frame.
             if (
                 (mode is STANDARD or mode is READY)
                 and dest != PROC_NULL
-                and engine.tracer is None
                 and engine.send_eager(
                     impl.remote_world_ranks[dest], impl.context, impl.rank, tag, mem
                 )

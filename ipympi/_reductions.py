@@ -23,8 +23,9 @@ so traces can show each step's partial results.
 
 from __future__ import annotations
 
+import functools
 import pickle
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -32,10 +33,12 @@ from ._collsched import Algorithm, Round
 
 __all__ = [
     "ArrayValues",
+    "DoublingPlan",
     "ObjectValues",
     "Values",
     "allreduce_recursive_doubling",
     "allreduce_ring",
+    "doubling_plan",
     "exscan_recursive_doubling",
     "reduce_binomial",
     "scan_recursive_doubling",
@@ -62,8 +65,12 @@ class Values:
 class ArrayValues(Values):
     """1-D numpy arrays combined in place with the op's vectorised kernel."""
 
-    def __init__(self, reduce_arrays: Callable[[np.ndarray, np.ndarray], None]) -> None:
+    def __init__(
+        self, reduce_arrays: Callable[[np.ndarray, np.ndarray, Any], None], datatype: Any
+    ) -> None:
+        """``reduce_arrays(invec, inoutvec, datatype)`` is the operation's array kernel."""
         self._reduce = reduce_arrays
+        self._datatype = datatype
 
     def wire(self, value: np.ndarray) -> memoryview:
         return memoryview(value).cast("B") if value.size else memoryview(b"")
@@ -81,7 +88,7 @@ class ArrayValues(Values):
 
     def combine(self, left: np.ndarray, right: np.ndarray) -> np.ndarray:
         """``left op right``, computed into ``right`` (returned)."""
-        self._reduce(left, right)
+        self._reduce(left, right, self._datatype)
         return right
 
 
@@ -155,60 +162,87 @@ def reduce_binomial(
 
 
 # -- allreduce -------------------------------------------------------------------------
-def allreduce_recursive_doubling(rank: int, size: int, values: Values, value: Any) -> Algorithm:
-    """Recursive doubling; with p = 2^k + r, the first 2r ranks fold in pairs first."""
+class DoublingPlan(NamedTuple):
+    """Who a rank exchanges with in recursive doubling, for p = 2^k + r ranks.
+
+    The first 2r ranks fold in pairs first: an even one sends its value to
+    its odd neighbour (``fold_to``), which combines it (``fold_from``). The
+    2^k remaining ranks exchange with each partner in turn (``partners``).
+    Finally each odd folded rank sends the result back (``unfold_to``) to its
+    even neighbour (``unfold_from``).
+    """
+
+    fold_to: int | None
+    fold_from: int | None
+    partners: tuple[int, ...]
+    unfold_to: int | None
+    unfold_from: int | None
+
+
+@functools.lru_cache(maxsize=256)
+def doubling_plan(rank: int, size: int) -> DoublingPlan:
+    """The recursive-doubling schedule of ``rank`` among ``size`` ranks."""
     pof2 = 1 << (size.bit_length() - 1)
     rem = size - pof2
+    folded = rank < 2 * rem
+    if folded and rank % 2 == 0:
+        return DoublingPlan(rank + 1, None, (), None, rank + 1)
+    newrank = rank // 2 if folded else rank - rem
+    partners = []
+    mask = 1
+    while mask < pof2:
+        partner_new = newrank ^ mask
+        partners.append(partner_new * 2 + 1 if partner_new < rem else partner_new + rem)
+        mask <<= 1
+    if folded:
+        return DoublingPlan(None, rank - 1, tuple(partners), rank - 1, None)
+    return DoublingPlan(None, None, tuple(partners), None, None)
+
+
+def allreduce_recursive_doubling(rank: int, size: int, values: Values, value: Any) -> Algorithm:
+    """Recursive doubling; with p = 2^k + r, the first 2r ranks fold in pairs first."""
+    plan = doubling_plan(rank, size)
     acc = value
-    if rank < 2 * rem:
-        if rank % 2 == 0:
-            yield Round(
-                "fold: send to odd neighbour", sends=[(rank + 1, values.wire(acc))], state=acc
-            )
-            newrank = -1
+    if plan.fold_to is not None:
+        yield Round(
+            "fold: send to odd neighbour", sends=[(plan.fold_to, values.wire(acc))], state=acc
+        )
+    elif plan.fold_from is not None:
+        holder, target = values.target(acc)
+        rnd = Round(
+            "fold: receive from even neighbour", recvs=[(plan.fold_from, target)], state=acc
+        )
+        (op,) = yield rnd
+        acc = values.combine(values.received(op, holder), acc)
+        rnd.state = acc
+    spare = None  # the array not holding the result, reused for the next receive
+    for distance, partner in enumerate(plan.partners):
+        holder, target = values.target(acc, spare)
+        rnd = Round(
+            f"exchange at distance {1 << distance}",
+            sends=[(partner, values.wire(acc))],
+            recvs=[(partner, target)],
+            state=acc,
+        )
+        (op,) = yield rnd
+        other = values.received(op, holder)
+        if partner < rank:
+            acc, spare = values.combine(other, acc), other
         else:
-            holder, target = values.target(acc)
-            rnd = Round("fold: receive from even neighbour", recvs=[(rank - 1, target)], state=acc)
-            (op,) = yield rnd
-            acc = values.combine(values.received(op, holder), acc)
-            rnd.state = acc
-            newrank = rank // 2
-    else:
-        newrank = rank - rem
-    if newrank >= 0:
-        spare = None  # the array not holding the result, reused for the next receive
-        mask = 1
-        while mask < pof2:
-            partner_new = newrank ^ mask
-            partner = partner_new * 2 + 1 if partner_new < rem else partner_new + rem
-            holder, target = values.target(acc, spare)
-            rnd = Round(
-                f"exchange at distance {mask}",
-                sends=[(partner, values.wire(acc))],
-                recvs=[(partner, target)],
-                state=acc,
-            )
-            (op,) = yield rnd
-            other = values.received(op, holder)
-            if partner < rank:
-                acc, spare = values.combine(other, acc), other
-            else:
-                acc, spare = values.combine(acc, other), acc
-            rnd.state = acc
-            mask <<= 1
-    if rank < 2 * rem:
-        if rank % 2:
-            yield Round(
-                "unfold: send result to even neighbour",
-                sends=[(rank - 1, values.wire(acc))],
-                state=acc,
-            )
-        else:
-            holder, target = values.target(value)
-            rnd = Round("unfold: receive result", recvs=[(rank + 1, target)])
-            (op,) = yield rnd
-            acc = values.received(op, holder)
-            rnd.state = acc
+            acc, spare = values.combine(acc, other), acc
+        rnd.state = acc
+    if plan.unfold_to is not None:
+        yield Round(
+            "unfold: send result to even neighbour",
+            sends=[(plan.unfold_to, values.wire(acc))],
+            state=acc,
+        )
+    elif plan.unfold_from is not None:
+        holder, target = values.target(value)
+        rnd = Round("unfold: receive result", recvs=[(plan.unfold_from, target)])
+        (op,) = yield rnd
+        acc = values.received(op, holder)
+        rnd.state = acc
     return acc
 
 
