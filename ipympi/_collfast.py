@@ -95,16 +95,13 @@ class FastCall:
             reported = engine.take_mismatch(self.context, self.seq)
             if reported is not None:
                 self._fail([], reported)
+        pending = self.send(to, data) if to is not None else None
         op = None
         if frm is not None:
             self.peer = frm
             op = Op(RECV, self.comm, self.call, frm, self.seq)
             op.mem = target
-            engine.start_recv(op, self.context, frm, self.seq)
-        pending = self.send(to, data) if to is not None else None
-        if op is not None:
-            if not op.done:
-                engine.wait(op, self._blocked_in)
+            engine.receive_collective(op, self.context, frm, self.seq, self.ranks, self._blocked_in)
             if (
                 op.rsig != self.sig
                 or op.error

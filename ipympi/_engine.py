@@ -542,6 +542,75 @@ class Engine:
         finally:
             self.waiting = None
 
+    def receive_collective(
+        self,
+        op: Op,
+        context: int,
+        source: int,
+        tag: int,
+        members: list[int],
+        info: Callable[[], WaitInfo],
+    ) -> None:
+        """Receive one message of a blocking collective into ``op`` (caller holds the
+        engine; tracing is off).
+
+        The receive is never posted: a collective's (context, source, tag) is
+        unique to one call, so the awaited frame is taken straight off the
+        socket and every other frame gets the usual handling. The op ends
+        failed, like a posted receive, when a mismatch is reported for this
+        call or an earlier one, or when a rank of ``members`` (world ranks)
+        dies.
+        """
+        env = self.matcher.take(context, source, tag)
+        if env is not None:
+            self._deliver(env, op)
+            if not op.done:  # a large message coming in chunks
+                self.wait(op, info)
+            return
+        transport = self.transport
+        if transport is None:
+            self._deadlock()
+        recv = transport.recv
+        unexpected = self.matcher.pending_in(context)
+        self.waiting = info
+        self.waiting_since = time.monotonic()
+        try:
+            while True:
+                frame = recv()
+                if type(frame) is bytes and frame[0] == EAGER:
+                    header = _unpack_header(frame)
+                    if header[3] == context and header[4] == source and header[5] == tag:
+                        self.progressed += 1
+                        op.source = source
+                        op.tag = tag
+                        op.rsig = header[2]
+                        self._fill(op, memoryview(frame)[HEADER_SIZE:], header[9])
+                        return
+                self._handle(frame)
+                if self.colls:
+                    self.advance_collectives()
+                if unexpected:  # e.g. the announcement of a large message
+                    env = self.matcher.take(context, source, tag)
+                    if env is not None:
+                        self._deliver(env, op)
+                        if not op.done:  # coming in chunks
+                            self.wait(op, info)
+                        return
+                if self.coll_errors:
+                    known = self.coll_errors.get(context)
+                    if known is not None and known[0] <= tag:
+                        op.error = ERR_OTHER
+                        op.error_detail = known[1]
+                        op.done = True
+                        return
+                if self.dead_peers:
+                    gone = next((self.dead_peers[r] for r in members if r in self.dead_peers), None)
+                    if gone is not None:
+                        self._fail_op(op, gone)
+                        return
+        finally:
+            self.waiting = None
+
     def wait_until(
         self, ready: Callable[[], bool], info: Callable[[], WaitInfo] | None = None
     ) -> None:

@@ -185,6 +185,10 @@ class Matcher:
             unexpected_by_context=unexpected,
         )
 
+    def pending_in(self, context: int) -> list[Envelope]:
+        """The queue of unexpected messages of ``context`` (live: it fills as they come)."""
+        return self._unexpected[context]
+
     def pending_unexpected(self) -> list[Envelope]:
         """Every queued unexpected message, in context then arrival order."""
         return [env for queue in self._unexpected.values() for env in queue]

@@ -61,6 +61,16 @@ def test_ranks_on_two_hosts_compute_together(run_mpi) -> None:
     data = np.arange(100_000.0) if rank == 0 else np.empty(100_000)
     comm.Bcast(data, root=0)
     assert data[-1] == 99_999.0
+    # blocking collectives on their straight path, large messages in chunks over tcp
+    pair = comm.Split(0 if rank in (0, 2) else 1, rank)
+    if rank in (0, 2):
+        big = np.arange(100_000.0) if rank == 0 else np.empty(100_000)
+        pair.Bcast(big, root=0)
+        assert big[-1] == 99_999.0
+        total = np.empty(100_000)
+        pair.Allreduce(np.full(100_000, rank + 1.0), total)
+        assert total[0] == total[-1] == 4.0
+    pair.Free()
     assert comm.allgather(host) == ["127.0.0.2"] * 2 + ["127.0.0.3"] * 2 + ["127.0.0.2"]
     assert comm.alltoall([rank * 10 + r for r in range(size)]) == [
         r * 10 + rank for r in range(size)]
