@@ -16,11 +16,17 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from .controller import session
+
+if __name__ == "__main__":
+    # Started as the kernel: the engines' supervisor imports what it needs while
+    # this process imports ipykernel below.
+    session.prestart()
+
 from ipykernel.ipkernel import IPythonKernel
 from ipykernel.kernelapp import IPKernelApp
 
 from . import __version__
-from .controller import session
 from .controller.cluster import ClusterError
 
 __all__ = ["IpympiKernel", "main"]

@@ -643,6 +643,22 @@ def test_mpi_restart_with_fewer_ranks(fresh_kernel: KernelSession) -> None:
 
 
 @pytest.mark.timeout(90)
+def test_ranks_get_the_environment_the_kernel_sets(fresh_kernel: KernelSession) -> None:
+    """The engines' supervisor starts before ipykernel sets PAGER, CLICOLOR, ...: the
+    ranks get those variables all the same, also in a world started later."""
+    kernel = fresh_kernel
+    names = ("PAGER", "GIT_PAGER", "CLICOLOR", "TERM")
+    grab = f"import os as _os\n_env = [_os.environ.get(name) for name in {names!r}]"
+    kernel.ok(f"%%local\n{grab}")
+    expected = kernel.value("%%local\n_env")
+    assert expected[0] == "cat", expected  # set by ipykernel after the early start
+    for step in ("None", "%mpi restart"):
+        kernel.ok(step, timeout=60)
+        kernel.ok(grab)
+        assert kernel.value("%mpi pull _env") == [expected] * NP
+
+
+@pytest.mark.timeout(90)
 def test_kernel_restart_leaves_no_old_engines(fresh_kernel: KernelSession) -> None:
     kernel = fresh_kernel
     run(kernel, "before_restart = 1")

@@ -53,7 +53,7 @@ from .._hosts import Host, HostError, interface_address, slurm_hosts
 from .._launcher import _die_with_parent, rank_environment
 from ..engine import mpi4py_engine
 from ..engine.keeper import parse_report
-from .supervisor import SupervisorProcess, engine_environment
+from .supervisor import SupervisorProcess, engine_environment, take_early
 
 __all__ = [
     "BACKENDS",
@@ -156,17 +156,24 @@ class SupervisorLauncher(Launcher):
     def __init__(self, env: Mapping[str, str]) -> None:
         self.env = dict(env)
         self.supervisor: SupervisorProcess | None = None
+        # What the engines need on top of the supervisor's environment: set when
+        # the supervisor was started early (supervisor.start_early).
+        self._missing: dict[str, str] = {}
         self._pids: dict[int, int] = {}  # rank -> pid, engines of the current world
 
     def start(self, world: World) -> list[Event]:
         if self.supervisor is None or not self.supervisor.alive:
             self.close(0.5)  # what is left of one that died
-            self.supervisor = SupervisorProcess(self.env, world.n)
+            early = take_early(self.env, world.n)
+            if early is not None:
+                self.supervisor, self._missing = early
+            else:
+                self.supervisor, self._missing = SupervisorProcess(self.env, world.n), {}
         self._pids = {}
         cpus = os.cpu_count()
         key = world.control_key.hex()
         envs = {
-            str(rank): rank_environment({}, rank, world.n, world.directory, key, cpus)
+            str(rank): rank_environment(self._missing, rank, world.n, world.directory, key, cpus)
             for rank in range(world.n)
         }
         self.supervisor.command(

@@ -117,6 +117,24 @@ def new_cluster(
     return Cluster(n or default_size(), backend=backend, launcher=launcher, **chosen)
 
 
+def prestart() -> None:
+    """Start the engine supervisor of the session the environment describes, early.
+
+    For the ``ipympi`` kernel, before its own imports: the session made later
+    (:func:`current`) takes it over if nothing has changed meanwhile. Only the
+    built-in MPI on this machine has such a supervisor; a setting that does
+    not parse is left for :func:`current` to report.
+    """
+    from .supervisor import start_early
+
+    try:
+        backend, launcher, placement = default_backend(), default_launcher(), default_placement()
+        if backend == "builtin" and launcher in (None, "local") and not placement["hosts"]:
+            start_early(os.environ, default_size())
+    except (ClusterError, OSError):
+        pass
+
+
 def current(*, start: bool = False) -> Cluster:
     """The session's cluster (``start=True``: make one as the environment says, if none)."""
     global _current

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from .._jsonlines import JsonLinesProcess
 from .._launcher import THREAD_VARS, _die_with_parent
 
-__all__ = ["SupervisorProcess", "engine_environment"]
+__all__ = ["SupervisorProcess", "engine_environment", "start_early", "take_early"]
 
 
 def engine_environment(env: Mapping[str, str], ranks: int) -> dict[str, str]:
@@ -64,3 +64,39 @@ class SupervisorProcess(JsonLinesProcess):
             capture_stderr=argv is not None,
             preexec=_die_with_parent(),
         )
+
+
+# A supervisor started before the session that will use it (see start_early),
+# with the engines' environment it was started with.
+_early: tuple[dict[str, str], SupervisorProcess] | None = None
+
+
+def start_early(env: Mapping[str, str], ranks: int) -> None:
+    """Start a supervisor now, for a session of ``ranks`` ranks about to be made.
+
+    The ``ipympi`` kernel calls this before its own imports, so that the
+    supervisor imports IPython and numpy while the kernel imports ipykernel:
+    on two cores the session is ready about a third of a second sooner.
+    """
+    global _early
+    if _early is None:
+        _early = (engine_environment(env, ranks), SupervisorProcess(env, ranks))
+
+
+def take_early(
+    env: Mapping[str, str], ranks: int
+) -> tuple[SupervisorProcess, dict[str, str]] | None:
+    """The supervisor :func:`start_early` started, if it suits a session of ``ranks``
+    ranks with ``env`` and still runs, with the variables its engines must get on
+    top of its own environment (the kernel sets some, e.g. ``PAGER``, after the
+    early start); else None, and one that does not suit is stopped."""
+    global _early
+    early, _early = _early, None
+    if early is None:
+        return None
+    had, process = early
+    wanted = engine_environment(env, ranks)
+    if process.alive and set(had) <= set(wanted):
+        return process, {name: value for name, value in wanted.items() if had.get(name) != value}
+    process.stop(0.5)
+    return None
