@@ -3,13 +3,14 @@
 :mod:`._collsched` runs every collective as an algorithm generator that yields
 :class:`~ipympi._collsched.Round` objects, which keeps each algorithm's rounds
 explicit for traces and teaching views. For the calls whose latency a user
-feels most (``Barrier``, ``Bcast``, ``Allreduce`` and ``allreduce`` of small
-data, blocking, tracing off), that machinery is most of the cost: on a
-2-core machine with 4 ranks it doubles the CPU time of a barrier. This module
-runs the same schedules (``dissemination_peers``, ``binomial_peers``,
-``doubling_plan``, shared with the generators) as plain loops over the
-engine: the same messages, peers, order, tags and signatures, so ranks on
-either path work together and detect mismatches alike.
+feels most (blocking ``Barrier``; ``Bcast`` on the binomial tree, i.e. below
+256 KiB or on 2 ranks; ``Allreduce`` and ``allreduce`` by recursive doubling,
+i.e. all but large commutative arrays; tracing off), that machinery is most of
+the cost: on a 2-core machine with 4 ranks it doubles the CPU time of a
+barrier. This module runs the same schedules (``dissemination_peers``,
+``binomial_peers``, ``doubling_plan``, shared with the generators) as plain
+loops over the engine: the same messages, peers, order, tags and signatures,
+so ranks on either path work together and detect mismatches alike.
 
 Anything unusual (a reported mismatch, a message of another collective, a size
 that does not match, a dead peer) is handed to :class:`CollOp`'s own checks,
@@ -123,6 +124,7 @@ class FastCall:
         return None if op.done else op
 
     def wait_all(self, ops: list[Op | None]) -> None:
+        """Wait for the sends :meth:`send` returned (None: already done)."""
         for op in ops:
             if op is not None and not op.done:
                 self.engine.wait(op, self._blocked_in)

@@ -165,11 +165,7 @@ class CollOp(Op):
         root: int | None = None,
         seq: int | None = None,
     ) -> None:
-        self.kind = COLL
-        self.comm = comm
-        self.call = call
-        self.peer = ANY_SOURCE
-        self.tag = 0
+        super().__init__(COLL, comm, call, ANY_SOURCE, 0)
         impl = comm._impl
         self.engine = impl.engine
         self.context = impl.context + 1
