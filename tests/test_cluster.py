@@ -257,6 +257,21 @@ def test_engines_die_with_the_supervisor() -> None:
         assert c.ready
 
 
+def test_a_supervisor_that_cannot_start_is_reported_at_once(tmp_path) -> None:
+    """A supervisor that dies before forking any engine ends the start with its
+    exit status, instead of a wait for hellos until the start-up timeout."""
+    broken = tmp_path / "IPython"
+    broken.mkdir()
+    (broken / "__init__.py").write_text("raise RuntimeError('IPython is broken here')\n")
+    path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
+    with Cluster(2, env=dict(os.environ, PYTHONPATH=path)) as c:
+        began = time.monotonic()
+        with pytest.raises(ClusterError, match=r"the engine supervisor ended \(exit status 1"):
+            c.start()
+        assert time.monotonic() - began < 20
+        assert not c.running
+
+
 def test_start_refuses_a_second_world_and_bad_sizes() -> None:
     with Cluster(1) as c:
         c.start()

@@ -366,7 +366,7 @@ class Cluster(ClusterAPI):
             ]
             self.ended = "; ".join([*failed, reason])
         for engine in self.engines:
-            if engine.alive:
+            if engine.returncode is None:  # running, or never started: it will not now
                 engine.ended_by = reason
                 ended_by = None if self._stopping else reason
                 self._on_exit(engine.rank, -int(signal.SIGKILL), ended_by=ended_by)

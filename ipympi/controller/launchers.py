@@ -193,15 +193,19 @@ class SupervisorLauncher(Launcher):
 
     def read(self, fd: int) -> list[Event]:
         assert self.supervisor is not None
-        events = self.supervisor.read()
+        supervisor = self.supervisor
+        events = supervisor.read()
         if events is None:  # the supervisor died: so did its engines (PDEATHSIG)
             self.supervisor = None
-            died = [
+            died: list[Event] = [
                 {"type": "exited", "rank": rank, "pid": pid, "returncode": -int(signal.SIGKILL)}
                 for rank, pid in self._pids.items()
             ]
             self._pids = {}
-            return died
+            # Ranks it had not forked yet would never say hello: the world ends now,
+            # saying why, instead of when the start-up timeout runs out.
+            reason = f"the engine supervisor ended{supervisor.exit_note()}"
+            return [*died, {"type": "ended", "reason": reason, "known": True}]
         current = []  # events about engines of the current world
         for event in events:
             rank = event.get("rank")
