@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._algorithms import _EMPTY, binomial_peers, dissemination_peers
-from ._collsched import CollOp, check_reported, signature
+from ._collsched import CollOp, check_reported, comm_label, runs_inline, signature
 from ._ops import RECV, SEND, Op
 from ._reductions import Values, doubling_plan
 
@@ -39,7 +39,7 @@ def attempt(impl: Any, fn: Callable[..., Any], *args: Any) -> Any:
     engine = impl.engine
     engine.enter()
     try:
-        if engine.tracer is not None or engine.dead_peers:
+        if not runs_inline(engine):
             return GENERAL
         return fn(*args)
     finally:
@@ -153,8 +153,7 @@ class FastCall:
         from ._engine import WaitInfo
 
         call = f"{self.call} (collective #{self.seq}, round {self.rounds})"
-        label = self.comm._impl.label if self.comm._impl is not None else "a freed communicator"
-        return WaitInfo(call, label, self.peer, self.seq)
+        return WaitInfo(call, comm_label(self.comm), self.peer, self.seq)
 
 
 def barrier(comm: Any, impl: Any, call: str) -> None:

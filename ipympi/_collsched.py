@@ -33,7 +33,16 @@ from ._errors import Exception as MPIException
 from ._ops import COLL, RECV, SEND, Op
 from ._request import Prequest, Request
 
-__all__ = ["CollOp", "Round", "check_reported", "describe_signature", "run_in_mode", "signature"]
+__all__ = [
+    "CollOp",
+    "Round",
+    "check_reported",
+    "comm_label",
+    "describe_signature",
+    "run_in_mode",
+    "runs_inline",
+    "signature",
+]
 
 # Collective kinds (low 5 bits of a signature); bit 5 marks nonblocking and
 # bit 6 persistent calls (the three forms never match each other); bits 7-15
@@ -242,32 +251,12 @@ class CollOp(Op):
             self._end_with(exc)
 
     def _exchange(self, rnd: Round) -> list[Op]:
-        """Post one round's receives, send its messages, and wait for all of them."""
-        engine = self.engine
-        context, seq, ranks, me, sig = self.context, self.seq, self.world_ranks, self.rank, self.sig
-        comm, call = self.comm, self.call
-        recv_ops = []
-        for peer, target in rnd.recvs:
-            op = Op(RECV, comm, call, peer, seq)
-            op.mem = target
-            engine.start_recv(op, context, peer, seq)
-            recv_ops.append(op)
-        self.recv_ops = recv_ops
-        send_ops = []
-        for peer, data in rnd.sends:
-            wdest = ranks[peer]
-            if not engine.send_eager(wdest, context, me, seq, data, sig):
-                op = Op(SEND, comm, call, peer, seq)
-                engine.start_send(op, data, wdest, context, me, seq, False, sig)
-                send_ops.append(op)
-        self.send_ops = send_ops
-        for op in recv_ops:
+        """Start one round and wait for all its messages; its receive operations."""
+        self._start_round(rnd)
+        for op in (*self.recv_ops, *self.send_ops):
             if not op.done:
-                engine.wait(op, self._blocked_in)
-        for op in send_ops:
-            if not op.done:
-                engine.wait(op, self._blocked_in)
-        return recv_ops
+                self.engine.wait(op, self._blocked_in)
+        return self.recv_ops
 
     def _blocked_in(self) -> Any:
         """What this call waits for (built only when an observer asks)."""
@@ -330,8 +319,13 @@ class CollOp(Op):
             self._end_with(exc)
 
     def _start_round(self, rnd: Round) -> None:
+        """Post the round's receives and start its sends.
+
+        Small sends leave at once without an operation to track (not while
+        tracing: ``send_eager`` declines); ``send_ops`` holds the others.
+        """
         engine = self.engine
-        context, seq, ranks, me = self.context, self.seq, self.world_ranks, self.rank
+        context, seq, ranks, me, sig = self.context, self.seq, self.world_ranks, self.rank, self.sig
         recv_ops = []
         for peer, target in rnd.recvs:
             op = Op(RECV, self.comm, self.call, peer, seq)
@@ -340,9 +334,11 @@ class CollOp(Op):
             recv_ops.append(op)
         send_ops = []
         for peer, data in rnd.sends:
-            op = Op(SEND, self.comm, self.call, peer, seq)
-            engine.start_send(op, data, ranks[peer], context, me, seq, False, self.sig)
-            send_ops.append(op)
+            wdest = ranks[peer]
+            if not engine.send_eager(wdest, context, me, seq, data, sig):
+                op = Op(SEND, self.comm, self.call, peer, seq)
+                engine.start_send(op, data, wdest, context, me, seq, False, sig)
+                send_ops.append(op)
         self.recv_ops = recv_ops
         self.send_ops = send_ops
 
@@ -384,7 +380,7 @@ class CollOp(Op):
         return f"collective size mismatch (collective #{self.seq} on {self._name()})"
 
     def _name(self) -> str:
-        return self.comm._impl.label if self.comm._impl is not None else "a freed communicator"
+        return comm_label(self.comm)
 
     def _complete(self, value: Any) -> None:
         leftover = self.engine.end_collective(self.context, self.seq)
@@ -477,6 +473,19 @@ def _envelope_signature(env: Any) -> int:
     return frame[2] | frame[3] << 8
 
 
+def comm_label(comm: Any) -> str:
+    """How errors and waits name a collective's communicator."""
+    return comm._impl.label if comm._impl is not None else "a freed communicator"
+
+
+def runs_inline(engine: Any) -> bool:
+    """Whether a blocking collective may run inline or on the straight path
+    (``_collfast``) now: not while tracing (which records every round through
+    :meth:`CollOp.start`), nor once a rank of the world has died (``start``
+    fails such calls at once)."""
+    return engine.tracer is None and not engine.dead_peers
+
+
 def run_in_mode(engine: Any, launch: Callable[[], CollOp], mode: str) -> Any:
     """Run the collective that ``launch`` builds (the caller does not hold the engine).
 
@@ -510,12 +519,11 @@ def run_in_mode(engine: Any, launch: Callable[[], CollOp], mode: str) -> Any:
 def run_blocking(coll: CollOp) -> Any:
     """Run a collective to completion (caller holds the engine); its result.
 
-    Traced calls, and calls on a world where a rank has died, go through the
-    general machinery (:meth:`CollOp.start`), which records every round and
-    fails at once; others run inline.
+    It runs inline when :func:`runs_inline` allows, else through the general
+    machinery (:meth:`CollOp.start`).
     """
     engine = coll.engine
-    if engine.tracer is None and not engine.dead_peers:
+    if runs_inline(engine):
         coll.run_inline()
     else:
         coll.start()
