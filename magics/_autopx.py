@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from IPython.core.inputtransformer2 import cell_magic
+
 __all__ = ["CONTROLLER_MAGICS", "AutoParallel"]
 
 # Cells starting with one of these always run in the controller.
@@ -45,14 +47,52 @@ class AutoParallel:
     def __call__(self, lines: list[str]) -> list[str]:
         if not self.enabled:
             return lines
-        word = _first_word(lines)
-        if not word:
-            return lines
-        if word == LOCAL:
+        body = self.body_for_ranks(lines)
+        if body is not None:
+            return ["%%px\n", *body]
+        if _first_word(lines) == LOCAL:
             index = next(i for i, line in enumerate(lines) if line.strip())
             return lines[:index] + lines[index + 1 :]
-        if word in CONTROLLER_MAGICS:
-            return lines
-        if lines and not lines[-1].endswith("\n"):
+        return lines
+
+    @staticmethod
+    def body_for_ranks(lines: list[str]) -> list[str] | None:
+        """The ``%%px`` body parallel mode makes of a cell's lines, or None for a cell
+        that runs here: an empty one, a ``%%local`` one or a controller magic."""
+        word = _first_word(lines)
+        if not word or word == LOCAL or word in CONTROLLER_MAGICS:
+            return None
+        if not lines[-1].endswith("\n"):
             lines = [*lines[:-1], lines[-1] + "\n"]
-        return ["%%px\n", *lines]
+        return lines
+
+    def straight_body(self, code: str) -> list[str] | None:
+        """The ``%%px`` body of ``code`` when IPython would do nothing with the cell
+        but run that ``%%px`` cell; else None.
+
+        Lets the ``ipympi`` kernel send a parallel cell to the ranks without
+        running IPython's ``run_cell`` on the one-line ``%%px`` call. It holds
+        when this transformer is on and is the last cleanup transformer (those
+        before it are applied here, in IPython's order), the line transformers
+        are IPython's cell-magic one only, and no post-input or AST
+        transformer is set: with any other, the cell takes IPython's way.
+        """
+        shell = self.shell
+        manager = shell.input_transformer_manager
+        cleanup = manager.cleanup_transforms
+        if (
+            not self.enabled
+            or not cleanup
+            or cleanup[-1] is not self
+            or manager.line_transforms != [cell_magic]
+            or shell.input_transformers_post
+            or shell.ast_transformers
+        ):
+            return None
+        lines = (code if code.endswith("\n") else code + "\n").splitlines(keepends=True)
+        try:
+            for transform in cleanup[:-1]:
+                lines = transform(lines)
+        except Exception:
+            return None  # IPython's own run reports it
+        return self.body_for_ranks(lines)

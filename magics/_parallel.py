@@ -411,9 +411,17 @@ class ParallelMagics(Magics):
         Ctrl-C (the notebook's interrupt) reaches every rank, also one blocked in MPI.
         """
         if cell is None:
-            return self._run(line, CellOptions(**self.defaults), local=False, save_name=None)
+            return self.run_on_ranks(line)
         args = parse_argstring(self.px, line)
         return self._run(cell, self._options(args), local=args.local, save_name=args.save_name)
+
+    def run_on_ranks(self, code: str) -> Any:
+        """Run ``code`` on the ranks with the default options, as ``%%px`` alone does.
+
+        Returns what the magic returns: None, or the pending cell's result when
+        ``%pxconfig --noblock`` made that the default; raises the cell's error.
+        """
+        return self._run(code, CellOptions(**self.defaults), local=False, save_name=None)
 
     def _run(self, code: str, options: CellOptions, local: bool, save_name: str | None) -> Any:
         cluster = self._cluster()

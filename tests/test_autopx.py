@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import pytest
 from ipympi.magics._autopx import AutoParallel
-from IPython.core.inputtransformer2 import TransformerManager
+from IPython.core.inputtransformer2 import TransformerManager, cell_magic
 
 
 class FakeShell:
     def __init__(self) -> None:
-        self.manager = TransformerManager()
+        self.manager = self.input_transformer_manager = TransformerManager()
         self.input_transformers_cleanup = self.manager.cleanup_transforms
+        self.input_transformers_post: list = []
+        self.ast_transformers: list = []
 
 
 @pytest.fixture
@@ -67,3 +69,44 @@ def test_remove_unregisters(shell: FakeShell) -> None:
     auto.enabled = True
     auto.remove()
     assert transform(shell, "x = 1\n") == "x = 1\n"
+
+
+# -- the kernel's straight path: the same %%px body as IPython's transformation --------------
+STRAIGHT_CELLS = [
+    "x = rank",
+    "x = rank\nprint(x)\n",
+    "\n\n  y = 1\n  print(y)",  # leading blank lines and indentation are cleaned first
+    ">>> a = 1\n>>> a",  # a pasted prompt is stripped first
+    "In [1]: b = 2\n",
+    "x?",
+    "!ls\nz = 3",
+    "s = '%%local'",
+]
+
+
+@pytest.mark.parametrize("cell", STRAIGHT_CELLS)
+def test_straight_body_is_what_ipython_would_run(shell: FakeShell, cell: str) -> None:
+    auto = AutoParallel(shell)
+    auto.enabled = True
+    body = auto.straight_body(cell)
+    assert body is not None
+    assert "".join(cell_magic(["%%px\n", *body])) == transform(shell, cell)
+
+
+@pytest.mark.parametrize("cell", ["", " \n", "%%local\nx", "\n%mpi status", "%%px -t 0\nx"])
+def test_cells_of_the_controller_take_ipythons_way(shell: FakeShell, cell: str) -> None:
+    auto = AutoParallel(shell)
+    auto.enabled = True
+    assert auto.straight_body(cell) is None
+
+
+def test_other_transformers_send_cells_ipythons_way(shell: FakeShell) -> None:
+    auto = AutoParallel(shell)
+    assert auto.straight_body("x = 1") is None  # parallel mode is off
+    auto.enabled = True
+    assert auto.straight_body("x = 1") == ["x = 1\n"]
+    shell.input_transformers_post.append(lambda lines: lines)
+    assert auto.straight_body("x = 1") is None
+    shell.input_transformers_post.clear()
+    shell.input_transformers_cleanup.append(lambda lines: lines)  # runs after %autopx
+    assert auto.straight_body("x = 1") is None

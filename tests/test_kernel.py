@@ -358,6 +358,53 @@ def test_local_cell_runs_in_the_kernel_only(kernel: KernelSession) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_parallel_cells_keep_the_kernels_history_and_events(kernel: KernelSession) -> None:
+    # Parallel cells go straight to the ranks; they are still numbered, kept in the
+    # kernel's history (as the %%px call they stand for) and seen by its events.
+    run(
+        kernel,
+        "%%local\nseen = []\n"
+        "def before(info): seen.append(info.raw_cell)\n"
+        "def after(result): seen.append(result.success)\n"
+        "get_ipython().events.register('pre_run_cell', before)\n"
+        "get_ipython().events.register('post_run_cell', after)",
+    )
+    first, _ = run(kernel, "history_probe = rank")
+    reply, _ = kernel.execute("1 / 0")
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "ZeroDivisionError"
+    assert count_of(reply) == count_of(first) + 1
+    n = count_of(first)
+    stored = kernel.value(f"%%local\nIn[{n}], _ih[{n + 1}]")
+    assert stored == (
+        "get_ipython().run_cell_magic('px', '', 'history_probe = rank\\n')",
+        "get_ipython().run_cell_magic('px', '', '1 / 0\\n')",
+    )
+    seen = kernel.value("%%local\nseen[:5]")
+    assert seen == [True, "history_probe = rank", True, "1 / 0", False]
+    run(
+        kernel,
+        "%%local\nget_ipython().events.unregister('pre_run_cell', before)\n"
+        "get_ipython().events.unregister('post_run_cell', after)",
+    )
+
+
+@pytest.mark.timeout(60)
+def test_parallel_cells_follow_pxconfig(kernel: KernelSession) -> None:
+    run(kernel, "%pxconfig --noblock")
+    try:
+        _, inner = run(kernel, "rank * 2")
+        # the controller's pending result, and no rank output until %pxresult
+        assert kinds(inner) == ["execute_result"]
+        assert "ipympi" not in inner[0]["metadata"]
+        _, inner = run(kernel, "%pxresult")
+        values = sorted(r["content"]["data"]["text/plain"] for _, r in result_pairs(inner))
+        assert values == ["0", "2", "4"]
+    finally:
+        kernel.execute("%pxconfig --block")
+
+
+@pytest.mark.timeout(60)
 def test_mpi_status_lists_the_ranks(kernel: KernelSession) -> None:
     pids = rank_pids(kernel)
     _, inner = run(kernel, "%mpi status")
