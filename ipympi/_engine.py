@@ -116,6 +116,9 @@ class Engine:
         self.waiting: Callable[[], WaitInfo] | None = None
         self.waiting_since = 0.0
         self.depth = 0  # threads inside MPI calls
+        # MPI calls entered, by any thread: with ``progressed``, tells an observer
+        # whether anything can have changed in the engine since it last looked.
+        self.entered = 0
         self.wanted = 0  # threads waiting to enter
         self.last_exit = 0.0
         self.progress: Any = None  # the ProgressThread, once started
@@ -152,6 +155,7 @@ class Engine:
             finally:
                 self.wanted -= 1
         self.depth += 1
+        self.entered += 1
 
     def leave(self) -> None:
         self.depth -= 1

@@ -36,6 +36,8 @@ class Leftovers:
 
     def __init__(self) -> None:
         self._seen: set[int] = set()
+        # The engine's (entered, progressed) when the last check ended.
+        self._checked_at: tuple[int, int] | None = None
 
     def check(
         self, engine: Any, take_mismatch: bool, interrupted: bool = False
@@ -51,6 +53,14 @@ class Leftovers:
         """
         if engine is None or engine.finalized or engine.transport is None:
             return [], None
+        if (
+            not interrupted
+            and self._checked_at == (engine.entered, engine.progressed)
+            and not engine.coll_errors
+        ):
+            # No MPI call and no incoming frame since the last check: nothing new
+            # to report, and no need to take the engine from the progress thread.
+            return [], None
         mismatch = None
         engine.enter()
         try:
@@ -63,6 +73,7 @@ class Leftovers:
             if take_mismatch and engine.coll_errors:
                 context = next(iter(engine.coll_errors))
                 mismatch = engine.coll_errors.pop(context)[1]
+            self._checked_at = (engine.entered, engine.progressed)
         finally:
             engine.leave()
         return self._warnings(unexpected, posted, sends, collectives), mismatch
