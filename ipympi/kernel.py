@@ -27,6 +27,7 @@ from ipykernel.ipkernel import IPythonKernel
 from ipykernel.kernelapp import IPKernelApp
 from IPython.core.inputtransformer2 import cell_magic
 from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult
+from traitlets import default
 
 from . import __version__
 from .controller.cluster import ClusterError
@@ -268,6 +269,10 @@ def _parallel_body(code: str) -> tuple[str | None, int]:
 
 class IpympiKernelApp(IPKernelApp):
     name = "ipympi-kernel"
+
+    @default("outstream_class")
+    def _default_outstream_class(self) -> str:
+        return "ipympi._outstream.OutStream"
 
 
 def main() -> None:

@@ -358,6 +358,23 @@ def test_local_cell_runs_in_the_kernel_only(kernel: KernelSession) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_kernel_output_still_precedes_the_reply(kernel: KernelSession) -> None:
+    # The kernel's streams skip flushing when they hold nothing; text written in
+    # the kernel is still all sent before the cell ends.
+    code = (
+        "%%local\nimport sys, threading\n"
+        "print(type(sys.stdout).__module__)\n"
+        "t = threading.Thread(target=print, args=('from a thread',)); t.start(); t.join()\n"
+        "sys.stderr.write('late')"
+    )
+    _, inner = run(kernel, code)
+    stdout = "".join(m["content"]["text"] for m in inner if m["content"].get("name") == "stdout")
+    stderr = "".join(m["content"]["text"] for m in inner if m["content"].get("name") == "stderr")
+    assert stdout == "ipympi._outstream\nfrom a thread\n"
+    assert stderr == "late"
+
+
+@pytest.mark.timeout(60)
 def test_parallel_cells_keep_the_kernels_history_and_events(kernel: KernelSession) -> None:
     # Parallel cells go straight to the ranks; they are still numbered, kept in the
     # kernel's history (as the %%px call they stand for) and seen by its events.
