@@ -18,6 +18,7 @@ import numpy as np
 from . import _algorithms as algo
 from . import _collfast as fast
 from . import _reductions as red
+from . import _trace
 from ._buffers import IN_PLACE, BufferSpec, as_ndarray, recv_buffer, send_buffer
 from ._collsched import Algorithm
 from ._errhandling import mpi_call
@@ -57,7 +58,11 @@ class _Reduction:
         op: Any,
         in_place_ok: bool,
         needs_output: bool,
+        one_element: bool = False,
     ) -> None:
+        """``one_element``: the algorithm may work on a one-element buffer as a Python
+        number (:class:`~ipympi._reductions.ScalarValues`; not while tracing, whose
+        drawings show buffers as arrays)."""
         self.op = _check_op(op, call)
         in_place = sendbuf is IN_PLACE
         if in_place and not in_place_ok:
@@ -70,23 +75,33 @@ class _Reduction:
         # The contribution is read when the operation starts (every Start, for a
         # persistent request) into a private copy: algorithms combine in place.
         self.source = _typed(source)
-        self.values = red.ArrayValues(self.op._impl.reduce_arrays, self.datatype)
+        impl = self.op._impl
+        scalar = None
+        if one_element and _trace.current is None and self.source.size == 1:
+            out = None if self.out is None or in_place else _typed(self.out)
+            scalar = red.ScalarValues.for_array(impl, self.source, out)
+        self.scalar = scalar is not None
+        self.values: red.Values = scalar or red.ArrayValues(impl.reduce_arrays, self.datatype)
 
-    def fresh(self) -> np.ndarray:
+    def fresh(self) -> Any:
         """A private copy of this rank's contribution, taken now."""
-        return self.source.copy()
+        return self.source.item() if self.scalar else self.source.copy()
 
-    def store(self, result: np.ndarray | None) -> None:
+    def store(self, result: Any) -> None:
         """Copy a result into the receive buffer (and scatter derived types)."""
         if result is None or self.out is None:
             return
         out = _typed(self.out)
-        if out.size != result.size:
+        size = 1 if self.scalar else result.size
+        if out.size != size:
             raise MPIException(
                 ERR_COUNT,
-                f"the receive buffer holds {out.size} elements, the result has {result.size}",
+                f"the receive buffer holds {out.size} elements, the result has {size}",
             )
-        np.copyto(out, result)  # both 1-D
+        if self.scalar:
+            out[0] = result
+        else:
+            np.copyto(out, result)  # both 1-D
         unpack = self.out.unpack
         if unpack is not None:
             unpack(self.out.mem.nbytes)
@@ -112,7 +127,9 @@ class Reductions:
         at_root = impl.rank == root
         if sendbuf is IN_PLACE and not at_root:
             raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is allowed at the root only")
-        args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=at_root, needs_output=at_root)
+        args = _Reduction(
+            call, sendbuf, recvbuf, op, in_place_ok=at_root, needs_output=at_root, one_element=True
+        )
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             gen = red.reduce_binomial(
@@ -154,7 +171,9 @@ class Reductions:
     # -- Allreduce ---------------------------------------------------------------------
     def _allreduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, mode: str) -> Any:
         impl = self._live()
-        args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True)
+        args = _Reduction(
+            call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True, one_element=True
+        )
         nbytes = args.source.nbytes
         ring = (
             nbytes >= LARGE_ALLREDUCE
@@ -328,7 +347,9 @@ class Reductions:
 
     # -- Scan / Exscan ----------------------------------------------------------------------
     def _scan(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, op: Any, mode: str) -> Any:
-        args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True)
+        args = _Reduction(
+            call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True, one_element=True
+        )
         scan = red.scan_recursive_doubling if kind == "Scan" else red.exscan_recursive_doubling
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:

@@ -11,7 +11,10 @@ rank (MPI-3.1 §5.9.1, §5.9.5): with buffers, ``inoutvec[i] = invec[i] op inout
   ``MAXLOC``/``MINLOC`` return ``(value, index)`` tuples, ``REPLACE`` gives the right
   operand and ``NO_OP`` the left one, a user function is called as ``function(left,
   right, None)`` and its return value is the result;
-* the same way by ``op(x, y)`` (:meth:`Op.__call__`).
+* the same way by ``op(x, y)`` (:meth:`Op.__call__`);
+* ``SUM``, ``PROD``, ``MAX`` and ``MIN`` also to one element of a float64 or integer
+  buffer held as a Python number (``_OpImpl.reduce_scalars``), giving exactly what
+  the array kernel gives: see :class:`~ipympi._reductions.ScalarValues`.
 
 Each predefined operation applies to the datatype groups of §5.9.2 and §5.9.4 only (for
 example ``BAND`` to integers and ``BYTE``, never to ``DOUBLE``); ``CHAR``-like types are
@@ -180,6 +183,28 @@ def _null_arrays(invec: np.ndarray, inoutvec: np.ndarray, datatype: Datatype) ->
     raise _null_error()
 
 
+# --- Scalar reducers: one buffer element as a Python number, as the ufunc computes it ----
+# Integer results are wrapped to the element's width by the caller (ScalarValues).
+
+
+def _sum_scalars(left: Any, right: Any) -> Any:
+    return left + right
+
+
+def _prod_scalars(left: Any, right: Any) -> Any:
+    return left * right
+
+
+def _max_scalars(left: Any, right: Any) -> Any:
+    """``np.maximum(left, right)``: a NaN wins (the left one first), a tie gives ``right``."""
+    return left if left > right or left != left else right
+
+
+def _min_scalars(left: Any, right: Any) -> Any:
+    """``np.minimum(left, right)``: a NaN wins (the left one first), a tie gives ``right``."""
+    return left if left < right or left != left else right
+
+
 # --- Object reducers: left op right, as mpi4py's lower-case reductions -------------------
 
 
@@ -271,10 +296,19 @@ class _OpImpl:
 
     ``key`` is the name of a predefined operation (``"SUM"``), ``None`` for user ones;
     ``groups`` lists the datatype groups a predefined operation applies to, ``None``
-    meaning any datatype (user operations); ``function`` is the user's function.
+    meaning any datatype (user operations); ``function`` is the user's function;
+    ``reduce_scalars`` combines two Python numbers (``SUM``, ``PROD``, ``MAX``, ``MIN``).
     """
 
-    __slots__ = ("commutative", "function", "groups", "key", "reduce_arrays", "reduce_objects")
+    __slots__ = (
+        "commutative",
+        "function",
+        "groups",
+        "key",
+        "reduce_arrays",
+        "reduce_objects",
+        "reduce_scalars",
+    )
 
     def __init__(
         self,
@@ -284,6 +318,7 @@ class _OpImpl:
         reduce_objects: ObjectReducer,
         groups: frozenset[str] | None,
         function: UserFunction | None = None,
+        reduce_scalars: ObjectReducer | None = None,
     ) -> None:
         self.key = key
         self.commutative = commutative
@@ -291,6 +326,7 @@ class _OpImpl:
         self.reduce_objects = reduce_objects
         self.groups = groups
         self.function = function
+        self.reduce_scalars = reduce_scalars
 
 
 _NULL_IMPL = _OpImpl("OP_NULL", False, _null_arrays, _null_objects, frozenset())
@@ -516,8 +552,10 @@ def _predefined(
     groups: frozenset[str],
     *,
     commutative: bool = True,
+    reduce_scalars: ObjectReducer | None = None,
 ) -> Op:
-    handle = Op._from_impl(_OpImpl(key, commutative, reduce_arrays, reduce_objects, groups))
+    impl = _OpImpl(key, commutative, reduce_arrays, reduce_objects, groups, None, reduce_scalars)
+    handle = Op._from_impl(impl)
     _NAMED[key] = handle
     return handle
 
@@ -526,10 +564,12 @@ Op._null_impl = _NULL_IMPL
 OP_NULL: Op = Op._from_impl(_NULL_IMPL)
 _NAMED["OP_NULL"] = OP_NULL
 
-MAX = _predefined("MAX", _ufunc_reducer(np.maximum), _max, _MINMAX)
-MIN = _predefined("MIN", _ufunc_reducer(np.minimum), _min, _MINMAX)
-SUM = _predefined("SUM", _ufunc_reducer(np.add), _sum, _ARITHMETIC)
-PROD = _predefined("PROD", _ufunc_reducer(np.multiply), _prod, _ARITHMETIC)
+MAX = _predefined("MAX", _ufunc_reducer(np.maximum), _max, _MINMAX, reduce_scalars=_max_scalars)
+MIN = _predefined("MIN", _ufunc_reducer(np.minimum), _min, _MINMAX, reduce_scalars=_min_scalars)
+SUM = _predefined("SUM", _ufunc_reducer(np.add), _sum, _ARITHMETIC, reduce_scalars=_sum_scalars)
+PROD = _predefined(
+    "PROD", _ufunc_reducer(np.multiply), _prod, _ARITHMETIC, reduce_scalars=_prod_scalars
+)
 LAND = _predefined("LAND", _ufunc_reducer(np.logical_and), _land, _LOGICAL_OPS)
 BAND = _predefined("BAND", _ufunc_reducer(np.bitwise_and), _band, _BITWISE)
 LOR = _predefined("LOR", _ufunc_reducer(np.logical_or), _lor, _LOGICAL_OPS)

@@ -395,6 +395,93 @@ LARGE = program(
 )
 
 
+ONE_ELEMENT = program(
+    """
+    # One-element buffers are combined as Python numbers (ScalarValues). Each result
+    # must be bit for bit what the array kernel gives on a two-element buffer holding
+    # the same value twice (same algorithm, same order of combining): floats keep NaN,
+    # -0.0 and inf; integers wrap, and also match numpy's fold in rank order.
+    from ipympi._coll_reduce import _Reduction
+
+    UFUNC = {"MAX": np.maximum, "MIN": np.minimum, "SUM": np.add, "PROD": np.multiply}
+    TYPES = ["f8", "i1", "i2", "i4", "i8", "u1", "u8", "f4"]  # f4 keeps numpy's way
+    FLOATS = [0.0, -0.0, 1.5, -3.25, 1e308, -1e308, np.inf, -np.inf, np.nan]
+
+
+    def value(r, name, t, k=0):
+        rng = np.random.default_rng(seed(name, t, r, k))
+        dt = np.dtype(t)
+        if dt.kind == "f":
+            return np.array([FLOATS[rng.integers(0, len(FLOATS))]], dt)
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, 1, dtype=dt, endpoint=True)
+
+
+    def twice(one):
+        return np.repeat(one, 2)
+
+
+    def same(one, two):
+        # a one-element result and a two-element one agree (both elements, bitwise)
+        return one.dtype == two.dtype and two.tobytes() == one.tobytes() * 2
+
+
+    def check(what, call, one_args, two_args, out1, out2, cond=True):
+        call(*one_args)
+        call(*two_args)
+        assert not cond or same(out1, out2), (what, out1, out2)
+
+
+    for name, ufunc in UFUNC.items():
+        op = getattr(MPI, name)
+        for t in TYPES:
+            dt = np.dtype(t)
+            x = value(rank, name, t)
+            what = (name, t)
+            r1, r2 = np.zeros(1, dt), np.zeros(2, dt)
+            parsed = _Reduction("Allreduce", x, r1, op, True, True, one_element=True)
+            assert parsed.scalar == (t != "f4"), what  # the path this program is about
+            check(what + ("Allreduce",), comm.Allreduce, (x, r1, op), (twice(x), r2, op), r1, r2)
+            if dt.kind in "iu":
+                with np.errstate(all="ignore"):
+                    want = fold(ufunc, [value(r, name, t) for r in range(size)])
+                assert r1.tobytes() == want.tobytes(), (what, r1, want)
+
+            r1, r2 = x.copy(), twice(x)
+            check(what + ("IN_PLACE",), comm.Allreduce, (MPI.IN_PLACE, r1, op),
+                  (MPI.IN_PLACE, r2, op), r1, r2)
+
+            r1, r2 = np.zeros(1, dt), np.zeros(2, dt)
+            check(what + ("Iallreduce",), lambda *a: comm.Iallreduce(*a).Wait(),
+                  (x, r1, op), (twice(x), r2, op), r1, r2)
+
+            root = size - 1
+            r1, r2 = np.zeros(1, dt), np.zeros(2, dt)
+            check(what + ("Reduce",), comm.Reduce, (x, r1, op, root), (twice(x), r2, op, root),
+                  r1, r2, cond=rank == root)
+
+            for call in (comm.Scan, comm.Exscan):
+                r1, r2 = np.full(1, 7, dt), np.full(2, 7, dt)
+                check(what + (call.__name__,), call, (x, r1, op), (twice(x), r2, op), r1, r2)
+
+            # persistent: each Start reads the send buffer anew
+            s1, r1, s2, r2 = x.copy(), np.zeros(1, dt), twice(x), np.zeros(2, dt)
+            req1 = comm.Allreduce_init(s1, r1, op)
+            req2 = comm.Allreduce_init(s2, r2, op)
+            for k in range(2):
+                s1[:] = value(rank, name, t, k)
+                s2[:] = s1[0]
+                req1.Start()
+                req1.Wait()
+                req2.Start()
+                req2.Wait()
+                assert same(r1, r2), (what, "persistent", k, r1, r2)
+            req1.Free()
+            req2.Free()
+    """
+)
+
+
 @pytest.mark.parametrize("n", NPROCS)
 def test_predefined_ops(run_mpi, n: int) -> None:
     """Every predefined op on its datatype groups, through all six reductions."""
@@ -411,3 +498,9 @@ def test_user_ops_and_bitwise_identical(run_mpi, n: int) -> None:
 def test_large_messages(run_mpi, n: int) -> None:
     """Messages large enough for the ring / scatter-allgather algorithms."""
     assert_ok(run_mpi(n, LARGE, timeout=45), n)
+
+
+@pytest.mark.parametrize("n", NPROCS)
+def test_one_element_reductions_match_numpy_bit_for_bit(run_mpi, n: int) -> None:
+    """One-element SUM/PROD/MAX/MIN: wrapped integers, NaN and -0.0 exactly as numpy."""
+    assert_ok(run_mpi(n, ONE_ELEMENT), n)

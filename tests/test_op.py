@@ -602,3 +602,57 @@ def test_accepted_reductions_match_mpi4py() -> None:
             theirs = getattr(mpi, dt_name)
             getattr(mpi, op_name).Reduce_local([left, theirs], [expected, theirs])
             assert ours.tolist() == expected.tolist(), (op_name, dt_name)
+
+
+# -- one element as a Python number (ScalarValues): bit for bit what the array kernel gives --
+_SCALAR_TYPES = ["f8", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "l", "L"]
+_FLOAT_SPECIALS = [0.0, -0.0, 1.0, -2.5, 1e308, -1e308, 5e-324, np.inf, -np.inf, np.nan, -np.nan]
+
+
+def _operands(dtype: np.dtype) -> list[Any]:
+    if dtype.kind == "f":
+        return [np.float64(v) for v in _FLOAT_SPECIALS]
+    info = np.iinfo(dtype)
+    picks = {info.min, info.min + 1, -1, 0, 1, 2, 3, info.max - 1, info.max, info.max // 3}
+    return [dtype.type(v) for v in sorted(p for p in picks if info.min <= p <= info.max)]
+
+
+@pytest.mark.parametrize("op", [SUM, PROD, MAX, MIN], ids=["SUM", "PROD", "MAX", "MIN"])
+@pytest.mark.parametrize("code", _SCALAR_TYPES)
+def test_scalar_kernel_matches_the_array_kernel_bit_for_bit(op: Op, code: str) -> None:
+    from ipympi._reductions import ScalarValues
+
+    dtype = np.dtype(code)
+    probe = np.zeros(1, dtype)
+    values = ScalarValues.for_array(op._impl, probe, probe)
+    assert values is not None
+    for left in _operands(dtype):
+        for right in _operands(dtype):
+            want = np.array([right], dtype)
+            op._impl.reduce_arrays(np.array([left], dtype), want, None)
+            # each operand travels as the element's bytes, as between ranks
+            a = values.received(None, bytearray(values.wire(left.item())))
+            b = values.received(None, bytearray(values.wire(right.item())))
+            got = values.combine(a, b)
+            assert values.wire(got) == want.tobytes(), (code, left, right, got, want)
+
+
+def test_scalar_values_only_where_they_give_the_same_result() -> None:
+    from ipympi._reductions import ScalarValues
+
+    def scalar(op: Op, arr: np.ndarray, out: np.ndarray | None = None) -> bool:
+        return ScalarValues.for_array(op._impl, arr, out) is not None
+
+    one = np.zeros(1)
+    assert scalar(SUM, one) and scalar(MAX, one, np.zeros(1))
+    assert not scalar(SUM, np.zeros(2))  # arrays of more elements: numpy
+    assert not scalar(SUM, np.zeros(1, "f4"))  # float32 would need rounding at each step
+    assert not scalar(SUM, np.zeros(1, "c16")) and not scalar(LAND, np.zeros(1, "?"))
+    assert not scalar(SUM, np.zeros(1, ">f8" if sys.byteorder == "little" else "<f8"))
+    assert not scalar(BAND, np.zeros(1, "i4")) and not scalar(MAXLOC, one)
+    assert not scalar(SUM, one, np.zeros(1, "i8"))  # numpy's casting rules decide there
+    user = Op.Create(lambda a, b, t: None, commute=True)
+    try:
+        assert not scalar(user, one)
+    finally:
+        user.Free()
