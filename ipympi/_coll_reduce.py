@@ -78,8 +78,8 @@ class _Reduction:
         impl = self.op._impl
         scalar = None
         if one_element and _trace.current is None and self.source.size == 1:
-            out = None if self.out is None or in_place else _typed(self.out)
-            scalar = red.ScalarValues.for_array(impl, self.source, out)
+            self._out_array = None if self.out is None else _typed(self.out)
+            scalar = red.ScalarValues.for_array(impl, self.source, self._out_array)
         self.scalar = scalar is not None
         self.values: red.Values = scalar or red.ArrayValues(impl.reduce_arrays, self.datatype)
 
@@ -91,7 +91,7 @@ class _Reduction:
         """Copy a result into the receive buffer (and scatter derived types)."""
         if result is None or self.out is None:
             return
-        out = _typed(self.out)
+        out = self._out_array if self.scalar else _typed(self.out)
         size = 1 if self.scalar else result.size
         if out.size != size:
             raise MPIException(

@@ -137,7 +137,7 @@ class ScalarValues(Values):
             or not (dtype.kind in "iu" or (dtype.kind == "f" and dtype.itemsize == 8))
         ):
             return None
-        return cls(reduce_scalars, dtype)
+        return _scalar_values(reduce_scalars, dtype)
 
     def wire(self, value: Any) -> bytes:
         return struct.pack(self._format, value)
@@ -154,6 +154,12 @@ class ScalarValues(Values):
         if self._mask is not None:
             value = ((value + self._offset) & self._mask) - self._offset
         return value
+
+
+@functools.lru_cache(maxsize=64)
+def _scalar_values(reduce_scalars: Callable[[Any, Any], Any], dtype: np.dtype) -> ScalarValues:
+    """One (immutable) ScalarValues per operation and type."""
+    return ScalarValues(reduce_scalars, dtype)
 
 
 class ObjectValues(Values):
