@@ -7,6 +7,9 @@ turns a cell into a ``%%px`` cell, except cells that talk to the controller
 This is IPython's own hook for rewriting cells: nothing is monkeypatched, and
 the transformer is marked as having side effects so IPython leaves it out of
 "is this input complete?" checks (multi-line input in consoles still works).
+The ``ipympi`` kernel asks :meth:`AutoParallel.straight_body` for the ``%%px``
+body of a cell and, when IPython would do nothing else with it, hands that body
+to the magic's runner itself instead of running the one-line ``%%px`` call.
 """
 
 from __future__ import annotations
