@@ -94,6 +94,19 @@ def test_output_of_c_code_children_and_shell_escapes_is_captured(cluster: Cluste
     assert text.splitlines() == ["py", "fd", "child", "bang"]
 
 
+def test_ipython_syntax_works_on_the_ranks(cluster: Cluster) -> None:
+    # The ranks skip IPython's token pass on plain Python only (engine/inputs.py).
+    code = (
+        "import os\n"
+        "v = !echo hi\n"
+        "w = %pwd\n"
+        "kind = type(get_ipython().input_transformer_manager).__name__\n"
+        "print(v[0], w == os.getcwd(), kind, (rank + 1) % 3 != 5)\n"
+    )
+    req = run(cluster, code, [0])
+    assert stdout(req, 0) == "hi True RankTransformerManager True\n"
+
+
 def test_large_and_unicode_output_arrives_whole_and_in_order(cluster: Cluster) -> None:
     code = "for i in range(5000):\n    print(i, 'é€𝄞' * (i % 3))\n"
     req = run(cluster, code, [1])

@@ -6,7 +6,9 @@ them; everything it says goes out on its ``out`` socket (see
 subclass whose display hook and display publisher turn results and rich
 displays into protocol messages, and whose traceback hook turns an exception
 into one ``error`` message; stdout and stderr are captured at both the Python
-and the file-descriptor level (:mod:`ipympi.engine.capture`).
+and the file-descriptor level (:mod:`ipympi.engine.capture`). Input is
+transformed as IPython does, minus the token pass on plain Python
+(:mod:`ipympi.engine.inputs`).
 
 SIGINT raises ``KeyboardInterrupt`` in a running cell only; the handler first
 records where the rank was (its MPI call, if blocked in one, and the cell
@@ -32,13 +34,14 @@ import zmq
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
-from traitlets import Type
+from traitlets import Type, default
 
 from .. import _trace
 from .._control import format_call
 from .._errors import Exception as MPIException
 from .._introspect import describe_location
 from .capture import FLUSH_INTERVAL, FdCapture, RankStream
+from .inputs import RankTransformerManager
 from .leftovers import Leftovers
 from .protocol import Message, ProtocolError, Signer
 
@@ -170,6 +173,11 @@ class RankShell(InteractiveShell):
     display_pub_class = Type(RankDisplayPublisher)
     engine_io: EngineIO | None = None
     interrupted_at: str = ""
+
+    @default("input_transformer_manager")
+    def _default_input_transformer_manager(self) -> RankTransformerManager:
+        """IPython's, without tokenizing cells of plain Python (see :mod:`.inputs`)."""
+        return RankTransformerManager()
 
     def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
         io = self.engine_io
