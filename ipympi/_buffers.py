@@ -196,7 +196,7 @@ def as_ndarray(spec: BufferSpec) -> np.ndarray:
     """
     array = spec.array
     if array is not None:
-        return array.reshape(-1)
+        return array if array.ndim == 1 else array.reshape(-1)
     dtype = spec.element_dtype
     if dtype is None:
         dtype = np.dtype(np.uint8)
