@@ -175,7 +175,12 @@ def install(engine: Any, context: int, base: int) -> None:
         table.locked.pop(context, None)
         coll = context + 1
         engine.coll_next[coll] = max(base, engine.coll_next.get(coll, 0))
-        engine.coll_errors.pop(coll, None)
+        # A mismatch report from before ``base`` is about the context's former
+        # communicator; one from ``base`` on is early news about this one (its
+        # other members may have run, and failed, a collective already).
+        known = engine.coll_errors.get(coll)
+        if known is not None and known[0] < base:
+            del engine.coll_errors[coll]
     finally:
         engine.leave()
 

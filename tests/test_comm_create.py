@@ -401,3 +401,24 @@ def test_dup_free_cycles_do_not_leak_or_reuse(run_mpi, n):
                 c.Free()
         """,
     )
+
+
+def test_a_new_context_keeps_early_mismatch_news_and_drops_stale_news() -> None:
+    # A rank may hear of a mismatch on a new communicator before it has finished
+    # creating it (its other members ran and failed a collective already); that news
+    # must survive the context's installation, while news about the context's former
+    # communicator (sequence numbers before the new base) must not.
+    from ipympi import _contexts
+    from ipympi._engine import Engine
+
+    engine = Engine(0, 1, None)
+    context = 40
+    coll = context + 1
+    engine.coll_errors[coll] = (8, "collective mismatch (collective #8 ...)")
+    _contexts.install(engine, context, 8)
+    assert engine.coll_errors[coll][0] == 8
+    assert engine.coll_next[coll] == 8
+
+    engine.coll_errors[coll] = (3, "about the former communicator")
+    _contexts.install(engine, context, 8)
+    assert coll not in engine.coll_errors
