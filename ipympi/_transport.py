@@ -60,6 +60,15 @@ CHUNK = 60 * 1024
 # peers that were not reachable yet (still starting up).
 RETRY_MS = 5
 
+# A rank about to wait for a frame first looks this many times more, giving its
+# core to another process in between (sched_yield), and only then sleeps in the
+# kernel. When ranks share cores, the frame is usually sent by a rank that this
+# hands the core to, and waking from a sleep costs more than the whole exchange:
+# with 4 ranks on 2 cores a Barrier took 70-80 us sleeping at once, 50 us this way,
+# and 2 ranks on 2 cores exchange a message in half the time. A rank that waits
+# longer spends about 20 us of CPU before it sleeps.
+SPIN_TRIES = 20
+
 
 def endpoint(session_dir: str, rank: int) -> str:
     """The data socket address of ``rank`` in a session."""
@@ -213,7 +222,13 @@ class Transport:
         if self.tcp is not None:
             return self._recv_either()
         if not self._pending:
-            return self.data.recv(MAX_FRAME)
+            data = self.data
+            for _ in range(SPIN_TRIES):
+                try:
+                    return data.recv(MAX_FRAME, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    os.sched_yield()
+            return data.recv(MAX_FRAME)
         while True:
             self.flush()
             if not self._pending:
