@@ -190,7 +190,7 @@ class Collectives:
     def _barrier(self, call: str, mode: str) -> Any:
         if mode == "blocking":
             impl = self._live()
-            if fast.attempt(impl, fast.barrier, self, impl, call) is not fast.GENERAL:
+            if fast.barrier(self, impl, call) is not fast.GENERAL:
                 return None
         return self._collective(
             call, "Barrier", 0, lambda r, p: (algo.barrier_dissemination(r, p), None), mode
@@ -226,7 +226,7 @@ class Collectives:
         if (
             mode == "blocking"
             and not large
-            and fast.attempt(impl, fast.bcast, self, impl, call, root, mem) is not fast.GENERAL
+            and fast.bcast(self, impl, call, root, mem) is not fast.GENERAL
         ):
             if finish is not None:
                 finish(None)

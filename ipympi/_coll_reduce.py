@@ -19,12 +19,19 @@ from . import _algorithms as algo
 from . import _collfast as fast
 from . import _reductions as red
 from . import _trace
-from ._buffers import IN_PLACE, BufferSpec, as_ndarray, recv_buffer, send_buffer
+from ._buffers import (
+    IN_PLACE,
+    BufferSpec,
+    _ndarray_datatype,
+    as_ndarray,
+    recv_buffer,
+    send_buffer,
+)
 from ._collsched import Algorithm
 from ._errhandling import mpi_call
 from ._errors import ERR_BUFFER, ERR_COUNT, ERR_OP
 from ._errors import Exception as MPIException
-from ._op import SUM, Op
+from ._op import MAX, MIN, PROD, SUM, Op
 from ._request import Prequest, Request
 
 if TYPE_CHECKING:
@@ -182,9 +189,7 @@ class Reductions:
             and args.source.size >= impl.size
         )
         if mode == "blocking" and not ring:
-            result = fast.attempt(
-                impl, fast.allreduce, self, impl, call, "Allreduce", args.values, args.fresh()
-            )
+            result = fast.allreduce(self, impl, call, "Allreduce", args.values, args.fresh())
             if result is not fast.GENERAL:
                 args.store(result)
                 return None
@@ -201,6 +206,13 @@ class Reductions:
     @mpi_call
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         """Combine every rank's buffer with ``op``; every rank gets the same result."""
+        values = _one_element(sendbuf, recvbuf, op)
+        if values is not None:
+            impl = self._live()
+            result = fast.allreduce(self, impl, "Allreduce", "Allreduce", values, sendbuf.item())
+            if result is not fast.GENERAL:
+                recvbuf[0] = result
+                return
         self._allreduce("Allreduce", sendbuf, recvbuf, op, "blocking")
 
     @mpi_call
@@ -216,12 +228,11 @@ class Reductions:
     @mpi_call
     def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
         """Combine one Python object per rank; every rank returns the result."""
-        op = _object_op(op, "allreduce")
-        values = red.ObjectValues(op)
+        values = _PREDEFINED_OBJECT_VALUES.get(op._impl) if type(op) is Op else None
+        if values is None:
+            values = red.ObjectValues(_object_op(op, "allreduce"))
         impl = self._live()
-        result = fast.attempt(
-            impl, fast.allreduce, self, impl, "allreduce", "allreduce", values, sendobj
-        )
+        result = fast.allreduce(self, impl, "allreduce", "allreduce", values, sendobj)
         if result is not fast.GENERAL:
             return result
 
@@ -404,6 +415,51 @@ class Reductions:
         return self._collective("exscan", "exscan", 0, plan, "blocking")
 
 
+def _one_element(sendbuf: Any, recvbuf: Any, op: Any) -> red.ScalarValues | None:
+    """How to reduce ``sendbuf`` into ``recvbuf`` as Python numbers, when both are
+    plain one-element 1-D numpy arrays of one native integer or float64 type that
+    ``op`` (a predefined operation) reduces; else None.
+
+    Blocking Allreduce then skips parsing its buffers into specifications: one
+    such call (a norm, a dot product, a residual: the most frequent Allreduce)
+    costs as much again as its messages on a busy machine. Anything else, or a
+    check that fails, takes the general parse, which raises the usual errors.
+    """
+    if (
+        type(sendbuf) is not np.ndarray
+        or type(recvbuf) is not np.ndarray
+        or sendbuf.shape != (1,)
+        or recvbuf.shape != (1,)
+        or type(op) is not Op
+    ):
+        return None
+    dtype = sendbuf.dtype
+    if recvbuf.dtype != dtype or not dtype.isnative or not recvbuf.flags.writeable:
+        return None
+    key = (op._impl, dtype.char)
+    values = _SCALAR_VALUES.get(key, False)
+    if values is False:
+        values = _SCALAR_VALUES[key] = _scalar_values_for(op, sendbuf)
+    return values  # type: ignore[return-value]
+
+
+def _scalar_values_for(op: Op, array: np.ndarray) -> red.ScalarValues | None:
+    """The :class:`~ipympi._reductions.ScalarValues` of ``op`` on ``array``'s type,
+    when ``op`` is predefined and valid for it, else None."""
+    datatype = _ndarray_datatype(array.dtype)
+    if datatype is None or op._impl.key is None:
+        return None
+    try:
+        op._check_datatype(datatype)
+    except MPIException:
+        return None
+    return red.ScalarValues.for_array(op._impl, array, array)
+
+
+# (operation, dtype character) -> ScalarValues, or None where the general path runs
+_SCALAR_VALUES: dict[tuple[Any, str], red.ScalarValues | None] = {}
+
+
 def _object_op(op: Any, call: str) -> Any:
     """The object-level combine function of an ``MPI.Op`` (or a plain callable)."""
     if isinstance(op, Op):
@@ -423,3 +479,10 @@ class _ObjectOp:
 
     def __call__(self, left: Any, right: Any) -> Any:
         return self._op._reduce_objects(left, right)
+
+
+# The object values of the predefined operations lower-case reductions use most,
+# by operation object (every handle of SUM has SUM's).
+_PREDEFINED_OBJECT_VALUES = {
+    op._impl: red.ObjectValues(_ObjectOp(op)) for op in (SUM, PROD, MAX, MIN)
+}

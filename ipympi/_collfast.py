@@ -6,122 +6,224 @@ explicit for traces and teaching views. For the calls whose latency a user
 feels most (blocking ``Barrier``; ``Bcast`` on the binomial tree, i.e. below
 256 KiB or on 2 ranks; ``Allreduce`` and ``allreduce`` by recursive doubling,
 i.e. all but large commutative arrays; tracing off), that machinery is most of
-the cost: on a 2-core machine with 4 ranks it doubles the CPU time of a
-barrier. This module runs the same schedules (``dissemination_peers``,
+the cost: with 4 ranks on 2 cores a rank's CPU time is the wall time, and a
+call that runs right after a wake-up pays for every Python call it makes
+several times over. This module runs the same schedules (``dissemination_peers``,
 ``binomial_peers``, ``doubling_plan``, shared with the generators) as plain
 loops over the engine: the same messages, peers, order, tags and signatures,
 so ranks on either path work together and detect mismatches alike.
 
+What stays the same for a communicator (its collective context, the peers of
+each schedule as world ranks, the queue its early messages wait in) is worked
+out once, in a :class:`Lane` kept on the communicator. Each round then costs a
+header, one datagram out and, as a rule, one datagram in, taken off the socket
+by :meth:`Engine.collective_frame <ipympi._engine.Engine.collective_frame>`.
+
 Anything unusual (a reported mismatch, a message of another collective, a size
-that does not match, a dead peer) is handed to :class:`CollOp`'s own checks,
-so errors read exactly as on the general path. While tracing, or once a rank
-of the world has died, calls take the general path.
+that does not match, a large message, a dead peer) is handed to the general
+receive and to :class:`CollOp`'s own checks, so errors read exactly as on the
+general path. While tracing, or once a rank of the world has died, calls take
+the general path.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import time
+from typing import Any
 
 from ._algorithms import _EMPTY, binomial_peers, dissemination_peers
-from ._collsched import CollOp, check_reported, comm_label, runs_inline, signature
+from ._collsched import CollOp, check_reported, comm_label, signature
+from ._engine import EAGER_LIMIT, WaitInfo
 from ._ops import RECV, SEND, Op
-from ._reductions import Values, doubling_plan
+from ._reductions import ArrayValues, Values, doubling_plan
+from ._wire import EAGER, HEADER, HEADER_SIZE
 
-__all__ = ["GENERAL", "FastCall", "allreduce", "attempt", "barrier", "bcast"]
+__all__ = ["GENERAL", "Lane", "allreduce", "barrier", "bcast"]
 
-# What :func:`attempt` returns when the call must take the general path.
+# What the calls return when they must take the general path.
 GENERAL: Any = object()
 
+_pack_header = HEADER.pack
+_monotonic = time.monotonic
+BARRIER = signature("Barrier")
 
-def attempt(impl: Any, fn: Callable[..., Any], *args: Any) -> Any:
-    """Run ``fn(*args)`` with the engine held, or return :data:`GENERAL` when
-    the straight path cannot be taken now (tracing, or a rank has died)."""
-    engine = impl.engine
-    engine.enter()
-    try:
-        if not runs_inline(engine):
-            return GENERAL
-        return fn(*args)
-    finally:
-        engine.leave()
+
+class Lane:
+    """What the straight path needs of one communicator, worked out once.
+
+    Kept in the communicator's ``lane`` slot. Peers are communicator ranks, as
+    in :mod:`._algorithms` and :mod:`._reductions`; ``world`` maps them to the
+    world ranks that frames are sent to.
+    """
+
+    __slots__ = (
+        "_trees",
+        "context",
+        "dissemination",
+        "doubling",
+        "engine",
+        "me",
+        "pid",
+        "queue",
+        "rank",
+        "send",
+        "world",
+    )
+
+    def __init__(self, impl: Any) -> None:
+        engine = impl.engine
+        rank, size, world = impl.rank, impl.size, impl.world_ranks
+        self.engine = engine
+        self.context = context = impl.context + 1
+        self.rank = rank
+        self.world = world
+        self.me = engine.rank
+        self.pid = engine.pid
+        self.send = engine.transport.send
+        # Messages of this context that came before their receive (live list).
+        self.queue = engine.matcher.pending_in(context)
+        # (rank to send to, rank to hear from) of each barrier round
+        self.dissemination = tuple((to, frm) for _, to, frm in dissemination_peers(rank, size))
+        self.doubling = doubling_plan(rank, size)
+        self._trees: dict[int, tuple[int | None, tuple[int, ...]]] = {}
+
+    @classmethod
+    def of(cls, impl: Any) -> Lane:
+        """The lane of communicator ``impl`` (made on its first straight call)."""
+        lane = impl.lane
+        if lane is None:
+            lane = impl.lane = cls(impl)
+        return lane
+
+    def tree(self, root: int) -> tuple[int | None, tuple[int, ...]]:
+        """(parent, children) in the binomial tree rooted at ``root`` (comm ranks)."""
+        peers = self._trees.get(root)
+        if peers is None:
+            peers = self._trees[root] = binomial_peers(self.rank, len(self.world), root)
+        return peers
 
 
 class FastCall:
     """One blocking collective call in progress on the straight path.
 
     Created with the engine held; numbers the call like :class:`CollOp`
-    (``begin_collective``) and ends it with :meth:`finish`.
+    (``begin_collective``), tells observers what it waits for (the caller
+    forgets that when the call raises), and is ended with :meth:`finish`.
     """
 
-    __slots__ = (
-        "call",
-        "comm",
-        "context",
-        "engine",
-        "peer",
-        "rank",
-        "ranks",
-        "rounds",
-        "seq",
-        "sig",
-    )
+    __slots__ = ("call", "comm", "engine", "lane", "peer", "rounds", "seq", "sig")
 
-    def __init__(self, comm: Any, impl: Any, call: str, kind: str, root: int = 0) -> None:
-        engine = impl.engine
-        context = impl.context + 1
-        check_reported(engine, context, call)
+    def __init__(self, comm: Any, lane: Lane, call: str, sig: int) -> None:
+        engine = lane.engine
         self.comm = comm
-        self.call = call
+        self.lane = lane
         self.engine = engine
-        self.context = context
-        self.rank = impl.rank
-        self.ranks = impl.world_ranks
-        self.sig = sig = signature(kind, root)
-        self.seq = engine.begin_collective(context, sig, impl.world_ranks)
+        self.call = call
+        self.sig = sig
+        if engine.coll_errors:  # a mismatch reported after this rank left that call
+            check_reported(engine, lane.context, call)
+        self.seq = engine.begin_collective(lane.context, sig, lane.world)
         self.rounds = 0
         self.peer = -1  # the rank this call waits for, for hang reports
+        self._waits()
 
-    def exchange(
-        self,
-        to: int | None,
-        data: Any,
-        frm: int | None,
-        target: memoryview | None,
-    ) -> Op | None:
-        """One round: send ``data`` to ``to`` and receive from ``frm`` into ``target``
-        (None: bytes of any size into ``op.data``); either side may be None."""
-        engine = self.engine
-        self.rounds += 1
-        if engine.coll_errors:
-            reported = engine.take_mismatch(self.context, self.seq)
-            if reported is not None:
-                self._fail([], reported)
-        pending = self.send(to, data) if to is not None else None
-        op = None
-        if frm is not None:
-            self.peer = frm
-            op = Op(RECV, self.comm, self.call, frm, self.seq)
-            op.mem = target
-            engine.receive_collective(op, self.context, frm, self.seq, self.ranks, self._blocked_in)
-            if (
-                op.rsig != self.sig
-                or op.error
-                or (target is not None and op.count != target.nbytes)
-            ):
-                self._fail([op])
-        if pending is not None and not pending.done:
-            engine.wait(pending, self._blocked_in)
-        return op
-
+    # -- messages ----------------------------------------------------------------------
     def send(self, to: int, data: Any) -> Op | None:
-        """Start sending ``data`` to ``to``; the operation to wait for, if it is not done."""
-        engine = self.engine
-        wdest = self.ranks[to]
-        if engine.send_eager(wdest, self.context, self.rank, self.seq, data, self.sig):
+        """Start sending ``data`` (bytes or a byte memoryview) to comm rank ``to``;
+        the operation to wait for when it is large, else None (it has left)."""
+        lane = self.lane
+        nbytes = len(data) if type(data) is bytes else data.nbytes
+        if nbytes <= EAGER_LIMIT:
+            lane.send(
+                lane.world[to],
+                _pack_header(
+                    EAGER,
+                    0,
+                    self.sig,
+                    lane.context,
+                    lane.rank,
+                    self.seq,
+                    lane.me,
+                    lane.pid,
+                    0,
+                    nbytes,
+                )
+                + data,
+            )
             return None
         op = Op(SEND, self.comm, self.call, to, self.seq)
-        engine.start_send(op, data, wdest, self.context, self.rank, self.seq, False, self.sig)
+        self.engine.start_send(
+            op, data, lane.world[to], lane.context, lane.rank, self.seq, False, self.sig
+        )
         return None if op.done else op
+
+    def receive(self, frm: int, nbytes: int | None = None) -> memoryview:
+        """The payload of this call's message from comm rank ``frm``: ``nbytes``
+        long, or of any size when None."""
+        self.peer = frm
+        engine = self.engine
+        if engine.waiting is None:  # a wait for a large send ended the call's
+            self._waits()
+        lane = self.lane
+        frame = engine.collective_frame(lane.queue, lane.context, frm, self.seq)
+        if (
+            frame is not None
+            and frame[2] | frame[3] << 8 == self.sig
+            and (nbytes is None or len(frame) - HEADER_SIZE == nbytes)
+        ):
+            return memoryview(frame)[HEADER_SIZE:]
+        target = None if nbytes is None else memoryview(bytearray(nbytes))
+        op = self._receive_general(frm, target, frame)
+        return op.data if target is None else target
+
+    def receive_into(self, frm: int, target: memoryview) -> None:
+        """Receive this call's message from comm rank ``frm`` into ``target``, whose
+        size it must have."""
+        self.peer = frm
+        engine = self.engine
+        if engine.waiting is None:
+            self._waits()
+        lane = self.lane
+        frame = engine.collective_frame(lane.queue, lane.context, frm, self.seq)
+        if (
+            frame is not None
+            and frame[2] | frame[3] << 8 == self.sig
+            and len(frame) - HEADER_SIZE == target.nbytes
+        ):
+            if target.nbytes:
+                target[:] = memoryview(frame)[HEADER_SIZE:]
+            return
+        self._receive_general(frm, target, frame)
+
+    def _waits(self) -> None:
+        """Tell observers that this call waits (see :meth:`_blocked_in`)."""
+        engine = self.engine
+        engine.waiting = self._blocked_in
+        engine.waiting_since = _monotonic()
+
+    def _receive_general(self, frm: int, target: memoryview | None, frame: bytes | None) -> Op:
+        """Receive through an operation: a frame the straight checks did not accept
+        (another signature or size), or whatever the general receive finds; raise the
+        general path's error if the outcome is wrong."""
+        engine = self.engine
+        op = Op(RECV, self.comm, self.call, frm, self.seq)
+        op.mem = target
+        if frame is None:
+            lane = self.lane
+            engine.receive_collective(op, lane.context, frm, self.seq, lane.world, self._blocked_in)
+        else:
+            engine.fill_from_frame(op, frame)
+        if op.rsig != self.sig or op.error or (target is not None and op.count != target.nbytes):
+            self._fail([op])
+        return op
+
+    def round(self) -> None:
+        """Start the next round: fail at once if a mismatch of this call was reported."""
+        self.rounds += 1
+        if self.engine.coll_errors:
+            reported = self.engine.take_mismatch(self.lane.context, self.seq)
+            if reported is not None:
+                self._fail([], reported)
 
     def wait_all(self, ops: list[Op | None]) -> None:
         """Wait for the sends :meth:`send` returned (None: already done)."""
@@ -129,9 +231,12 @@ class FastCall:
             if op is not None and not op.done:
                 self.engine.wait(op, self._blocked_in)
 
+    # -- the end ------------------------------------------------------------------------
     def finish(self) -> None:
         """End the call: a message of it still queued means the ranks disagree."""
-        leftover = self.engine.end_collective(self.context, self.seq)
+        engine = self.engine
+        engine.waiting = None
+        leftover = engine.end_collective(self.lane.context, self.seq)
         if leftover is not None:
             coll = self._as_coll()
             coll.end_with_leftover(leftover)
@@ -139,6 +244,7 @@ class FastCall:
 
     def _fail(self, ops: list[Op], reported: str | None = None) -> None:
         """Raise the error the general path gives for this round's outcome."""
+        self.engine.waiting = None
         coll = self._as_coll()
         coll.fail_round(ops, reported)
         coll.raise_if_failed()
@@ -148,61 +254,114 @@ class FastCall:
         coll.rounds = self.rounds
         return coll
 
-    def _blocked_in(self) -> Any:
+    def _blocked_in(self) -> WaitInfo:
         """What this call waits for (built only when an observer asks)."""
-        from ._engine import WaitInfo
-
         call = f"{self.call} (collective #{self.seq}, round {self.rounds})"
         return WaitInfo(call, comm_label(self.comm), self.peer, self.seq)
 
 
-def barrier(comm: Any, impl: Any, call: str) -> None:
-    """Dissemination barrier (``barrier_dissemination``'s rounds)."""
-    run = FastCall(comm, impl, call, "Barrier")
-    for _, to, frm in dissemination_peers(impl.rank, impl.size):
-        run.exchange(to, b"", frm, _EMPTY)
-    run.finish()
+def _held(impl: Any) -> Lane | None:
+    """Take the engine for a straight call; the communicator's lane, or None
+    (engine released) when the call must take the general path: while tracing,
+    or once a rank of the world has died."""
+    engine = impl.engine
+    engine.enter()
+    if engine.tracer is None and not engine.dead_peers and engine.transport is not None:
+        return impl.lane or Lane.of(impl)
+    engine.leave()
+    return None
 
 
-def bcast(comm: Any, impl: Any, call: str, root: int, mem: memoryview) -> None:
-    """Binomial-tree broadcast of ``mem`` (``bcast_binomial``'s rounds)."""
-    run = FastCall(comm, impl, call, "Bcast", root)
-    parent, children = binomial_peers(impl.rank, impl.size, root)
-    if parent is not None:
-        run.exchange(None, None, parent, mem)
-    if children:
-        run.rounds += 1
-        run.wait_all([run.send(child, mem) for child in children])
-    run.finish()
+def _release(engine: Any) -> None:
+    """Give the engine back, forgetting a wait the call left (it raised)."""
+    engine.waiting = None
+    engine.leave()
+
+
+def barrier(comm: Any, impl: Any, call: str) -> Any:
+    """Dissemination barrier (``barrier_dissemination``'s rounds); None, or
+    :data:`GENERAL` when the call must take the general path."""
+    lane = _held(impl)
+    if lane is None:
+        return GENERAL
+    try:
+        run = FastCall(comm, lane, call, BARRIER)
+        for to, frm in lane.dissemination:
+            run.round()
+            run.send(to, b"")
+            run.receive_into(frm, _EMPTY)
+        run.finish()
+    finally:
+        _release(lane.engine)
+    return None
+
+
+def bcast(comm: Any, impl: Any, call: str, root: int, mem: memoryview) -> Any:
+    """Binomial-tree broadcast of ``mem`` (``bcast_binomial``'s rounds); None, or
+    :data:`GENERAL`."""
+    lane = _held(impl)
+    if lane is None:
+        return GENERAL
+    try:
+        run = FastCall(comm, lane, call, signature("Bcast", root))
+        parent, children = lane.tree(root)
+        if parent is not None:
+            run.round()
+            run.receive_into(parent, mem)
+        if children:
+            run.round()
+            run.wait_all([run.send(child, mem) for child in children])
+        run.finish()
+    finally:
+        _release(lane.engine)
+    return None
 
 
 def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value: Any) -> Any:
     """Recursive-doubling allreduce (``allreduce_recursive_doubling``'s rounds);
-    returns the result (a new object, or an array of ``values``)."""
-    rank = impl.rank
-    run = FastCall(comm, impl, call, kind)
-    plan = doubling_plan(rank, impl.size)
-    acc = value
-    if plan.fold_to is not None:
-        run.exchange(plan.fold_to, values.wire(acc), None, None)
-    elif plan.fold_from is not None:
-        holder, target = values.target(acc)
-        op = run.exchange(None, None, plan.fold_from, target)
-        acc = values.combine(values.received(op, holder), acc)
-    spare = None
-    for partner in plan.partners:
-        holder, target = values.target(acc, spare)
-        op = run.exchange(partner, values.wire(acc), partner, target)
-        other = values.received(op, holder)
-        if partner < rank:
-            acc, spare = values.combine(other, acc), other
-        else:
-            acc, spare = values.combine(acc, other), acc
-    if plan.unfold_to is not None:
-        run.exchange(plan.unfold_to, values.wire(acc), None, None)
-    elif plan.unfold_from is not None:
-        holder, target = values.target(value)
-        op = run.exchange(None, None, plan.unfold_from, target)
-        acc = values.received(op, holder)
-    run.finish()
+    returns the result (a new object, or an array of ``values``), or
+    :data:`GENERAL`."""
+    lane = _held(impl)
+    if lane is None:
+        return GENERAL
+    try:
+        run = FastCall(comm, lane, call, signature(kind))
+        plan = lane.doubling
+        rank = lane.rank
+        acc = value
+        if plan.fold_to is not None:
+            run.round()
+            run.wait_all([run.send(plan.fold_to, values.wire(acc))])
+        elif plan.fold_from is not None:
+            run.round()
+            acc = values.combine(_receive_value(run, values, plan.fold_from, acc), acc)
+        spare = None
+        for partner in plan.partners:
+            run.round()
+            sent = run.send(partner, values.wire(acc))
+            other = _receive_value(run, values, partner, acc, spare)
+            run.wait_all([sent])
+            if partner < rank:
+                acc, spare = values.combine(other, acc), other
+            else:
+                acc, spare = values.combine(acc, other), acc
+        if plan.unfold_to is not None:
+            run.round()
+            run.wait_all([run.send(plan.unfold_to, values.wire(acc))])
+        elif plan.unfold_from is not None:
+            run.round()
+            acc = _receive_value(run, values, plan.unfold_from, value)
+        run.finish()
+    finally:
+        _release(lane.engine)
     return acc
+
+
+def _receive_value(run: FastCall, values: Values, frm: int, like: Any, spare: Any = None) -> Any:
+    """A value of ``values``' kind received from ``frm`` (shaped like ``like``;
+    arrays land in ``spare`` when given)."""
+    if type(values) is ArrayValues:
+        holder, target = values.target(like, spare)
+        run.receive_into(frm, target)
+        return holder
+    return values.decode(run.receive(frm, values.nbytes))

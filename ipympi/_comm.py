@@ -43,6 +43,7 @@ class CommImpl:
         "context",
         "engine",
         "errhandler",
+        "lane",
         "name",
         "predefined",
         "rank",
@@ -72,6 +73,7 @@ class CommImpl:
         self.predefined = predefined
         # keyval -> (Keyval, value), in the order set (see _attributes)
         self.attrs: dict[int, tuple[Any, Any]] = {}
+        self.lane: Any = None  # the straight path's view of it (``_collfast.Lane``)
 
     @property
     def label(self) -> str:

@@ -560,17 +560,12 @@ class Engine:
 
         The receive is never posted: a collective's (context, source, tag) is
         unique to one call, so the awaited frame is taken straight off the
-        socket and every other frame gets the usual handling. The op ends
-        failed, like a posted receive, when a mismatch is reported for this
-        call or an earlier one, or when a rank of ``members`` (world ranks)
-        dies.
+        socket or out of the unexpected queue, and every other frame gets the
+        usual handling. The op ends failed, like a posted receive, when a
+        mismatch is reported for this call or an earlier one, or when a rank of
+        ``members`` (world ranks) dies, also when that news came before this
+        call (:meth:`collective_frame` may have taken it off the socket).
         """
-        env = self.matcher.take(context, source, tag)
-        if env is not None:
-            self._deliver(env, op)
-            if not op.done:  # a large message coming in chunks
-                self.wait(op, info)
-            return
         transport = self.transport
         if transport is None:
             self._deadlock()
@@ -580,20 +575,7 @@ class Engine:
         self.waiting_since = time.monotonic()
         try:
             while True:
-                frame = recv()
-                if type(frame) is bytes and frame[0] == EAGER:
-                    header = _unpack_header(frame)
-                    if header[3] == context and header[4] == source and header[5] == tag:
-                        self.progressed += 1
-                        op.source = source
-                        op.tag = tag
-                        op.rsig = header[2]
-                        self._fill(op, memoryview(frame)[HEADER_SIZE:], header[9])
-                        return
-                self._handle(frame)
-                if self.colls:
-                    self.advance_collectives()
-                if unexpected:  # e.g. the announcement of a large message
+                if unexpected:  # the message, or a large one's announcement, came early
                     env = self.matcher.take(context, source, tag)
                     if env is not None:
                         self._deliver(env, op)
@@ -612,8 +594,75 @@ class Engine:
                     if gone is not None:
                         self._fail_op(op, gone)
                         return
+                frame = recv()
+                if type(frame) is bytes and frame[0] == EAGER:
+                    header = _unpack_header(frame)
+                    if header[3] == context and header[4] == source and header[5] == tag:
+                        self.progressed += 1
+                        op.source = source
+                        op.tag = tag
+                        op.rsig = header[2]
+                        self._fill(op, memoryview(frame)[HEADER_SIZE:], header[9])
+                        return
+                self._handle(frame)
+                if self.colls:
+                    self.advance_collectives()
         finally:
             self.waiting = None
+
+    def collective_frame(
+        self, queue: list[Envelope], context: int, source: int, tag: int
+    ) -> bytes | None:
+        """The eager frame of a blocking collective's (context, source, tag), taken
+        straight off the socket or out of ``queue`` (the context's unexpected
+        messages, where it waits when it came early); caller holds the engine,
+        tracing is off.
+
+        The straight path's receive (``_collfast``): no operation, no posted
+        receive, every other frame handled as usual meanwhile. Returns None,
+        having consumed nothing of that message, when :meth:`receive_collective`
+        must take over: the message is a large one's announcement, a mismatch
+        of this call or an earlier one was reported, or a rank died. The caller
+        says what it waits for (``waiting``).
+        """
+        if queue:
+            for i, env in enumerate(queue):
+                if env.source == source and env.tag == tag:
+                    payload = env.payload
+                    if payload[1] != EAGER:
+                        return None
+                    del queue[i]
+                    return payload[0]  # type: ignore[no-any-return]
+        recv = self.transport.recv  # type: ignore[union-attr]
+        handle = self._handle
+        while True:
+            frame = recv()
+            if type(frame) is bytes and frame[0] == EAGER:
+                header = _unpack_header(frame)
+                if header[3] == context and header[4] == source and header[5] == tag:
+                    self.progressed += 1
+                    return frame
+            handle(frame)
+            # The awaited message, handled otherwise (a large one's announcement,
+            # or a frame from another host), is now the newest in the queue.
+            if queue and queue[-1].source == source and queue[-1].tag == tag:
+                return None
+            if self.colls:
+                self.advance_collectives()
+            if self.coll_errors:
+                known = self.coll_errors.get(context)
+                if known is not None and known[0] <= tag:  # about this call or an earlier one
+                    return None
+            if self.dead_peers:
+                return None
+
+    def fill_from_frame(self, op: Op, frame: bytes) -> None:
+        """Complete receive ``op`` with an eager frame taken off the socket for it."""
+        header = _unpack_header(frame)
+        op.source = header[4]
+        op.tag = header[5]
+        op.rsig = header[2]
+        self._fill(op, memoryview(frame)[HEADER_SIZE:], header[9])
 
     def wait_until(
         self, ready: Callable[[], bool], info: Callable[[], WaitInfo] | None = None

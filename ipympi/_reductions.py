@@ -49,7 +49,14 @@ __all__ = [
 
 
 class Values:
-    """How an algorithm sends, receives and combines its values."""
+    """How an algorithm sends, receives and combines its values.
+
+    ``nbytes`` is the size of every value on the wire when the kind fixes it
+    (one element), else None; :meth:`decode` reads a value from its bytes for
+    kinds that do not receive into arrays (the straight path, ``_collfast``).
+    """
+
+    nbytes: int | None = None
 
     def wire(self, value: Any) -> Any:
         raise NotImplementedError
@@ -59,6 +66,9 @@ class Values:
         raise NotImplementedError
 
     def received(self, op: Any, holder: Any) -> Any:
+        raise NotImplementedError
+
+    def decode(self, data: memoryview) -> Any:
         raise NotImplementedError
 
     def combine(self, left: Any, right: Any) -> Any:
@@ -109,12 +119,14 @@ class ScalarValues(Values):
     as with :class:`ArrayValues`, so ranks may use either.
     """
 
-    __slots__ = ("_format", "_mask", "_nbytes", "_offset", "_reduce")
+    __slots__ = ("_mask", "_offset", "_pack", "_reduce", "_unpack", "nbytes")
 
     def __init__(self, reduce_scalars: Callable[[Any, Any], Any], dtype: np.dtype) -> None:
         self._reduce = reduce_scalars
-        self._format = dtype.char  # native sizes: the element's own bytes
-        self._nbytes = dtype.itemsize
+        codec = struct.Struct(dtype.char)  # native sizes: the element's own bytes
+        self._pack = codec.pack
+        self._unpack = codec.unpack
+        self.nbytes = dtype.itemsize
         bits = 8 * dtype.itemsize
         # integers: v -> ((v + offset) & mask) - offset wraps to the type's range
         self._mask = (1 << bits) - 1 if dtype.kind in "iu" else None
@@ -140,14 +152,17 @@ class ScalarValues(Values):
         return _scalar_values(reduce_scalars, dtype)
 
     def wire(self, value: Any) -> bytes:
-        return struct.pack(self._format, value)
+        return self._pack(value)
 
     def target(self, like: Any, reuse: Any = None) -> tuple[bytearray, memoryview]:
-        holder = bytearray(self._nbytes)
+        holder = bytearray(self.nbytes)
         return holder, memoryview(holder)
 
     def received(self, op: Any, holder: bytearray) -> Any:
-        return struct.unpack(self._format, holder)[0]
+        return self._unpack(holder)[0]
+
+    def decode(self, data: memoryview) -> Any:
+        return self._unpack(data)[0]
 
     def combine(self, left: Any, right: Any) -> Any:
         value = self._reduce(left, right)
@@ -176,6 +191,9 @@ class ObjectValues(Values):
 
     def received(self, op: Any, holder: Any) -> Any:
         return pickle.loads(op.data)
+
+    def decode(self, data: memoryview) -> Any:
+        return pickle.loads(data)
 
     def combine(self, left: Any, right: Any) -> Any:
         return self._reduce(left, right)

@@ -65,7 +65,7 @@ def test_recursive_doubling_partners_agree(size: int) -> None:
 MIXED = """
 from ipympi import _collfast
 if rank % 2 == {general_parity}:  # these ranks always take the general path
-    _collfast.attempt = lambda impl, fn, *args: _collfast.GENERAL
+    _collfast._held = lambda impl: None
 for root in range(size):
     buf = np.arange(5.0) * (root + 1) if rank == root else np.zeros(5)
     comm.Bcast(buf, root=root)
@@ -81,6 +81,8 @@ assert comm.allreduce(rank) == size * (size - 1) // 2
 assert comm.allreduce([rank]) == list(range(size))  # a non-commutative order
 pairs = comm.allreduce((rank % 3, rank), op=MPI.MAXLOC)
 assert pairs == (min(2, size - 1), min(2, size - 1)), pairs
+# the straight path keeps a lane on each communicator it ran on: only its ranks have one
+assert (comm._live().lane is None) == (rank % 2 == {general_parity})
 sub = comm.Split(rank % 2, rank)
 assert sub.allreduce(rank) == sum(r for r in range(size) if r % 2 == rank % 2)
 sub.Barrier()

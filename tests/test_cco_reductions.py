@@ -401,10 +401,11 @@ ONE_ELEMENT = program(
     # must be bit for bit what the array kernel gives on a two-element buffer holding
     # the same value twice (same algorithm, same order of combining): floats keep NaN,
     # -0.0 and inf; integers wrap, and also match numpy's fold in rank order.
-    from ipympi._coll_reduce import _Reduction
+    from ipympi._coll_reduce import _one_element, _Reduction
 
     UFUNC = {"MAX": np.maximum, "MIN": np.minimum, "SUM": np.add, "PROD": np.multiply}
     TYPES = ["f8", "i1", "i2", "i4", "i8", "u1", "u8", "f4"]  # f4 keeps numpy's way
+    AS_NUMBERS = set(TYPES) - {"f4"}
     FLOATS = [0.0, -0.0, 1.5, -3.25, 1e308, -1e308, np.inf, -np.inf, np.nan]
 
 
@@ -440,7 +441,9 @@ ONE_ELEMENT = program(
             what = (name, t)
             r1, r2 = np.zeros(1, dt), np.zeros(2, dt)
             parsed = _Reduction("Allreduce", x, r1, op, True, True, one_element=True)
-            assert parsed.scalar == (t != "f4"), what  # the path this program is about
+            assert parsed.scalar == (t in AS_NUMBERS), what  # the path this program is about
+            # blocking Allreduce skips the parse on that path
+            assert (_one_element(x, r1, op) is not None) == (t in AS_NUMBERS), what
             check(what + ("Allreduce",), comm.Allreduce, (x, r1, op), (twice(x), r2, op), r1, r2)
             if dt.kind in "iu":
                 with np.errstate(all="ignore"):
@@ -478,6 +481,24 @@ ONE_ELEMENT = program(
                 assert same(r1, r2), (what, "persistent", k, r1, r2)
             req1.Free()
             req2.Free()
+
+    # what the general parse refuses is refused: float64 in the other byte order (its
+    # type character is native float64's, whose path is known by now) ...
+    swapped = np.ones(1, np.dtype("f8").newbyteorder())
+    frozen = np.zeros(1)  # ... and a receive buffer that cannot be written
+    frozen.flags.writeable = False
+    for args, error in [((swapped, np.zeros(1, swapped.dtype)), MPI.ERR_TYPE),
+                        ((np.ones(1), frozen), MPI.ERR_BUFFER)]:
+        try:
+            comm.Allreduce(*args)
+        except MPI.Exception as exc:
+            assert exc.Get_error_class() == error, (exc, error)
+        else:
+            raise AssertionError(f"no error from Allreduce{args}")
+    # and the one-element path takes what the general one takes
+    out = np.zeros(1, "i8")
+    comm.Allreduce(np.array([rank], "i8"), out, MPI.Op(MPI.SUM))  # another handle of SUM
+    assert out[0] == size * (size - 1) // 2, out
     """
 )
 
