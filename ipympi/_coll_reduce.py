@@ -481,8 +481,8 @@ class _ObjectOp:
         return self._op._reduce_objects(left, right)
 
 
-# The object values of the predefined operations lower-case reductions use most,
-# by operation object (every handle of SUM has SUM's).
+# The object values of the predefined operations lower-case allreduce uses most, by
+# operation object (every handle of SUM has SUM's), combining with their functions.
 _PREDEFINED_OBJECT_VALUES = {
-    op._impl: red.ObjectValues(_ObjectOp(op)) for op in (SUM, PROD, MAX, MIN)
+    op._impl: red.ObjectValues(op._impl.reduce_objects) for op in (SUM, PROD, MAX, MIN)
 }

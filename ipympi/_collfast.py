@@ -46,6 +46,7 @@ GENERAL: Any = object()
 _pack_header = HEADER.pack
 _monotonic = time.monotonic
 BARRIER = signature("Barrier")
+_SIGNATURES = {kind: signature(kind) for kind in ("Allreduce", "allreduce")}
 
 
 class Lane:
@@ -225,11 +226,10 @@ class FastCall:
             if reported is not None:
                 self._fail([], reported)
 
-    def wait_all(self, ops: list[Op | None]) -> None:
-        """Wait for the sends :meth:`send` returned (None: already done)."""
-        for op in ops:
-            if op is not None and not op.done:
-                self.engine.wait(op, self._blocked_in)
+    def wait(self, op: Op | None) -> None:
+        """Wait for a send :meth:`send` returned (None: it has left)."""
+        if op is not None and not op.done:
+            self.engine.wait(op, self._blocked_in)
 
     # -- the end ------------------------------------------------------------------------
     def finish(self) -> None:
@@ -310,7 +310,8 @@ def bcast(comm: Any, impl: Any, call: str, root: int, mem: memoryview) -> Any:
             run.receive_into(parent, mem)
         if children:
             run.round()
-            run.wait_all([run.send(child, mem) for child in children])
+            for sent in [run.send(child, mem) for child in children]:
+                run.wait(sent)
         run.finish()
     finally:
         _release(lane.engine)
@@ -325,13 +326,13 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
     if lane is None:
         return GENERAL
     try:
-        run = FastCall(comm, lane, call, signature(kind))
+        run = FastCall(comm, lane, call, _SIGNATURES[kind])
         plan = lane.doubling
         rank = lane.rank
         acc = value
         if plan.fold_to is not None:
             run.round()
-            run.wait_all([run.send(plan.fold_to, values.wire(acc))])
+            run.wait(run.send(plan.fold_to, values.wire(acc)))
         elif plan.fold_from is not None:
             run.round()
             acc = values.combine(_receive_value(run, values, plan.fold_from, acc), acc)
@@ -340,14 +341,14 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
             run.round()
             sent = run.send(partner, values.wire(acc))
             other = _receive_value(run, values, partner, acc, spare)
-            run.wait_all([sent])
+            run.wait(sent)
             if partner < rank:
                 acc, spare = values.combine(other, acc), other
             else:
                 acc, spare = values.combine(acc, other), acc
         if plan.unfold_to is not None:
             run.round()
-            run.wait_all([run.send(plan.unfold_to, values.wire(acc))])
+            run.wait(run.send(plan.unfold_to, values.wire(acc)))
         elif plan.unfold_from is not None:
             run.round()
             acc = _receive_value(run, values, plan.unfold_from, value)
