@@ -161,18 +161,9 @@ class FastCall:
     def receive(self, frm: int, nbytes: int | None = None) -> memoryview:
         """The payload of this call's message from comm rank ``frm``: ``nbytes``
         long, or of any size when None."""
-        self.peer = frm
-        engine = self.engine
-        if engine.waiting is None:  # a wait for a large send ended the call's
-            self._waits()
-        lane = self.lane
-        frame = engine.collective_frame(lane.queue, lane.context, frm, self.seq)
-        if (
-            frame is not None
-            and frame[2] | frame[3] << 8 == self.sig
-            and (nbytes is None or len(frame) - HEADER_SIZE == nbytes)
-        ):
-            return memoryview(frame)[HEADER_SIZE:]
+        accepted, frame = self._frame(frm, nbytes)
+        if accepted:
+            return memoryview(frame)[HEADER_SIZE:]  # type: ignore[arg-type]
         target = None if nbytes is None else memoryview(bytearray(nbytes))
         op = self._receive_general(frm, target, frame)
         return op.data if target is None else target
@@ -180,21 +171,28 @@ class FastCall:
     def receive_into(self, frm: int, target: memoryview) -> None:
         """Receive this call's message from comm rank ``frm`` into ``target``, whose
         size it must have."""
+        accepted, frame = self._frame(frm, target.nbytes)
+        if not accepted:
+            self._receive_general(frm, target, frame)
+        elif target.nbytes:
+            target[:] = memoryview(frame)[HEADER_SIZE:]  # type: ignore[arg-type]
+
+    def _frame(self, frm: int, nbytes: int | None) -> tuple[bool, bytes | None]:
+        """This call's frame from ``frm`` as the socket gives it, and whether the
+        straight path accepts it: this call's signature, and ``nbytes`` long unless
+        None. (False, None): the general receive must take over."""
         self.peer = frm
         engine = self.engine
-        if engine.waiting is None:
+        if engine.waiting is None:  # a wait for a large send ended the call's
             self._waits()
         lane = self.lane
         frame = engine.collective_frame(lane.queue, lane.context, frm, self.seq)
-        if (
+        accepted = (
             frame is not None
             and frame[2] | frame[3] << 8 == self.sig
-            and len(frame) - HEADER_SIZE == target.nbytes
-        ):
-            if target.nbytes:
-                target[:] = memoryview(frame)[HEADER_SIZE:]
-            return
-        self._receive_general(frm, target, frame)
+            and (nbytes is None or len(frame) - HEADER_SIZE == nbytes)
+        )
+        return accepted, frame
 
     def _waits(self) -> None:
         """Tell observers that this call waits (see :meth:`_blocked_in`)."""
