@@ -14,8 +14,8 @@ loops over the engine: the same messages, peers, order, tags and signatures,
 so ranks on either path work together and detect mismatches alike.
 
 What stays the same for a communicator (its collective context, the peers of
-each schedule as world ranks, the queue its early messages wait in) is worked
-out once, in a :class:`Lane` kept on the communicator. Each round then costs a
+each schedule, the queue its early messages wait in) is worked out once, in a
+:class:`Lane` kept on the communicator. Each round then costs a
 header, one datagram out and, as a rule, one datagram in, taken off the socket
 by :meth:`Engine.collective_frame <ipympi._engine.Engine.collective_frame>`.
 
