@@ -32,21 +32,19 @@ import time
 from typing import Any
 
 from ._algorithms import _EMPTY, binomial_peers, dissemination_peers
-from ._collsched import CollOp, check_reported, comm_label, signature
-from ._engine import EAGER_LIMIT, WaitInfo
+from ._collsched import CollOp, check_reported, comm_label, runs_inline, signature
+from ._engine import WaitInfo
 from ._ops import RECV, SEND, Op
 from ._reductions import ArrayValues, Values, doubling_plan
-from ._wire import EAGER, HEADER, HEADER_SIZE
+from ._wire import HEADER_SIZE
 
 __all__ = ["GENERAL", "Lane", "allreduce", "barrier", "bcast"]
 
 # What the calls return when they must take the general path.
 GENERAL: Any = object()
 
-_pack_header = HEADER.pack
 _monotonic = time.monotonic
 BARRIER = signature("Barrier")
-_SIGNATURES = {kind: signature(kind) for kind in ("Allreduce", "allreduce")}
 
 
 class Lane:
@@ -63,11 +61,8 @@ class Lane:
         "dissemination",
         "doubling",
         "engine",
-        "me",
-        "pid",
         "queue",
         "rank",
-        "send",
         "world",
     )
 
@@ -78,23 +73,12 @@ class Lane:
         self.context = context = impl.context + 1
         self.rank = rank
         self.world = world
-        self.me = engine.rank
-        self.pid = engine.pid
-        self.send = engine.transport.send
         # Messages of this context that came before their receive (live list).
         self.queue = engine.matcher.pending_in(context)
         # (rank to send to, rank to hear from) of each barrier round
         self.dissemination = tuple((to, frm) for _, to, frm in dissemination_peers(rank, size))
         self.doubling = doubling_plan(rank, size)
         self._trees: dict[int, tuple[int | None, tuple[int, ...]]] = {}
-
-    @classmethod
-    def of(cls, impl: Any) -> Lane:
-        """The lane of communicator ``impl`` (made on its first straight call)."""
-        lane = impl.lane
-        if lane is None:
-            lane = impl.lane = cls(impl)
-        return lane
 
     def tree(self, root: int) -> tuple[int | None, tuple[int, ...]]:
         """(parent, children) in the binomial tree rooted at ``root`` (comm ranks)."""
@@ -132,30 +116,12 @@ class FastCall:
     def send(self, to: int, data: Any) -> Op | None:
         """Start sending ``data`` (bytes or a byte memoryview) to comm rank ``to``;
         the operation to wait for when it is large, else None (it has left)."""
-        lane = self.lane
-        nbytes = len(data) if type(data) is bytes else data.nbytes
-        if nbytes <= EAGER_LIMIT:
-            lane.send(
-                lane.world[to],
-                _pack_header(
-                    EAGER,
-                    0,
-                    self.sig,
-                    lane.context,
-                    lane.rank,
-                    self.seq,
-                    lane.me,
-                    lane.pid,
-                    0,
-                    nbytes,
-                )
-                + data,
-            )
+        lane, engine = self.lane, self.engine
+        wdest = lane.world[to]
+        if engine.send_eager(wdest, lane.context, lane.rank, self.seq, data, self.sig):
             return None
         op = Op(SEND, self.comm, self.call, to, self.seq)
-        self.engine.start_send(
-            op, data, lane.world[to], lane.context, lane.rank, self.seq, False, self.sig
-        )
+        engine.start_send(op, data, wdest, lane.context, lane.rank, self.seq, False, self.sig)
         return None if op.done else op
 
     def receive(self, frm: int, nbytes: int | None = None) -> memoryview:
@@ -232,9 +198,7 @@ class FastCall:
     # -- the end ------------------------------------------------------------------------
     def finish(self) -> None:
         """End the call: a message of it still queued means the ranks disagree."""
-        engine = self.engine
-        engine.waiting = None
-        leftover = engine.end_collective(self.lane.context, self.seq)
+        leftover = self.engine.end_collective(self.lane.context, self.seq)
         if leftover is not None:
             coll = self._as_coll()
             coll.end_with_leftover(leftover)
@@ -242,7 +206,6 @@ class FastCall:
 
     def _fail(self, ops: list[Op], reported: str | None = None) -> None:
         """Raise the error the general path gives for this round's outcome."""
-        self.engine.waiting = None
         coll = self._as_coll()
         coll.fail_round(ops, reported)
         coll.raise_if_failed()
@@ -264,14 +227,17 @@ def _held(impl: Any) -> Lane | None:
     or once a rank of the world has died."""
     engine = impl.engine
     engine.enter()
-    if engine.tracer is None and not engine.dead_peers and engine.transport is not None:
-        return impl.lane or Lane.of(impl)
-    engine.leave()
-    return None
+    if not runs_inline(engine) or engine.transport is None:
+        engine.leave()
+        return None
+    lane = impl.lane
+    if lane is None:  # the communicator's first straight call
+        lane = impl.lane = Lane(impl)
+    return lane
 
 
 def _release(engine: Any) -> None:
-    """Give the engine back, forgetting a wait the call left (it raised)."""
+    """Give the engine back, no longer waiting (also when the call raised)."""
     engine.waiting = None
     engine.leave()
 
@@ -324,7 +290,7 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
     if lane is None:
         return GENERAL
     try:
-        run = FastCall(comm, lane, call, _SIGNATURES[kind])
+        run = FastCall(comm, lane, call, signature(kind))
         plan = lane.doubling
         rank = lane.rank
         acc = value

@@ -566,10 +566,8 @@ class Engine:
         ``members`` (world ranks) dies, also when that news came before this
         call (:meth:`collective_frame` may have taken it off the socket).
         """
-        transport = self.transport
-        if transport is None:
+        if self.transport is None:
             self._deadlock()
-        recv = transport.recv
         unexpected = self.matcher.pending_in(context)
         self.waiting = info
         self.waiting_since = time.monotonic()
@@ -594,19 +592,10 @@ class Engine:
                     if gone is not None:
                         self._fail_op(op, gone)
                         return
-                frame = recv()
-                if type(frame) is bytes and frame[0] == EAGER:
-                    header = _unpack_header(frame)
-                    if header[3] == context and header[4] == source and header[5] == tag:
-                        self.progressed += 1
-                        op.source = source
-                        op.tag = tag
-                        op.rsig = header[2]
-                        self._fill(op, memoryview(frame)[HEADER_SIZE:], header[9])
-                        return
-                self._handle(frame)
-                if self.colls:
-                    self.advance_collectives()
+                frame = self.collective_frame(unexpected, context, source, tag)
+                if frame is not None:
+                    self.fill_from_frame(op, frame)
+                    return
         finally:
             self.waiting = None
 
@@ -620,10 +609,10 @@ class Engine:
 
         The straight path's receive (``_collfast``): no operation, no posted
         receive, every other frame handled as usual meanwhile. Returns None,
-        having consumed nothing of that message, when :meth:`receive_collective`
-        must take over: the message is a large one's announcement, a mismatch
-        of this call or an earlier one was reported, or a rank died. The caller
-        says what it waits for (``waiting``).
+        having consumed nothing of that message, when the caller must look
+        again (:meth:`receive_collective` does): the message is a large one's
+        announcement, a mismatch of this call or an earlier one was reported,
+        or a rank died. The caller says what it waits for (``waiting``).
         """
         if queue:
             for i, env in enumerate(queue):
