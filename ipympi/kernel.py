@@ -13,6 +13,7 @@ writes the kernel spec).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
@@ -30,7 +31,7 @@ from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult
 from traitlets import default
 
 from . import __version__
-from .controller.cluster import ClusterError
+from .controller.cluster import ClusterError, interrupts_at_waits
 
 __all__ = ["IpympiKernel", "main"]
 
@@ -52,6 +53,7 @@ class IpympiKernel(IPythonKernel):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self._cell_scope = contextlib.ExitStack()  # what a parallel cell holds until its reply
         from .magics import load_ipython_extension
 
         self.parallel = load_ipython_extension(self.shell)
@@ -96,6 +98,9 @@ class IpympiKernel(IPythonKernel):
                 cell_meta=cell_meta,
                 cell_id=cell_id,
             )
+        # Ctrl-C only where the controller waits for the ranks, until the reply
+        # has left (see execute_request).
+        self._cell_scope.enter_context(interrupts_at_waits())
         self._forward_input(allow_stdin)
         try:
             result = run_parallel_cell(
@@ -104,6 +109,19 @@ class IpympiKernel(IPythonKernel):
         finally:
             self._restore_input()
         return self._execute_reply(result, user_expressions)
+
+    async def execute_request(self, *args: Any, **kwargs: Any) -> None:
+        """ipykernel's, ending what :meth:`do_execute` keeps until the reply has left.
+
+        A Ctrl-C that came after a parallel cell ended and before its reply was
+        sent (ipykernel sleeps 0.5 ms there) escaped the handler and the cell
+        never got a reply; the interrupt is now taken only while the controller
+        waits for the ranks, and dropped once the reply has left.
+        """
+        try:
+            await super().execute_request(*args, **kwargs)
+        finally:
+            self._cell_scope.close()
 
     def _execute_reply(
         self, result: ExecutionResult, user_expressions: dict[str, Any] | None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import stat
+import threading
 import time
 
 import pytest
@@ -18,7 +19,7 @@ import zmq
 from conftest import wait_gone
 
 from ipympi.controller import session
-from ipympi.controller.cluster import Cluster, ClusterError, Request
+from ipympi.controller.cluster import Cluster, ClusterError, Request, interrupts_at_waits
 from ipympi.engine.protocol import MAGIC, Message, Signer
 
 pytestmark = pytest.mark.timeout(60)
@@ -155,6 +156,26 @@ def test_interrupt_reports_where_and_the_next_cell_works(cluster: Cluster) -> No
     assert [stdout(req, r) for r in range(3)] == ["3 0\n", "3 1\n", "3 2\n"]
     req = run(cluster, "print(comm.bcast(rank, root=2)); comm.Barrier()")
     assert [stdout(req, r) for r in range(3)] == ["2\n"] * 3
+
+
+def test_ctrl_c_while_following_a_cell_is_taken_only_where_the_controller_waits(
+    cluster: Cluster,
+) -> None:
+    before = signal.getsignal(signal.SIGINT)
+    with interrupts_at_waits():
+        signal.raise_signal(signal.SIGINT)  # outside a wait: kept for the next one
+        with pytest.raises(KeyboardInterrupt):
+            cluster.pump(time.monotonic() + 5, lambda: False)
+        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+        started = time.monotonic()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):  # inside a wait: at once
+            cluster.pump(time.monotonic() + 10, lambda: False)
+        assert time.monotonic() - started < 5
+        timer.join()
+        assert cluster.pump(time.monotonic() + 0.1, lambda: False) is False  # none left
+    assert signal.getsignal(signal.SIGINT) is before
+    run(cluster, "print(rank)")  # the cluster is unharmed
 
 
 def test_data_api_round_trips(cluster: Cluster) -> None:

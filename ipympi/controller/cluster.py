@@ -28,8 +28,9 @@ import os
 import secrets
 import shutil
 import signal
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Callable
 
 import zmq
@@ -61,6 +62,60 @@ ABORT_GRACE = 2.0  # seconds an abort message may lag behind the end of an MPI l
 _OUTPUT_TYPES = frozenset(
     {"stream", "display_data", "update_display_data", "clear_output", "execute_result", "error"}
 )
+
+
+class InterruptGate:
+    """Ctrl-C while the controller follows a cell, raised only where it waits.
+
+    Python raises KeyboardInterrupt wherever the main thread is when SIGINT
+    arrives. Following a cell, the controller passes an interrupt on to the
+    ranks, collects their replies and realigns them; a second Ctrl-C, or one
+    that comes while the stuck-cell rule stops the ranks, cut that handling
+    short at any line and left the cell without a reply. While a gate is in
+    place (:func:`interrupts_at_waits`), SIGINT raises only inside the
+    wait of :meth:`Cluster.pump`, whose callers handle it; one that arrives
+    elsewhere is raised at the next such wait, or dropped with the gate.
+    """
+
+    def __init__(self) -> None:
+        self.pending = False  # an interrupt arrived outside a wait
+        self.open = False  # inside a wait: raise at once
+
+    def on_sigint(self, signum: int, frame: Any) -> None:
+        if self.open:
+            self.open = False
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def enter_wait(self) -> None:
+        """Open for the wait to come; raise an interrupt that arrived before it."""
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+        self.open = True
+
+
+_gate: InterruptGate | None = None  # the gate in place, if any
+
+
+@contextlib.contextmanager
+def interrupts_at_waits() -> Iterator[None]:
+    """While the controller runs a parallel cell: Ctrl-C raises only in
+    :meth:`Cluster.pump`'s wait (see :class:`InterruptGate`). Only the main thread
+    can catch signals; elsewhere, and inside another such block, this changes
+    nothing."""
+    global _gate
+    if _gate is not None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    gate = InterruptGate()
+    previous = signal.signal(signal.SIGINT, gate.on_sigint) or signal.default_int_handler
+    _gate = gate
+    try:
+        yield
+    finally:
+        _gate = None
+        signal.signal(signal.SIGINT, previous)
 
 
 class Cluster(ClusterAPI):
@@ -587,7 +642,15 @@ class Cluster(ClusterAPI):
             if wait is not None and wait <= 0:
                 return False
             ms = -1 if wait is None else max(1, math.ceil(wait * 1000))
-            events = dict(self._poller.poll(ms))
+            gate = _gate
+            if gate is None:
+                events = dict(self._poller.poll(ms))
+            else:
+                gate.enter_wait()
+                try:
+                    events = dict(self._poller.poll(ms))
+                finally:
+                    gate.open = False
             if self._router in events:
                 self._read_engines()
             if self._ctl is not None and self._ctl in events:

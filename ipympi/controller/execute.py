@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import _control as ctl
-from .cluster import Cluster, ClusterError, Request
+from .cluster import Cluster, ClusterError, Request, interrupts_at_waits
 from .hooks import build_report, notify
 from .render import GROUPS, OutputRenderer, compose_error
 from .targets import format_ranks, parse_targets
@@ -401,8 +401,17 @@ def follow(
 
     A progress line appears after :data:`PROGRESS_AFTER` seconds; Ctrl-C or
     ``options.timeout`` interrupts the ranks still running (their state is kept
-    for the error summary).
+    for the error summary). Ctrl-C is taken only while the controller waits
+    (:func:`~ipympi.controller.cluster.interrupts_at_waits`), so that no interrupt
+    cuts short the handling of another, or of the stuck-cell rule's.
     """
+    with interrupts_at_waits():
+        _follow(cluster, result, options, publish)
+
+
+def _follow(
+    cluster: Cluster, result: CellResult, options: CellOptions, publish: Publish | None
+) -> None:
     req = result.request
     renderer = coalescer = progress = None
     if publish is not None:
