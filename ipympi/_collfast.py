@@ -13,17 +13,27 @@ several times over. This module runs the same schedules (``dissemination_peers``
 loops over the engine: the same messages, peers, order, tags and signatures,
 so ranks on either path work together and detect mismatches alike.
 
-What stays the same for a communicator (its collective context, the peers of
-each schedule, the queue its early messages wait in) is worked out once, in a
-:class:`Lane` kept on the communicator. Each round then costs a
-header, one datagram out and, as a rule, one datagram in, taken off the socket
-by :meth:`Engine.collective_frame <ipympi._engine.Engine.collective_frame>`.
+There are two levels.
 
-Anything unusual (a reported mismatch, a message of another collective, a size
-that does not match, a large message, a dead peer) is handed to the general
-receive and to :class:`CollOp`'s own checks, so errors read exactly as on the
-general path. While tracing, or once a rank of the world has died, calls take
-the general path.
+* A :class:`Lane`, kept on the communicator, holds what stays the same for it
+  (its collective context, the peers of each schedule, the queue its early
+  messages wait in) and the state of the call in progress. Its methods run one
+  round each (:meth:`Lane.exchange`, :meth:`Lane.take`, :meth:`Lane.give`),
+  receiving through :meth:`Engine.collective_frame
+  <ipympi._engine.Engine.collective_frame>`, and handle everything unusual:
+  a reported mismatch, a message of another collective, a size that does not
+  match, a large message, a dead peer. They hand those to the general receive
+  and to :class:`CollOp`'s own checks, so errors read exactly as on the
+  general path.
+* :func:`_flat` runs a Barrier, or an allreduce of one element or of Python
+  objects whose rounds are all exchanges, as one loop with one call per round
+  besides the sockets' (``collective_frame``): measured with 4 ranks on 2
+  cores, each Python call layer on this path cost 1-2 us per collective. It
+  does what ``Engine.enter``/``leave``, ``begin_collective`` and
+  ``Transport.send`` do, inlined; a frame it does not accept, a large
+  message or a reported mismatch goes to the lane's methods.
+
+While tracing, or once a rank of the world has died, calls take the general path.
 """
 
 from __future__ import annotations
@@ -31,38 +41,52 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._algorithms import _EMPTY, binomial_peers, dissemination_peers
+from ._algorithms import binomial_peers, dissemination_peers
 from ._collsched import CollOp, check_reported, comm_label, runs_inline, signature
-from ._engine import WaitInfo
+from ._engine import EAGER_LIMIT, WaitInfo
 from ._ops import RECV, SEND, Op
-from ._reductions import ArrayValues, Values, doubling_plan
-from ._wire import HEADER_SIZE
+from ._reductions import ArrayValues, Codec, Values, doubling_plan
+from ._wire import EAGER, HEADER, HEADER_SIZE
 
 __all__ = ["GENERAL", "Lane", "allreduce", "barrier", "bcast"]
 
 # What the calls return when they must take the general path.
 GENERAL: Any = object()
+# What _flat returns when the call is not for it (nothing was done).
+_UNFIT: Any = object()
 
 _monotonic = time.monotonic
+_pack_header = HEADER.pack
 BARRIER = signature("Barrier")
+_SIGNATURES = {kind: signature(kind) for kind in ("Allreduce", "allreduce")}
 
 
 class Lane:
-    """What the straight path needs of one communicator, worked out once.
+    """The straight path of one communicator: its schedules, and the call in progress.
 
     Kept in the communicator's ``lane`` slot. Peers are communicator ranks, as
     in :mod:`._algorithms` and :mod:`._reductions`; ``world`` maps them to the
-    world ranks that frames are sent to.
+    world ranks that frames are sent to. A call begins with :meth:`start`,
+    runs its rounds with :meth:`exchange`, :meth:`take` and :meth:`give`, and
+    ends with :meth:`finish` (the caller then releases the engine).
     """
 
     __slots__ = (
         "_trees",
+        "call",
+        "comm",
         "context",
         "dissemination",
         "doubling",
         "engine",
+        "pairs",
+        "peer",
         "queue",
         "rank",
+        "rounds",
+        "seq",
+        "sig",
+        "waits",
         "world",
     )
 
@@ -77,8 +101,19 @@ class Lane:
         self.queue = engine.matcher.pending_in(context)
         # (rank to send to, rank to hear from) of each barrier round
         self.dissemination = tuple((to, frm) for _, to, frm in dissemination_peers(rank, size))
-        self.doubling = doubling_plan(rank, size)
+        self.doubling = plan = doubling_plan(rank, size)
+        # The same for recursive doubling, when this rank only exchanges (no folding).
+        self.pairs = (
+            tuple((partner, partner) for partner in plan.partners)
+            if plan.fold_to is None and plan.fold_from is None
+            else None
+        )
         self._trees: dict[int, tuple[int | None, tuple[int, ...]]] = {}
+        self.waits = self._blocked_in  # bound once: told to observers at every call
+        self.comm: Any = None
+        self.call = ""
+        self.seq = self.sig = self.rounds = 0
+        self.peer = -1
 
     def tree(self, root: int) -> tuple[int | None, tuple[int, ...]]:
         """(parent, children) in the binomial tree rooted at ``root`` (comm ranks)."""
@@ -87,122 +122,130 @@ class Lane:
             peers = self._trees[root] = binomial_peers(self.rank, len(self.world), root)
         return peers
 
-
-class FastCall:
-    """One blocking collective call in progress on the straight path.
-
-    Created with the engine held; numbers the call like :class:`CollOp`
-    (``begin_collective``), tells observers what it waits for (the caller
-    forgets that when the call raises), and is ended with :meth:`finish`.
-    """
-
-    __slots__ = ("call", "comm", "engine", "lane", "peer", "rounds", "seq", "sig")
-
-    def __init__(self, comm: Any, lane: Lane, call: str, sig: int) -> None:
-        engine = lane.engine
+    # -- a call ----------------------------------------------------------------------------
+    def start(self, comm: Any, call: str, sig: int) -> None:
+        """Begin a call (the engine held): number it like :class:`CollOp`
+        (``begin_collective``) and tell observers that it waits."""
+        engine = self.engine
+        if engine.coll_errors:  # a mismatch reported after this rank left that call
+            check_reported(engine, self.context, call)
+        self.seq = engine.begin_collective(self.context, sig, self.world)
         self.comm = comm
-        self.lane = lane
-        self.engine = engine
         self.call = call
         self.sig = sig
-        if engine.coll_errors:  # a mismatch reported after this rank left that call
-            check_reported(engine, lane.context, call)
-        self.seq = engine.begin_collective(lane.context, sig, lane.world)
         self.rounds = 0
-        self.peer = -1  # the rank this call waits for, for hang reports
-        self._waits()
-
-    # -- messages ----------------------------------------------------------------------
-    def send(self, to: int, data: Any) -> Op | None:
-        """Start sending ``data`` (bytes or a byte memoryview) to comm rank ``to``;
-        the operation to wait for when it is large, else None (it has left)."""
-        lane, engine = self.lane, self.engine
-        wdest = lane.world[to]
-        if engine.send_eager(wdest, lane.context, lane.rank, self.seq, data, self.sig):
-            return None
-        op = Op(SEND, self.comm, self.call, to, self.seq)
-        engine.start_send(op, data, wdest, lane.context, lane.rank, self.seq, False, self.sig)
-        return None if op.done else op
-
-    def receive(self, frm: int, nbytes: int | None = None) -> memoryview:
-        """The payload of this call's message from comm rank ``frm``: ``nbytes``
-        long, or of any size when None."""
-        accepted, frame = self._frame(frm, nbytes)
-        if accepted:
-            return memoryview(frame)[HEADER_SIZE:]  # type: ignore[arg-type]
-        target = None if nbytes is None else memoryview(bytearray(nbytes))
-        op = self._receive_general(frm, target, frame)
-        return op.data if target is None else target
-
-    def receive_into(self, frm: int, target: memoryview) -> None:
-        """Receive this call's message from comm rank ``frm`` into ``target``, whose
-        size it must have."""
-        accepted, frame = self._frame(frm, target.nbytes)
-        if not accepted:
-            self._receive_general(frm, target, frame)
-        elif target.nbytes:
-            target[:] = memoryview(frame)[HEADER_SIZE:]  # type: ignore[arg-type]
-
-    def _frame(self, frm: int, nbytes: int | None) -> tuple[bool, bytes | None]:
-        """This call's frame from ``frm`` as the socket gives it, and whether the
-        straight path accepts it: this call's signature, and ``nbytes`` long unless
-        None. (False, None): the general receive must take over."""
-        self.peer = frm
-        engine = self.engine
-        if engine.waiting is None:  # a wait for a large send ended the call's
-            self._waits()
-        lane = self.lane
-        frame = engine.collective_frame(lane.queue, lane.context, frm, self.seq)
-        accepted = (
-            frame is not None
-            and frame[2] | frame[3] << 8 == self.sig
-            and (nbytes is None or len(frame) - HEADER_SIZE == nbytes)
-        )
-        return accepted, frame
-
-    def _waits(self) -> None:
-        """Tell observers that this call waits (see :meth:`_blocked_in`)."""
-        engine = self.engine
-        engine.waiting = self._blocked_in
+        self.peer = -1
+        engine.waiting = self.waits
         engine.waiting_since = _monotonic()
 
-    def _receive_general(self, frm: int, target: memoryview | None, frame: bytes | None) -> Op:
-        """Receive through an operation: a frame the straight checks did not accept
-        (another signature or size), or whatever the general receive finds; raise the
-        general path's error if the outcome is wrong."""
-        engine = self.engine
-        op = Op(RECV, self.comm, self.call, frm, self.seq)
-        op.mem = target
-        if frame is None:
-            lane = self.lane
-            engine.receive_collective(op, lane.context, frm, self.seq, lane.world, self._blocked_in)
-        else:
-            engine.fill_from_frame(op, frame)
-        if op.rsig != self.sig or op.error or (target is not None and op.count != target.nbytes):
-            self._fail([op])
-        return op
-
-    def round(self) -> None:
-        """Start the next round: fail at once if a mismatch of this call was reported."""
+    def exchange(
+        self, to: int, frm: int, data: Any, nbytes: int | None, into: memoryview | None = None
+    ) -> memoryview:
+        """One round: send ``data`` (bytes or a byte memoryview) to comm rank ``to``
+        and receive this call's message from comm rank ``frm``: ``nbytes`` long (any
+        size when None), copied into ``into`` when given. Returns the payload."""
         self.rounds += 1
         if self.engine.coll_errors:
-            reported = self.engine.take_mismatch(self.lane.context, self.seq)
-            if reported is not None:
-                self._fail([], reported)
+            self.check_round()
+        large = self._send(to, data)
+        payload = self._receive(frm, nbytes, into)
+        if large is not None:
+            self.wait_for(large)
+        return payload
 
-    def wait(self, op: Op | None) -> None:
-        """Wait for a send :meth:`send` returned (None: it has left)."""
-        if op is not None and not op.done:
-            self.engine.wait(op, self._blocked_in)
+    def take(self, frm: int, nbytes: int | None, into: memoryview | None = None) -> memoryview:
+        """A round that only receives (see :meth:`exchange`)."""
+        self.rounds += 1
+        if self.engine.coll_errors:
+            self.check_round()
+        return self._receive(frm, nbytes, into)
 
-    # -- the end ------------------------------------------------------------------------
+    def give(self, peers: tuple[int, ...], data: Any) -> None:
+        """A round that only sends ``data`` to each of ``peers``, in turn."""
+        self.rounds += 1
+        if self.engine.coll_errors:
+            self.check_round()
+        for op in [self._send(to, data) for to in peers]:
+            if op is not None:
+                self.wait_for(op)
+
     def finish(self) -> None:
         """End the call: a message of it still queued means the ranks disagree."""
-        leftover = self.engine.end_collective(self.lane.context, self.seq)
+        leftover = self.engine.end_collective(self.context, self.seq)
         if leftover is not None:
             coll = self._as_coll()
             coll.end_with_leftover(leftover)
             coll.raise_if_failed()
+
+    # -- messages ---------------------------------------------------------------------------
+    def _send(self, to: int, data: Any) -> Op | None:
+        """Send ``data`` to comm rank ``to``; the operation to wait for when it is
+        large, else None (it has left)."""
+        engine = self.engine
+        if engine.send_eager(self.world[to], self.context, self.rank, self.seq, data, self.sig):
+            return None
+        return self.send_large(to, data)
+
+    def send_large(self, to: int, data: Any) -> Op | None:
+        """Start sending ``data`` through an operation (a large message)."""
+        op = Op(SEND, self.comm, self.call, to, self.seq)
+        self.engine.start_send(
+            op, data, self.world[to], self.context, self.rank, self.seq, False, self.sig
+        )
+        return None if op.done else op
+
+    def wait_for(self, op: Op) -> None:
+        """Wait for a large send to complete; the call still waits afterwards."""
+        engine = self.engine
+        if not op.done:
+            engine.wait(op, self.waits)
+            engine.waiting = self.waits
+            engine.waiting_since = _monotonic()
+
+    def _receive(self, frm: int, nbytes: int | None, into: memoryview | None) -> memoryview:
+        """This call's message from comm rank ``frm``: ``nbytes`` long (any size when
+        None), copied into ``into`` when given; the payload."""
+        self.peer = frm
+        frame = self.engine.collective_frame(self.queue, self.context, frm, self.seq)
+        if (
+            frame is None
+            or frame[2] | frame[3] << 8 != self.sig
+            or (nbytes is not None and len(frame) - HEADER_SIZE != nbytes)
+        ):
+            return self.receive_general(frm, nbytes, into, frame)
+        if into is None:
+            return memoryview(frame)[HEADER_SIZE:]
+        if nbytes:
+            into[:] = memoryview(frame)[HEADER_SIZE:]
+        return into
+
+    def receive_general(
+        self, frm: int, nbytes: int | None, into: memoryview | None, frame: bytes | None
+    ) -> memoryview:
+        """Receive through an operation: a frame the straight checks did not accept
+        (another signature or size), or whatever the general receive finds; raise the
+        general path's error if the outcome is wrong."""
+        engine = self.engine
+        target = into
+        if target is None and nbytes is not None:
+            target = memoryview(bytearray(nbytes))
+        op = Op(RECV, self.comm, self.call, frm, self.seq)
+        op.mem = target
+        if frame is None:
+            engine.receive_collective(op, self.context, frm, self.seq, self.world, self.waits)
+            engine.waiting = self.waits
+        else:
+            engine.fill_from_frame(op, frame)
+        if op.rsig != self.sig or op.error or (target is not None and op.count != target.nbytes):
+            self._fail([op])
+        return op.data if target is None else target  # type: ignore[no-any-return]
+
+    # -- failing ----------------------------------------------------------------------------
+    def check_round(self) -> None:
+        """Fail at once if a mismatch of this call was reported."""
+        reported = self.engine.take_mismatch(self.context, self.seq)
+        if reported is not None:
+            self._fail([], reported)
 
     def _fail(self, ops: list[Op], reported: str | None = None) -> None:
         """Raise the error the general path gives for this round's outcome."""
@@ -216,9 +259,125 @@ class FastCall:
         return coll
 
     def _blocked_in(self) -> WaitInfo:
-        """What this call waits for (built only when an observer asks)."""
+        """What the call in progress waits for (built only when an observer asks)."""
         call = f"{self.call} (collective #{self.seq}, round {self.rounds})"
         return WaitInfo(call, comm_label(self.comm), self.peer, self.seq)
+
+
+def _flat(comm: Any, impl: Any, call: str, sig: int, codec: Codec | None, value: Any) -> Any:
+    """Run a Barrier (``codec`` None) or a recursive-doubling allreduce of
+    ``value`` as one loop of exchanges; the result (None for a Barrier), or
+    :data:`_UNFIT`, having done nothing, when the call is not for this path:
+    the engine is busy, the communicator has no lane yet, tracing is on, a rank
+    has died, a mismatch is known, or this rank folds (a rank count that is not
+    a power of two).
+
+    Each round is :meth:`Lane.exchange`'s, with what the engine and the
+    transport do for it inlined (see the module docstring); the lane's methods
+    take over whatever is unusual.
+    """
+    engine = impl.engine
+    lock = engine.lock
+    if not lock.acquire(False):
+        return _UNFIT
+    # Engine.enter, as when the lock is free
+    engine.depth += 1
+    engine.entered += 1
+    try:
+        lane = impl.lane
+        transport = engine.transport
+        if (
+            lane is None
+            or transport is None
+            or engine.tracer is not None
+            or engine.dead_peers
+            or engine.coll_errors
+        ):
+            return _UNFIT
+        if codec is None:
+            rounds = lane.dissemination
+            nbytes: int | None = 0
+        else:
+            rounds = lane.pairs
+            if rounds is None:
+                return _UNFIT
+            wire, decode, combine, nbytes = codec
+        # Engine.begin_collective
+        context = lane.context
+        seq = engine.coll_next.get(context, 0)
+        engine.coll_next[context] = seq + 1
+        active = engine.coll_active.get(context)
+        if active is None:
+            active = engine.coll_active[context] = set()
+        active.add(seq)
+        engine.coll_members[context] = world = lane.world
+        calls = engine.coll_calls
+        calls[(context, seq)] = sig
+        calls.pop((context, seq - 256), None)
+        # Lane.start: the call's state, for observers and for the lane's own methods
+        lane.comm = comm
+        lane.call = call
+        lane.seq = seq
+        lane.sig = sig
+        lane.rounds = 0
+        engine.waiting = lane.waits
+        engine.waiting_since = _monotonic()
+
+        peers, pending, send = transport.peers, transport.pending, transport.send
+        collective_frame = engine.collective_frame
+        rank, queue = lane.rank, lane.queue
+        me, pid = engine.rank, engine.pid
+        acc = value
+        data = b""
+        for to, frm in rounds:
+            lane.rounds += 1
+            lane.peer = frm
+            if engine.coll_errors:
+                lane.check_round()
+            # Send (Engine.send_eager, Transport.send)
+            large = None
+            if codec is not None:
+                data = wire(acc)
+            if len(data) > EAGER_LIMIT:
+                large = lane.send_large(to, data)
+            else:
+                frame = _pack_header(EAGER, 0, sig, context, rank, seq, me, pid, 0, len(data))
+                frame += data
+                wto = world[to]
+                sock = peers.get(wto)
+                if sock is None or pending:
+                    send(wto, frame)
+                else:
+                    try:
+                        sock.send(frame)
+                    except OSError:  # no room, or the peer has ended: as the transport does
+                        send(wto, frame)
+            # Receive: straight off the socket, or out of the queue if it came early
+            frame = collective_frame(queue, context, frm, seq)
+            if (
+                frame is not None
+                and frame[2] | frame[3] << 8 == sig
+                and (nbytes is None or len(frame) - HEADER_SIZE == nbytes)
+            ):
+                payload = memoryview(frame)[HEADER_SIZE:]
+            else:
+                payload = lane.receive_general(frm, nbytes, None, frame)
+            if large is not None:
+                lane.wait_for(large)
+            if codec is not None:
+                other = decode(payload)
+                acc = combine(other, acc) if frm < rank else combine(acc, other)
+        if queue:
+            lane.finish()  # a leftover message of this call is a mismatch
+        else:
+            engine.coll_active[context].discard(seq)
+        return acc
+    finally:
+        # Engine.leave, no longer waiting
+        engine.waiting = None
+        engine.depth -= 1
+        engine.last_exit = _monotonic()
+        lock.release()
 
 
 def _held(impl: Any) -> Lane | None:
@@ -245,16 +404,16 @@ def _release(engine: Any) -> None:
 def barrier(comm: Any, impl: Any, call: str) -> Any:
     """Dissemination barrier (``barrier_dissemination``'s rounds); None, or
     :data:`GENERAL` when the call must take the general path."""
+    if _flat(comm, impl, call, BARRIER, None, None) is not _UNFIT:
+        return None
     lane = _held(impl)
     if lane is None:
         return GENERAL
     try:
-        run = FastCall(comm, lane, call, BARRIER)
+        lane.start(comm, call, BARRIER)
         for to, frm in lane.dissemination:
-            run.round()
-            run.send(to, b"")
-            run.receive_into(frm, _EMPTY)
-        run.finish()
+            lane.exchange(to, frm, b"", 0)
+        lane.finish()
     finally:
         _release(lane.engine)
     return None
@@ -267,16 +426,13 @@ def bcast(comm: Any, impl: Any, call: str, root: int, mem: memoryview) -> Any:
     if lane is None:
         return GENERAL
     try:
-        run = FastCall(comm, lane, call, signature("Bcast", root))
+        lane.start(comm, call, signature("Bcast", root))
         parent, children = lane.tree(root)
         if parent is not None:
-            run.round()
-            run.receive_into(parent, mem)
+            lane.take(parent, mem.nbytes, mem)
         if children:
-            run.round()
-            for sent in [run.send(child, mem) for child in children]:
-                run.wait(sent)
-        run.finish()
+            lane.give(children, mem)
+        lane.finish()
     finally:
         _release(lane.engine)
     return None
@@ -286,47 +442,52 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
     """Recursive-doubling allreduce (``allreduce_recursive_doubling``'s rounds);
     returns the result (a new object, or an array of ``values``), or
     :data:`GENERAL`."""
+    sig = _SIGNATURES[kind]
+    codec = values.codec
+    if codec is not None:
+        result = _flat(comm, impl, call, sig, codec, value)
+        if result is not _UNFIT:
+            return result
     lane = _held(impl)
     if lane is None:
         return GENERAL
     try:
-        run = FastCall(comm, lane, call, signature(kind))
+        lane.start(comm, call, sig)
         plan = lane.doubling
         rank = lane.rank
+        arrays = type(values) is ArrayValues
+        wire, combine, nbytes = values.wire, values.combine, values.nbytes
         acc = value
         if plan.fold_to is not None:
-            run.round()
-            run.wait(run.send(plan.fold_to, values.wire(acc)))
+            lane.give((plan.fold_to,), wire(acc))
         elif plan.fold_from is not None:
-            run.round()
-            acc = values.combine(_receive_value(run, values, plan.fold_from, acc), acc)
+            acc = combine(_take_value(lane, values, plan.fold_from, acc), acc)
         spare = None
         for partner in plan.partners:
-            run.round()
-            sent = run.send(partner, values.wire(acc))
-            other = _receive_value(run, values, partner, acc, spare)
-            run.wait(sent)
-            if partner < rank:
-                acc, spare = values.combine(other, acc), other
+            if arrays:
+                other, target = values.target(acc, spare)
+                lane.exchange(partner, partner, wire(acc), target.nbytes, target)
             else:
-                acc, spare = values.combine(acc, other), acc
+                other = values.decode(lane.exchange(partner, partner, wire(acc), nbytes))
+            if partner < rank:
+                acc, spare = combine(other, acc), other
+            else:
+                acc, spare = combine(acc, other), acc
         if plan.unfold_to is not None:
-            run.round()
-            run.wait(run.send(plan.unfold_to, values.wire(acc)))
+            lane.give((plan.unfold_to,), wire(acc))
         elif plan.unfold_from is not None:
-            run.round()
-            acc = _receive_value(run, values, plan.unfold_from, value)
-        run.finish()
+            acc = _take_value(lane, values, plan.unfold_from, value)
+        lane.finish()
     finally:
         _release(lane.engine)
     return acc
 
 
-def _receive_value(run: FastCall, values: Values, frm: int, like: Any, spare: Any = None) -> Any:
-    """A value of ``values``' kind received from ``frm`` (shaped like ``like``;
-    arrays land in ``spare`` when given)."""
+def _take_value(lane: Lane, values: Values, frm: int, like: Any) -> Any:
+    """A value of ``values``' kind received from ``frm`` in a round of its own
+    (shaped like ``like``)."""
     if type(values) is ArrayValues:
-        holder, target = values.target(like, spare)
-        run.receive_into(frm, target)
+        holder, target = values.target(like)
+        lane.take(frm, target.nbytes, target)
         return holder
-    return values.decode(run.receive(frm, values.nbytes))
+    return values.decode(lane.take(frm, values.nbytes))

@@ -37,7 +37,7 @@ from ._largebuf import VmReader, buffer_address
 from ._matching import Envelope, Matcher, PostedReceive
 from ._ops import Op
 from ._tcp import Received
-from ._transport import Transport
+from ._transport import MAX_FRAME, SPIN_TRIES, Transport
 from ._wire import (
     ACK,
     CANCEL,
@@ -90,6 +90,7 @@ SELF = 0  # a message this rank sent to itself: (data, SELF, sync sender op or N
 _pack_header = wire.HEADER.pack
 _unpack_header = wire.HEADER.unpack_from
 _pack_address = wire.RTS_EXTRA.pack
+_sched_yield = os.sched_yield
 
 
 class Engine:
@@ -145,7 +146,11 @@ class Engine:
 
     # -- entering and leaving MPI --------------------------------------------
     def enter(self) -> None:
-        """Take the engine for an MPI call (from the progress thread if needed)."""
+        """Take the engine for an MPI call (from the progress thread if needed).
+
+        ``_collfast._flat`` does what this and :meth:`leave` do inline, when the
+        lock is free: keep them alike.
+        """
         if not self.lock.acquire(False):
             self.wanted += 1
             try:
@@ -622,10 +627,19 @@ class Engine:
                         return None
                     del queue[i]
                     return payload[0]  # type: ignore[no-any-return]
-        recv = self.transport.recv  # type: ignore[union-attr]
+        transport = self.transport
+        assert transport is not None
+        readable, data_recv = transport.readable, transport.data.recv
         handle = self._handle
         while True:
-            frame = recv()
+            if transport.pending or transport.tcp is not None:
+                frame = transport.recv()
+            else:  # Transport.recv, inlined: look a few times, then sleep
+                spins = SPIN_TRIES
+                while spins and not readable(0):
+                    spins -= 1
+                    _sched_yield()
+                frame = data_recv(MAX_FRAME)
             if type(frame) is bytes and frame[0] == EAGER:
                 header = _unpack_header(frame)
                 if header[3] == context and header[4] == source and header[5] == tag:
@@ -686,7 +700,8 @@ class Engine:
         """The sequence number (message tag) of this rank's next collective on ``context``.
 
         ``sig`` is the call's signature and ``members`` the world ranks of the
-        communicator, remembered to explain and report mismatches.
+        communicator, remembered to explain and report mismatches. The straight
+        path (``_collfast._flat``) does the same inline: keep the two alike.
         """
         seq = self.coll_next.get(context, 0)
         self.coll_next[context] = seq + 1

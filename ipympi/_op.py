@@ -26,6 +26,7 @@ propagate NaN, which keeps them commutative).
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable
 
 import numpy as np
@@ -188,11 +189,20 @@ def _null_arrays(invec: np.ndarray, inoutvec: np.ndarray, datatype: Datatype) ->
 
 
 def _sum_scalars(left: Any, right: Any) -> Any:
+    # Not operator.add: given two NaNs it may return the other one (another sign
+    # bit), and this must give exactly what np.add gives, as ranks on the array
+    # path do.
     return left + right
 
 
 def _prod_scalars(left: Any, right: Any) -> Any:
     return left * right
+
+
+# ``left + right`` and ``left * right`` on objects, as C functions: small lower-case
+# reductions call them once per round.
+_sum = operator.add
+_prod = operator.mul
 
 
 def _max_scalars(left: Any, right: Any) -> Any:
@@ -218,14 +228,6 @@ def _min(left: Any, right: Any) -> Any:
     if isinstance(left, np.ndarray) or isinstance(right, np.ndarray):
         return np.minimum(left, right)  # element-wise for arrays
     return right if right < left else left
-
-
-def _sum(left: Any, right: Any) -> Any:
-    return left + right
-
-
-def _prod(left: Any, right: Any) -> Any:
-    return left * right
 
 
 def _land(left: Any, right: Any) -> bool:

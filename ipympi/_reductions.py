@@ -48,15 +48,26 @@ __all__ = [
 ]
 
 
+# (wire, decode, combine, nbytes): see Values
+Codec = tuple[
+    Callable[[Any], bytes], Callable[[memoryview], Any], Callable[[Any, Any], Any], "int | None"
+]
+# pickle.dumps at the highest protocol, as one C call
+_dumps = functools.partial(pickle.dumps, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 class Values:
     """How an algorithm sends, receives and combines its values.
 
     ``nbytes`` is the size of every value on the wire when the kind fixes it
     (one element), else None; :meth:`decode` reads a value from its bytes for
     kinds that do not receive into arrays (the straight path, ``_collfast``).
+    Those kinds also have a ``codec``: (wire, decode, combine, nbytes) as the
+    cheapest callables that do the same, for the straight path's flat rounds.
     """
 
     nbytes: int | None = None
+    codec: Codec | None = None
 
     def wire(self, value: Any) -> Any:
         raise NotImplementedError
@@ -119,7 +130,7 @@ class ScalarValues(Values):
     as with :class:`ArrayValues`, so ranks may use either.
     """
 
-    __slots__ = ("_mask", "_offset", "_pack", "_reduce", "_unpack", "nbytes")
+    __slots__ = ("_mask", "_offset", "_pack", "_reduce", "_unpack", "codec", "nbytes")
 
     def __init__(self, reduce_scalars: Callable[[Any, Any], Any], dtype: np.dtype) -> None:
         self._reduce = reduce_scalars
@@ -131,6 +142,8 @@ class ScalarValues(Values):
         # integers: v -> ((v + offset) & mask) - offset wraps to the type's range
         self._mask = (1 << bits) - 1 if dtype.kind in "iu" else None
         self._offset = 1 << (bits - 1) if dtype.kind == "i" else 0
+        combine = reduce_scalars if self._mask is None else self.combine
+        self.codec = (self._pack, self.decode, combine, self.nbytes)
 
     @classmethod
     def for_array(
@@ -182,6 +195,7 @@ class ObjectValues(Values):
 
     def __init__(self, reduce_objects: Callable[[Any, Any], Any]) -> None:
         self._reduce = reduce_objects
+        self.codec = (_dumps, pickle.loads, reduce_objects, None)
 
     def wire(self, value: Any) -> bytes:
         return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)

@@ -72,6 +72,15 @@ for root in range(size):
     assert buf.tolist() == (np.arange(5.0) * (root + 1)).tolist(), (root, buf)
 for _ in range(3):
     comm.Barrier()
+# point-to-point traffic that arrives while its receiver is in collectives
+req = comm.isend(("hello", rank), dest=(rank + 1) % size, tag=7)
+comm.Barrier()
+assert comm.allreduce(1) == size
+assert comm.recv(source=(rank - 1) % size, tag=7) == ("hello", (rank - 1) % size)
+req.wait()
+# an object too large to travel in one frame
+big = comm.allreduce([rank] * 40_000)
+assert len(big) == 40_000 * size and big[-1] == size - 1
 out = np.zeros(3)
 comm.Allreduce(np.array([rank, 1.0, -rank]), out, op=MPI.SUM)
 assert out.tolist() == [size * (size - 1) / 2, size, -size * (size - 1) / 2], out
@@ -91,7 +100,7 @@ sub.Free()
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("size", [2, 3, 5])
+@pytest.mark.parametrize("size", [2, 3, 4, 5])
 @pytest.mark.parametrize("general_parity", [0, 1])
 def test_ranks_on_either_path_work_together(run_mpi, size: int, general_parity: int) -> None:
     body = MIXED.replace("{general_parity}", str(general_parity))
