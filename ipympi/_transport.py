@@ -65,11 +65,11 @@ RETRY_MS = 5
 # kernel. When ranks share cores, the frame is usually sent by a rank that this
 # hands the core to, and waking from a sleep costs more than the whole exchange:
 # with 4 ranks on 2 cores a Barrier took 70-80 us sleeping at once, 50 us this way,
-# and 2 ranks on 2 cores exchange a message in half the time. A rank that waits
-# longer spends about 20 us of CPU before it sleeps. It looks with poll(), not by
-# trying to read: a read that finds nothing raises in Python, which costs about
-# 1.2 us against 0.3 us for the poll.
-SPIN_TRIES = 20
+# and 2 ranks on 2 cores exchange a message in half the time. It looks with
+# poll(), not by trying to read: a read that finds nothing raises in Python, which
+# costs about 1.2 us against 0.3 us for the poll. A rank that waits longer spends
+# about 30 us of CPU (45 looks and yields) before it sleeps.
+SPIN_TRIES = 45
 
 
 def endpoint(session_dir: str, rank: int) -> str:
