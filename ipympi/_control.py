@@ -170,8 +170,12 @@ _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
         "line": _STR,
         "cpu": _NUMBER,
         "rss": _INT,
+        "query": _INT,  # the ``id`` of the query answered
     },
     HELLO: {"data": _STR},
+    # Numbered, so that an answer that comes after its query timed out is not taken
+    # for the answer to the next one.
+    QUERY: {"id": _INT},
 }
 
 # Collectives whose peer is a root rather than a source or destination.

@@ -224,6 +224,7 @@ class Job:
         self.deadlock_check = deadlock_check
         self._next_look = 0.0
         self._looking: list[Rank] | None = None
+        self._query_id = 0  # numbers state queries, so that late answers are dropped
         self._look_due = 0.0
         self._previous: dict[int, dict[str, Any]] = {}
         self._deadlock: str | None = None
@@ -426,7 +427,8 @@ class Job:
         assert self._ctl is not None
         self._reap()
         self._states = {}
-        frame = ctl.encode({"type": ctl.QUERY}, ctl.session_key(self.key))
+        self._query_id += 1
+        frame = ctl.encode({"type": ctl.QUERY, "id": self._query_id}, ctl.session_key(self.key))
         asked = []
         for rank in self.ranks:
             if rank.returncode is None:
@@ -648,7 +650,8 @@ class Job:
             self._abort = msg
 
     def _on_state(self, rank: Rank, msg: dict[str, Any]) -> None:
-        self._states[rank.rank] = msg
+        if msg.get("query") in (None, self._query_id):  # not a late answer to an earlier look
+            self._states[rank.rank] = msg
 
 
 # -- the launcher's command ------------------------------------------------------------

@@ -137,7 +137,9 @@ class ProgressThread(threading.Thread):
         while (msg := self.transport.recv_control()) is not None:
             kind = msg["type"]
             if kind == _control.QUERY:
-                self.transport.send_control(describe_state(self.engine, self.main_thread_id))
+                state = describe_state(self.engine, self.main_thread_id)
+                state["query"] = msg.get("id")
+                self.transport.send_control(state)
             elif kind == _control.PEER_EXIT:
                 self.engine.note_peer_exit(int(msg["rank"]), str(msg.get("reason", "")))
             elif kind == _control.SIGNAL:

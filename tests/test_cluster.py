@@ -139,6 +139,13 @@ def test_state_queries_answer_while_a_rank_is_blocked(cluster: Cluster) -> None:
     assert req.replies[0].content["status"] == "ok"
 
 
+def test_a_late_answer_to_a_state_query_is_not_taken_for_the_next_one(cluster: Cluster) -> None:
+    cluster.query_states(wait=False)  # its answers come while the next query waits
+    states = cluster.query_states()
+    assert [s["state"] for s in states] == ["idle"] * 3
+    assert {engine.state.get("query") for engine in cluster.engines} == {cluster._query_id}
+
+
 def test_interrupt_reports_where_and_the_next_cell_works(cluster: Cluster) -> None:
     run(cluster, "before = rank")
     code = "if rank == 0:\n    comm.recv(source=1, tag=7)\nelse:\n    comm.Barrier()\n"

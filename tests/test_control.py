@@ -32,6 +32,8 @@ VALID = [
     {"type": "state", "rank": 0, "state": "running", "cpu": 1.25, "rss": 52428800},
     {"type": "hello", "rank": 5, "pid": 77, "host": "b", "data": "tcp://127.0.0.3:41234"},
     {"type": "query"},
+    {"type": "query", "id": 3},
+    {"type": "state", "rank": 1, "state": "idle", "query": 3},
     {"type": "signal", "signal": 2},
     {"type": "peers", "endpoints": ["tcp://127.0.0.2:5000", "tcp://127.0.0.3:5001"]},
 ]

@@ -168,6 +168,7 @@ class Cluster(ClusterAPI):
         self._poller.register(self._router, zmq.POLLIN)
         self._watched: set[int] = set()  # the launcher's file descriptors in the poller
         self._closed = False
+        self._query_id = 0  # numbers state queries (see query_states)
 
     # -- life cycle ------------------------------------------------------------------
     @property
@@ -719,7 +720,8 @@ class Cluster(ClusterAPI):
             if not 0 <= rank < len(self.engines):
                 continue
             if msg["type"] == ctl.STATE:
-                self.engines[rank].state = msg
+                if msg.get("query") in (None, self._query_id):  # not a late answer
+                    self.engines[rank].state = msg
             elif msg["type"] == ctl.HELLO and msg.get("data"):
                 self._note_endpoint(rank, str(msg["data"]))
             elif msg["type"] == ctl.ABORT and self.aborted is None:
@@ -742,14 +744,13 @@ class Cluster(ClusterAPI):
     def query_states(self, timeout: float = QUERY_TIMEOUT, wait: bool = True) -> list[dict]:
         """Ask every live rank what it is doing; one state dict per rank, in rank order."""
         asked = []
+        self._query_id += 1
+        query = ctl.encode({"type": ctl.QUERY, "id": self._query_id}, self._mpi_key)
         for engine in self.engines:
             engine.state = {}
             if engine.alive and self._ctl is not None:
                 try:
-                    self._ctl.send_multipart(
-                        [ctl.identity(engine.rank), ctl.encode({"type": ctl.QUERY}, self._mpi_key)],
-                        zmq.NOBLOCK,
-                    )
+                    self._ctl.send_multipart([ctl.identity(engine.rank), query], zmq.NOBLOCK)
                     asked.append(engine)
                 except zmq.ZMQError:
                     pass

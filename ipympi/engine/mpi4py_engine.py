@@ -166,7 +166,9 @@ class ControlThread(threading.Thread):
             except ctl.ControlProtocolError:
                 continue
             if msg["type"] == ctl.QUERY:
-                self.sock.send(ctl.encode(self.describe(), self.key))
+                state = self.describe()
+                state["query"] = msg.get("id")
+                self.sock.send(ctl.encode(state, self.key))
             elif msg["type"] == ctl.SIGNAL:
                 signal_self(int(msg["signal"]))
 
