@@ -324,6 +324,7 @@ def _flat(comm: Any, impl: Any, call: str, sig: int, codec: Codec | None, value:
         engine.waiting_since = _monotonic()
 
         peers, pending, send = transport.peers, transport.pending, transport.send
+        not_sent = transport.not_sent
         collective_frame = engine.collective_frame
         rank, queue = lane.rank, lane.queue
         me, pid = engine.rank, engine.pid
@@ -350,8 +351,8 @@ def _flat(comm: Any, impl: Any, call: str, sig: int, codec: Codec | None, value:
                 else:
                     try:
                         sock.send(frame)
-                    except OSError:  # no room, or the peer has ended: as the transport does
-                        send(wto, frame)
+                    except OSError as exc:  # no room, or the peer has ended
+                        not_sent(wto, frame, exc)
             # Receive: straight off the socket, or out of the queue if it came early
             frame = collective_frame(queue, context, frm, seq)
             if (

@@ -34,6 +34,7 @@ Besides the data socket a rank has:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import select
 import socket
@@ -70,6 +71,10 @@ RETRY_MS = 5
 # costs about 1.2 us against 0.3 us for the poll. A rank that waits longer spends
 # about 30 us of CPU (45 looks and yields) before it sleeps.
 SPIN_TRIES = 45
+
+# What sending to a peer's socket raises once the peer has ended: refused at
+# first, not connected on the same socket afterwards.
+_PEER_GONE = frozenset({errno.ECONNREFUSED, errno.ENOTCONN})
 
 
 def endpoint(session_dir: str, rank: int) -> str:
@@ -164,13 +169,22 @@ class Transport:
                 try:
                     sock.send(frame)
                     return
-                except BlockingIOError:
-                    pass
-                except ConnectionRefusedError:
-                    return  # the peer has ended: nobody can receive this any more
+                except OSError as exc:
+                    self.not_sent(wrank, frame, exc)
+                    return
             queue = self.pending[wrank] = deque()
         queue.append(frame)
         self._flush_peer(wrank)
+
+    def not_sent(self, wrank: int, frame: bytes, exc: OSError) -> None:
+        """What to do with ``frame`` when sending it on the socket connected to
+        ``wrank`` raised ``exc``: queue it while the peer has no room; drop it
+        once the peer has ended (nobody can receive it any more)."""
+        if isinstance(exc, BlockingIOError):
+            self.pending.setdefault(wrank, deque()).append(frame)
+            self._flush_peer(wrank)
+        elif exc.errno not in _PEER_GONE:
+            raise exc
 
     def send_to_self(self, frame: bytes) -> None:
         """Put ``frame`` into this rank's own socket, from any thread.
@@ -205,7 +219,9 @@ class Transport:
                 sock.send(queue[0])
             except BlockingIOError:
                 return
-            except ConnectionRefusedError:
+            except OSError as exc:
+                if exc.errno not in _PEER_GONE:
+                    raise
                 queue.clear()  # the peer has ended
                 break
             queue.popleft()
