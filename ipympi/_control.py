@@ -92,6 +92,8 @@ __all__ = [
     "SIGNAL",
     "STATE",
     "ControlProtocolError",
+    "answer",
+    "answers",
     "control_address",
     "decode",
     "decode_nodes",
@@ -314,6 +316,19 @@ def describe_exit(returncode: int) -> str:
     if returncode < 0:
         return f"was killed by signal {signal_name(-returncode)}"
     return f"exited with status {returncode}"
+
+
+# -- state queries ----------------------------------------------------------------
+def answer(query: Mapping[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` as the answer to ``query``: it echoes the query's ``id``."""
+    state["query"] = query.get("id")
+    return state
+
+
+def answers(state: Mapping[str, Any], query_id: int) -> bool:
+    """Whether ``state`` answers the query numbered ``query_id``, not an earlier one
+    whose answer came late (an answer without a number is taken as current)."""
+    return state.get("query") in (None, query_id)
 
 
 def launcher_state(rank: int, pid: int | None, returncode: int | None) -> dict[str, Any]:

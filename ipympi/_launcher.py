@@ -650,7 +650,7 @@ class Job:
             self._abort = msg
 
     def _on_state(self, rank: Rank, msg: dict[str, Any]) -> None:
-        if msg.get("query") in (None, self._query_id):  # not a late answer to an earlier look
+        if ctl.answers(msg, self._query_id):  # not a late answer to an earlier look
             self._states[rank.rank] = msg
 
 

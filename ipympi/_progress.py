@@ -138,8 +138,7 @@ class ProgressThread(threading.Thread):
             kind = msg["type"]
             if kind == _control.QUERY:
                 state = describe_state(self.engine, self.main_thread_id)
-                state["query"] = msg.get("id")
-                self.transport.send_control(state)
+                self.transport.send_control(_control.answer(msg, state))
             elif kind == _control.PEER_EXIT:
                 self.engine.note_peer_exit(int(msg["rank"]), str(msg.get("reason", "")))
             elif kind == _control.SIGNAL:

@@ -172,7 +172,7 @@ class ScalarValues(Values):
         return holder, memoryview(holder)
 
     def received(self, op: Any, holder: bytearray) -> Any:
-        return self._unpack(holder)[0]
+        return self.decode(memoryview(holder))
 
     def decode(self, data: memoryview) -> Any:
         return self._unpack(data)[0]
@@ -198,7 +198,7 @@ class ObjectValues(Values):
         self.codec = (_dumps, pickle.loads, reduce_objects, None)
 
     def wire(self, value: Any) -> bytes:
-        return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        return _dumps(value)
 
     def target(self, like: Any, reuse: Any = None) -> tuple[None, None]:
         return None, None

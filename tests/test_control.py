@@ -209,3 +209,11 @@ def test_launcher_states_for_ranks_that_cannot_answer() -> None:
     assert ctl.format_state(killed) == "rank 1 (pid 79): killed by signal SIGSEGV"
     assert ctl.describe_exit(-11) == "was killed by signal SIGSEGV"
     assert ctl.describe_exit(3) == "exited with status 3"
+
+
+def test_a_state_answers_the_query_whose_id_it_echoes() -> None:
+    state = ctl.answer({"type": "query", "id": 4}, {"type": "state", "rank": 0, "state": "idle"})
+    assert state["query"] == 4
+    assert ctl.answers(state, 4)
+    assert not ctl.answers(state, 5)  # a late answer to an earlier query
+    assert ctl.answers({"type": "state", "rank": 0, "state": "idle"}, 5)  # unnumbered

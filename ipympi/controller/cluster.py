@@ -720,7 +720,7 @@ class Cluster(ClusterAPI):
             if not 0 <= rank < len(self.engines):
                 continue
             if msg["type"] == ctl.STATE:
-                if msg.get("query") in (None, self._query_id):  # not a late answer
+                if ctl.answers(msg, self._query_id):  # not a late answer to an earlier query
                     self.engines[rank].state = msg
             elif msg["type"] == ctl.HELLO and msg.get("data"):
                 self._note_endpoint(rank, str(msg["data"]))

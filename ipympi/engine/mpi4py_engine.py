@@ -166,9 +166,7 @@ class ControlThread(threading.Thread):
             except ctl.ControlProtocolError:
                 continue
             if msg["type"] == ctl.QUERY:
-                state = self.describe()
-                state["query"] = msg.get("id")
-                self.sock.send(ctl.encode(state, self.key))
+                self.sock.send(ctl.encode(ctl.answer(msg, self.describe()), self.key))
             elif msg["type"] == ctl.SIGNAL:
                 signal_self(int(msg["signal"]))
 
