@@ -51,6 +51,7 @@ from typing import IO, Any, Callable
 import zmq
 
 from . import _control as ctl
+from . import mpi4py_name
 from ._forwarding import OutputStream, Sink
 from .controller.watch import LOOK_AFTER, LOOK_EVERY, describe_stuck_job, is_stuck, with_cpu
 
@@ -194,6 +195,7 @@ class Job:
         self.n = n
         self.tag_output = tag_output
         self.env = dict(os.environ if env is None else env)
+        mpi4py_name.rank_environment(self.env)  # ``import mpi4py`` gives ipympi on the ranks
         self.name = name
         self.ranks: list[Rank] = []
         self.session_dir: str | None = None
@@ -680,6 +682,7 @@ def run_job(
     name: str = PROG,
     deadlock_check: bool = True,
     make_job: Callable[..., Job] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> int:
     """Run ``argv`` on ``n`` ranks like ``mpiexec`` and return the exit status.
 
@@ -689,9 +692,10 @@ def run_job(
     After ``timeout`` seconds the ranks' states are reported, the ranks ended,
     and the status is 124. With ``deadlock_check``, a job where no rank can
     progress is reported and ended at once, with status 125. 127 (126) when
-    the program cannot be found (run).
+    the program cannot be found (run). The ranks' environment is ``env`` (default:
+    this process's).
     """
-    options = {"tag_output": tag_output, "name": name, "deadlock_check": deadlock_check}
+    options = {"tag_output": tag_output, "name": name, "deadlock_check": deadlock_check, "env": env}
     job = Job(argv, n, **options) if make_job is None else make_job(argv, n, **options)
     with _stop_on_signals(job), job:
         try:

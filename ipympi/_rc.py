@@ -4,8 +4,10 @@
 imported: whether to initialize and finalize automatically, the thread level to request,
 and what errors do by default. Each option can also be preset from the environment with
 ``IPYMPI_RC_<NAME>`` (e.g. ``IPYMPI_RC_THREAD_LEVEL=serialized``), which is how a launcher
-configures every rank at once. Bad names and bad values fail at once, with the option or
-variable named, rather than being silently ignored.
+configures every rank at once, or with mpi4py's ``MPI4PY_RC_<NAME>`` (the ``IPYMPI_``
+variable wins where both are set). Bad names and bad values fail at once, with the option or
+variable named, rather than being silently ignored. ``mpi4py.rc`` on ipympi's ranks is this
+same object.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ __all__ = ["Rc", "rc"]
 
 THREAD_LEVELS = ("multiple", "serialized", "funneled", "single")
 ERROR_MODES = ("exception", "default", "abort", "fatal")
-ENV_PREFIX = "IPYMPI_RC_"
+ENV_PREFIXES = ("IPYMPI_RC_", "MPI4PY_RC_")  # first found wins
 
 _TRUE = ("true", "yes", "on", "1", "y")
 _FALSE = ("false", "no", "off", "0", "n")
@@ -100,19 +102,16 @@ class Rc:
     (``ERRORS_ABORT``).
     """
 
-    __slots__ = tuple(_OPTIONS)
-
     def __init__(self, environ: Mapping[str, str] | None = None, **kwargs: Any) -> None:
         env = os.environ if environ is None else environ
         for name, (default, _) in _OPTIONS.items():
             object.__setattr__(self, name, default)
         for name in _OPTIONS:
-            variable = ENV_PREFIX + name.upper()
-            text = env.get(variable)
-            if text is None:
+            variable = next((p + name.upper() for p in ENV_PREFIXES if p + name.upper() in env), "")
+            if not variable:
                 continue
             try:
-                setattr(self, name, _parse_env(name, text))
+                setattr(self, name, _parse_env(name, env[variable]))
             except (TypeError, ValueError) as exc:
                 message = f"invalid value in environment variable {variable}: {exc}"
                 raise ValueError(message) from None
@@ -120,9 +119,12 @@ class Rc:
 
     def __setattr__(self, name: str, value: Any) -> None:
         option = _OPTIONS.get(name)
-        if option is None:
-            raise AttributeError(f"rc has no option {name!r}; options: {', '.join(_OPTIONS)}")
+        if option is None:  # TypeError, as mpi4py.rc raises
+            raise TypeError(f"rc has no option {name!r}; options: {', '.join(_OPTIONS)}")
         object.__setattr__(self, name, option[1](name, value))
+
+    def __getattr__(self, name: str) -> Any:  # only for names that are not options
+        raise AttributeError(f"rc has no option {name!r}; options: {', '.join(_OPTIONS)}")
 
     def __call__(self, **kwargs: Any) -> None:
         """Set several options at once: ``rc(initialize=False, errors="fatal")``."""

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Callable
 
+from . import mpi4py_name
 from ._agents import LAUNCHERS, HostsJob
 from ._hosts import HostError, parse_hosts, read_hostfile, slurm_hosts
 from ._launcher import DEADLOCK_STATUS, PROG, TIMEOUT_STATUS, Job, run_job
@@ -22,7 +23,8 @@ __all__ = ["main", "program_argv"]
 _DESCRIPTION = """\
 Run PROGRAM on N ranks of ipympi's built-in MPI, like mpiexec -n N. PROGRAM is
 a .py file (run with this Python), -m MODULE or -c CODE (likewise), or any
-executable. The output of every rank is forwarded line by line. When a rank
+executable. Programs written for mpi4py run unchanged: on the ranks, 'import
+mpi4py' gives ipympi. The output of every rank is forwarded line by line. When a rank
 fails or calls Abort, the other ranks are ended and the exit status is that
 rank's (128+n for death by signal n, the error code for Abort); Ctrl-C is
 forwarded to every rank.
@@ -127,6 +129,12 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
         help="do not end the job when no rank can progress (a deadlock then "
         "lasts until --timeout, if any)",
     )  # fmt: skip
+    parser.add_argument(
+        "--no-mpi4py-name", dest="mpi4py_name", action="store_false",
+        default=mpi4py_name.enabled(),
+        help="do not make 'import mpi4py' give ipympi on the ranks (by default "
+        f"it does, also when mpi4py is installed; {mpi4py_name.ENV_SWITCH}=0 does the same)",
+    )  # fmt: skip
     hosts = parser.add_argument_group(
         "several hosts",
         "Ranks fill each host's slots in order, then wrap around. Ranks on one host "
@@ -197,6 +205,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         n, make_job = _job_factory(args)
     except ValueError as exc:  # HostError is one
         parser.error(str(exc))
+    env = dict(os.environ)
+    env[mpi4py_name.ENV_SWITCH] = "1" if args.mpi4py_name else "0"
     return run_job(
         program,
         n,
@@ -204,6 +214,7 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         timeout=args.timeout,
         deadlock_check=args.deadlock_check,
         make_job=make_job,
+        env=env,
     )
 
 

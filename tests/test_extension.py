@@ -62,6 +62,14 @@ def test_the_kernel_is_this_interpreter(kernel: KernelSession) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_mpi4py_on_the_ranks_is_ipympi_but_not_in_the_kernel(kernel: KernelSession) -> None:
+    out = kernel.ok("%%px\nfrom mpi4py import MPI as M\nprint(M is MPI, M.COMM_WORLD.Get_size())")
+    assert labelled(out) == [("[stdout:0,1] True 2\n", [0, 1])]
+    out = kernel.ok("import importlib.util\nprint(importlib.util.find_spec('mpi4py'))")
+    assert "mpi4py_name" not in stream_text(out)
+
+
+@pytest.mark.timeout(60)
 def test_px_cell_output_is_labelled(kernel: KernelSession) -> None:
     out = kernel.ok("%%px\nprint('hi', rank)")
     assert sorted(labelled(out)) == [("[stdout:0] hi 0\n", [0]), ("[stdout:1] hi 1\n", [1])]

@@ -222,6 +222,15 @@ def test_stderr_is_labelled(kernel: KernelSession) -> None:
     assert stream_text(inner, "stdout") == ""
 
 
+@pytest.mark.timeout(60)
+def test_mpi4py_in_a_cell_is_ipympi(kernel: KernelSession) -> None:
+    """Notebooks written for mpi4py run unchanged: its name gives the session's MPI."""
+    code = "from mpi4py import MPI as M\nprint(M is MPI, M.COMM_WORLD.allreduce(1))"
+    _, inner = run(kernel, code)
+    assert [m["content"]["text"] for m in inner] == [f"[stdout:0-{NP - 1}] True {NP}\n"]
+    assert kernel.value("%%local\nimport sys\n'mpi4py.MPI' in sys.modules") is False
+
+
 # -- results and displays -----------------------------------------------------------------
 @pytest.mark.timeout(60)
 def test_each_rank_result_follows_its_label(kernel: KernelSession) -> None:

@@ -45,8 +45,10 @@ def test_unknown_names_fail_loudly() -> None:
     options = Rc(environ={})
     with pytest.raises(TypeError, match="unexpected argument 'initialise'"):
         options(initialise=False)
-    with pytest.raises(AttributeError, match="no option"):
+    with pytest.raises(TypeError, match="no option"):
         options.initialise = False  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError, match="no option"):
+        _ = options.initialise  # type: ignore[attr-defined]
     with pytest.raises(TypeError):
         Rc(environ={}, bogus=1)
 
@@ -157,3 +159,18 @@ def test_options_match_mpi4py() -> None:
     assert set(DEFAULTS) == theirs
     for name in DEFAULTS:
         assert getattr(Rc(environ={}), name) == getattr(type(mpi4py.rc)(), name), name
+
+
+def test_mpi4py_variables_are_read_and_ipympi_ones_win() -> None:
+    options = Rc(environ={"MPI4PY_RC_THREAD_LEVEL": "funneled", "MPI4PY_RC_ERRORS": "fatal"})
+    assert (options.thread_level, options.errors) == ("funneled", "fatal")
+    both = Rc(environ={"MPI4PY_RC_ERRORS": "fatal", "IPYMPI_RC_ERRORS": "abort"})
+    assert both.errors == "abort"
+    with pytest.raises(ValueError, match="MPI4PY_RC_THREADS"):
+        Rc(environ={"MPI4PY_RC_THREADS": "maybe"})
+
+
+def test_options_round_trip_through_dict_as_mpi4py_allows() -> None:
+    options = Rc(environ={}, errors="fatal")
+    assert options.__dict__ == {**DEFAULTS, "errors": "fatal"}
+    assert Rc(environ={}, **options.__dict__).errors == "fatal"

@@ -36,13 +36,19 @@ import time
 import traceback
 from typing import Any
 
+from .. import mpi4py_name
 from .._jsonlines import CommandLoop
 
 __all__ = ["Supervisor", "main", "preload"]
 
 
 def preload() -> None:
-    """Import what every engine needs, so that a fork starts warm."""
+    """Import what every engine needs, so that a fork starts warm.
+
+    Engines are ranks of the built-in MPI, so ``import mpi4py`` in a cell gives ipympi
+    (:mod:`ipympi.mpi4py_name`; ``IPYMPI_MPI4PY_NAME=0`` keeps whatever is installed).
+    """
+    mpi4py_name.install()
     import IPython.core.completer
     import IPython.core.interactiveshell  # noqa: F401
     import zmq  # noqa: F401

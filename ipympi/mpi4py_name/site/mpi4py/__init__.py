@@ -1,0 +1,16 @@
+"""mpi4py on ipympi's ranks: mpi4py's API, implemented by ipympi (see ``ipympi.mpi4py_name``).
+
+``mpi4py.MPI`` is ``ipympi.MPI`` and ``mpi4py.rc`` is ``ipympi.rc``; ``__version__`` is the
+mpi4py release whose API ipympi implements. ``MPI.get_vendor()`` and
+``MPI.Get_library_version()`` say that the MPI underneath is ipympi.
+"""
+
+import sys as _sys
+
+from ipympi import rc
+from ipympi.mpi4py_name.run import MPI4PY_VERSION as __version__  # noqa: F401
+from ipympi.mpi4py_name.toplevel import get_config, get_include, profile
+
+__all__ = ["get_config", "get_include", "profile", "rc"]
+
+_sys.modules[__name__ + ".rc"] = rc
