@@ -267,20 +267,7 @@ def recv_buffer(spec: Any) -> BufferSpec:
 
 def _parse_sequence(spec: list[Any] | tuple[Any, ...], writable: bool) -> BufferSpec:
     """Parse the list and tuple forms ``[buf, ...]`` of one message."""
-    n = len(spec)
-    displ_item: Any = None
-    if n == 2:
-        buf, item = spec
-        if item is None or isinstance(item, (Datatype, str)):
-            count_item, type_item = None, item
-        else:
-            count_item, type_item = item, None
-    elif n == 3:
-        buf, count_item, type_item = spec
-    elif n == 4:
-        buf, count_item, displ_item, type_item = spec
-    else:
-        raise ValueError(f"message: expecting 2 to 4 items [buf, count, displ, datatype], got {n}")
+    buf, count_item, displ_item, type_item = split_items(spec)
     if type(count_item) is tuple or type(count_item) is list:
         if displ_item is not None:
             raise ValueError("message: a (count, displ) pair and a displacement both given")
@@ -289,6 +276,28 @@ def _parse_sequence(spec: list[Any] | tuple[Any, ...], writable: bool) -> Buffer
         buf, count_of(count_item, "count"), count_of(displ_item, "displacement"),
         datatype_of(type_item), writable,
     )  # fmt: skip
+
+
+def split_items(spec: Any) -> tuple[Any, Any, Any, Any]:
+    """The items ``(buf, count, displ, datatype)`` of a buffer form, None where left out.
+
+    A bare buffer has no other items; in ``[buf, x]``, ``x`` is the datatype when it is
+    None, an ``MPI.Datatype`` or a type code, else the count (which may be a
+    ``(count, displ)`` pair; vector forms read ``counts`` and ``displs`` there).
+    """
+    if type(spec) is not list and type(spec) is not tuple:
+        return spec, None, None, None
+    n = len(spec)
+    if n == 2:
+        buf, item = spec
+        if item is None or isinstance(item, (Datatype, str)):
+            return buf, None, None, item
+        return buf, item, None, None
+    if n == 3:
+        return spec[0], spec[1], None, spec[2]
+    if n == 4:
+        return spec[0], spec[1], spec[2], spec[3]
+    raise ValueError(f"message: expecting 2 to 4 items [buf, count, displ, datatype], got {n}")
 
 
 def count_of(item: Any, what: str) -> int | None:
@@ -424,7 +433,7 @@ def message(
     mem, fmt, itemsize = acquire(buf, writable)
     if datatype is None:
         datatype = format_datatype(fmt, itemsize)
-    return _layout(mem, count, displ or 0, datatype, writable, 0)
+    return elements(mem, count, displ or 0, datatype, writable, 0)
 
 
 def _empty(
@@ -454,21 +463,30 @@ def _empty(
 def _absolute(count: int, displ: int, datatype: Datatype, writable: bool) -> BufferSpec:
     """``[BOTTOM, count, datatype]``: the datatype's displacements are addresses."""
     impl = _usable(datatype)
-    layout = impl.layout
     origin = displ * impl.extent
-    low, high = _data_span(layout, count)
-    low, high = low + origin, high + origin
+    low, high = data_span(impl.layout, count)
+    mem = absolute_memory(origin + low, origin + high)
+    return elements(mem, count, 0, datatype, writable, origin - (origin + low))
+
+
+def absolute_memory(low: int, high: int) -> memoryview:
+    """The bytes at addresses ``[low, high)``, for data placed relative to ``BOTTOM``.
+
+    As in C, the addresses are the caller's to get right (from ``Get_address`` of live
+    objects); an address in the first page is certainly wrong and raises ``ERR_BUFFER``.
+    """
+    if high <= low:
+        return _EMPTY_MEM
     if low < _LOWEST_ADDRESS:
         raise MPIException(
             ERR_BUFFER,
-            f"MPI.BOTTOM with {count} x {impl.name or 'datatype'}: the data starts at "
-            f"address {low:#x}, which is not valid memory (use Get_address for displacements)",
+            f"MPI.BOTTOM: the data starts at address {low:#x}, which is not valid memory "
+            "(a datatype used with MPI.BOTTOM takes its displacements from Get_address)",
         )
-    mem = memoryview((ctypes.c_ubyte * (high - low)).from_address(low)).cast("B")
-    return _layout(mem, count, 0, datatype, writable, origin - low)
+    return memoryview((ctypes.c_ubyte * (high - low)).from_address(low)).cast("B")
 
 
-def _data_span(layout: Any, count: int) -> tuple[int, int]:
+def data_span(layout: Any, count: int) -> tuple[int, int]:
     """Bytes ``[low, high)`` that ``count`` elements touch, relative to their origin."""
     if count <= 0 or not len(layout.off):
         return 0, 0
@@ -494,7 +512,7 @@ def _usable(datatype: Datatype) -> _TypeImpl:
     )
 
 
-def _layout(
+def elements(
     mem: memoryview,
     count: int | None,
     displ: int,
@@ -529,7 +547,7 @@ def _layout(
         return BufferSpec(_EMPTY_MEM, 0, BYTE)
     impl = _usable(datatype)
     start = origin + displ * extent
-    low, high = _data_span(impl.layout, count)
+    low, high = data_span(impl.layout, count)
     if start + low < 0 or start + high > nbytes:
         raise ValueError(
             f"message: {count} x {impl.name or 'datatype'} (extent {extent})"

@@ -27,6 +27,7 @@ from ._buffers import (
     recv_buffer,
     send_buffer,
 )
+from ._collbuf import in_place as in_place_or_none
 from ._collsched import Algorithm
 from ._errhandling import mpi_call
 from ._errors import ERR_BUFFER, ERR_COUNT, ERR_OP
@@ -66,17 +67,21 @@ class _Reduction:
         in_place_ok: bool,
         needs_output: bool,
         one_element: bool = False,
+        out_blocks: int = 1,
     ) -> None:
         """``one_element``: the algorithm may work on a one-element buffer as a Python
         number (:class:`~ipympi._reductions.ScalarValues`; not while tracing, whose
-        drawings show buffers as arrays)."""
+        drawings show buffers as arrays). ``out_blocks``: the send buffer holds that
+        many receive buffers' worth of elements (0: no such rule, Reduce_scatter)."""
         self.op = _check_op(op, call)
-        in_place = sendbuf is IN_PLACE
-        if in_place and not in_place_ok:
+        if sendbuf is IN_PLACE and not in_place_ok:
             raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is not allowed here")
+        in_place = in_place_ok and in_place_or_none(sendbuf)
         self.out: BufferSpec | None = recv_buffer(recvbuf) if needs_output or in_place else None
         source = self.out if in_place else send_buffer(sendbuf)
         assert source is not None
+        if self.out is not None and source is not self.out and out_blocks:
+            _check_match(source, self.out, out_blocks)
         self.datatype = source.datatype
         self.op._check_datatype(self.datatype)
         # The contribution is read when the operation starts (every Start, for a
@@ -112,6 +117,15 @@ class _Reduction:
         unpack = self.out.unpack
         if unpack is not None:
             unpack(self.out.mem.nbytes)
+
+
+def _check_match(source: BufferSpec, out: BufferSpec, out_blocks: int) -> None:
+    """The send and receive buffers of a reduction must agree, as mpi4py checks."""
+    if source.datatype != out.datatype:
+        raise ValueError("mismatch in send and receive MPI datatypes")
+    if source.count != out.count * out_blocks:
+        send = source.count // out_blocks
+        raise ValueError(f"mismatch in send count {send} and receive count {out.count}")
 
 
 class Reductions:
@@ -247,7 +261,10 @@ class Reductions:
     ) -> Any:
         impl = self._live()
         size = impl.size
-        args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True)
+        args = _Reduction(
+            call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True,
+            out_blocks=impl.size if counts is None else 0,
+        )  # fmt: skip
         total = args.source.size
         if counts is None:
             counts = [total // size] * size
@@ -256,8 +273,10 @@ class Reductions:
                     ERR_COUNT, f"{call}: {total} elements do not split evenly over {size} ranks"
                 )
         counts = [int(c) for c in counts]
-        if len(counts) != size or sum(counts) > total or any(c < 0 for c in counts):
+        if len(counts) != size or any(c < 0 for c in counts):
             raise MPIException(ERR_COUNT, f"{call}: invalid receive counts {counts}")
+        if sum(counts) != total:
+            raise ValueError(f"mismatch in send count {total} and sum(counts) {sum(counts)}")
         out_count = args.out.count if args.out is not None and sendbuf is not IN_PLACE else None
         if out_count is not None and out_count < counts[impl.rank]:
             raise MPIException(
