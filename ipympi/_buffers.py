@@ -55,6 +55,7 @@ __all__ = [
     "InPlaceType",
     "as_ndarray",
     "byte_view",
+    "check_match",
     "recv_buffer",
     "send_buffer",
 ]
@@ -187,6 +188,17 @@ class BufferSpec:
         if mem.readonly:
             return int(np.frombuffer(mem, dtype=np.uint8).__array_interface__["data"][0])
         return ctypes.addressof(ctypes.c_char.from_buffer(mem))
+
+
+def check_match(source: BufferSpec, target: BufferSpec, blocks: int = 1) -> None:
+    """Reductions need send and receive buffers that agree: the same datatype, and
+    ``blocks`` receive buffers' worth of elements to send (``ValueError``, as in mpi4py;
+    ``blocks=0``: the counts follow another rule)."""
+    if source.datatype != target.datatype:
+        raise ValueError("mismatch in send and receive MPI datatypes")
+    if blocks and source.count != target.count * blocks:
+        send = source.count // blocks
+        raise ValueError(f"mismatch in send count {send} and receive count {target.count}")
 
 
 def as_ndarray(spec: BufferSpec) -> np.ndarray:
@@ -347,7 +359,9 @@ def acquire(obj: Any, writable: bool) -> tuple[memoryview, str, int]:
         if not view.c_contiguous:
             view = _c_contiguous(view)
         mem, fmt, itemsize = view, view.format, view.itemsize
-        if view.ndim != 1 or fmt != "B":
+        if not view.nbytes:  # memoryview cannot cast views with zeros in their shape
+            mem = memoryview(b"") if view.readonly else memoryview(bytearray())
+        elif view.ndim != 1 or fmt != "B":
             mem = view.cast("B")
     if writable and mem.readonly:
         raise BufferError(

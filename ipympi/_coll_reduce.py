@@ -24,6 +24,7 @@ from ._buffers import (
     BufferSpec,
     _ndarray_datatype,
     as_ndarray,
+    check_match,
     recv_buffer,
     send_buffer,
 )
@@ -76,12 +77,12 @@ class _Reduction:
         self.op = _check_op(op, call)
         if sendbuf is IN_PLACE and not in_place_ok:
             raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is not allowed here")
-        in_place = in_place_ok and in_place_or_none(sendbuf)
+        in_place = self.in_place = in_place_ok and in_place_or_none(sendbuf)
         self.out: BufferSpec | None = recv_buffer(recvbuf) if needs_output or in_place else None
         source = self.out if in_place else send_buffer(sendbuf)
         assert source is not None
-        if self.out is not None and source is not self.out and out_blocks:
-            _check_match(source, self.out, out_blocks)
+        if self.out is not None and source is not self.out:
+            check_match(source, self.out, out_blocks)
         self.datatype = source.datatype
         self.op._check_datatype(self.datatype)
         # The contribution is read when the operation starts (every Start, for a
@@ -119,15 +120,6 @@ class _Reduction:
             unpack(self.out.mem.nbytes)
 
 
-def _check_match(source: BufferSpec, out: BufferSpec, out_blocks: int) -> None:
-    """The send and receive buffers of a reduction must agree, as mpi4py checks."""
-    if source.datatype != out.datatype:
-        raise ValueError("mismatch in send and receive MPI datatypes")
-    if source.count != out.count * out_blocks:
-        send = source.count // out_blocks
-        raise ValueError(f"mismatch in send count {send} and receive count {out.count}")
-
-
 class Reductions:
     """Mixin with the reduction collectives; ``self`` is an ``MPI.Intracomm``."""
 
@@ -140,6 +132,8 @@ class Reductions:
         def _check_root(self, impl: CommImpl, root: int, call: str) -> None: ...
 
         def _collective(self, call: str, kind: str, root: int, plan: Any, mode: str) -> Any: ...
+
+        def allgather(self, sendobj: Any) -> list[Any]: ...
 
     # -- Reduce ----------------------------------------------------------------------
     def _reduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, mode: str) -> Any:
@@ -263,10 +257,14 @@ class Reductions:
         size = impl.size
         args = _Reduction(
             call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True,
-            out_blocks=impl.size if counts is None else 0,
+            out_blocks=impl.size if kind == "Reduce_scatter_block" else 0,
         )  # fmt: skip
         total = args.source.size
-        if counts is None:
+        if counts is None and kind == "Reduce_scatter" and not args.in_place:
+            # As in mpi4py: each rank's share is what its receive buffer holds.
+            assert args.out is not None
+            counts = self.allgather(args.out.count)
+        elif counts is None:
             counts = [total // size] * size
             if total % size:
                 raise MPIException(
@@ -277,11 +275,11 @@ class Reductions:
             raise MPIException(ERR_COUNT, f"{call}: invalid receive counts {counts}")
         if sum(counts) != total:
             raise ValueError(f"mismatch in send count {total} and sum(counts) {sum(counts)}")
-        out_count = args.out.count if args.out is not None and sendbuf is not IN_PLACE else None
+        out_count = None if args.in_place or args.out is None else args.out.count
         if out_count is not None and out_count < counts[impl.rank]:
-            raise MPIException(
-                ERR_COUNT,
-                f"{call}: receive buffer holds {out_count} elements, needs {counts[impl.rank]}",
+            raise ValueError(
+                f"mismatch in receive count {out_count} and counts[{impl.rank}] "
+                f"{counts[impl.rank]}"
             )
         offsets = np.concatenate(([0], np.cumsum(counts))).astype(int)
         itemsize = args.source.itemsize

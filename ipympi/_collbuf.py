@@ -169,12 +169,26 @@ def _counts(item: Any, size: int) -> list[int] | None:
     """Per-rank counts from None (inferred later), one integer, or a sequence."""
     if item is None:
         return None
-    if hasattr(item, "__index__"):
-        count = operator.index(item)
-        if count < 0:
-            raise MPIException(ERR_COUNT, f"negative count {count}")
-        return [count] * size
-    return _sequence(item, size, "count")
+    count = _integer(item)
+    if count is None:
+        return _sequence(item, size, "count")
+    if count < 0:
+        raise MPIException(ERR_COUNT, f"negative count {count}")
+    return [count] * size
+
+
+def _integer(item: Any) -> int | None:
+    """``item`` as one integer, or None when it is a sequence (of integers, presumably).
+
+    numpy arrays of one element have ``__index__`` too, so the test is whether
+    ``item`` can be iterated.
+    """
+    try:
+        return operator.index(item)
+    except TypeError:
+        if hasattr(item, "__iter__"):
+            return None
+        raise
 
 
 def _displs(item: Any, counts: list[int], size: int) -> list[int]:
@@ -185,10 +199,10 @@ def _displs(item: Any, counts: list[int], size: int) -> list[int]:
             displs.append(total)
             total += count
         return displs
-    if hasattr(item, "__index__"):
-        stride = operator.index(item)
-        return [r * stride for r in range(size)]
-    return _sequence(item, size, "displacement")
+    stride = _integer(item)
+    if stride is None:
+        return _sequence(item, size, "displacement")
+    return [r * stride for r in range(size)]
 
 
 def vector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Finish | None]:
@@ -261,6 +275,8 @@ def wvector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Fin
     if len(spec) == 2:
         buf, types_item = spec
         counts_item = displs_item = None
+    elif len(spec) < 2:
+        raise ValueError(f"message: expecting 2 to 4 items, got {len(spec)}")
     elif len(spec) == 3:
         buf, pair, types_item = spec
         counts_item, displs_item = pair  # the (counts, displs) pair
@@ -278,7 +294,9 @@ def wvector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Fin
             displs.append(total)
             total += datatype._impl.extent if datatype else 0
     else:
-        if len(counts_item) != size or len(displs_item) != size:  # TypeError for None
+        if counts_item is None or displs_item is None:
+            raise ValueError("message: expecting counts and displacements, or neither")
+        if len(counts_item) != size or len(displs_item) != size:
             raise ValueError(f"expecting {size} counts and displacements")
         counts = _sequence(counts_item, size, "count")
         displs = [operator.index(d) for d in displs_item]

@@ -218,6 +218,8 @@ def from_dlpack(obj: Any) -> Foreign:
     fmt = "B"
     if dtype.lanes == 1 and dtype.code in _DLPACK_KINDS:
         fmt = _element_format(_DLPACK_KINDS[dtype.code], itemsize)
+    elif dtype.lanes == 2 and _DLPACK_KINDS.get(dtype.code) == "f":
+        fmt = _element_format("c", itemsize)  # a (real, imaginary) pair: complex
     if fmt == "B":
         itemsize = 1
     size = 1
