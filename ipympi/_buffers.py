@@ -455,14 +455,13 @@ def _empty(
 ) -> BufferSpec:
     """Spec for None, ``BOTTOM`` and ``IN_PLACE`` as the buffer of one message.
 
-    Bare None is not a message (``TypeError``, as in mpi4py; collectives turn None into
-    what it means where it is allowed). ``BOTTOM`` with a count is the absolute
-    addresses of a derived datatype; otherwise the message is empty.
+    Bare None (and ``IN_PLACE`` where a call does not take it) is an empty message, as
+    mpi4py takes it with ``PROC_NULL``; collectives turn None into ``IN_PLACE`` where
+    they allow that. ``BOTTOM`` with a count is the absolute addresses of a derived
+    datatype; otherwise the message is empty.
     """
-    if buf is None and count is None and displ is None and datatype is None:
-        raise TypeError(f"message: {_EXPECTED}, not None")
     if datatype is None:
-        if buf is IN_PLACE:
+        if buf is IN_PLACE or (buf is None and count is None and displ is None):
             return BufferSpec(_EMPTY_MEM, 0, BYTE)
         raise KeyError("cannot map None to an MPI datatype")
     if count and buf is BOTTOM:

@@ -244,7 +244,7 @@ def _placed(
     if buf is None:
         if any(count for count, _, datatype in places):
             raise ValueError("message: buffer is None but a count is not zero")
-        return [memoryview(b"")] * len(places), None
+        return [memoryview(bytearray()) for _ in places], None
     spans = [
         data_span(datatype._impl.layout, count)
         for count, _, datatype in places
@@ -252,7 +252,7 @@ def _placed(
     ]
     offsets = [offset for count, offset, datatype in places if count and datatype]
     if not spans:
-        return [memoryview(b"")] * len(places), None
+        return [memoryview(bytearray()) for _ in places], None
     low = min(off + lo for off, (lo, _) in zip(offsets, spans))
     high = max(off + hi for off, (_, hi) in zip(offsets, spans))
     mem = absolute_memory(low, high)
