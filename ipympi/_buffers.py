@@ -376,6 +376,8 @@ def _foreign_memory(obj: Any) -> Foreign:
         return from_dlpack(obj)
     if hasattr(obj, "__cuda_array_interface__"):
         return from_cai(obj)
+    if obj is IN_PLACE:
+        raise MPIException(ERR_BUFFER, "MPI.IN_PLACE is not allowed as this buffer")
     if isinstance(obj, (list, tuple, str, dict)) or obj is None:
         hint = "; Python objects go through the lower-case methods (send, bcast, ...)"
     else:
@@ -455,11 +457,14 @@ def _empty(
 ) -> BufferSpec:
     """Spec for None, ``BOTTOM`` and ``IN_PLACE`` as the buffer of one message.
 
-    Bare None (and ``IN_PLACE`` where a call does not take it) is an empty message, as
-    mpi4py takes it with ``PROC_NULL``; collectives turn None into ``IN_PLACE`` where
+    Bare None (and ``IN_PLACE`` as a send buffer where a call does not take it) is an
+    empty message, as mpi4py takes it with ``PROC_NULL``; ``IN_PLACE`` is never a
+    receive buffer (``ERR_BUFFER``); collectives turn None into ``IN_PLACE`` where
     they allow that. ``BOTTOM`` with a count is the absolute addresses of a derived
     datatype; otherwise the message is empty.
     """
+    if buf is IN_PLACE and writable:
+        raise MPIException(ERR_BUFFER, "MPI.IN_PLACE is not a receive buffer")
     if datatype is None:
         if buf is IN_PLACE or (buf is None and count is None and displ is None):
             return BufferSpec(_EMPTY_MEM, 0, BYTE)

@@ -278,8 +278,7 @@ class Reductions:
         out_count = None if args.in_place or args.out is None else args.out.count
         if out_count is not None and out_count < counts[impl.rank]:
             raise ValueError(
-                f"mismatch in receive count {out_count} and counts[{impl.rank}] "
-                f"{counts[impl.rank]}"
+                f"mismatch in receive count {out_count} and counts[{impl.rank}] {counts[impl.rank]}"
             )
         offsets = np.concatenate(([0], np.cumsum(counts))).astype(int)
         itemsize = args.source.itemsize

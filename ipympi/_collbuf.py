@@ -15,7 +15,8 @@ Collectives read their buffers in three shapes beyond the single message of
   ``counts`` is a sequence of one count per rank, or one integer for every rank, or
   None to divide the buffer evenly; ``displs`` (in elements) is a sequence, one integer
   ``d`` for displacements ``0, d, 2d, ...``, or None to pack the blocks one after the
-  other. A list or tuple where the counts go is always the ``(counts, displs)`` pair.
+  other. A tuple where the counts go is always the ``(counts, displs)`` pair; a list
+  there is the counts.
 * Alltoallw's ``[buf, counts, displs, datatypes]`` and ``[buf, (counts, displs),
   datatypes]`` with byte displacements and one datatype per rank, and
   ``[buf, datatypes]`` (one element of each, packed one after the other).
@@ -208,7 +209,7 @@ def _displs(item: Any, counts: list[int], size: int) -> list[int]:
 def vector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Finish | None]:
     """Parse a ``v`` variant's buffer: one byte view per rank and the finishing step."""
     buf, counts_item, displs_item, type_item = split_items(spec)
-    if type(counts_item) is tuple or type(counts_item) is list:
+    if type(counts_item) is tuple:
         if len(counts_item) != 2:
             raise ValueError(f"expecting 2 items, got {len(counts_item)}")
         if displs_item is not None:

@@ -67,9 +67,7 @@ class Foreign:
 
     __slots__ = ("address", "format", "host", "itemsize", "mem")
 
-    def __init__(
-        self, mem: memoryview, fmt: str, itemsize: int, address: int, host: bool
-    ) -> None:
+    def __init__(self, mem: memoryview, fmt: str, itemsize: int, address: int, host: bool) -> None:
         self.mem = mem
         self.format = fmt
         self.itemsize = itemsize
@@ -258,9 +256,7 @@ def from_cai(obj: Any) -> Foreign:
     """The memory described by ``obj.__cuda_array_interface__`` (taken as an address)."""
     cai = obj.__cuda_array_interface__
     if not isinstance(cai, dict):
-        raise TypeError(
-            f"__cuda_array_interface__ must be a dict, not {type(cai).__name__}"
-        )
+        raise TypeError(f"__cuda_array_interface__ must be a dict, not {type(cai).__name__}")
     address, readonly = cai["data"]  # KeyError / TypeError / ValueError as malformed
     address = operator.index(address)
     if cai.get("mask") is not None:

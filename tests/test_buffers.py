@@ -329,8 +329,11 @@ def test_error_messages_name_the_problem(spec: Any, fragment: str) -> None:
 
 
 def test_none_and_in_place_are_empty_messages() -> None:
-    for spec in (None, IN_PLACE, [IN_PLACE, 0, D.INT], [None, D.INT]):
+    for spec in (None, [None, D.INT]):
         assert send_buffer(spec).count == 0 and recv_buffer(spec).nbytes == 0
+    for spec in (IN_PLACE, [IN_PLACE, 0, D.INT]):
+        assert send_buffer(spec).count == 0
+        assert error_of(spec, recv_buffer) == ERR_BUFFER
 
 
 # --- typed views ---------------------------------------------------------------------------
