@@ -279,6 +279,10 @@ def recv_buffer(spec: Any) -> BufferSpec:
 
 def _parse_sequence(spec: list[Any] | tuple[Any, ...], writable: bool) -> BufferSpec:
     """Parse the list and tuple forms ``[buf, ...]`` of one message."""
+    if len(spec) == 2 and type(spec[1]) is Datatype:  # [buf, MPI.DOUBLE], kept short
+        buf = spec[0]
+        if buf is not None and buf is not BOTTOM and buf is not IN_PLACE:
+            return elements(acquire(buf, writable)[0], None, 0, spec[1], writable, 0)
     buf, count_item, displ_item, type_item = split_items(spec)
     if type(count_item) is tuple or type(count_item) is list:
         if displ_item is not None:
@@ -544,7 +548,13 @@ def elements(
     addresses). Without a count, the elements from ``displ`` on must fill the buffer.
     """
     nbytes = mem.nbytes
-    extent = datatype._impl.extent if datatype else 0
+    impl = datatype._impl
+    if count is None and not displ and not origin and impl.predefined and impl.msg_ok:
+        # The common case ([buf, MPI.DOUBLE], bytearray, ...): the whole buffer.
+        whole, remainder = divmod(nbytes, impl.extent)
+        if not remainder:
+            return BufferSpec(mem, whole, datatype)
+    extent = impl.extent if datatype else 0
     if displ or count is None:
         what = "null" if not datatype else f"of extent {extent}"
         if extent <= 0:
