@@ -35,7 +35,9 @@ def attach(buf: Any) -> None:
     global _attached
     if _attached is not None:
         raise MPIException(ERR_BUFFER, "Attach_buffer: a buffer is already attached")
-    size = memoryview(buf).nbytes
+    from ._buffers import byte_view
+
+    size = byte_view(buf, True).nbytes  # BufferError for read-only memory, as in mpi4py
     _attached = _Attached(buf, size)
 
 

@@ -6,41 +6,42 @@ mpi4py's forms::
     buf                                    # datatype from the buffer's format
     [buf, datatype]        (buf, datatype)
     [buf, count]                           # datatype from the buffer's format
+    [buf, (count, displ)]
     [buf, count, datatype]
     [buf, (count, displ), datatype]        # skip ``displ`` elements first
     [buf, count, displ, datatype]
-    None  [None, 0, datatype]  [BOTTOM, 0, datatype]      # empty buffer
+    [None, datatype]  [None, 0, datatype]  # an empty message
+    [BOTTOM, count, datatype]              # the datatype holds absolute addresses
 
-``buf`` is any object with the buffer protocol (numpy arrays, bytes, bytearray,
-array.array, memoryview, ctypes arrays) or a CPU DLPack tensor; ``datatype`` is an
-``MPI.Datatype`` or a type code such as ``'i'`` or ``'d'``. :func:`send_buffer` and
-:func:`recv_buffer` turn these into a :class:`BufferSpec`: a flat byte view of the user's
-memory (no copy), the element count and the datatype. For a derived datatype whose
-elements are not one dense block of memory, the spec holds the *packed* message instead
-(see :class:`BufferSpec`).
+Any item but ``buf`` may be None (left out). ``buf`` is any object with the buffer
+protocol (numpy arrays, bytes, bytearray, array.array, memoryview, ctypes arrays,
+``MPI.buffer``), a DLPack producer or an object with ``__cuda_array_interface__``
+(see ``_foreign``); ``datatype`` is an ``MPI.Datatype`` or a type code such as ``'i'``.
+:func:`send_buffer` and :func:`recv_buffer` turn one message into a :class:`BufferSpec`:
+a flat byte view of the user's memory (no copy), the element count and the datatype. For
+a derived datatype whose elements are not one dense block of memory, the spec holds the
+*packed* message instead (see :class:`BufferSpec`). The collectives' per-rank and vector
+forms are in ``_collbuf``, built from the pieces here (:func:`acquire`,
+:func:`count_of`, :func:`datatype_of`, :func:`message`).
 
-Errors are always ``MPI.Exception`` with a message naming the problem: ``ERR_BUFFER`` for
-anything that is not usable memory (including Python lists and strings, for which
-mpi4py raises ``TypeError``), ``ERR_COUNT`` for bad counts and ``ERR_TYPE`` for bad
-datatypes. A single exception type lets error handlers (``ERRORS_RETURN`` versus
-``ERRORS_ARE_FATAL``) treat argument errors uniformly.
-
-This code runs on every buffer call, so the common forms avoid creating numpy objects.
+Errors are Python's, as mpi4py raises them (see "Parsing" below); this code runs on
+every buffer call, so the common forms avoid creating numpy objects.
 """
 
 from __future__ import annotations
 
 import ctypes
 import operator
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ._datatype import _FORMATS, BYTE, Datatype, _TypeImpl, datatype_for_format
-from ._datatype_derived import check_span
-from ._errors import ERR_BUFFER, ERR_COUNT, ERR_TYPE
+from ._errors import ERR_BUFFER, ERR_TYPE
 from ._errors import Exception as MPIException
+from ._foreign import Foreign, from_cai, from_dlpack
 from ._typemap import element_dtype
 from ._typemap_copy import gather, scatter
 
@@ -54,6 +55,7 @@ __all__ = [
     "InPlaceType",
     "as_ndarray",
     "byte_view",
+    "check_match",
     "recv_buffer",
     "send_buffer",
 ]
@@ -188,6 +190,17 @@ class BufferSpec:
         return ctypes.addressof(ctypes.c_char.from_buffer(mem))
 
 
+def check_match(source: BufferSpec, target: BufferSpec, blocks: int = 1) -> None:
+    """Reductions need send and receive buffers that agree: the same datatype, and
+    ``blocks`` receive buffers' worth of elements to send (``ValueError``, as in mpi4py;
+    ``blocks=0``: the counts follow another rule)."""
+    if source.datatype != target.datatype:
+        raise ValueError("mismatch in send and receive MPI datatypes")
+    if blocks and source.count != target.count * blocks:
+        send = source.count // blocks
+        raise ValueError(f"mismatch in send count {send} and receive count {target.count}")
+
+
 def as_ndarray(spec: BufferSpec) -> np.ndarray:
     """Return a numpy array of the spec's basic elements viewing ``mem`` (no copy).
 
@@ -206,15 +219,18 @@ def as_ndarray(spec: BufferSpec) -> np.ndarray:
 
 
 # --- Parsing -----------------------------------------------------------------------------
+#
+# Errors follow mpi4py, which checks a buffer argument in Python before any MPI call:
+# TypeError for an object that is not memory or a count that is not an integer,
+# BufferError for memory that cannot be used (read-only for a receive, not contiguous,
+# foreign byte order), KeyError for a type code with no MPI datatype, and ValueError for
+# a malformed form (item count, negative or out-of-bounds count or displacement, a count
+# that cannot be inferred). Only what MPI itself would reject (an uncommitted datatype)
+# is an ``MPI.Exception``.
 
 _EMPTY_MEM = memoryview(bytearray())
-_EXPECTED = (
-    "expected a buffer (numpy array, bytes, bytearray, array.array, memoryview) "
-    "or a list [buf, count, datatype]"
-)
-_DLPACK_CPU = 1  # kDLCPU in DLPack's device enumeration
-# Types that show a Python list of values was passed where a buffer was expected.
-_NOT_BUFFERS = frozenset({int, float, complex, str, bool, list, tuple, dict})
+_EXPECTED = "expecting a buffer or a list/tuple [buf, count, displ, datatype]"
+_LOWEST_ADDRESS = 4096  # below this no address is valid: a null pointer plus a small offset
 
 
 def _ndarray_datatype(dtype: np.dtype) -> Datatype | None:
@@ -247,112 +263,257 @@ def send_buffer(spec: Any) -> BufferSpec:
             return BufferSpec(memoryview(spec).cast("B"), spec.size, datatype, array=spec)
     if type(spec) is list or type(spec) is tuple:
         return _parse_sequence(spec, False)
-    if spec is None:
-        return BufferSpec(_EMPTY_MEM, 0, BYTE)
-    return _from_object(spec, None, 0, None, False)
+    return message(spec, None, None, None, False)
 
 
 def recv_buffer(spec: Any) -> BufferSpec:
-    """Parse a receive buffer argument; the memory must be writable (else ``ERR_BUFFER``)."""
+    """Parse a receive buffer argument; the memory must be writable (else ``BufferError``)."""
     if type(spec) is np.ndarray and spec.flags.c_contiguous and spec.flags.writeable and spec.ndim:
         datatype = _ndarray_datatype(spec.dtype)
         if datatype is not None:
             return BufferSpec(memoryview(spec).cast("B"), spec.size, datatype, array=spec)
     if type(spec) is list or type(spec) is tuple:
         return _parse_sequence(spec, True)
-    if spec is None:
-        return BufferSpec(_EMPTY_MEM, 0, BYTE)
-    return _from_object(spec, None, 0, None, True)
-
-
-def _buffer_error(message: str) -> MPIException:
-    return MPIException(ERR_BUFFER, message)
+    return message(spec, None, None, None, True)
 
 
 def _parse_sequence(spec: list[Any] | tuple[Any, ...], writable: bool) -> BufferSpec:
-    """Parse the list and tuple forms ``[buf, ...]``."""
+    """Parse the list and tuple forms ``[buf, ...]`` of one message."""
+    if len(spec) == 2 and type(spec[1]) is Datatype:  # [buf, MPI.DOUBLE], kept short
+        buf = spec[0]
+        if buf is not None and buf is not BOTTOM and buf is not IN_PLACE:
+            return elements(acquire(buf, writable)[0], None, 0, spec[1], writable, 0)
+    buf, count_item, displ_item, type_item = split_items(spec)
+    if type(count_item) is tuple or type(count_item) is list:
+        if displ_item is not None:
+            raise ValueError("message: a (count, displ) pair and a displacement both given")
+        count_item, displ_item = count_item  # ValueError unless a pair
+    return message(
+        buf, count_of(count_item, "count"), count_of(displ_item, "displacement"),
+        datatype_of(type_item), writable,
+    )  # fmt: skip
+
+
+def split_items(spec: Any) -> tuple[Any, Any, Any, Any]:
+    """The items ``(buf, count, displ, datatype)`` of a buffer form, None where left out.
+
+    A bare buffer has no other items; in ``[buf, x]``, ``x`` is the datatype when it is
+    None, an ``MPI.Datatype`` or a type code, else the count (which may be a
+    ``(count, displ)`` pair; vector forms read ``counts`` and ``displs`` there).
+    """
+    if type(spec) is not list and type(spec) is not tuple:
+        return spec, None, None, None
     n = len(spec)
     if n == 2:
         buf, item = spec
         if item is None or isinstance(item, (Datatype, str)):
-            count_item, displ_item, type_item = None, None, item
-        else:
-            count_item, displ_item, type_item = item, None, None
-    elif n == 3:
-        buf, count_item, type_item = spec
-        displ_item = None
-    elif n == 4:
-        buf, count_item, displ_item, type_item = spec
-    else:
-        if n and type(spec[0]) in _NOT_BUFFERS:
-            raise _not_a_buffer(spec)
-        raise _buffer_error(
-            "a buffer specification has 2 to 4 items: [buf, datatype], "
-            f"[buf, count, datatype] or [buf, count, displ, datatype]; got {n} items"
-        )
-    if type(buf) in _NOT_BUFFERS:
-        raise _not_a_buffer(spec)
-    count, displ = _parse_count(count_item, displ_item)
-    datatype = None if type_item is None else _parse_datatype(type_item)
-    if buf is None or buf is BOTTOM:
-        return _empty(buf, count, displ, datatype)
-    return _from_object(buf, count, displ, datatype, writable)
+            return buf, None, None, item
+        return buf, item, None, None
+    if n == 3:
+        return spec[0], spec[1], None, spec[2]
+    if n == 4:
+        return spec[0], spec[1], spec[2], spec[3]
+    raise ValueError(f"message: expecting 2 to 4 items [buf, count, displ, datatype], got {n}")
 
 
-def _not_a_buffer(spec: Any) -> MPIException:
-    items = {type(item).__name__ for item in spec}
-    inner = f" of {', '.join(sorted(items))}" if items else ""
-    return _buffer_error(
-        f"{_EXPECTED}; got {type(spec).__name__}{inner}. A Python {type(spec).__name__} is "
-        "not a buffer: use a numpy array, or the lower-case methods (send, recv, bcast, ...) "
-        "for Python objects"
-    )
+def count_of(item: Any, what: str) -> int | None:
+    """A count or displacement item: None, or a non-negative integer.
+
+    Anything with ``__index__`` is an integer (numpy integers, 0-d integer arrays);
+    other types are a ``TypeError``, negative values a ``ValueError``.
+    """
+    if item is None:
+        return None
+    value = item if type(item) is int else operator.index(item)
+    if value < 0:
+        raise ValueError(f"message: negative {what} {value}")
+    return value
 
 
-def _parse_count(count_item: Any, displ_item: Any) -> tuple[int | None, int]:
-    """Return ``(count or None, displacement)`` from the count and displacement items."""
-    if type(count_item) is tuple or type(count_item) is list:
-        if len(count_item) != 2 or displ_item is not None:
-            raise MPIException(
-                ERR_COUNT, f"expected a (count, displacement) pair; got {count_item!r}"
-            )
-        count_item, displ_item = count_item
-    if count_item is None:
-        count = None
-    else:
-        try:
-            count = operator.index(count_item)
-        except TypeError:
-            raise MPIException(
-                ERR_COUNT, f"count must be an int, not {type(count_item).__name__}"
-            ) from None
-        if count < 0:
-            raise MPIException(ERR_COUNT, f"count must not be negative; got {count}")
-    if displ_item is None:
-        return count, 0
-    try:
-        displ = operator.index(displ_item)
-    except TypeError:
-        raise _buffer_error(
-            f"displacement must be an int, not {type(displ_item).__name__}"
-        ) from None
-    if displ < 0:
-        raise _buffer_error(f"displacement must not be negative; got {displ}")
-    return count, displ
+def datatype_of(item: Any) -> Datatype | None:
+    """The datatype item of a buffer form: None, an ``MPI.Datatype`` or a type code.
 
-
-def _parse_datatype(item: Any) -> Datatype:
-    """Return the datatype given as an ``MPI.Datatype`` or a type code string."""
-    if isinstance(item, Datatype):
+    A type code without an MPI datatype, or an item of another kind, is a ``KeyError``.
+    """
+    if item is None or isinstance(item, Datatype):
         return item
     if isinstance(item, str):
         try:
             return Datatype.fromcode(item)
         except ValueError:
-            raise MPIException(ERR_TYPE, f"no MPI datatype for type code {item!r}") from None
-    raise MPIException(
-        ERR_TYPE, f"datatype must be an MPI.Datatype or a type code string, not {item!r}"
+            pass
+    raise KeyError(f"cannot map {item!r} to an MPI datatype")
+
+
+def acquire(obj: Any, writable: bool) -> tuple[memoryview, str, int]:
+    """The memory of a buffer object: a 1-D byte view, the element format and item size.
+
+    Takes the buffer protocol, then DLPack, then the CUDA array interface, as mpi4py
+    does. ``TypeError`` if ``obj`` offers none of them; ``BufferError`` if the memory is
+    read-only and ``writable`` is asked, or not one contiguous block.
+    """
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        view = None
+    if view is None:
+        foreign = _foreign_memory(obj)
+        mem, fmt, itemsize = foreign.mem, foreign.format, foreign.itemsize
+    else:
+        if not view.c_contiguous:
+            view = _c_contiguous(view)
+        mem, fmt, itemsize = view, view.format, view.itemsize
+        if not view.nbytes:  # memoryview cannot cast views with zeros in their shape
+            mem = memoryview(b"") if view.readonly else memoryview(bytearray())
+        elif view.ndim != 1 or fmt != "B":
+            mem = view.cast("B")
+    if writable and mem.readonly:
+        raise BufferError(
+            f"{type(obj).__name__} object is not writable; a receive buffer must be writable"
+        )
+    return mem, fmt, itemsize
+
+
+def _foreign_memory(obj: Any) -> Foreign:
+    """The memory of a DLPack or CAI object, or ``TypeError`` for anything else."""
+    if hasattr(obj, "__dlpack__"):
+        return from_dlpack(obj)
+    if hasattr(obj, "__cuda_array_interface__"):
+        return from_cai(obj)
+    if obj is IN_PLACE:
+        raise MPIException(ERR_BUFFER, "MPI.IN_PLACE is not allowed as this buffer")
+    if isinstance(obj, (list, tuple, str, dict)) or obj is None:
+        hint = "; Python objects go through the lower-case methods (send, bcast, ...)"
+    else:
+        hint = ""
+    raise TypeError(f"message: {_EXPECTED}, not {type(obj).__name__}{hint}")
+
+
+def _c_contiguous(view: memoryview) -> memoryview:
+    """Return a C-contiguous view of the same memory, or raise if it is not dense."""
+    if view.f_contiguous:
+        # A Fortran-ordered block is dense memory; its transpose is C-ordered.
+        return memoryview(np.asarray(view).T)
+    raise BufferError(
+        "buffer is not contiguous (e.g. a strided slice such as a[::2] or a column of a "
+        "2-D array); pass a contiguous copy such as numpy.ascontiguousarray(a)"
     )
+
+
+def byte_view(obj: Any, writable: bool) -> memoryview:
+    """A 1-D, format ``'B'`` view of the memory of a buffer object."""
+    return acquire(obj, writable)[0]
+
+
+def address_of(obj: Any) -> int:
+    """The address of the first byte of a buffer object (0 for ``BOTTOM`` and None)."""
+    if obj is None or obj is BOTTOM:
+        return 0
+    if obj is IN_PLACE:
+        return -1
+    if isinstance(obj, np.ndarray):
+        return int(obj.__array_interface__["data"][0])
+    try:
+        view = memoryview(obj)
+    except TypeError:
+        return _foreign_memory(obj).address
+    if not view.c_contiguous:
+        view = _c_contiguous(view)
+    return int(np.frombuffer(view.cast("B"), dtype=np.uint8).ctypes.data)
+
+
+def format_datatype(fmt: str, itemsize: int) -> Datatype:
+    """The datatype of a buffer's elements, from its format (mpi4py's inference)."""
+    datatype = _FORMATS.get(fmt)
+    if datatype is not None and datatype._impl.extent == itemsize:
+        return datatype
+    order = fmt[:1]
+    if order in "<>!" and order and order != _NATIVE_ORDER:
+        raise BufferError(f"format string {fmt!r} with non-native byte order")
+    try:
+        return datatype_for_format(fmt, itemsize)
+    except MPIException:
+        raise KeyError(f"cannot map {fmt!r} to an MPI datatype") from None
+
+
+_NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
+
+
+def message(
+    buf: Any, count: int | None, displ: int | None, datatype: Datatype | None, writable: bool
+) -> BufferSpec:
+    """The spec of one message: ``count`` elements of ``datatype`` from element ``displ``.
+
+    ``buf`` is a buffer object, None or ``BOTTOM``; ``count``, ``displ`` and ``datatype``
+    are None where the form left them out: the datatype then comes from the buffer's
+    format, the displacement is 0 and the count is what the rest of the buffer holds.
+    """
+    if buf is None or buf is BOTTOM or buf is IN_PLACE:
+        return _empty(buf, count, displ, datatype, writable)
+    mem, fmt, itemsize = acquire(buf, writable)
+    if datatype is None:
+        datatype = format_datatype(fmt, itemsize)
+    return elements(mem, count, displ or 0, datatype, writable, 0)
+
+
+def _empty(
+    buf: Any, count: int | None, displ: int | None, datatype: Datatype | None, writable: bool
+) -> BufferSpec:
+    """Spec for None, ``BOTTOM`` and ``IN_PLACE`` as the buffer of one message.
+
+    Bare None (and ``IN_PLACE`` as a send buffer where a call does not take it) is an
+    empty message, as mpi4py takes it with ``PROC_NULL``; ``IN_PLACE`` is never a
+    receive buffer (``ERR_BUFFER``); collectives turn None into ``IN_PLACE`` where
+    they allow that. ``BOTTOM`` with a count is the absolute addresses of a derived
+    datatype; otherwise the message is empty.
+    """
+    if buf is IN_PLACE and writable:
+        raise MPIException(ERR_BUFFER, "MPI.IN_PLACE is not a receive buffer")
+    if datatype is None:
+        if buf is IN_PLACE or (buf is None and count is None and displ is None):
+            return BufferSpec(_EMPTY_MEM, 0, BYTE)
+        raise KeyError("cannot map None to an MPI datatype")
+    if count and buf is BOTTOM:
+        return _absolute(count, displ or 0, datatype, writable)
+    if count:
+        raise ValueError(f"message: buffer is {buf!r} but count is {count}")
+    if displ:
+        raise ValueError(f"message: displacement {displ} out of bounds of an empty buffer")
+    return BufferSpec(_EMPTY_MEM, 0, datatype if datatype else BYTE)
+
+
+def _absolute(count: int, displ: int, datatype: Datatype, writable: bool) -> BufferSpec:
+    """``[BOTTOM, count, datatype]``: the datatype's displacements are addresses."""
+    impl = _usable(datatype)
+    origin = displ * impl.extent
+    low, high = data_span(impl.layout, count)
+    mem = absolute_memory(origin + low, origin + high)
+    return elements(mem, count, 0, datatype, writable, origin - (origin + low))
+
+
+def absolute_memory(low: int, high: int) -> memoryview:
+    """The bytes at addresses ``[low, high)``, for data placed relative to ``BOTTOM``.
+
+    As in C, the addresses are the caller's to get right (from ``Get_address`` of live
+    objects); an address in the first page is certainly wrong and raises ``ERR_BUFFER``.
+    """
+    if high <= low:
+        return _EMPTY_MEM
+    if low < _LOWEST_ADDRESS:
+        raise MPIException(
+            ERR_BUFFER,
+            f"MPI.BOTTOM: the data starts at address {low:#x}, which is not valid memory "
+            "(a datatype used with MPI.BOTTOM takes its displacements from Get_address)",
+        )
+    return memoryview((ctypes.c_ubyte * (high - low)).from_address(low)).cast("B")
+
+
+def data_span(layout: Any, count: int) -> tuple[int, int]:
+    """Bytes ``[low, high)`` that ``count`` elements touch, relative to their origin."""
+    if count <= 0 or not len(layout.off):
+        return 0, 0
+    spread = (count - 1) * layout.extent
+    return layout.data_lo + min(spread, 0), layout.data_hi + max(spread, 0)
 
 
 def _usable(datatype: Datatype) -> _TypeImpl:
@@ -373,111 +534,69 @@ def _usable(datatype: Datatype) -> _TypeImpl:
     )
 
 
-def _empty(buf: Any, count: int | None, displ: int, datatype: Datatype | None) -> BufferSpec:
-    """Spec for ``[None, ...]`` and ``[BOTTOM, ...]``: only an empty message is possible."""
-    if datatype is not None:
-        _usable(datatype)
-    if count:
-        if buf is BOTTOM:
-            raise _buffer_error(
-                f"MPI.BOTTOM with count {count}: absolute addresses are not supported"
-            )
-        raise _buffer_error(f"buffer is None but count is {count}")
-    if displ:
-        raise _buffer_error(f"buffer is {buf!r} but displacement is {displ}")
-    return BufferSpec(_EMPTY_MEM, 0, BYTE if datatype is None else datatype)
-
-
-def _from_object(
-    obj: Any, count: int | None, displ: int, datatype: Datatype | None, writable: bool
-) -> BufferSpec:
-    """Build the spec for buffer object ``obj`` with optional count/displ/datatype."""
-    view = _contiguous_view(obj, writable, "receive buffer")
-    if datatype is None:
-        datatype = _FORMATS.get(view.format)
-        if datatype is None or datatype._impl.extent != view.itemsize:
-            datatype = datatype_for_format(view.format, view.itemsize)
-    impl = _usable(datatype)
-    mem = view if view.ndim == 1 and view.format == "B" else view.cast("B")
-    extent = impl.extent
-    nbytes = mem.nbytes
-    if not impl.predefined and not impl.layout.raw:
-        return _packed_spec(mem, count, displ, datatype, impl, writable)
-    if count is None:
-        start = displ * extent + impl.lb
-        count, remainder = divmod(nbytes - start, extent)
-        if remainder or count < 0:
-            raise _buffer_error(
-                f"cannot infer the count: the buffer has {nbytes} bytes, not a multiple of "
-                f"{impl.name or 'the datatype'}'s extent {extent}"
-                + (f" after a displacement of {displ}" if displ else "")
-            )
-        return BufferSpec(mem[start:] if start else mem, count, datatype)
-    start = displ * extent + impl.lb
-    stop = start + count * extent
-    if start < 0:
-        raise _buffer_error(
-            f"the datatype's lower bound {impl.lb} puts its data before the buffer's start"
-        )
-    if stop > nbytes:
-        raise _buffer_error(
-            f"buffer too small: {count} x {impl.name or 'datatype'} (extent {extent})"
-            + (f" at displacement {displ}" if displ else "")
-            + f" needs {stop} bytes, the buffer has {nbytes}"
-        )
-    if start or stop != nbytes:
-        mem = mem[start:stop]
-    return BufferSpec(mem, count, datatype)
-
-
-def _contiguous_view(obj: Any, writable: bool, what: str) -> memoryview:
-    """A C-contiguous memoryview of a buffer object (``ERR_BUFFER`` if there is none)."""
-    try:
-        view = memoryview(obj)
-    except TypeError:
-        view = _view_of_non_buffer(obj)
-    if writable and view.readonly:
-        raise _buffer_error(
-            f"{what} is read-only ({type(obj).__name__}); use a writable buffer "
-            "such as a numpy array or a bytearray"
-        )
-    if not view.c_contiguous:
-        view = _c_contiguous(view)
-    return view
-
-
-def byte_view(obj: Any, writable: bool, call: str = "buffer") -> memoryview:
-    """A 1-D, format ``'B'`` view of the memory of a buffer object."""
-    view = _contiguous_view(obj, writable, f"{call}: output buffer")
-    return view if view.ndim == 1 and view.format == "B" else view.cast("B")
-
-
-def _packed_spec(
+def elements(
     mem: memoryview,
     count: int | None,
     displ: int,
     datatype: Datatype,
-    impl: _TypeImpl,
     writable: bool,
+    origin: int,
+) -> BufferSpec:
+    """The spec of ``count`` elements of ``datatype`` at element ``displ`` of ``mem``.
+
+    ``origin`` is the byte of ``mem`` where element 0 starts (non-zero only for absolute
+    addresses). Without a count, the elements from ``displ`` on must fill the buffer.
+    """
+    nbytes = mem.nbytes
+    impl = datatype._impl
+    if count is None and not displ and not origin and impl.predefined and impl.msg_ok:
+        # The common case ([buf, MPI.DOUBLE], bytearray, ...): the whole buffer.
+        whole, remainder = divmod(nbytes, impl.extent)
+        if not remainder:
+            return BufferSpec(mem, whole, datatype)
+    extent = impl.extent if datatype else 0
+    if displ or count is None:
+        what = "null" if not datatype else f"of extent {extent}"
+        if extent <= 0:
+            raise ValueError(f"message: cannot handle a displacement or count, datatype is {what}")
+        if displ * extent > nbytes:
+            raise ValueError(
+                f"message: displacement {displ} out of bounds, the buffer holds "
+                f"{nbytes // extent} items of extent {extent}"
+            )
+    if count is None:
+        count, remainder = divmod(nbytes - displ * extent, extent)
+        if remainder:
+            raise ValueError(
+                f"message: cannot infer count, buffer length {nbytes - displ * extent} is not "
+                f"a multiple of datatype extent {extent}"
+            )
+    if count == 0 and not datatype:
+        return BufferSpec(_EMPTY_MEM, 0, BYTE)
+    impl = _usable(datatype)
+    start = origin + displ * extent
+    low, high = data_span(impl.layout, count)
+    if start + low < 0 or start + high > nbytes:
+        raise ValueError(
+            f"message: {count} x {impl.name or 'datatype'} (extent {extent})"
+            + (f" at displacement {displ}" if displ else "")
+            + f" need bytes {start + low} to {start + high} of a buffer of {nbytes}"
+        )
+    if not impl.predefined and not impl.layout.raw:
+        return _packed_spec(mem, count, start, datatype, impl, writable)
+    begin = start + impl.lb
+    stop = begin + count * extent
+    if begin or stop != nbytes:
+        mem = mem[begin:stop]
+    return BufferSpec(mem, count, datatype)
+
+
+def _packed_spec(
+    mem: memoryview, count: int, origin: int, datatype: Datatype, impl: _TypeImpl, writable: bool
 ) -> BufferSpec:
     """The spec of a non-contiguous derived datatype: packed copy or receive area."""
     layout = impl.layout
     extent, nbytes = impl.extent, mem.nbytes
-    origin = displ * extent
-    if count is None:
-        if extent <= 0:
-            raise _buffer_error(
-                f"cannot infer the count from a datatype of extent {extent}; "
-                "use [buf, count, datatype]"
-            )
-        count, remainder = divmod(nbytes - origin, extent)
-        if remainder or count < 0:
-            raise _buffer_error(
-                f"cannot infer the count: the buffer has {nbytes} bytes, not a multiple of "
-                f"the datatype's extent {extent}"
-                + (f" after a displacement of {displ}" if displ else "")
-            )
-    check_span(layout, nbytes, origin, count, "buffer too small")
     user = np.frombuffer(mem, dtype=np.uint8) if nbytes else np.empty(0, np.uint8)
     size = count * layout.packed
     if not writable:
@@ -498,43 +617,3 @@ def _packed_spec(
         scatter(layout, target, offset, count - first, received, user, origin + first * extent)
 
     return BufferSpec(memoryview(area), count, datatype, unpack=unpack)
-
-
-def _view_of_non_buffer(obj: Any) -> memoryview:
-    """Return a view of a DLPack tensor, or raise ERR_BUFFER for anything else."""
-    if isinstance(obj, _Sentinel):
-        if obj is IN_PLACE:
-            raise _buffer_error("MPI.IN_PLACE is only valid as a buffer of collective calls")
-        raise _buffer_error(f"{obj!r} is not a buffer; use [MPI.BOTTOM, 0, datatype]")
-    if hasattr(obj, "__dlpack__"):
-        device = obj.__dlpack_device__() if hasattr(obj, "__dlpack_device__") else None
-        if device is not None and device[0] != _DLPACK_CPU:
-            raise _buffer_error(
-                f"{type(obj).__name__} lives in device memory (DLPack device {device}); "
-                "only host (CPU) memory can be communicated"
-            )
-        try:
-            return memoryview(np.from_dlpack(obj))
-        except (TypeError, ValueError, RuntimeError, BufferError) as exc:
-            message = f"cannot access {type(obj).__name__} through DLPack: {exc}"
-            raise _buffer_error(message) from exc
-    if hasattr(obj, "__cuda_array_interface__"):
-        raise _buffer_error(
-            f"{type(obj).__name__} lives in GPU memory; only host (CPU) memory can be communicated"
-        )
-    if isinstance(obj, (list, tuple)):
-        raise _not_a_buffer(obj)
-    if isinstance(obj, str):
-        raise _buffer_error(f"{_EXPECTED}; got str (encode text first, e.g. text.encode())")
-    raise _buffer_error(f"{_EXPECTED}; got {type(obj).__name__}")
-
-
-def _c_contiguous(view: memoryview) -> memoryview:
-    """Return a C-contiguous view of the same memory, or raise if it is not dense."""
-    if view.f_contiguous:
-        # A Fortran-ordered block is dense memory; its transpose is C-ordered.
-        return memoryview(np.asarray(view).T)
-    raise _buffer_error(
-        "buffer is not contiguous (e.g. a strided slice such as a[::2] or a column of a "
-        "2-D array); pass a contiguous copy such as numpy.ascontiguousarray(a)"
-    )

@@ -14,11 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
-
 from . import _algorithms as algo
 from . import _collfast as fast
-from ._buffers import IN_PLACE, BufferSpec, recv_buffer, send_buffer
+from ._buffers import IN_PLACE, recv_buffer, send_buffer
+from ._collbuf import blocks, in_place, unpack_after, vector, wvector
 from ._collsched import Algorithm, CollOp, check_reported, run_blocking, run_in_mode, signature
 from ._errhandling import mpi_call
 from ._errors import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_ROOT
@@ -36,119 +35,6 @@ LARGE_ALLGATHER = 64 * 1024
 
 # A plan builds (algorithm, finish) for one run; persistent requests rerun it.
 Plan = Callable[[int, int], "tuple[Algorithm, Callable[[Any], Any] | None]"]
-
-
-def _in_place(buf: Any) -> bool:
-    return buf is IN_PLACE
-
-
-def _unpack_after(spec: BufferSpec, nbytes: int | None = None) -> Callable[[Any], Any] | None:
-    """The finishing step for receive buffers of non-contiguous datatypes:
-    scatter the first ``nbytes`` (default: all) received bytes into place."""
-    unpack = spec.unpack
-    if unpack is None:
-        return None
-    if nbytes is None:
-        nbytes = spec.mem.nbytes
-
-    def finish(value: Any) -> Any:
-        unpack(nbytes)
-        return value
-
-    return finish
-
-
-def _chain(*steps: Callable[[Any], Any] | None) -> Callable[[Any], Any] | None:
-    live = [s for s in steps if s is not None]
-    if not live:
-        return None
-
-    def finish(value: Any) -> Any:
-        for step in live:
-            value = step(value)
-        return value
-
-    return finish
-
-
-def _per_rank(
-    spec: Any, size: int, call: str, writable: bool
-) -> tuple[BufferSpec, list[memoryview], Callable[[Any], Any] | None]:
-    """Parse the buffer of Gather/Scatter/Allgather/Alltoall into one block per rank.
-
-    As in mpi4py, an explicit count (``[buf, count, datatype]``) is the count
-    per rank; without one the buffer is split into ``size`` equal blocks.
-    Returns the whole spec, the blocks, and the unpacking step for receives.
-    """
-    parse = recv_buffer if writable else send_buffer
-    count = None
-    if isinstance(spec, (list, tuple)) and len(spec) in (2, 3) and type(spec[1]) is int:
-        count = spec[1]
-        if count < 0:
-            raise MPIException(ERR_COUNT, f"{call}: negative count {count}")
-        whole = parse([spec[0], count * size, *spec[2:]])
-    else:
-        whole = parse(spec)
-    n = whole.mem.nbytes // max(size, 1) if count is None else count * whole.datatype._packed_size
-    views = [whole.mem[r * n : (r + 1) * n] for r in range(size)]
-    return whole, views, _unpack_after(whole, n * size) if writable else None
-
-
-def _vspec(spec: Any, size: int, call: str, writable: bool) -> tuple[BufferSpec, list[memoryview]]:
-    """Parse a v-variant buffer: ``[buf, counts, displs, datatype]`` and its shorter forms.
-
-    Returns the whole-buffer spec and one byte view per rank.
-    """
-    if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3, 4):
-        raise MPIException(
-            ERR_BUFFER, f"{call}: expected [buf, counts, displs, datatype] or [buf, counts]"
-        )
-    buf, counts, displs, datatype = spec[0], spec[1], None, None
-    if len(spec) == 3:
-        if isinstance(spec[2], (list, tuple)) or spec[2] is None:
-            displs = spec[2]
-        else:
-            datatype = spec[2]
-    elif len(spec) == 4:
-        displs, datatype = spec[2], spec[3]
-    if isinstance(counts, tuple) and len(counts) == 2 and isinstance(counts[0], (list, tuple)):
-        counts, displs = counts
-    if isinstance(counts, int):
-        counts = [counts] * size
-    counts = list(counts)
-    if len(counts) != size or any(c < 0 for c in counts):
-        raise MPIException(ERR_COUNT, f"{call}: need {size} non-negative counts, got {counts}")
-    if displs is None:
-        displs = list(np.concatenate(([0], np.cumsum(counts)[:-1])).astype(int))
-    displs = list(displs)
-    whole = (recv_buffer if writable else send_buffer)(
-        [buf, datatype] if datatype is not None else buf
-    )
-    # Blocks are measured in the message's packed form (the memory itself for
-    # contiguous datatypes); a receive buffer of a derived datatype is unpacked
-    # block by block at the end, so only received blocks change.
-    packed = whole.datatype._packed_size
-    if whole.unpack is not None:
-        unpack = whole.unpack
-        blocks = [(displ * packed, count * packed) for count, displ in zip(counts, displs)]
-
-        def unpack_blocks(_: int) -> None:
-            for offset, nbytes in blocks:
-                if nbytes:
-                    unpack(nbytes, offset)
-
-        whole = BufferSpec(whole.mem, whole.count, whole.datatype, unpack=unpack_blocks)
-    views = []
-    for count, displ in zip(counts, displs):
-        start, stop = displ * packed, (displ + count) * packed
-        if start < 0 or stop > whole.mem.nbytes:
-            raise MPIException(
-                ERR_BUFFER,
-                f"{call}: block of {count} at displacement {displ} lies outside the "
-                f"buffer of {whole.mem.nbytes} bytes",
-            )
-        views.append(whole.mem[start:stop])
-    return whole, views
 
 
 class Collectives:
@@ -217,11 +103,11 @@ class Collectives:
     def _bcast(self, call: str, buf: Any, root: int, mode: str) -> Any:
         impl = self._live()
         self._check_root(impl, root, call)
-        if _in_place(buf):
+        if buf is IN_PLACE:
             raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is not allowed in Bcast")
         spec = send_buffer(buf) if impl.rank == root else recv_buffer(buf)
         mem = spec.mem
-        finish = None if impl.rank == root else _unpack_after(spec)
+        finish = None if impl.rank == root else unpack_after(spec)
         large = mem.nbytes >= LARGE_BCAST and impl.size > 2
         if (
             mode == "blocking"
@@ -273,23 +159,21 @@ class Collectives:
         self._check_root(impl, root, call)
         rank, size = impl.rank, impl.size
         at_root = rank == root
-        if _in_place(sendbuf) and not at_root:
+        if sendbuf is IN_PLACE and not at_root:
             raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is allowed at the root only")
-        block = None if _in_place(sendbuf) else send_buffer(sendbuf).mem
+        block = None if at_root and in_place(sendbuf) else send_buffer(sendbuf).mem
+        whole, views, finish = None, None, None
         if at_root:
             if v:
-                whole, views = _vspec(recvbuf, size, call, writable=True)
-                finish = _unpack_after(whole)
+                views, finish = vector(recvbuf, size, writable=True)
             else:
-                whole, views, finish = _per_rank(recvbuf, size, call, writable=True)
+                whole, views, finish = blocks(recvbuf, size, writable=True)
             if block is not None and block.nbytes != views[root].nbytes:
                 raise MPIException(
                     ERR_COUNT,
                     f"{call}: the root sends {block.nbytes} bytes but expects "
                     f"{views[root].nbytes} from itself",
                 )
-        else:
-            whole, views, finish = None, None, None
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             if v:
@@ -346,17 +230,17 @@ class Collectives:
         self._check_root(impl, root, call)
         rank, size = impl.rank, impl.size
         at_root = rank == root
-        if _in_place(recvbuf) and not at_root:
+        if recvbuf is IN_PLACE and not at_root:
             raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is allowed at the root only")
-        spec = None if _in_place(recvbuf) else recv_buffer(recvbuf)
+        spec = None if at_root and in_place(recvbuf) else recv_buffer(recvbuf)
         block = spec.mem if spec is not None else None
-        finish = _unpack_after(spec) if spec is not None else None
+        finish = unpack_after(spec) if spec is not None else None
         src, views = None, None
         if at_root:
             if v:
-                _, views = _vspec(sendbuf, size, call, writable=False)
+                views, _ = vector(sendbuf, size, writable=False)
             else:
-                whole_src, views, _ = _per_rank(sendbuf, size, call, writable=False)
+                whole_src, views, _ = blocks(sendbuf, size, writable=False)
                 src = whole_src.mem[: views[0].nbytes * size]
             if block is not None and block.nbytes != views[root].nbytes:
                 raise MPIException(
@@ -427,12 +311,12 @@ class Collectives:
     def _allgather(self, call: str, sendbuf: Any, recvbuf: Any, mode: str, v: bool) -> Any:
         impl = self._live()
         rank, size = impl.rank, impl.size
+        whole = None
         if v:
-            whole, views = _vspec(recvbuf, size, call, writable=True)
-            finish = _unpack_after(whole)
+            views, finish = vector(recvbuf, size, writable=True)
         else:
-            whole, views, finish = _per_rank(recvbuf, size, call, writable=True)
-        block = None if _in_place(sendbuf) else send_buffer(sendbuf).mem
+            whole, views, finish = blocks(recvbuf, size, writable=True)
+        block = None if in_place(sendbuf) else send_buffer(sendbuf).mem
         if block is not None and block.nbytes != views[rank].nbytes:
             raise MPIException(
                 ERR_COUNT,
@@ -444,9 +328,10 @@ class Collectives:
             if v or views[rank].nbytes >= LARGE_ALLGATHER:
                 if block is not None:
                     views[rank][:] = block
-                whole_out = None if v else whole.mem[: views[rank].nbytes * size]
+                whole_out = None if whole is None else whole.mem[: views[rank].nbytes * size]
                 return algo.allgatherv_ring(rank, size, views, whole_out), finish
             own = block if block is not None else bytes(views[rank])
+            assert whole is not None
             out = whole.mem[: views[rank].nbytes * size]
             return algo.allgather_bruck(rank, size, memoryview(own), out), finish
 
@@ -494,11 +379,11 @@ class Collectives:
         impl = self._live()
         size = impl.size
         if kind == "Alltoall":
-            whole, recvs, finish = _per_rank(recvbuf, size, call, writable=True)
-            if _in_place(sendbuf):
+            _, recvs, finish = blocks(recvbuf, size, writable=True)
+            if in_place(sendbuf):
                 sends = [memoryview(bytes(view)) for view in recvs]
             else:
-                _, sends, _ = _per_rank(sendbuf, size, call, writable=False)
+                _, sends, _ = blocks(sendbuf, size, writable=False)
                 if sends[0].nbytes != recvs[0].nbytes:
                     raise MPIException(
                         ERR_COUNT,
@@ -506,13 +391,12 @@ class Collectives:
                         f"{recvs[0].nbytes} bytes are expected",
                     )
         else:
-            parse = _wspec if kind == "Alltoallw" else _vspec
-            whole, recvs = parse(recvbuf, size, call, writable=True)
-            if _in_place(sendbuf):
+            parse = wvector if kind == "Alltoallw" else vector
+            recvs, finish = parse(recvbuf, size, writable=True)
+            if in_place(sendbuf):
                 sends = [memoryview(bytes(view)) for view in recvs]
             else:
-                _, sends = parse(sendbuf, size, call, writable=False)
-            finish = _unpack_after(whole)
+                sends, _ = parse(sendbuf, size, writable=False)
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.alltoallw_pairwise(rank, size, sends, recvs), finish
@@ -575,34 +459,3 @@ class Collectives:
 
         wires = self._collective("alltoall", "alltoall", 0, plan, "blocking")
         return [pickle.loads(w) for w in wires]
-
-
-def _wspec(spec: Any, size: int, call: str, writable: bool) -> tuple[BufferSpec, list[memoryview]]:
-    """Parse an Alltoallw buffer ``[buf, counts, byte displs, datatypes]``.
-
-    Each block is parsed as ``[region, count, datatype]`` so that per-peer
-    derived datatypes work; a receive spec's ``unpack`` scatters every block.
-    """
-    if not isinstance(spec, (list, tuple)) or len(spec) != 4:
-        raise MPIException(ERR_BUFFER, f"{call}: expected [buf, counts, displs, datatypes]")
-    buf, counts, displs, datatypes = spec
-    parse = recv_buffer if writable else send_buffer
-    whole = parse(buf)
-    if not (len(counts) == len(displs) == len(datatypes) == size):
-        raise MPIException(ERR_COUNT, f"{call}: need {size} counts, displacements and datatypes")
-    views, unpacks = [], []
-    for count, displ, datatype in zip(counts, displs, datatypes):
-        if displ < 0 or displ > whole.mem.nbytes:
-            raise MPIException(ERR_BUFFER, f"{call}: displacement {displ} lies outside the buffer")
-        block = parse([whole.mem[displ:], count, datatype])
-        views.append(block.mem)
-        if block.unpack is not None:
-            unpacks.append((block.unpack, block.mem.nbytes))
-    if unpacks:
-
-        def unpack_blocks(_: int) -> None:
-            for unpack, nbytes in unpacks:
-                unpack(nbytes)
-
-        whole = BufferSpec(whole.mem, whole.count, whole.datatype, unpack=unpack_blocks)
-    return whole, views

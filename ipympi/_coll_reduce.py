@@ -24,9 +24,11 @@ from ._buffers import (
     BufferSpec,
     _ndarray_datatype,
     as_ndarray,
+    check_match,
     recv_buffer,
     send_buffer,
 )
+from ._collbuf import in_place as in_place_or_none
 from ._collsched import Algorithm
 from ._errhandling import mpi_call
 from ._errors import ERR_BUFFER, ERR_COUNT, ERR_OP
@@ -66,17 +68,21 @@ class _Reduction:
         in_place_ok: bool,
         needs_output: bool,
         one_element: bool = False,
+        out_blocks: int = 1,
     ) -> None:
         """``one_element``: the algorithm may work on a one-element buffer as a Python
         number (:class:`~ipympi._reductions.ScalarValues`; not while tracing, whose
-        drawings show buffers as arrays)."""
+        drawings show buffers as arrays). ``out_blocks``: the send buffer holds that
+        many receive buffers' worth of elements (0: no such rule, Reduce_scatter)."""
         self.op = _check_op(op, call)
-        in_place = sendbuf is IN_PLACE
-        if in_place and not in_place_ok:
+        if sendbuf is IN_PLACE and not in_place_ok:
             raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is not allowed here")
+        in_place = self.in_place = in_place_ok and in_place_or_none(sendbuf)
         self.out: BufferSpec | None = recv_buffer(recvbuf) if needs_output or in_place else None
         source = self.out if in_place else send_buffer(sendbuf)
         assert source is not None
+        if self.out is not None and source is not self.out:
+            check_match(source, self.out, out_blocks)
         self.datatype = source.datatype
         self.op._check_datatype(self.datatype)
         # The contribution is read when the operation starts (every Start, for a
@@ -126,6 +132,8 @@ class Reductions:
         def _check_root(self, impl: CommImpl, root: int, call: str) -> None: ...
 
         def _collective(self, call: str, kind: str, root: int, plan: Any, mode: str) -> Any: ...
+
+        def allgather(self, sendobj: Any) -> list[Any]: ...
 
     # -- Reduce ----------------------------------------------------------------------
     def _reduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, mode: str) -> Any:
@@ -247,22 +255,30 @@ class Reductions:
     ) -> Any:
         impl = self._live()
         size = impl.size
-        args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True)
+        args = _Reduction(
+            call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True,
+            out_blocks=impl.size if kind == "Reduce_scatter_block" else 0,
+        )  # fmt: skip
         total = args.source.size
-        if counts is None:
+        if counts is None and kind == "Reduce_scatter" and not args.in_place:
+            # As in mpi4py: each rank's share is what its receive buffer holds.
+            assert args.out is not None
+            counts = self.allgather(args.out.count)
+        elif counts is None:
             counts = [total // size] * size
             if total % size:
                 raise MPIException(
                     ERR_COUNT, f"{call}: {total} elements do not split evenly over {size} ranks"
                 )
         counts = [int(c) for c in counts]
-        if len(counts) != size or sum(counts) > total or any(c < 0 for c in counts):
+        if len(counts) != size or any(c < 0 for c in counts):
             raise MPIException(ERR_COUNT, f"{call}: invalid receive counts {counts}")
-        out_count = args.out.count if args.out is not None and sendbuf is not IN_PLACE else None
+        if sum(counts) != total:
+            raise ValueError(f"mismatch in send count {total} and sum(counts) {sum(counts)}")
+        out_count = None if args.in_place or args.out is None else args.out.count
         if out_count is not None and out_count < counts[impl.rank]:
-            raise MPIException(
-                ERR_COUNT,
-                f"{call}: receive buffer holds {out_count} elements, needs {counts[impl.rank]}",
+            raise ValueError(
+                f"mismatch in receive count {out_count} and counts[{impl.rank}] {counts[impl.rank]}"
             )
         offsets = np.concatenate(([0], np.cumsum(counts))).astype(int)
         itemsize = args.source.itemsize

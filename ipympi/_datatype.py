@@ -342,9 +342,9 @@ class Datatype(TypeAttributes, DerivedMixin, ImplHandle):
             return datatype_for_format(code)
         except MPIException:
             pass
-        try:
-            dtype = np.dtype(code)
-        except (TypeError, ValueError):
+        try:  # numpy reads some control characters ('\0') as type codes: not a name
+            dtype = np.dtype(code) if code.isprintable() else None
+        except (TypeError, ValueError, AttributeError):
             dtype = None
         if dtype is not None and dtype.kind in "biufc":
             found = _FORMATS.get(f"{dtype.kind}{dtype.itemsize}")

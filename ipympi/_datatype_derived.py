@@ -496,7 +496,8 @@ def _bytes_of(buf: Any, writable: bool, call: str) -> np.ndarray:
     """A ``uint8`` array viewing the memory of a buffer object."""
     from ._buffers import byte_view
 
-    return np.frombuffer(byte_view(buf, writable, call), dtype=np.uint8)
+    del call  # the buffer errors name the object, as mpi4py's do
+    return np.frombuffer(byte_view(buf, writable), dtype=np.uint8)
 
 
 def _elements_of(spec: Any, impl: _TypeImpl, writable: bool, call: str) -> tuple[np.ndarray, int]:
@@ -545,22 +546,9 @@ def _ext32(impl: _TypeImpl, datarep: Any, call: str) -> int:
 
 def Get_address(location: Any) -> int:
     """Return the address of the first byte of a buffer (0 for ``MPI.BOTTOM``)."""
-    from ._buffers import BOTTOM, byte_view
+    from ._buffers import address_of
 
-    if location is BOTTOM:
-        return 0
-    if isinstance(location, np.ndarray):
-        return int(location.__array_interface__["data"][0])
-    try:
-        view = memoryview(location)
-    except TypeError:
-        view = byte_view(location, False, "Get_address")
-    if not view.c_contiguous:
-        return int(np.asarray(view).__array_interface__["data"][0])
-    flat = view.cast("B") if view.ndim != 1 or view.format != "B" else view
-    if not flat.nbytes:
-        return 0
-    return int(np.frombuffer(flat, dtype=np.uint8).__array_interface__["data"][0])
+    return address_of(location)
 
 
 def Aint_add(base: int, disp: int) -> int:

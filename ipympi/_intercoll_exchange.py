@@ -20,7 +20,7 @@ from typing import Any
 
 from . import _algorithms as algo
 from ._buffers import send_buffer
-from ._coll import _per_rank, _unpack_after, _vspec, _wspec
+from ._collbuf import blocks, vector, wvector
 from ._collsched import Algorithm, Round
 from ._errhandling import mpi_call
 from ._errors import ERR_COUNT
@@ -63,10 +63,9 @@ class InterExchanges(InterCollBase):
         m = self.Get_remote_size()
         block = send_buffer(sendbuf).mem
         if v:
-            whole, views = _vspec(recvbuf, m, call, writable=True)
-            finish = _unpack_after(whole)
+            views, finish = vector(recvbuf, m, writable=True)
             return self._exchange(call, "Allgatherv", [block] * m, views, finish, mode)
-        whole, views, finish = _per_rank(recvbuf, m, call, writable=True)
+        whole, views, finish = blocks(recvbuf, m, writable=True)
         region = whole.mem[: views[0].nbytes * m]
 
         def build(rank: int, n: int, lo: int, ro: int) -> tuple[Algorithm, Any]:
@@ -138,13 +137,12 @@ class InterExchanges(InterCollBase):
         no_in_place(call, sendbuf, recvbuf)
         m = self.Get_remote_size()
         if kind == "Alltoall":
-            _, sends, _ = _per_rank(sendbuf, m, call, writable=False)
-            _, recvs, finish = _per_rank(recvbuf, m, call, writable=True)
+            _, sends, _ = blocks(sendbuf, m, writable=False)
+            _, recvs, finish = blocks(recvbuf, m, writable=True)
         else:
-            parse = _wspec if kind == "Alltoallw" else _vspec
-            whole, recvs = parse(recvbuf, m, call, writable=True)
-            _, sends = parse(sendbuf, m, call, writable=False)
-            finish = _unpack_after(whole)
+            parse = wvector if kind == "Alltoallw" else vector
+            recvs, finish = parse(recvbuf, m, writable=True)
+            sends, _ = parse(sendbuf, m, writable=False)
         return self._exchange(call, kind, sends, recvs, finish, mode)
 
     @mpi_call

@@ -25,7 +25,7 @@ from typing import Any
 
 from . import _algorithms as algo
 from ._buffers import recv_buffer, send_buffer
-from ._coll import _per_rank, _unpack_after, _vspec
+from ._collbuf import blocks, unpack_after, vector
 from ._collsched import Algorithm, Round
 from ._errhandling import mpi_call
 from ._errors import ERR_COUNT
@@ -65,7 +65,7 @@ class InterRooted(InterCollBase):
                     yield Round("receive from the root", recvs=[(uroot, mem)])
                 yield from shifted(algo.bcast_binomial(rank, n, 0, mem), lo)
 
-            return run(), _unpack_after(spec)
+            return run(), unpack_after(spec)
 
         return self._inter(call, "Bcast", uroot, build, mode)
 
@@ -117,10 +117,9 @@ class InterRooted(InterCollBase):
         block = None
         if role == "root":
             if v:
-                whole, views = _vspec(recvbuf, m, call, writable=True)
-                finish = _unpack_after(whole)
+                views, finish = vector(recvbuf, m, writable=True)
             else:
-                whole, views, finish = _per_rank(recvbuf, m, call, writable=True)
+                whole, views, finish = blocks(recvbuf, m, writable=True)
                 region = whole.mem[: views[0].nbytes * m]
         elif role == "leaf":
             block = send_buffer(sendbuf).mem
@@ -211,9 +210,9 @@ class InterRooted(InterCollBase):
         spec = None
         if role == "root":
             if v:
-                _, views = _vspec(sendbuf, m, call, writable=False)
+                views, _ = vector(sendbuf, m, writable=False)
             else:
-                whole, views, _ = _per_rank(sendbuf, m, call, writable=False)
+                whole, views, _ = blocks(sendbuf, m, writable=False)
                 region = whole.mem[: views[0].nbytes * m]
         elif role == "leaf":
             spec = recv_buffer(recvbuf)
@@ -231,7 +230,7 @@ class InterRooted(InterCollBase):
             mem = spec.mem
             if v:
                 rnd = Round("receive from the root", recvs=[(uroot, mem)])
-                return once(rnd), _unpack_after(spec)
+                return once(rnd), unpack_after(spec)
 
             def run() -> Algorithm:
                 src = None
@@ -240,7 +239,7 @@ class InterRooted(InterCollBase):
                     yield Round("receive the group's blocks from the root", recvs=[(uroot, src)])
                 yield from shifted(algo.scatter_binomial(rank, n, 0, src, mem), lo)
 
-            return run(), _unpack_after(spec)
+            return run(), unpack_after(spec)
 
         return self._inter(call, "Scatterv" if v else "Scatter", uroot, build, mode)
 

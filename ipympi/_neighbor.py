@@ -24,7 +24,7 @@ from typing import Any
 
 from . import _constants as K
 from ._buffers import send_buffer
-from ._coll import _per_rank, _unpack_after, _vspec, _wspec
+from ._collbuf import blocks, vector, wvector
 from ._collsched import NEIGHBORHOOD, Algorithm, Round
 from ._comm import CommImpl, Intracomm
 from ._errhandling import mpi_call
@@ -125,10 +125,9 @@ class Topocomm(Intracomm):
     def _allgather_n(self, call: str, sendbuf: Any, recvbuf: Any, mode: str, v: bool) -> Any:
         ins, outs, _ = self._edges(call)
         if v:
-            whole, views = _vspec(recvbuf, len(ins), call, writable=True)
-            finish = _unpack_after(whole)
+            views, finish = vector(recvbuf, len(ins), writable=True)
         else:
-            whole, views, finish = _per_rank(recvbuf, len(ins), call, writable=True)
+            _, views, finish = blocks(recvbuf, len(ins), writable=True)
         block = send_buffer(sendbuf).mem
         if not v and views and block.nbytes != views[0].nbytes:
             raise MPIException(
@@ -142,8 +141,8 @@ class Topocomm(Intracomm):
     def _alltoall_n(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: str) -> Any:
         ins, outs, _ = self._edges(call)
         if kind == "Alltoall":
-            whole, recvs, finish = _per_rank(recvbuf, len(ins), call, writable=True)
-            _, sends, _ = _per_rank(sendbuf, len(outs), call, writable=False)
+            _, recvs, finish = blocks(recvbuf, len(ins), writable=True)
+            _, sends, _ = blocks(sendbuf, len(outs), writable=False)
             if sends and recvs and sends[0].nbytes != recvs[0].nbytes:
                 raise MPIException(
                     ERR_COUNT,
@@ -151,10 +150,9 @@ class Topocomm(Intracomm):
                     f"{recvs[0].nbytes} bytes are expected",
                 )
         else:
-            parse = _wspec if kind == "Alltoallw" else _vspec
-            whole, recvs = parse(recvbuf, len(ins), call, writable=True)
-            _, sends = parse(sendbuf, len(outs), call, writable=False)
-            finish = _unpack_after(whole)
+            parse = wvector if kind == "Alltoallw" else vector
+            recvs, finish = parse(recvbuf, len(ins), writable=True)
+            sends, _ = parse(sendbuf, len(outs), writable=False)
         return self._neighbor(call, kind, mode, sends, recvs, _done(finish))
 
     # -- buffer forms ------------------------------------------------------------------

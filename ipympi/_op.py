@@ -32,10 +32,10 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _datatype as _dt
-from ._buffers import IN_PLACE, as_ndarray, recv_buffer, send_buffer
+from ._buffers import IN_PLACE, as_ndarray, check_match, recv_buffer, send_buffer
 from ._datatype import Datatype, _TypeImpl
 from ._errhandling import world_call
-from ._errors import ERR_BUFFER, ERR_COUNT, ERR_OP, ERR_TYPE
+from ._errors import ERR_BUFFER, ERR_OP, ERR_TYPE
 from ._errors import Exception as MPIException
 from ._handle import ImplHandle
 
@@ -431,7 +431,7 @@ class Op(ImplHandle):
         """Set ``inoutbuf[i] = inbuf[i] op inoutbuf[i]`` element-wise.
 
         Both buffers (any buffer form, e.g. ``[buf, count, datatype]``) need the same
-        count (``ERR_COUNT``) and datatype (``ERR_TYPE``); ``IN_PLACE`` is not allowed
+        count and datatype (``ValueError``, as in mpi4py); ``IN_PLACE`` is not allowed
         (``ERR_BUFFER``); the operation must apply to the datatype (``ERR_OP``).
         """
         impl = self._live()
@@ -439,19 +439,8 @@ class Op(ImplHandle):
             raise MPIException(ERR_BUFFER, "Reduce_local does not accept MPI.IN_PLACE")
         source = send_buffer(inbuf)
         target = recv_buffer(inoutbuf)
-        if source.count != target.count:
-            raise MPIException(
-                ERR_COUNT,
-                f"Reduce_local needs equal counts; inbuf has {source.count} elements and "
-                f"inoutbuf {target.count}",
-            )
+        check_match(source, target)
         datatype = target.datatype
-        if source.datatype != datatype:
-            raise MPIException(
-                ERR_TYPE,
-                f"Reduce_local needs one datatype; inbuf has {source.datatype!r} and "
-                f"inoutbuf {datatype!r}",
-            )
         self._check_datatype(datatype)
         if target.count:
             impl.reduce_arrays(as_ndarray(source), as_ndarray(target), datatype)

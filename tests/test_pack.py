@@ -271,10 +271,12 @@ def test_pack_errors() -> None:
     assert err_class(lambda: D.DOUBLE.Pack(a, bytearray(31), 0, None)) == ERR_TRUNCATE
     assert err_class(lambda: D.DOUBLE.Pack(a, bytearray(40), 9, None)) == ERR_TRUNCATE
     assert err_class(lambda: D.DOUBLE.Pack(a, bytearray(40), -1, None)) == ERR_ARG
-    assert err_class(lambda: D.DOUBLE.Pack(a, b"x" * 32, 0, None)) == ERR_BUFFER
+    with pytest.raises(BufferError):  # read-only output, refused as mpi4py refuses it
+        D.DOUBLE.Pack(a, b"x" * 32, 0, None)
     assert err_class(lambda: D.DOUBLE.Unpack(bytearray(16), 0, a, None)) == ERR_TRUNCATE
     assert err_class(lambda: D.DOUBLE.Unpack(bytearray(32), 8, a, None)) == ERR_TRUNCATE
-    assert err_class(lambda: D.DOUBLE.Unpack(bytearray(32), 0, b"x" * 32, None)) == ERR_BUFFER
+    with pytest.raises(BufferError):
+        D.DOUBLE.Unpack(bytearray(32), 0, b"x" * 32, None)
     uncommitted = D.DOUBLE.Create_contiguous(2)
     assert err_class(lambda: uncommitted.Pack(a, bytearray(32), 0, None)) == ERR_TYPE
     assert err_class(lambda: D.DATATYPE_NULL.Pack(a, bytearray(32), 0, None)) == ERR_TYPE
@@ -413,15 +415,18 @@ def test_negative_lower_bound_with_a_displacement() -> None:
     a = np.arange(6, dtype=np.int32)
     spec = send_buffer([a, (1, 1), backwards])  # origin one extent in: a[3]
     assert np.frombuffer(spec.mem, dtype=np.int32).tolist() == [3, 2, 1]
-    err = err_class(lambda: send_buffer([a, 1, backwards]))
-    assert err == ERR_BUFFER
+    with pytest.raises(ValueError, match="need bytes -8 to 4"):
+        send_buffer([a, 1, backwards])
 
 
 def test_buffer_errors_of_derived_types() -> None:
     vector = D.DOUBLE.Create_vector(2, 1, 3).Commit()
-    assert err_class(lambda: send_buffer([np.zeros(5), vector])) == ERR_BUFFER  # 40 % 32
-    assert err_class(lambda: send_buffer([np.zeros(3), 1, vector])) == ERR_BUFFER
-    assert err_class(lambda: recv_buffer([bytes(32), 1, vector])) == ERR_BUFFER
+    with pytest.raises(ValueError, match="not a multiple"):  # 40 % 32
+        send_buffer([np.zeros(5), vector])
+    with pytest.raises(ValueError, match="need bytes"):
+        send_buffer([np.zeros(3), 1, vector])
+    with pytest.raises(BufferError):
+        recv_buffer([bytes(32), 1, vector])
     assert err_class(lambda: send_buffer([np.zeros(4), 1, D.DOUBLE.Create_vector(2, 1, 3)])) == (
         ERR_TYPE
     )
@@ -443,7 +448,8 @@ def test_get_address_and_aint_arithmetic() -> None:
     assert D.Get_address(raw) == D.Get_address(np.frombuffer(raw, np.uint8))
     assert D.Get_address(memoryview(raw)[2:]) == D.Get_address(raw) + 2
     assert D.Get_address(BOTTOM) == 0
-    assert err_class(lambda: D.Get_address(42)) == ERR_BUFFER
+    with pytest.raises(TypeError):
+        D.Get_address(42)
     assert err_class(lambda: D.Aint_add("x", 1)) == ERR_ARG
 
 
