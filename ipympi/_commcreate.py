@@ -29,6 +29,7 @@ from . import _algorithms as algo
 from . import _constants as K
 from . import _contexts as ctx
 from . import _errors
+from ._args import c_int
 from ._errhandling import mpi_call
 from ._errors import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_OTHER, ERR_TAG
 from ._errors import Exception as MPIException
@@ -274,7 +275,7 @@ class CommConstructors:
         ``color=UNDEFINED`` gives ``COMM_NULL``.
         """
         impl = self._intra("Split")
-        color, key = _int(color, "Split", "color"), _int(key, "Split", "key")
+        color, key = c_int(color), c_int(key)
         if color < 0 and color != K.UNDEFINED:
             raise MPIException(
                 ERR_ARG, f"Split: color must be non-negative or UNDEFINED, got {color}"
@@ -291,8 +292,8 @@ class CommConstructors:
         from ._runtime import host_name
 
         impl = self._intra("Split_type")
-        split_type = _int(split_type, "Split_type", "split_type")
-        key = _int(key, "Split_type", "key")
+        split_type = c_int(split_type)
+        key = c_int(key)
         if split_type != K.UNDEFINED and split_type not in SPLIT_TYPES:
             raise MPIException(ERR_ARG, f"Split_type: invalid split_type {split_type}")
         color: Any = K.UNDEFINED
@@ -348,7 +349,7 @@ class IntraConstructors:
 
         impl = self._live()
         members = _group_ranks(group, "Create_group")
-        tag = _int(tag, "Create_group", "tag")
+        tag = c_int(tag)
         if not 0 <= tag <= K.TAG_UB_VALUE:
             raise MPIException(ERR_TAG, f"Create_group: invalid tag {tag} (0..{K.TAG_UB_VALUE})")
         parent = set(impl.world_ranks)
@@ -500,10 +501,3 @@ def _intracomm(impl: CommImpl | None) -> Any:
 def _null() -> Any:
     """``COMM_NULL``, as an ``Intracomm`` handle (what mpi4py's constructors return)."""
     return _intracomm(None)
-
-
-def _int(value: Any, call: str, what: str) -> int:
-    try:
-        return int(value.__index__())
-    except AttributeError:
-        raise MPIException(ERR_ARG, f"{call}: {what} must be an integer, got {value!r}") from None

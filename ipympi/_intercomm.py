@@ -27,8 +27,9 @@ from . import _algorithms as algo
 from . import _constants as K
 from . import _contexts as ctx
 from . import _errors
+from ._args import c_int
 from ._collsched import Algorithm
-from ._commcreate import _agree, _allgather, _group_ranks, _int, _new_impl
+from ._commcreate import _agree, _allgather, _group_ranks, _new_impl
 from ._errhandling import mpi_call
 from ._errors import ERR_COMM, ERR_RANK, ERR_TAG
 from ._errors import Exception as MPIException
@@ -67,7 +68,7 @@ def _leader_exchange(
     if not isinstance(peer_comm, Comm):
         raise MPIException(ERR_COMM, f"{call}: peer_comm {peer_comm!r} is not a communicator")
     peer = peer_comm._live()
-    remote_leader = _int(remote_leader, call, "remote_leader")
+    remote_leader = c_int(remote_leader)
     if not 0 <= remote_leader < len(peer.remote_world_ranks):
         raise MPIException(
             ERR_RANK,
@@ -114,8 +115,8 @@ def create_intercomm(
     impl = local._live()
     if local.Is_inter():
         raise MPIException(ERR_COMM, f"{call}: the local communicator must be an intracommunicator")
-    local_leader = _int(local_leader, call, "local_leader")
-    tag = _int(tag, call, "tag")
+    local_leader = c_int(local_leader)
+    tag = c_int(tag)
     if not 0 <= local_leader < impl.size:
         raise MPIException(
             ERR_RANK, f"{call}: local_leader {local_leader} is not a rank (size {impl.size})"
@@ -228,7 +229,7 @@ class InterMethods(InterCollectives):
         ``UNDEFINED``, or a color present in one group only, gives ``COMM_NULL``.
         """
         impl = self._live()
-        color, key = _int(color, "Split", "color"), _int(key, "Split", "key")
+        color, key = c_int(color), c_int(key)
         if color < 0 and color != K.UNDEFINED:
             raise MPIException(
                 _errors.ERR_ARG, f"Split: color must be non-negative or UNDEFINED, got {color}"

@@ -13,11 +13,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import _bsend
+from ._args import dest_rank, recv_tag, send_tag, source_rank
 from ._buffers import BufferSpec, recv_buffer, send_buffer
 from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
 from ._engine import WaitInfo
 from ._errhandling import mpi_call as _mpi_call
-from ._errors import ERR_RANK, ERR_TAG
 from ._errors import Exception as MPIException
 from ._ops import RECV, SEND, Op
 from ._request import Prequest, Request
@@ -29,43 +29,6 @@ if TYPE_CHECKING:
 __all__ = ["PointToPoint"]
 
 STANDARD, SYNCHRONOUS, READY, BUFFERED = "standard", "synchronous", "ready", "buffered"
-
-
-# -- argument checks (called only once a fast inline test has failed) ---------
-def _bad_dest(impl: CommImpl, dest: int, call: str) -> MPIException:
-    return MPIException(
-        ERR_RANK,
-        f"{call}: dest {dest} is not a rank of {impl.label} "
-        f"(ranks 0..{len(impl.remote_world_ranks) - 1} or PROC_NULL)",
-    )
-
-
-def _bad_source(impl: CommImpl, source: int, call: str) -> MPIException:
-    return MPIException(
-        ERR_RANK,
-        f"{call}: source {source} is not a rank of {impl.label} "
-        f"(ranks 0..{len(impl.remote_world_ranks) - 1}, ANY_SOURCE or PROC_NULL)",
-    )
-
-
-def _bad_send_tag(tag: int, call: str) -> MPIException:
-    return MPIException(ERR_TAG, f"{call}: tag {tag} is not in 0..TAG_UB ({TAG_UB_VALUE})")
-
-
-def _bad_recv_tag(tag: int, call: str) -> MPIException:
-    return MPIException(
-        ERR_TAG, f"{call}: tag {tag} is not in 0..TAG_UB ({TAG_UB_VALUE}) or ANY_TAG"
-    )
-
-
-def _check_source(impl: CommImpl, source: int, call: str) -> None:
-    if not 0 <= source < len(impl.remote_world_ranks) and source not in (ANY_SOURCE, PROC_NULL):
-        raise _bad_source(impl, source, call)
-
-
-def _check_recv_tag(tag: int, call: str) -> None:
-    if not 0 <= tag <= TAG_UB_VALUE and tag != ANY_TAG:
-        raise _bad_recv_tag(tag, call)
 
 
 def _info(call: str, impl: CommImpl, peer: int, tag: int) -> Callable[[], WaitInfo]:
@@ -150,25 +113,38 @@ class PointToPoint:
         impl.engine.start_recv(op, impl.context, source, tag)
         return op
 
-    def _send_checked(self, call: str, dest: int, tag: int) -> CommImpl:
-        impl = self._impl or self._live()  # type: ignore[attr-defined]
-        if not 0 <= dest < len(impl.remote_world_ranks) and dest != PROC_NULL:
-            raise _bad_dest(impl, dest, call)
-        if not 0 <= tag <= TAG_UB_VALUE:
-            raise _bad_send_tag(tag, call)
-        return impl
+    def _send_checked(self, call: str, dest: Any, tag: Any) -> tuple[CommImpl, int, int]:
+        """The communicator's state, and ``dest`` and ``tag`` checked for a send.
 
-    def _recv_checked(self, call: str, source: int, tag: int) -> CommImpl:
+        Plain ints in range pass at the cost of the inline test; anything else
+        goes through the argument checks of :mod:`ipympi._args`, which convert
+        as mpi4py does or raise.
+        """
         impl = self._impl or self._live()  # type: ignore[attr-defined]
-        if not 0 <= source < len(impl.remote_world_ranks) and source not in (ANY_SOURCE, PROC_NULL):
-            raise _bad_source(impl, source, call)
-        if not 0 <= tag <= TAG_UB_VALUE and tag != ANY_TAG:
-            raise _bad_recv_tag(tag, call)
-        return impl
+        if (
+            type(dest) is int
+            and type(tag) is int
+            and (0 <= dest < len(impl.remote_world_ranks) or dest == PROC_NULL)
+            and 0 <= tag <= TAG_UB_VALUE
+        ):
+            return impl, dest, tag
+        return impl, dest_rank(impl, dest, call), send_tag(tag, call)
+
+    def _recv_checked(self, call: str, source: Any, tag: Any) -> tuple[CommImpl, int, int]:
+        """The communicator's state, and ``source`` and ``tag`` checked for a receive."""
+        impl = self._impl or self._live()  # type: ignore[attr-defined]
+        if (
+            type(source) is int
+            and type(tag) is int
+            and (0 <= source < len(impl.remote_world_ranks) or source in (ANY_SOURCE, PROC_NULL))
+            and (0 <= tag <= TAG_UB_VALUE or tag == ANY_TAG)
+        ):
+            return impl, source, tag
+        return impl, source_rank(impl, source, call), recv_tag(tag, call)
 
     # -- blocking helpers ------------------------------------------------------
     def _blocking_send(self, call: str, mem: Any, dest: int, tag: int, mode: str) -> None:
-        impl = self._send_checked(call, dest, tag)
+        impl, dest, tag = self._send_checked(call, dest, tag)
         engine = impl.engine
         engine.enter()
         try:
@@ -198,7 +174,7 @@ class PointToPoint:
         status: Status | None,
         unpack: Any = None,
     ) -> Op:
-        impl = self._recv_checked(call, source, tag)
+        impl, source, tag = self._recv_checked(call, source, tag)
         engine = impl.engine
         engine.enter()
         try:
@@ -219,7 +195,7 @@ class PointToPoint:
         return op
 
     def _nonblocking_send(self, call: str, mem: Any, dest: int, tag: int, mode: str) -> Request:
-        impl = self._send_checked(call, dest, tag)
+        impl, dest, tag = self._send_checked(call, dest, tag)
         engine = impl.engine
         engine.enter()
         try:
@@ -231,7 +207,7 @@ class PointToPoint:
     def _nonblocking_recv(
         self, call: str, mem: memoryview | None, source: int, tag: int, unpack: Any = None
     ) -> Request:
-        impl = self._recv_checked(call, source, tag)
+        impl, source, tag = self._recv_checked(call, source, tag)
         engine = impl.engine
         engine.enter()
         try:
@@ -299,7 +275,7 @@ class PointToPoint:
     # -- persistent requests ------------------------------------------------------
     def _persistent_send(self, call: str, buf: Any, dest: int, tag: int, mode: str) -> Prequest:
         spec = send_buffer(buf)
-        self._send_checked(call, dest, tag)
+        _, dest, tag = self._send_checked(call, dest, tag)
 
         def start() -> Op:
             impl = self._live()
@@ -332,7 +308,7 @@ class PointToPoint:
     @_mpi_call
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
         spec: BufferSpec = recv_buffer(buf)
-        self._recv_checked("Recv_init", source, tag)
+        _, source, tag = self._recv_checked("Recv_init", source, tag)
 
         def start() -> Op:
             impl = self._live()
@@ -357,9 +333,8 @@ class PointToPoint:
         status: Status | None,
         unpack: Any = None,
     ) -> Op:
-        impl = self._send_checked(call, dest, sendtag)
-        _check_source(impl, source, call)
-        _check_recv_tag(recvtag, call)
+        impl, dest, sendtag = self._send_checked(call, dest, sendtag)
+        _, source, recvtag = self._recv_checked(call, source, recvtag)
         engine = impl.engine
         engine.enter()
         try:
@@ -429,7 +404,7 @@ class PointToPoint:
     def _probe(
         self, call: str, source: int, tag: int, status: Status | None, block: bool, take: bool
     ) -> Any:
-        impl = self._recv_checked(call, source, tag)
+        impl, source, tag = self._recv_checked(call, source, tag)
         if source == PROC_NULL:
             _set_proc_null_status(status)
             return PROC_NULL

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _constants as K
+from ._args import c_int, c_ints
 from ._errhandling import mpi_call, world_call
 from ._errors import ERR_ARG, ERR_DIMS, ERR_NOT_SAME, ERR_RANK
 from ._errors import Exception as MPIException
@@ -54,25 +55,8 @@ WEIGHTS_EMPTY = _Weights("WEIGHTS_EMPTY")
 
 
 # -- argument parsing ------------------------------------------------------------------
-def _ints(values: Any, call: str, what: str) -> list[int]:
-    """A sequence of integers (or an error of class ``ERR_ARG``)."""
-    try:
-        return [int(v.__index__()) for v in values]
-    except (AttributeError, TypeError):
-        raise MPIException(
-            ERR_ARG, f"{call}: {what} must be a sequence of integers, got {values!r}"
-        ) from None
-
-
-def _int(value: Any, call: str, what: str) -> int:
-    try:
-        return int(value.__index__())
-    except AttributeError:
-        raise MPIException(ERR_ARG, f"{call}: {what} must be an integer, got {value!r}") from None
-
-
 def _dims(dims: Any, call: str) -> list[int]:
-    out = _ints(dims, call, "dims")
+    out = c_ints(dims)
     bad = [d for d in out if d <= 0]
     if bad:
         raise MPIException(ERR_DIMS, f"{call}: dimensions must be positive, got {out}")
@@ -127,14 +111,14 @@ def Compute_dims(nnodes: int, dims: int | Sequence[int]) -> list[int]:
     ``dims`` is the number of dimensions, or a sequence where positive entries
     are kept and zeros are filled in, in non-increasing order.
     """
-    nnodes = _int(nnodes, "Compute_dims", "nnodes")
+    nnodes = c_int(nnodes)
     if isinstance(dims, int) or hasattr(dims, "__index__"):
-        ndims = _int(dims, "Compute_dims", "dims")
+        ndims = c_int(dims)
         if ndims < 0:
             raise MPIException(ERR_DIMS, f"Compute_dims: negative number of dimensions {ndims}")
         given = [0] * ndims
     else:
-        given = _ints(dims, "Compute_dims", "dims")
+        given = c_ints(dims)
     if nnodes < 0:
         raise MPIException(ERR_ARG, f"Compute_dims: negative number of nodes {nnodes}")
     if any(d < 0 for d in given):
@@ -282,7 +266,7 @@ def _weights(weights: Any, count: int, call: str, what: str) -> list[int] | None
         return None
     if weights is WEIGHTS_EMPTY:
         weights = []
-    out = _ints(weights, call, what)
+    out = c_ints(weights)
     if len(out) != count:
         raise MPIException(ERR_ARG, f"{call}: {len(out)} {what} for {count} edges")
     if any(w < 0 for w in out):
@@ -394,8 +378,8 @@ class TopologyConstructors:
         """A distributed graph given by each process's own in- and out-neighbours."""
         call = "Create_dist_graph_adjacent"
         size = self._live().size
-        src = _ints(sources, call, "sources")
-        dst = _ints(destinations, call, "destinations")
+        src = c_ints(sources)
+        dst = c_ints(destinations)
         _check_ranks(src, size, call, "sources")
         _check_ranks(dst, size, call, "destinations")
         sw = _weights(sourceweights, len(src), call, "sourceweights")
@@ -425,9 +409,9 @@ class TopologyConstructors:
         """
         call = "Create_dist_graph"
         impl = self._live()
-        src = _ints(sources, call, "sources")
-        deg = _ints(degrees, call, "degrees")
-        dst = _ints(destinations, call, "destinations")
+        src = c_ints(sources)
+        deg = c_ints(degrees)
+        dst = c_ints(destinations)
         if len(deg) != len(src) or any(d < 0 for d in deg):
             raise MPIException(ERR_ARG, f"{call}: need {len(src)} non-negative degrees, got {deg}")
         if sum(deg) != len(dst):
@@ -495,8 +479,8 @@ class TopologyConstructors:
 
 
 def _graph(index: Any, edges: Any, call: str) -> GraphTopo:
-    idx = _ints(index, call, "index")
-    adj = _ints(edges, call, "edges")
+    idx = c_ints(index)
+    adj = c_ints(edges)
     if any(i < 0 for i in idx) or any(b < a for a, b in zip(idx, idx[1:])):
         raise MPIException(
             ERR_ARG, f"{call}: index must be non-decreasing and non-negative, got {idx}"
