@@ -70,7 +70,7 @@ class PointToPoint:
             # now; a separate transfer holds the attached-buffer space until
             # the message has left (for a large one, until the receiver read it).
             transfer = Op(SEND, self, call, dest, tag)
-            _bsend.reserve(transfer, len(mem) if isinstance(mem, bytes) else mem.nbytes)
+            _bsend.reserve(transfer, len(mem) if isinstance(mem, bytes) else mem.nbytes, impl)
             impl.engine.start_send(
                 transfer,
                 bytes(mem),
