@@ -220,6 +220,11 @@ class Comm(PointToPoint, CommAttributes, CommConstructors):
     def topology(self) -> int:
         return self.Get_topology()
 
+    @property
+    def is_topo(self) -> bool:
+        """Whether the communicator has a process topology."""
+        return self.Get_topology() != K.UNDEFINED
+
     # -- naming --------------------------------------------------------------
     @mpi_call
     def Get_name(self) -> str:

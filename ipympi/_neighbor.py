@@ -350,7 +350,7 @@ class Cartcomm(Topocomm):
         from ._topology import _errhandler
 
         topo = self._cart("Sub")
-        keep = [bool(k) for k in remain_dims]
+        keep = [bool(k) for k in c_ints(remain_dims)]
         if len(keep) != len(topo.dims):
             raise MPIException(
                 ERR_ARG, f"Sub: {len(keep)} entries in remain_dims for {len(topo.dims)} dimensions"
