@@ -10,10 +10,11 @@ communicator's error handler, before anything is sent or posted.
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import _bsend
-from ._args import dest_rank, recv_tag, send_tag, source_rank
+from ._args import c_int, dest_rank, recv_tag, send_tag, source_rank
 from ._buffers import BufferSpec, recv_buffer, send_buffer
 from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
 from ._engine import WaitInfo
@@ -21,6 +22,7 @@ from ._errhandling import mpi_call as _mpi_call
 from ._errors import Exception as MPIException
 from ._ops import RECV, SEND, Op
 from ._request import Prequest, Request
+from ._sendrecv import SendRecv
 from ._status import Status
 
 if TYPE_CHECKING:
@@ -40,7 +42,7 @@ def _set_proc_null_status(status: Status | None) -> None:
         status._set(PROC_NULL, ANY_TAG, 0)
 
 
-class PointToPoint:
+class PointToPoint(SendRecv):
     """Mixin with every point-to-point method; ``self`` is an ``MPI.Comm``."""
 
     __slots__ = ()
@@ -320,86 +322,6 @@ class PointToPoint:
 
         return Prequest._persistent(start)
 
-    # -- send-receive ------------------------------------------------------------
-    def _sendrecv(
-        self,
-        call: str,
-        send_mem: Any,
-        dest: int,
-        sendtag: int,
-        recv_mem: memoryview | None,
-        source: int,
-        recvtag: int,
-        status: Status | None,
-        unpack: Any = None,
-    ) -> Op:
-        impl, dest, sendtag = self._send_checked(call, dest, sendtag)
-        _, source, recvtag = self._recv_checked(call, source, recvtag)
-        engine = impl.engine
-        engine.enter()
-        try:
-            rop = self._start_recv(impl, call, recv_mem, source, recvtag, unpack)
-            sop = self._start_send(impl, call, send_mem, dest, sendtag, STANDARD)
-            if not (rop.done and sop.done):
-                try:
-                    engine.wait_until(
-                        lambda: rop.done and sop.done, _info(call, impl, source, recvtag)
-                    )
-                except BaseException:
-                    engine.withdraw(rop)
-                    raise
-        finally:
-            engine.leave()
-        rop.settle()
-        if status is not None:
-            status._set(rop.source, rop.tag, rop.count)
-        if rop.error:
-            raise MPIException(rop.error, f"{call}: {rop.error_detail}")
-        return rop
-
-    @_mpi_call
-    def Sendrecv(
-        self,
-        sendbuf: Any,
-        dest: int,
-        sendtag: int = 0,
-        recvbuf: Any = None,
-        source: int = ANY_SOURCE,
-        recvtag: int = ANY_TAG,
-        status: Status | None = None,
-    ) -> None:
-        """Send and receive at once, as if by two threads; no cyclic deadlock."""
-        send_mem = send_buffer(sendbuf).mem
-        recv = recv_buffer(recvbuf)
-        self._sendrecv(
-            "Sendrecv", send_mem, dest, sendtag, recv.mem, source, recvtag, status, recv.unpack
-        )
-
-    @_mpi_call
-    def Sendrecv_replace(
-        self,
-        buf: Any,
-        dest: int,
-        sendtag: int = 0,
-        source: int = ANY_SOURCE,
-        recvtag: int = ANY_TAG,
-        status: Status | None = None,
-    ) -> None:
-        """Send ``buf`` and replace its contents with the received message."""
-        outgoing = bytes(send_buffer(buf).mem)  # a copy: the receive overwrites buf
-        spec = recv_buffer(buf)
-        self._sendrecv(
-            "Sendrecv_replace",
-            outgoing,
-            dest,
-            sendtag,
-            spec.mem,
-            source,
-            recvtag,
-            status,
-            spec.unpack,
-        )
-
     # -- probes ----------------------------------------------------------------
     def _probe(
         self, call: str, source: int, tag: int, status: Status | None, block: bool, take: bool
@@ -478,8 +400,18 @@ class PointToPoint:
         tag: int = ANY_TAG,
         status: Status | None = None,
     ) -> Any:
-        """Receive a Python object (``buf`` is accepted and ignored)."""
-        op = self._blocking_recv("recv", None, source, tag, status)
+        """Receive a Python object.
+
+        ``buf`` (deprecated, with a ``UserWarning``, as in mpi4py) is a buffer, or a
+        size in bytes, to receive the pickled object into; a larger message is
+        ``ERR_TRUNCATE``. Without it any size is received.
+        """
+        if buf is None:
+            return _loads(self._blocking_recv("recv", None, source, tag, status))
+        warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=3)
+        mem = _pickle_buffer(buf)
+        op = self._blocking_recv("recv", mem, source, tag, status)
+        op.data = bytes(mem[: op.count])
         return _loads(op)
 
     @_mpi_call
@@ -496,22 +428,19 @@ class PointToPoint:
 
     @_mpi_call
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        return self._nonblocking_recv("irecv", None, source, tag)
+        """Nonblocking ``recv``; ``buf`` (a buffer or a size in bytes) limits the size."""
+        if buf is None:
+            return self._nonblocking_recv("irecv", None, source, tag)
+        mem = _pickle_buffer(buf)
+        request = self._nonblocking_recv("irecv", mem, source, tag)
+        op = request._op
+        if op is not None and op.kind == RECV:
+            # Once received (Wait/Test settle it), the pickle is read from the buffer.
+            def unpack(count: int) -> None:
+                op.data = bytes(mem[:count])
 
-    @_mpi_call
-    def sendrecv(
-        self,
-        sendobj: Any,
-        dest: int,
-        sendtag: int = 0,
-        recvbuf: Any = None,
-        source: int = ANY_SOURCE,
-        recvtag: int = ANY_TAG,
-        status: Status | None = None,
-    ) -> Any:
-        data = _dumps(sendobj, dest)
-        rop = self._sendrecv("sendrecv", data, dest, sendtag, None, source, recvtag, status)
-        return _loads(rop)
+            op.unpack = unpack
+        return request
 
     @_mpi_call
     def probe(
@@ -553,8 +482,20 @@ def _dumps(obj: Any, dest: int) -> bytes:
     return pickle.dumps(obj)
 
 
+def _pickle_buffer(buf: Any) -> memoryview:
+    """The memory an object receive given ``buf`` lands in: the buffer, or new memory
+    of ``buf`` bytes (mpi4py's deprecated ``buf`` argument)."""
+    if isinstance(buf, int):
+        return memoryview(bytearray(c_int(buf)))
+    mem = memoryview(buf)
+    if mem.readonly:
+        raise BufferError("Object is not writable.")
+    return mem.cast("B")
+
+
 def _loads(op: Op) -> Any:
-    if op.data is None:
+    """The object a receive got; an empty message (``Send`` of no bytes) is ``None``."""
+    if not op.data:
         return None
     from ._pickle import pickle
 
