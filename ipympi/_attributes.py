@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import _constants as K
 from . import _errors, _finalize_hooks
+from ._args import c_int
 from ._errhandling import mpi_call
 from ._errors import ERR_KEYVAL, ERR_OTHER
 from ._errors import Exception as MPIException
@@ -91,7 +92,8 @@ def create_keyval(kind: str, copy_fn: Any, delete_fn: Any, nopython: bool) -> in
 
 def lookup(kind: str, keyval: Any, call: str) -> Keyval:
     """The live keyval ``keyval`` of object kind ``kind``, or ``ERR_KEYVAL``."""
-    kv = _keyvals.get(keyval) if isinstance(keyval, int) else None
+    keyval = c_int(keyval)  # as mpi4py converts it: a float works, a str is a TypeError
+    kv = _keyvals.get(keyval)
     if kv is None:
         if keyval == K.KEYVAL_INVALID:
             raise MPIException(ERR_KEYVAL, f"{call}: KEYVAL_INVALID is not a valid key")
@@ -244,7 +246,8 @@ class CommAttributes:
     def Get_attr(self, keyval: int) -> Any:
         """Value of attribute ``keyval``, or ``None`` when it is not set."""
         impl = self._live()
-        if isinstance(keyval, int) and keyval in PREDEFINED:
+        keyval = c_int(keyval)
+        if keyval in PREDEFINED:
             return _predefined_value(impl, keyval)[1]
         kv = lookup("comm", keyval, "Get_attr")
         entry = impl.attrs.get(kv.number)

@@ -21,6 +21,7 @@ from typing import Any, Callable, NoReturn
 from . import _bsend, _errors
 from . import _constants as K
 from . import _errhandling as hooks
+from ._args import c_int
 from ._attributes import CommAttributes
 from ._coll import Collectives
 from ._coll_reduce import Reductions
@@ -277,7 +278,8 @@ class Comm(PointToPoint, CommAttributes, CommConstructors):
         """End every rank of the job; the launcher exits with ``errorcode``."""
         assert hooks.abort is not None
         name = self._impl.name if self._impl is not None else "COMM_NULL"
-        hooks.abort(int(errorcode), f"MPI_Abort({name}, {int(errorcode)})")
+        code = c_int(errorcode)
+        hooks.abort(code, f"MPI_Abort({name}, {code})")
 
     @classmethod
     def Get_parent(cls) -> Intercomm:

@@ -307,11 +307,15 @@ def test_comm_and_datatype_keyvals_do_not_mix() -> None:
 
 def test_invalid_and_freed_keyvals() -> None:
     dt = MPI.INT.Dup()
-    for key in (MPI.KEYVAL_INVALID, 12345, "key", None):
+    for key in (MPI.KEYVAL_INVALID, 12345, 12345.0):
         for call in (dt.Get_attr, dt.Delete_attr, lambda k: dt.Set_attr(k, 0)):
             with pytest.raises(MPIException) as excinfo:
                 call(key)
             assert err_class(excinfo) == ERR_KEYVAL
+    for key in ("key", None):  # not integers: a TypeError, as in mpi4py
+        for call in (dt.Get_attr, dt.Delete_attr, lambda k: dt.Set_attr(k, 0)):
+            with pytest.raises(TypeError):
+                call(key)
     k = Datatype.Create_keyval()
     Datatype.Free_keyval(k)
     with pytest.raises(MPIException) as excinfo:
