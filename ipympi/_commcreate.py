@@ -368,7 +368,8 @@ class CommConstructors:
                 color = ("host", host_name())
         elif split_type == K.COMM_TYPE_HW_UNGUIDED and len(set(self._local_hosts(call))) > 1:
             color = ("host", host_name())
-            info.Set(HW_RESOURCE_TYPE, SHARED_MEMORY)
+            if info:  # an MPI.Info given: it names the level split at
+                info.Set(HW_RESOURCE_TYPE, SHARED_MEMORY)
         return self._split(call, impl, color, key)
 
     def _local_hosts(self, call: str) -> list[str]:

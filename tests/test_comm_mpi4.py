@@ -9,6 +9,8 @@ Message.Probe / Message.Iprobe, and recv into a given buffer.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
@@ -213,3 +215,32 @@ def test_nonblocking_sendrecv_probes_and_object_buffers(run_mpi, n: int) -> None
     req.Wait()
     """
     run(run_mpi, n, body)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux loopback")
+def test_split_types_across_two_hosts(run_mpi) -> None:
+    # ranks 0, 1 on one "host" (127.0.0.2), ranks 2, 3 on the other (127.0.0.3)
+    body = """
+    host = rank // 2
+    unguided = comm.Split_type(MPI.COMM_TYPE_HW_UNGUIDED, key=-rank)
+    assert unguided.size == 2 and unguided.rank == 1 - rank % 2  # by host, then key
+    assert unguided.allgather(rank) == [2 * host + 1, 2 * host]
+    assert unguided.Split_type(MPI.COMM_TYPE_HW_UNGUIDED) == MPI.COMM_NULL  # no finer level
+    shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    assert MPI.Comm.Compare(shared, unguided) == MPI.SIMILAR
+    # an intercommunicator of evens and odds: each rank meets its host's other rank
+    intra = comm.Split(rank % 2, rank)
+    inter = intra.Create_intercomm(0, comm, 1 - rank % 2)
+    both = inter.Split_type(MPI.COMM_TYPE_SHARED)
+    assert (both.size, both.remote_size) == (1, 1)
+    assert both.allgather(rank) == [rank ^ 1]
+    for c in (unguided, shared, both, inter, intra):
+        c.Free()
+    """
+    proc = run_mpi(
+        4,
+        mpi_program(MPI_PRELUDE, body),
+        timeout=60,
+        launcher_args=("--hosts", "127.0.0.2:2,127.0.0.3:2"),
+    )
+    assert_ok(proc, 4)
