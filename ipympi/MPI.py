@@ -70,13 +70,17 @@ __all__ = _collect()
 # Process-wide functions that live with the runtime.
 Attach_buffer = _runtime.Attach_buffer
 Detach_buffer = _runtime.Detach_buffer
+Flush_buffer = _runtime.Flush_buffer
+Iflush_buffer = _runtime.Iflush_buffer
 Pcontrol = _runtime.Pcontrol
-__all__ += ["Attach_buffer", "Detach_buffer", "Pcontrol"]
+__all__ += ["Attach_buffer", "Detach_buffer", "Flush_buffer", "Iflush_buffer", "Pcontrol"]
 
 # Calls not tied to an object report errors through COMM_WORLD's handler.
 _WORLD_CALLS = (
     "Attach_buffer",
     "Detach_buffer",
+    "Flush_buffer",
+    "Iflush_buffer",
     "Alloc_mem",
     "Free_mem",
     "Get_error_class",

@@ -9,13 +9,18 @@ as in mpi4py:
 
 * ``copy_fn(oldcomm, keyval, value)`` runs on ``Dup`` for each attribute of the
   old communicator and returns the new communicator's value; returning
-  ``NotImplemented`` leaves the attribute out. ``copy_fn=None`` never copies and
-  ``copy_fn=True`` copies the value unchanged. A callback that raises makes the
-  ``Dup`` fail (an ``MPI.Exception`` keeps its error class, anything else gives
-  ``ERR_OTHER``).
+  ``NotImplemented`` leaves the attribute out. ``copy_fn=None`` (or ``False``)
+  never copies and ``copy_fn=True`` copies the value unchanged.
 * ``delete_fn(comm, keyval, value)`` runs when the attribute goes away: ``Free``
   of the communicator, ``Delete_attr``, and ``Set_attr`` replacing a value.
-  A callback that raises makes that call fail.
+
+A callback that raises has its traceback printed to ``sys.stderr``. As with
+mpi4py on MPICH, a failing copy callback makes ``Dup`` fail (creating nothing),
+and a failing delete callback makes ``Delete_attr`` fail after removing the
+attribute, both with an ``MPI.Exception``: the one the callback raised, or
+``ERR_OTHER`` for any other exception. ``Set_attr`` replacing a value and
+``Free`` report nothing more than the traceback: the old value is replaced, the
+object freed.
 
 ``Free_keyval`` invalidates the number at once (using it is ``ERR_KEYVAL``), but
 attributes already set keep their callbacks until they are deleted. The
@@ -35,10 +40,12 @@ from __future__ import annotations
 
 import itertools
 import sys
+import traceback
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import _constants as K
 from . import _errors, _finalize_hooks
+from ._args import c_int
 from ._errhandling import mpi_call
 from ._errors import ERR_KEYVAL, ERR_OTHER
 from ._errors import Exception as MPIException
@@ -76,12 +83,8 @@ _keyvals: dict[int, Keyval] = {}  # live (not freed) keyvals
 
 
 def create_keyval(kind: str, copy_fn: Any, delete_fn: Any, nopython: bool) -> int:
-    if copy_fn is not None and copy_fn is not True and not callable(copy_fn):
-        raise MPIException(_errors.ERR_ARG, f"Create_keyval: copy_fn {copy_fn!r} is not callable")
-    if delete_fn is not None and not callable(delete_fn):
-        raise MPIException(
-            _errors.ERR_ARG, f"Create_keyval: delete_fn {delete_fn!r} is not callable"
-        )
+    if copy_fn is False:
+        copy_fn = None  # mpi4py: False and None both mean "never copy"
     number = next(_numbers)
     _keyvals[number] = Keyval(number, kind, copy_fn, delete_fn, bool(nopython))
     return number
@@ -89,7 +92,8 @@ def create_keyval(kind: str, copy_fn: Any, delete_fn: Any, nopython: bool) -> in
 
 def lookup(kind: str, keyval: Any, call: str) -> Keyval:
     """The live keyval ``keyval`` of object kind ``kind``, or ``ERR_KEYVAL``."""
-    kv = _keyvals.get(keyval) if isinstance(keyval, int) else None
+    keyval = c_int(keyval)  # as mpi4py converts it: a float works, a str is a TypeError
+    kv = _keyvals.get(keyval)
     if kv is None:
         if keyval == K.KEYVAL_INVALID:
             raise MPIException(ERR_KEYVAL, f"{call}: KEYVAL_INVALID is not a valid key")
@@ -116,6 +120,8 @@ def free_keyval(kind: str, keyval: Any) -> int:
 
 
 def _callback_error(call: str, what: str, kv: Keyval, exc: BaseException) -> MPIException:
+    """The error of a call whose callback raised ``exc``; its traceback goes to stderr."""
+    traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
     if isinstance(exc, MPIException):
         return exc
     error = MPIException(
@@ -137,6 +143,14 @@ def _run_delete(obj: Any, kv: Keyval, value: Any, call: str) -> None:
         raise _callback_error(call, "delete", kv, exc) from exc
 
 
+def _quiet_delete(obj: Any, kv: Keyval, value: Any, call: str) -> None:
+    """Run a delete callback whose failure only gets its traceback printed."""
+    try:
+        _run_delete(obj, kv, value, call)
+    except MPIException:
+        pass
+
+
 def copy_attributes(oldcomm: Any, old: AttrHolder, new: AttrHolder, call: str) -> None:
     """Run the copy callbacks of ``old``'s attributes (for ``Dup``) into ``new``.
 
@@ -156,26 +170,20 @@ def copy_attributes(oldcomm: Any, old: AttrHolder, new: AttrHolder, call: str) -
             error = _callback_error(call, "copy", kv, exc)
             newcomm = type(oldcomm)._from_impl(new)
             for kv2, value2 in reversed(list(new.attrs.values())):
-                try:
-                    _run_delete(newcomm, kv2, value2, call)
-                except MPIException:
-                    pass
+                _quiet_delete(newcomm, kv2, value2, call)
             new.attrs.clear()
             raise error from exc
         if result is not NotImplemented:
             new.attrs[number] = (kv, result)
 
 
-def delete_attributes(comm: Any, impl: AttrHolder, call: str) -> None:
-    """Delete every attribute of ``impl`` (last set first), running delete callbacks.
-
-    Stops at the first callback that fails, leaving the rest in place.
-    """
+def delete_attributes(obj: Any, impl: AttrHolder, call: str) -> None:
+    """Delete every attribute of ``impl`` (last set first), running delete callbacks,
+    for a ``Free``: a failing callback is reported on stderr and the rest still run."""
     while impl.attrs:
         number = next(reversed(impl.attrs))
-        kv, value = impl.attrs[number]
-        _run_delete(comm, kv, value, call)
-        impl.attrs.pop(number, None)
+        kv, value = impl.attrs.pop(number)
+        _quiet_delete(obj, kv, value, call)
 
 
 def _predefined_value(impl: CommImpl, keyval: int) -> tuple[bool, Any]:
@@ -238,7 +246,8 @@ class CommAttributes:
     def Get_attr(self, keyval: int) -> Any:
         """Value of attribute ``keyval``, or ``None`` when it is not set."""
         impl = self._live()
-        if isinstance(keyval, int) and keyval in PREDEFINED:
+        keyval = c_int(keyval)
+        if keyval in PREDEFINED:
             return _predefined_value(impl, keyval)[1]
         kv = lookup("comm", keyval, "Get_attr")
         entry = impl.attrs.get(kv.number)
@@ -252,20 +261,17 @@ class CommAttributes:
 
 def _set_attr(obj: Any, impl: AttrHolder, kind: str, keyval: Any, attrval: Any) -> None:
     kv = lookup(kind, keyval, "Set_attr")
-    old = impl.attrs.get(kv.number)
-    if old is not None:
-        _run_delete(obj, old[0], old[1], "Set_attr")
-        impl.attrs.pop(kv.number, None)  # re-set: it becomes the last one set
+    old = impl.attrs.pop(kv.number, None)  # re-set: it becomes the last one set
     impl.attrs[kv.number] = (kv, attrval)
+    if old is not None:
+        _quiet_delete(obj, old[0], old[1], "Set_attr")
 
 
 def _delete_attr(obj: Any, impl: AttrHolder, kind: str, keyval: Any) -> None:
     kv = lookup(kind, keyval, "Delete_attr")
-    entry = impl.attrs.get(kv.number)
-    if entry is None:
-        return
-    _run_delete(obj, entry[0], entry[1], "Delete_attr")
-    impl.attrs.pop(kv.number, None)
+    entry = impl.attrs.pop(kv.number, None)
+    if entry is not None:
+        _run_delete(obj, entry[0], entry[1], "Delete_attr")
 
 
 class TypeAttributes:
@@ -339,15 +345,8 @@ def _free_self_attributes() -> None:
     from ._runtime import COMM_SELF
 
     impl = COMM_SELF._impl
-    if impl is None:
-        return
-    while impl.attrs:
-        number = next(reversed(impl.attrs))
-        kv, value = impl.attrs.pop(number)
-        try:
-            _run_delete(COMM_SELF, kv, value, "Finalize")
-        except MPIException as exc:
-            print(f"ipympi: Finalize: {exc}", file=sys.stderr)
+    if impl is not None:
+        delete_attributes(COMM_SELF, impl, "Finalize")
 
 
 _finalize_hooks.register(_free_self_attributes)

@@ -1,86 +1,133 @@
-"""The buffer of buffered-mode sends (``Attach_buffer``/``Detach_buffer``).
+"""The buffers of buffered-mode sends (``Attach_buffer``/``Detach_buffer``/``Flush_buffer``).
 
-Each buffered message holds ``nbytes + BSEND_OVERHEAD`` bytes of the attached
-buffer from the ``Bsend`` call until its transfer completes; a message that
-does not fit raises ``ERR_BUFFER``. The data itself is copied at ``Bsend`` time
-(into the eager frame or a private snapshot), so the caller may reuse its
-buffer at once, as the standard requires of a local call.
+A buffer is attached to the process (``MPI.Attach_buffer``) or, as MPI 4.1 allows,
+to one communicator (``Comm.Attach_buffer``); a buffered send uses its
+communicator's buffer when it has one, and the process's otherwise. Each
+buffered message holds ``nbytes + BSEND_OVERHEAD`` bytes of that buffer from the
+``Bsend`` call until its transfer completes; a message that does not fit raises
+``ERR_BUFFER``. ``BUFFER_AUTOMATIC`` attaches a buffer that MPI sizes itself: here
+one without a limit. The data itself is copied at ``Bsend`` time (into the eager
+frame or a private snapshot), so the caller may reuse its buffer at once, as the
+standard requires of a local call.
+
+``Flush_buffer`` waits until every message buffered so far has left, and
+``Detach_buffer`` flushes before it gives the buffer back; ``Iflush_buffer`` is
+the nonblocking flush, a request that completes when the buffer has no message
+left.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ._constants import BSEND_OVERHEAD
+from ._buffers import BUFFER_AUTOMATIC, byte_view
+from ._constants import ANY_TAG, BSEND_OVERHEAD, PROC_NULL
 from ._errors import ERR_BUFFER
 from ._errors import Exception as MPIException
-from ._ops import Op
+from ._ops import SEND, Op
 
-__all__ = ["attach", "detach", "release", "reserve"]
+__all__ = ["Pool", "attach", "detach", "flush", "iflush", "release", "reserve"]
 
 
-class _Attached:
-    def __init__(self, buf: Any, size: int) -> None:
+class Pool:
+    """An attached buffer: its size (``None``: automatic, no limit) and its messages."""
+
+    __slots__ = ("buf", "flushes", "ops", "size", "used")
+
+    def __init__(self, buf: Any, size: int | None) -> None:
         self.buf = buf
         self.size = size
         self.used = 0
         self.ops: set[Op] = set()
+        self.flushes: list[Op] = []  # Iflush_buffer operations waiting for ops to drain
 
 
-_attached: _Attached | None = None
+class _Process:
+    """The holder of the process's buffer (a communicator's is its ``CommImpl``)."""
+
+    __slots__ = ("bsend",)
+
+    def __init__(self) -> None:
+        self.bsend: Pool | None = None
 
 
-def attach(buf: Any) -> None:
-    """Attach ``buf`` (any writable or read-only buffer) for buffered sends."""
-    global _attached
-    if _attached is not None:
-        raise MPIException(ERR_BUFFER, "Attach_buffer: a buffer is already attached")
-    from ._buffers import byte_view
-
-    size = byte_view(buf, True).nbytes  # BufferError for read-only memory, as in mpi4py
-    _attached = _Attached(buf, size)
+PROCESS = _Process()
 
 
-def detach(engine: Any) -> Any:
-    """Wait until every buffered message is sent, then give the buffer back."""
-    global _attached
-    attached = _attached
-    if attached is None:
+def attach(holder: Any, buf: Any, call: str = "Attach_buffer") -> None:
+    """Attach ``buf`` (a buffer, or ``BUFFER_AUTOMATIC``) to ``holder``."""
+    if holder.bsend is not None:
+        raise MPIException(ERR_BUFFER, f"{call}: a buffer is already attached")
+    # TypeError for what is not memory, BufferError for read-only memory, as in mpi4py
+    size = None if buf is BUFFER_AUTOMATIC else byte_view(buf, True).nbytes
+    holder.bsend = Pool(buf, size)
+
+
+def flush(engine: Any, holder: Any) -> None:
+    """Wait until every message buffered in ``holder``'s buffer has been sent."""
+    pool = holder.bsend
+    if pool is None or not pool.ops or engine is None:
+        return
+    engine.enter()
+    try:
+        engine.wait_until(lambda: not pool.ops)
+    finally:
+        engine.leave()
+
+
+def iflush(holder: Any, comm: Any, call: str) -> Op:
+    """An operation that completes once ``holder``'s buffer has no message left."""
+    op = Op(SEND, comm, call, PROC_NULL, ANY_TAG)
+    pool = holder.bsend
+    if pool is None or not pool.ops:
+        op.done = True
+    else:
+        pool.flushes.append(op)
+    return op
+
+
+def detach(engine: Any, holder: Any) -> Any:
+    """Flush ``holder``'s buffer, then give it back (``None`` when none is attached)."""
+    pool = holder.bsend
+    if pool is None:
         return None
-    if attached.ops and engine is not None:
-        engine.enter()
-        try:
-            engine.wait_until(lambda: not attached.ops)
-        finally:
-            engine.leave()
-    _attached = None
-    return attached.buf
+    flush(engine, holder)
+    holder.bsend = None
+    return pool.buf
 
 
-def reserve(op: Op, nbytes: int) -> None:
-    """Claim space for a buffered message of ``nbytes`` or raise ``ERR_BUFFER``."""
-    attached = _attached
+def reserve(op: Op, nbytes: int, holder: Any) -> None:
+    """Claim space for a buffered message of ``nbytes`` in the buffer that applies to
+    ``holder`` (a communicator's state), or raise ``ERR_BUFFER``."""
+    pool = holder.bsend or PROCESS.bsend
     need = nbytes + BSEND_OVERHEAD
-    if attached is None:
+    if pool is None:
         raise MPIException(
             ERR_BUFFER, f"Bsend of {nbytes} bytes: no buffer attached (use MPI.Attach_buffer)"
         )
-    free = attached.size - attached.used
-    if need > free:
-        raise MPIException(
-            ERR_BUFFER,
-            f"Bsend of {nbytes} bytes needs {need} bytes of the attached buffer; "
-            f"{free} of {attached.size} are free",
-        )
-    attached.used += need
+    if pool.size is not None:
+        free = pool.size - pool.used
+        if need > free:
+            raise MPIException(
+                ERR_BUFFER,
+                f"Bsend of {nbytes} bytes needs {need} bytes of the attached buffer; "
+                f"{free} of {pool.size} are free",
+            )
+    pool.used += need
     op.bsend_bytes = need
-    attached.ops.add(op)
+    op.bsend_pool = pool
+    pool.ops.add(op)
 
 
 def release(op: Op) -> None:
     """Give back the space of a completed buffered message."""
-    attached = _attached
-    if attached is not None and op in attached.ops:
-        attached.ops.discard(op)
-        attached.used -= op.bsend_bytes
+    pool = op.bsend_pool
+    if pool is not None and op in pool.ops:
+        pool.ops.discard(op)
+        pool.used -= op.bsend_bytes
+        if not pool.ops:
+            for waiting in pool.flushes:
+                waiting.done = True
+            pool.flushes.clear()
     op.bsend_bytes = 0
+    op.bsend_pool = None

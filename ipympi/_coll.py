@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import _algorithms as algo
 from . import _collfast as fast
+from ._args import root_rank
 from ._buffers import IN_PLACE, recv_buffer, send_buffer
 from ._collbuf import blocks, in_place, unpack_after, vector, wvector
 from ._collsched import Algorithm, CollOp, check_reported, run_blocking, run_in_mode, signature
 from ._errhandling import mpi_call
-from ._errors import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_ROOT
+from ._errors import ERR_ARG, ERR_BUFFER, ERR_COUNT
 from ._errors import Exception as MPIException
 from ._request import Prequest, Request
 
@@ -47,11 +48,11 @@ class Collectives:
         def _live(self) -> CommImpl: ...
 
     # -- machinery ----------------------------------------------------------------
-    def _check_root(self, impl: CommImpl, root: int, call: str) -> None:
-        if not 0 <= root < impl.size:
-            raise MPIException(
-                ERR_ROOT, f"{call}: root {root} is not a rank of {impl.label} (size {impl.size})"
-            )
+    def _check_root(self, impl: CommImpl, root: Any, call: str) -> int:
+        """``root`` as a rank of the communicator (see :func:`ipympi._args.root_rank`)."""
+        if type(root) is int and 0 <= root < impl.size:
+            return root
+        return root_rank(impl, root, call)
 
     def _collective(self, call: str, kind: str, root: int, plan: Plan, mode: str) -> Any:
         """Run ``plan`` as a blocking call, or return its (persistent) request."""
@@ -102,7 +103,7 @@ class Collectives:
     # -- bcast --------------------------------------------------------------------
     def _bcast(self, call: str, buf: Any, root: int, mode: str) -> Any:
         impl = self._live()
-        self._check_root(impl, root, call)
+        root = self._check_root(impl, root, call)
         if buf is IN_PLACE:
             raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is not allowed in Bcast")
         spec = send_buffer(buf) if impl.rank == root else recv_buffer(buf)
@@ -144,7 +145,7 @@ class Collectives:
         from ._pickle import pickle
 
         impl = self._live()
-        self._check_root(impl, root, "bcast")
+        root = self._check_root(impl, root, "bcast")
         data = pickle.dumps(obj) if impl.rank == root else None
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
@@ -156,7 +157,7 @@ class Collectives:
     # -- gather / scatter ---------------------------------------------------------------
     def _gather(self, call: str, sendbuf: Any, recvbuf: Any, root: int, mode: str, v: bool) -> Any:
         impl = self._live()
-        self._check_root(impl, root, call)
+        root = self._check_root(impl, root, call)
         rank, size = impl.rank, impl.size
         at_root = rank == root
         if sendbuf is IN_PLACE and not at_root:
@@ -216,7 +217,7 @@ class Collectives:
         from ._pickle import pickle
 
         impl = self._live()
-        self._check_root(impl, root, "gather")
+        root = self._check_root(impl, root, "gather")
         data = pickle.dumps(sendobj)
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
@@ -227,7 +228,7 @@ class Collectives:
 
     def _scatter(self, call: str, sendbuf: Any, recvbuf: Any, root: int, mode: str, v: bool) -> Any:
         impl = self._live()
-        self._check_root(impl, root, call)
+        root = self._check_root(impl, root, call)
         rank, size = impl.rank, impl.size
         at_root = rank == root
         if recvbuf is IN_PLACE and not at_root:
@@ -291,7 +292,7 @@ class Collectives:
         from ._pickle import pickle
 
         impl = self._live()
-        self._check_root(impl, root, "scatter")
+        root = self._check_root(impl, root, "scatter")
         pickles = None
         if impl.rank == root:
             items = list(sendobj) if sendobj is not None else None

@@ -129,7 +129,7 @@ class Reductions:
 
         def _live(self) -> CommImpl: ...
 
-        def _check_root(self, impl: CommImpl, root: int, call: str) -> None: ...
+        def _check_root(self, impl: CommImpl, root: Any, call: str) -> int: ...
 
         def _collective(self, call: str, kind: str, root: int, plan: Any, mode: str) -> Any: ...
 
@@ -138,7 +138,7 @@ class Reductions:
     # -- Reduce ----------------------------------------------------------------------
     def _reduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, mode: str) -> Any:
         impl = self._live()
-        self._check_root(impl, root, call)
+        root = self._check_root(impl, root, call)
         at_root = impl.rank == root
         if sendbuf is IN_PLACE and not at_root:
             raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is allowed at the root only")
@@ -173,7 +173,7 @@ class Reductions:
     def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
         """Combine one Python object per rank; the root returns the result, others None."""
         impl = self._live()
-        self._check_root(impl, root, "reduce")
+        root = self._check_root(impl, root, "reduce")
         op = _object_op(op, "reduce")
         values = red.ObjectValues(op)
         commutative = getattr(op, "_commutative", False)

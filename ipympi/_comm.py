@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, NoReturn
 
+from . import _bsend, _errors
 from . import _constants as K
 from . import _errhandling as hooks
-from . import _errors
+from ._args import c_int
 from ._attributes import CommAttributes
 from ._coll import Collectives
 from ._coll_reduce import Reductions
@@ -40,9 +41,11 @@ class CommImpl:
 
     __slots__ = (
         "attrs",
+        "bsend",
         "context",
         "engine",
         "errhandler",
+        "info",
         "lane",
         "name",
         "predefined",
@@ -74,6 +77,8 @@ class CommImpl:
         # keyval -> (Keyval, value), in the order set (see _attributes)
         self.attrs: dict[int, tuple[Any, Any]] = {}
         self.lane: Any = None  # the straight path's view of it (``_collfast.Lane``)
+        self.bsend: Any = None  # its own buffer for buffered sends (``_bsend.Pool``)
+        self.info: dict[str, str] = {}  # hints (``Set_info``; see ``_commcreate.hints_of``)
 
     @property
     def label(self) -> str:
@@ -216,9 +221,17 @@ class Comm(PointToPoint, CommAttributes, CommConstructors):
     def topology(self) -> int:
         return self.Get_topology()
 
+    @property
+    def is_topo(self) -> bool:
+        """Whether the communicator has a process topology."""
+        return self.Get_topology() != K.UNDEFINED
+
     # -- naming --------------------------------------------------------------
     @mpi_call
     def Get_name(self) -> str:
+        """The communicator's name; a null handle is named ``MPI_COMM_NULL``, as in mpi4py."""
+        if self._impl is None and self._label == "COMM_NULL":
+            return "MPI_COMM_NULL"
         return self._live().name
 
     @mpi_call
@@ -234,12 +247,58 @@ class Comm(PointToPoint, CommAttributes, CommConstructors):
     def name(self, value: str) -> None:
         self.Set_name(value)
 
+    # -- buffered sends (MPI 4.1: a buffer of the communicator's own) ---------
+    @mpi_call
+    def Attach_buffer(self, buf: Any) -> None:
+        """Attach a buffer (or ``BUFFER_AUTOMATIC``) for this communicator's buffered
+        sends; without one they use the process's (``MPI.Attach_buffer``)."""
+        _bsend.attach(self._live(), buf)
+
+    @mpi_call
+    def Detach_buffer(self) -> Any:
+        """Wait until this communicator's buffered messages have left; return its buffer."""
+        impl = self._live()
+        return _bsend.detach(impl.engine, impl)
+
+    @mpi_call
+    def Flush_buffer(self) -> None:
+        """Wait until every message in this communicator's buffer has left."""
+        impl = self._live()
+        _bsend.flush(impl.engine, impl)
+
+    @mpi_call
+    def Iflush_buffer(self) -> Any:
+        """Nonblocking ``Flush_buffer``: a request completing once the buffer is empty."""
+        from ._request import Request
+
+        return Request._of(_bsend.iflush(self._live(), self, "Iflush_buffer"))
+
     # -- process management --------------------------------------------------
     def Abort(self, errorcode: int = 0) -> NoReturn:
         """End every rank of the job; the launcher exits with ``errorcode``."""
         assert hooks.abort is not None
         name = self._impl.name if self._impl is not None else "COMM_NULL"
-        hooks.abort(int(errorcode), f"MPI_Abort({name}, {int(errorcode)})")
+        code = c_int(errorcode)
+        hooks.abort(code, f"MPI_Abort({name}, {code})")
+
+    @classmethod
+    def Get_parent(cls) -> Intercomm:
+        """The intercommunicator to the job that spawned this one: ``COMM_NULL``, since
+        ipympi starts no processes dynamically (``Spawn`` is not available)."""
+        return Intercomm._from_impl(None, "COMM_NULL")
+
+    @mpi_call
+    def Disconnect(self) -> None:
+        """Collective ``Free`` that first waits for the communication still in progress
+        on the communicator, then for every member to get there."""
+        impl = self._live()
+        if impl.predefined:
+            raise MPIException(ERR_COMM, f"Disconnect: {impl.name} is predefined")
+        from ._commcreate import wait_pending
+
+        wait_pending(impl, "Disconnect")
+        self.Barrier()  # type: ignore[attr-defined]
+        self.Free()
 
     # -- freeing -------------------------------------------------------------
     @mpi_call

@@ -29,9 +29,11 @@ from . import _algorithms as algo
 from . import _constants as K
 from . import _contexts as ctx
 from . import _errors
+from ._args import c_int
 from ._errhandling import mpi_call
-from ._errors import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_OTHER, ERR_TAG
+from ._errors import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_OTHER
 from ._errors import Exception as MPIException
+from ._groupcreate import GroupConstructors, group_ranks
 
 if TYPE_CHECKING:
     from ._comm import Comm, CommImpl
@@ -39,24 +41,14 @@ if TYPE_CHECKING:
 
 __all__ = ["CommConstructors", "IntraConstructors"]
 
+HW_RESOURCE_TYPE = "mpi_hw_resource_type"  # the info key of the guided split types
+SHARED_MEMORY = "mpi_shared_memory"  # its value for the level of a host's shared memory
 SPLIT_TYPES = (
     K.COMM_TYPE_SHARED,
     K.COMM_TYPE_HW_GUIDED,
     K.COMM_TYPE_HW_UNGUIDED,
     K.COMM_TYPE_RESOURCE_GUIDED,
 )
-
-
-def _group_ranks(group: Any, call: str) -> tuple[int, ...]:
-    """The world ranks of ``group``, or ``ERR_GROUP`` for a null or foreign object."""
-    from ._group import Group
-
-    ranks = group._ranks if isinstance(group, Group) else None
-    if ranks is None:
-        raise MPIException(
-            ERR_GROUP, f"{call}: invalid group {group!r} (GROUP_NULL or not a group)"
-        )
-    return tuple(ranks)
 
 
 def _new_impl(parent: CommImpl, context: int, world_ranks: list[int]) -> CommImpl:
@@ -85,6 +77,31 @@ def _allgather(comm: Any, call: str, obj: Any) -> list[Any]:
     # unbound: a plain ``MPI.Comm`` handle on an intracommunicator works too
     wires = Collectives._collective(comm, call, "allgather", 0, plan, "blocking")
     return [pickle.loads(w) for w in wires]
+
+
+def hints_of(info: Any, call: str) -> dict[str, str]:
+    """The hints of an ``MPI.Info`` as a plain dict (``None`` and ``INFO_NULL``: none).
+
+    Communicators keep their hints in this form; ``Get_info`` hands them back as a
+    new ``MPI.Info`` (:func:`info_of`).
+    """
+    from ._unsupported import Info
+
+    if info is None or (isinstance(info, Info) and not info):
+        return {}
+    if not isinstance(info, Info):
+        raise TypeError(f"{call}: info must be an MPI.Info, not {type(info).__name__}")
+    return {str(key): str(value) for key, value in info.items()}
+
+
+def info_of(hints: dict[str, str]) -> Any:
+    """A new ``MPI.Info`` holding ``hints``."""
+    from ._unsupported import Info
+
+    info = Info.Create()
+    for key, value in hints.items():
+        info.Set(key, value)
+    return info
 
 
 def _agree(parts: list[ctx.Contribution], call: str) -> tuple[int, int]:
@@ -160,27 +177,68 @@ class CommConstructors:
             raise
         return type(self)._from_impl(new)
 
+    def _hints_for(self, info: Any, call: str) -> dict[str, str]:
+        return dict(self._live().info) if info is None else hints_of(info, call)
+
     @mpi_call
     def Dup(self, info: Any = None) -> Comm:
-        """A new communicator with the same group, a new context and copied attributes."""
-        return self._dup("Dup")
+        """A new communicator with the same group, a new context and copied attributes.
+
+        It keeps this communicator's hints, or takes those of ``info`` if given.
+        """
+        hints = self._hints_for(info, "Dup")
+        comm = self._dup("Dup")
+        comm._impl.info = hints  # type: ignore[union-attr]
+        return comm
 
     @mpi_call
     def Dup_with_info(self, info: Any) -> Comm:
-        """``Dup`` with hints (accepted and ignored)."""
-        return self._dup("Dup_with_info")
+        """``Dup`` with the hints of ``info`` instead of this communicator's."""
+        hints = hints_of(info, "Dup_with_info")
+        comm = self._dup("Dup_with_info")
+        comm._impl.info = hints  # type: ignore[union-attr]
+        return comm
+
+    @mpi_call
+    def Clone(self) -> Comm:
+        """``Dup``: a communicator of the same kind, group, topology and hints."""
+        return self.Dup()
 
     @mpi_call
     def Idup(self, info: Any = None) -> tuple[Comm, Request]:
-        """``Dup`` returning ``(newcomm, request)``; the request is already complete."""
-        return self._idup("Idup")
+        """Nonblocking ``Dup``: ``(newcomm, request)``; use newcomm once the request completes."""
+        return self._idup("Idup", self._hints_for(info, "Idup"))
 
     @mpi_call
     def Idup_with_info(self, info: Any) -> tuple[Comm, Request]:
-        """``Idup`` with hints (accepted and ignored)."""
-        return self._idup("Idup_with_info")
+        """``Idup`` with the hints of ``info`` instead of this communicator's."""
+        return self._idup("Idup_with_info", hints_of(info, "Idup_with_info"))
 
-    def _idup(self, call: str) -> tuple[Comm, Request]:
+    # -- hints ---------------------------------------------------------------------------
+    @mpi_call
+    def Set_info(self, info: Any) -> None:
+        """Replace the communicator's hints by those of ``info``."""
+        impl = self._live()
+        if info is None:
+            raise TypeError("Set_info: info must be an MPI.Info, not None")
+        if not info:
+            raise MPIException(ERR_ARG, "Set_info: INFO_NULL carries no hints")
+        impl.info = hints_of(info, "Set_info")
+
+    @mpi_call
+    def Get_info(self) -> Any:
+        """A new ``MPI.Info`` holding the communicator's hints (the caller frees it)."""
+        return info_of(self._live().info)
+
+    @property
+    def info(self) -> Any:
+        return self.Get_info()
+
+    @info.setter
+    def info(self, info: Any) -> None:
+        self.Set_info(info)
+
+    def _idup(self, call: str, hints: dict[str, str]) -> tuple[Comm, Request]:
         from ._attributes import copy_attributes
         from ._collsched import CollOp, check_reported, signature
         from ._request import Request
@@ -198,6 +256,7 @@ class CommConstructors:
         # The new communicator's state exists from now on; its context comes
         # with the agreement's end. Until then the handle refuses every use.
         new = _new_impl(impl, -1, impl.world_ranks)
+        new.info = hints
         if inter:
             new.remote_world_ranks = list(impl.remote_world_ranks)
         if getattr(impl, "topo", None) is not None:
@@ -250,7 +309,7 @@ class CommConstructors:
         groups. Callers not in their group get ``COMM_NULL``.
         """
         impl = self._intra("Create")
-        members = _group_ranks(group, "Create")
+        members = group_ranks(group, "Create")
         parent = set(impl.world_ranks)
         outside = [r for r in members if r not in parent]
         if outside:
@@ -274,7 +333,7 @@ class CommConstructors:
         ``color=UNDEFINED`` gives ``COMM_NULL``.
         """
         impl = self._intra("Split")
-        color, key = _int(color, "Split", "color"), _int(key, "Split", "key")
+        color, key = c_int(color), c_int(key)
         if color < 0 and color != K.UNDEFINED:
             raise MPIException(
                 ERR_ARG, f"Split: color must be non-negative or UNDEFINED, got {color}"
@@ -283,22 +342,41 @@ class CommConstructors:
 
     @mpi_call
     def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> Comm:
-        """Split by type: ``COMM_TYPE_SHARED`` groups the ranks sharing a host.
+        """Split by type of shared resource; the only level ipympi knows is the host.
 
-        ``UNDEFINED`` gives ``COMM_NULL``; the hardware-guided types give
-        ``COMM_NULL`` too (no finer hardware level is known).
+        ``COMM_TYPE_SHARED`` groups the processes of each host, as do the guided types
+        (``COMM_TYPE_HW_GUIDED``, ``COMM_TYPE_RESOURCE_GUIDED``) when ``info`` asks for
+        ``mpi_hw_resource_type=mpi_shared_memory``; another resource type, or none,
+        gives ``COMM_NULL``. ``COMM_TYPE_HW_UNGUIDED`` splits by host only if that
+        makes smaller communicators (and names the level in ``info``), else it gives
+        ``COMM_NULL``, as does ``UNDEFINED``. On an intercommunicator the same-type
+        processes of both groups form a new intercommunicator.
         """
         from ._runtime import host_name
 
-        impl = self._intra("Split_type")
-        split_type = _int(split_type, "Split_type", "split_type")
-        key = _int(key, "Split_type", "key")
+        call = "Split_type"
+        impl = self._live()
+        split_type, key = c_int(split_type), c_int(key)
         if split_type != K.UNDEFINED and split_type not in SPLIT_TYPES:
-            raise MPIException(ERR_ARG, f"Split_type: invalid split_type {split_type}")
+            raise MPIException(ERR_ARG, f"{call}: invalid split_type {split_type}")
+        hints = hints_of(info, call)
         color: Any = K.UNDEFINED
         if split_type == K.COMM_TYPE_SHARED:
             color = ("host", host_name())
-        return self._split("Split_type", impl, color, key)
+        elif split_type in (K.COMM_TYPE_HW_GUIDED, K.COMM_TYPE_RESOURCE_GUIDED):
+            if hints.get(HW_RESOURCE_TYPE) == SHARED_MEMORY:
+                color = ("host", host_name())
+        elif split_type == K.COMM_TYPE_HW_UNGUIDED and len(set(self._local_hosts(call))) > 1:
+            color = ("host", host_name())
+            if info:  # an MPI.Info given: it names the level split at
+                info.Set(HW_RESOURCE_TYPE, SHARED_MEMORY)
+        return self._split(call, impl, color, key)
+
+    def _local_hosts(self, call: str) -> list[str]:
+        """The host of every process of the communicator, in rank order."""
+        from ._runtime import host_name
+
+        return _allgather(self, call, host_name())
 
     def _split(self, call: str, impl: CommImpl, color: Any, key: int) -> Comm:
         parts = _allgather(self, call, (color, key, ctx.contribution(impl.engine)))
@@ -326,8 +404,8 @@ class CommConstructors:
         return impl
 
 
-class IntraConstructors:
-    """``Create_group``: collective only over the new group's members."""
+class IntraConstructors(GroupConstructors):
+    """Constructors of intracommunicators only: from groups, and ``Create_intercomm``."""
 
     __slots__ = ()
 
@@ -336,67 +414,6 @@ class IntraConstructors:
         def _live(self) -> CommImpl: ...
 
         def _raise(self, exc: MPIException, call: str) -> Any: ...
-
-    @mpi_call
-    def Create_group(self, group: Any, tag: int = 0) -> Any:
-        """The communicator of ``group``, called only by the group's members.
-
-        A caller outside the group (e.g. with ``GROUP_EMPTY``) gets ``COMM_NULL``
-        without communicating.
-        """
-        from ._comm import CommImpl, Intracomm
-
-        impl = self._live()
-        members = _group_ranks(group, "Create_group")
-        tag = _int(tag, "Create_group", "tag")
-        if not 0 <= tag <= K.TAG_UB_VALUE:
-            raise MPIException(ERR_TAG, f"Create_group: invalid tag {tag} (0..{K.TAG_UB_VALUE})")
-        parent = set(impl.world_ranks)
-        outside = [r for r in members if r not in parent]
-        if outside:
-            raise MPIException(
-                ERR_GROUP,
-                f"Create_group: the group is not a subgroup of the communicator "
-                f"(world ranks {outside} are not members)",
-            )
-        me = impl.world_ranks[impl.rank]
-        if me not in members:
-            return _null()
-        engine = impl.engine
-        mine = ctx.contribution(engine)
-        if len(members) == 1:
-            context, base = _agree([mine], "Create_group")
-        else:
-            # Point-to-point among the members on the parent's internal context,
-            # addressed by world rank: never matches user traffic on the parent.
-            wire = CommImpl(
-                engine,
-                ctx.internal_context(impl.context),
-                list(range(engine.size)),
-                me,
-                "Create_group",
-                _errors.ERRORS_RETURN,  # errors are reported once, by Create_group
-            )
-            link = Intracomm._from_impl(wire, "Create_group")
-            leader = members[0]
-            if me == leader:
-                parts = [mine]
-                for r in members[1:]:
-                    parts.append(link.recv(None, r, tag))
-                try:
-                    result: Any = _agree(parts, "Create_group")
-                except MPIException as exc:
-                    result = exc.Get_error_class()
-                for r in members[1:]:
-                    link.send(result, r, tag)
-            else:
-                link.send(mine, leader, tag)
-                result = link.recv(None, leader, tag)
-            if not isinstance(result, tuple):
-                raise MPIException(int(result), "Create_group: too many communicators in use")
-            context, base = result
-        ctx.install(engine, context, base)
-        return _intracomm(_new_impl(impl, context, list(members)))
 
     @mpi_call
     def Create_intercomm(
@@ -477,16 +494,40 @@ def _keep_pending(comm: Any, impl: CommImpl) -> None:
     engine = impl.engine
     engine.enter()
     try:
-        ops = [recv.handle for recv in engine.matcher.pending_posted()]
-        ops += list(engine._sends.values())
-        ops += [entry[0] for entry in engine._rdv.values()]
-        ops += list(engine.colls)
         private = None
-        for op in ops:
+        for op in _pending_ops(engine):
             if getattr(op, "comm", None) is comm:
                 if private is None:
                     private = type(comm)._from_impl(impl)
                 op.comm = private
+    finally:
+        engine.leave()
+
+
+def _pending_ops(engine: Any) -> list[Any]:
+    """Every operation in progress on this process (the caller holds the engine)."""
+    ops = [recv.handle for recv in engine.matcher.pending_posted()]
+    ops += list(engine._sends.values())
+    ops += [entry[0] for entry in engine._rdv.values()]
+    ops += list(engine.colls)
+    return ops
+
+
+def wait_pending(impl: CommImpl, call: str) -> None:
+    """Wait until no operation on communicator ``impl`` is in progress (``Disconnect``)."""
+    from ._engine import WaitInfo
+
+    engine = impl.engine
+
+    def settled() -> bool:
+        return not any(
+            getattr(getattr(op, "comm", None), "_impl", None) is impl for op in _pending_ops(engine)
+        )
+
+    engine.enter()
+    try:
+        if not settled():
+            engine.wait_until(settled, lambda: WaitInfo(call, impl.label, -1, -1))
     finally:
         engine.leave()
 
@@ -500,10 +541,3 @@ def _intracomm(impl: CommImpl | None) -> Any:
 def _null() -> Any:
     """``COMM_NULL``, as an ``Intracomm`` handle (what mpi4py's constructors return)."""
     return _intracomm(None)
-
-
-def _int(value: Any, call: str, what: str) -> int:
-    try:
-        return int(value.__index__())
-    except AttributeError:
-        raise MPIException(ERR_ARG, f"{call}: {what} must be an integer, got {value!r}") from None

@@ -22,10 +22,10 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import _constants as K
+from ._args import inter_root
 from ._buffers import IN_PLACE
 from ._collsched import Algorithm, CollOp, Round, check_reported, run_in_mode, signature
-from ._commcreate import _int
-from ._errors import ERR_BUFFER, ERR_ROOT
+from ._errors import ERR_BUFFER
 from ._errors import Exception as MPIException
 
 if TYPE_CHECKING:
@@ -166,16 +166,10 @@ class InterCollBase:
         their remote group.
         """
         impl = self._live()
-        root = _int(root, call, "root")
+        root = inter_root(impl, root, call)
         _, lo, ro = layout(impl)
         if root == K.ROOT:
             return "root", lo + impl.rank
         if root == K.PROC_NULL:
             return "idle", 0
-        if 0 <= root < len(impl.remote_world_ranks):
-            return "leaf", ro + root
-        raise MPIException(
-            ERR_ROOT,
-            f"{call}: root {root} must be ROOT, PROC_NULL or a rank of the remote group "
-            f"(size {len(impl.remote_world_ranks)})",
-        )
+        return "leaf", ro + root

@@ -27,11 +27,13 @@ from . import _algorithms as algo
 from . import _constants as K
 from . import _contexts as ctx
 from . import _errors
+from ._args import c_int
 from ._collsched import Algorithm
-from ._commcreate import _agree, _allgather, _group_ranks, _int, _new_impl
+from ._commcreate import _agree, _allgather, _new_impl
 from ._errhandling import mpi_call
 from ._errors import ERR_COMM, ERR_RANK, ERR_TAG
 from ._errors import Exception as MPIException
+from ._groupcreate import group_ranks
 from ._intercoll import InterCollectives
 from ._intercoll_core import layout
 from ._pickle import pickle
@@ -67,7 +69,7 @@ def _leader_exchange(
     if not isinstance(peer_comm, Comm):
         raise MPIException(ERR_COMM, f"{call}: peer_comm {peer_comm!r} is not a communicator")
     peer = peer_comm._live()
-    remote_leader = _int(remote_leader, call, "remote_leader")
+    remote_leader = c_int(remote_leader)
     if not 0 <= remote_leader < len(peer.remote_world_ranks):
         raise MPIException(
             ERR_RANK,
@@ -114,8 +116,8 @@ def create_intercomm(
     impl = local._live()
     if local.Is_inter():
         raise MPIException(ERR_COMM, f"{call}: the local communicator must be an intracommunicator")
-    local_leader = _int(local_leader, call, "local_leader")
-    tag = _int(tag, call, "tag")
+    local_leader = c_int(local_leader)
+    tag = c_int(tag)
     if not 0 <= local_leader < impl.size:
         raise MPIException(
             ERR_RANK, f"{call}: local_leader {local_leader} is not a rank (size {impl.size})"
@@ -228,12 +230,17 @@ class InterMethods(InterCollectives):
         ``UNDEFINED``, or a color present in one group only, gives ``COMM_NULL``.
         """
         impl = self._live()
-        color, key = _int(color, "Split", "color"), _int(key, "Split", "key")
+        color, key = c_int(color), c_int(key)
         if color < 0 and color != K.UNDEFINED:
             raise MPIException(
                 _errors.ERR_ARG, f"Split: color must be non-negative or UNDEFINED, got {color}"
             )
-        parts, lo, ro = self._union_allgather("Split", (color, key, ctx.contribution(impl.engine)))
+        return self._split("Split", impl, color, key)
+
+    def _split(self, call: str, impl: CommImpl, color: Any, key: int) -> Comm:
+        """Same-color processes of both groups form a new intercommunicator (``Split``,
+        ``Split_type``); ``UNDEFINED``, or a color of one group only, gives ``COMM_NULL``."""
+        parts, lo, ro = self._union_allgather(call, (color, key, ctx.contribution(impl.engine)))
         n, m = impl.size, len(impl.remote_world_ranks)
         if color == K.UNDEFINED:
             return type(self)._from_impl(None, "COMM_NULL")
@@ -241,11 +248,19 @@ class InterMethods(InterCollectives):
         remote = sorted((parts[ro + r][1], r) for r in range(m) if parts[ro + r][0] == color)
         if not remote:
             return type(self)._from_impl(None, "COMM_NULL")
-        context, base = _agree([p[2] for p in parts], "Split")
+        context, base = _agree([p[2] for p in parts], call)
         new = _new_impl(impl, context, [impl.world_ranks[r] for _, r in local])
         new.remote_world_ranks = [impl.remote_world_ranks[r] for _, r in remote]
         ctx.install(impl.engine, context, base)
         return type(self)._from_impl(new)
+
+    def _local_hosts(self, call: str) -> list[str]:
+        """The host of every process of the local group, in rank order."""
+        from ._runtime import host_name
+
+        impl = self._live()
+        parts, lo, _ = self._union_allgather(call, host_name())
+        return parts[lo : lo + impl.size]
 
     @mpi_call
     def Create(self, group: Any) -> Comm:
@@ -253,7 +268,7 @@ class InterMethods(InterCollectives):
         subgroup the remote processes pass; ``COMM_NULL`` if the caller is not in its
         group or either group is empty."""
         impl = self._live()
-        members = _group_ranks(group, "Create")
+        members = group_ranks(group, "Create")
         outside = [r for r in members if r not in set(impl.world_ranks)]
         if outside:
             raise MPIException(
@@ -271,6 +286,28 @@ class InterMethods(InterCollectives):
         new.remote_world_ranks = remote
         ctx.install(impl.engine, context, base)
         return type(self)._from_impl(new)
+
+    @classmethod
+    def Create_from_groups(
+        cls,
+        local_group: Any,
+        local_leader: int,
+        remote_group: Any,
+        remote_leader: int,
+        stringtag: str = "org.mpi4py",
+        info: Any = None,
+        errhandler: Any = None,
+    ) -> Any:
+        """The intercommunicator of two disjoint groups, without a parent communicator.
+
+        Every member of both groups calls it, naming its own group first; the
+        leaders are ranks in their groups. See :mod:`ipympi._groupcreate`.
+        """
+        from ._groupcreate import create_from_groups
+
+        return create_from_groups(
+            local_group, local_leader, remote_group, remote_leader, stringtag, info, errhandler
+        )
 
     def Create_group(self, group: Any, tag: int = 0) -> Any:
         raise MPIException(ERR_COMM, "Create_group: not defined on an intercommunicator")

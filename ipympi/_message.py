@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._buffers import recv_buffer
-from ._constants import ANY_TAG, PROC_NULL
+from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errhandling import mpi_call
 from ._errors import ERR_REQUEST
 from ._errors import Exception as MPIException
@@ -115,11 +115,31 @@ class Message:
         return Request._of(self._take("imrecv", None))
 
     @classmethod
-    def probe(cls, comm: Any, source: int = -2, tag: int = ANY_TAG, status: Any = None) -> Any:
+    def Probe(
+        cls, comm: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Any = None
+    ) -> Message:
+        """``comm.Mprobe``: block until a matching message is set aside for receiving."""
+        return comm.Mprobe(source, tag, status)
+
+    @classmethod
+    def Iprobe(
+        cls, comm: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Any = None
+    ) -> Message | None:
+        """``comm.Improbe``: the matching message set aside, or ``None`` when there is none."""
+        return comm.Improbe(source, tag, status)
+
+    @classmethod
+    def probe(
+        cls, comm: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Any = None
+    ) -> Message:
+        """``comm.mprobe``: ``Probe`` for a message to receive as a Python object."""
         return comm.mprobe(source, tag, status)
 
     @classmethod
-    def iprobe(cls, comm: Any, source: int = -2, tag: int = ANY_TAG, status: Any = None) -> Any:
+    def iprobe(
+        cls, comm: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Any = None
+    ) -> Message | None:
+        """``comm.improbe``: ``Iprobe`` for a message to receive as a Python object."""
         return comm.improbe(source, tag, status)
 
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from . import _constants as K
+from ._args import c_int, c_ints
 from ._buffers import send_buffer
 from ._collbuf import blocks, vector, wvector
 from ._collsched import NEIGHBORHOOD, Algorithm, Round
@@ -321,18 +322,12 @@ class Cartcomm(Topocomm):
     @mpi_call
     def Get_cart_rank(self, coords: Sequence[int]) -> int:
         """The rank at ``coords``; periodic dimensions wrap."""
-        from ._topology import _ints
-
-        return self._cart("Get_cart_rank").rank_of(
-            _ints(coords, "Get_cart_rank", "coords"), "Get_cart_rank"
-        )
+        return self._cart("Get_cart_rank").rank_of(c_ints(coords), "Get_cart_rank")
 
     @mpi_call
     def Get_coords(self, rank: int) -> list[int]:
         """The coordinates of ``rank``."""
-        from ._topology import _int
-
-        return self._cart("Get_coords").coords_of(_int(rank, "Get_coords", "rank"), "Get_coords")
+        return self._cart("Get_coords").coords_of(c_int(rank), "Get_coords")
 
     @mpi_call
     def Shift(self, direction: int, disp: int) -> tuple[int, int]:
@@ -340,11 +335,9 @@ class Cartcomm(Topocomm):
 
         Off the grid of a non-periodic dimension gives ``PROC_NULL``.
         """
-        from ._topology import _int
-
         topo = self._cart("Shift")
-        direction = _int(direction, "Shift", "direction")
-        disp = _int(disp, "Shift", "disp")
+        direction = c_int(direction)
+        disp = c_int(disp)
         return topo.shift(self._live().rank, direction, disp, "Shift")
 
     @mpi_call
@@ -355,7 +348,7 @@ class Cartcomm(Topocomm):
         from ._topology import _errhandler
 
         topo = self._cart("Sub")
-        keep = [bool(k) for k in remain_dims]
+        keep = [bool(k) for k in c_ints(remain_dims)]
         if len(keep) != len(topo.dims):
             raise MPIException(
                 ERR_ARG, f"Sub: {len(keep)} entries in remain_dims for {len(topo.dims)} dimensions"
@@ -433,17 +426,13 @@ class Graphcomm(Topocomm):
     @mpi_call
     def Get_neighbors_count(self, rank: int) -> int:
         """The number of neighbours of node ``rank``."""
-        from ._topology import _int
-
-        rank = _int(rank, "Get_neighbors_count", "rank")
+        rank = c_int(rank)
         return len(self._graph("Get_neighbors_count").adjacent(rank, "Get_neighbors_count"))
 
     @mpi_call
     def Get_neighbors(self, rank: int) -> list[int]:
         """The neighbours of node ``rank``."""
-        from ._topology import _int
-
-        rank = _int(rank, "Get_neighbors", "rank")
+        rank = c_int(rank)
         return self._graph("Get_neighbors").adjacent(rank, "Get_neighbors")
 
     @property

@@ -38,6 +38,7 @@ class Op:
     posted: Any = None  # the PostedReceive while a receive is queued
     msgid = 0
     bsend_bytes = 0  # attached-buffer space held by a buffered send
+    bsend_pool: Any = None  # the attached buffer (``_bsend.Pool``) it is held in
     rsig = 0  # collective signature of the received message
     peer_died = False  # failed because the peer rank died (not a mismatch)
     # Scatters received packed bytes into the user's memory (receives with a

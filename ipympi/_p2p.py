@@ -10,17 +10,19 @@ communicator's error handler, before anything is sent or posted.
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import _bsend
+from ._args import c_int, dest_rank, recv_tag, send_tag, source_rank
 from ._buffers import BufferSpec, recv_buffer, send_buffer
 from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
 from ._engine import WaitInfo
 from ._errhandling import mpi_call as _mpi_call
-from ._errors import ERR_RANK, ERR_TAG
 from ._errors import Exception as MPIException
 from ._ops import RECV, SEND, Op
 from ._request import Prequest, Request
+from ._sendrecv import SendRecv
 from ._status import Status
 
 if TYPE_CHECKING:
@@ -29,43 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["PointToPoint"]
 
 STANDARD, SYNCHRONOUS, READY, BUFFERED = "standard", "synchronous", "ready", "buffered"
-
-
-# -- argument checks (called only once a fast inline test has failed) ---------
-def _bad_dest(impl: CommImpl, dest: int, call: str) -> MPIException:
-    return MPIException(
-        ERR_RANK,
-        f"{call}: dest {dest} is not a rank of {impl.label} "
-        f"(ranks 0..{len(impl.remote_world_ranks) - 1} or PROC_NULL)",
-    )
-
-
-def _bad_source(impl: CommImpl, source: int, call: str) -> MPIException:
-    return MPIException(
-        ERR_RANK,
-        f"{call}: source {source} is not a rank of {impl.label} "
-        f"(ranks 0..{len(impl.remote_world_ranks) - 1}, ANY_SOURCE or PROC_NULL)",
-    )
-
-
-def _bad_send_tag(tag: int, call: str) -> MPIException:
-    return MPIException(ERR_TAG, f"{call}: tag {tag} is not in 0..TAG_UB ({TAG_UB_VALUE})")
-
-
-def _bad_recv_tag(tag: int, call: str) -> MPIException:
-    return MPIException(
-        ERR_TAG, f"{call}: tag {tag} is not in 0..TAG_UB ({TAG_UB_VALUE}) or ANY_TAG"
-    )
-
-
-def _check_source(impl: CommImpl, source: int, call: str) -> None:
-    if not 0 <= source < len(impl.remote_world_ranks) and source not in (ANY_SOURCE, PROC_NULL):
-        raise _bad_source(impl, source, call)
-
-
-def _check_recv_tag(tag: int, call: str) -> None:
-    if not 0 <= tag <= TAG_UB_VALUE and tag != ANY_TAG:
-        raise _bad_recv_tag(tag, call)
 
 
 def _info(call: str, impl: CommImpl, peer: int, tag: int) -> Callable[[], WaitInfo]:
@@ -77,7 +42,7 @@ def _set_proc_null_status(status: Status | None) -> None:
         status._set(PROC_NULL, ANY_TAG, 0)
 
 
-class PointToPoint:
+class PointToPoint(SendRecv):
     """Mixin with every point-to-point method; ``self`` is an ``MPI.Comm``."""
 
     __slots__ = ()
@@ -107,7 +72,7 @@ class PointToPoint:
             # now; a separate transfer holds the attached-buffer space until
             # the message has left (for a large one, until the receiver read it).
             transfer = Op(SEND, self, call, dest, tag)
-            _bsend.reserve(transfer, len(mem) if isinstance(mem, bytes) else mem.nbytes)
+            _bsend.reserve(transfer, len(mem) if isinstance(mem, bytes) else mem.nbytes, impl)
             impl.engine.start_send(
                 transfer,
                 bytes(mem),
@@ -150,25 +115,38 @@ class PointToPoint:
         impl.engine.start_recv(op, impl.context, source, tag)
         return op
 
-    def _send_checked(self, call: str, dest: int, tag: int) -> CommImpl:
-        impl = self._impl or self._live()  # type: ignore[attr-defined]
-        if not 0 <= dest < len(impl.remote_world_ranks) and dest != PROC_NULL:
-            raise _bad_dest(impl, dest, call)
-        if not 0 <= tag <= TAG_UB_VALUE:
-            raise _bad_send_tag(tag, call)
-        return impl
+    def _send_checked(self, call: str, dest: Any, tag: Any) -> tuple[CommImpl, int, int]:
+        """The communicator's state, and ``dest`` and ``tag`` checked for a send.
 
-    def _recv_checked(self, call: str, source: int, tag: int) -> CommImpl:
+        Plain ints in range pass at the cost of the inline test; anything else
+        goes through the argument checks of :mod:`ipympi._args`, which convert
+        as mpi4py does or raise.
+        """
         impl = self._impl or self._live()  # type: ignore[attr-defined]
-        if not 0 <= source < len(impl.remote_world_ranks) and source not in (ANY_SOURCE, PROC_NULL):
-            raise _bad_source(impl, source, call)
-        if not 0 <= tag <= TAG_UB_VALUE and tag != ANY_TAG:
-            raise _bad_recv_tag(tag, call)
-        return impl
+        if (
+            type(dest) is int
+            and type(tag) is int
+            and (0 <= dest < len(impl.remote_world_ranks) or dest == PROC_NULL)
+            and 0 <= tag <= TAG_UB_VALUE
+        ):
+            return impl, dest, tag
+        return impl, dest_rank(impl, dest, call), send_tag(tag, call)
+
+    def _recv_checked(self, call: str, source: Any, tag: Any) -> tuple[CommImpl, int, int]:
+        """The communicator's state, and ``source`` and ``tag`` checked for a receive."""
+        impl = self._impl or self._live()  # type: ignore[attr-defined]
+        if (
+            type(source) is int
+            and type(tag) is int
+            and (0 <= source < len(impl.remote_world_ranks) or source in (ANY_SOURCE, PROC_NULL))
+            and (0 <= tag <= TAG_UB_VALUE or tag == ANY_TAG)
+        ):
+            return impl, source, tag
+        return impl, source_rank(impl, source, call), recv_tag(tag, call)
 
     # -- blocking helpers ------------------------------------------------------
     def _blocking_send(self, call: str, mem: Any, dest: int, tag: int, mode: str) -> None:
-        impl = self._send_checked(call, dest, tag)
+        impl, dest, tag = self._send_checked(call, dest, tag)
         engine = impl.engine
         engine.enter()
         try:
@@ -198,7 +176,7 @@ class PointToPoint:
         status: Status | None,
         unpack: Any = None,
     ) -> Op:
-        impl = self._recv_checked(call, source, tag)
+        impl, source, tag = self._recv_checked(call, source, tag)
         engine = impl.engine
         engine.enter()
         try:
@@ -219,7 +197,7 @@ class PointToPoint:
         return op
 
     def _nonblocking_send(self, call: str, mem: Any, dest: int, tag: int, mode: str) -> Request:
-        impl = self._send_checked(call, dest, tag)
+        impl, dest, tag = self._send_checked(call, dest, tag)
         engine = impl.engine
         engine.enter()
         try:
@@ -231,7 +209,7 @@ class PointToPoint:
     def _nonblocking_recv(
         self, call: str, mem: memoryview | None, source: int, tag: int, unpack: Any = None
     ) -> Request:
-        impl = self._recv_checked(call, source, tag)
+        impl, source, tag = self._recv_checked(call, source, tag)
         engine = impl.engine
         engine.enter()
         try:
@@ -299,7 +277,7 @@ class PointToPoint:
     # -- persistent requests ------------------------------------------------------
     def _persistent_send(self, call: str, buf: Any, dest: int, tag: int, mode: str) -> Prequest:
         spec = send_buffer(buf)
-        self._send_checked(call, dest, tag)
+        _, dest, tag = self._send_checked(call, dest, tag)
 
         def start() -> Op:
             impl = self._live()
@@ -332,7 +310,7 @@ class PointToPoint:
     @_mpi_call
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
         spec: BufferSpec = recv_buffer(buf)
-        self._recv_checked("Recv_init", source, tag)
+        _, source, tag = self._recv_checked("Recv_init", source, tag)
 
         def start() -> Op:
             impl = self._live()
@@ -344,92 +322,11 @@ class PointToPoint:
 
         return Prequest._persistent(start)
 
-    # -- send-receive ------------------------------------------------------------
-    def _sendrecv(
-        self,
-        call: str,
-        send_mem: Any,
-        dest: int,
-        sendtag: int,
-        recv_mem: memoryview | None,
-        source: int,
-        recvtag: int,
-        status: Status | None,
-        unpack: Any = None,
-    ) -> Op:
-        impl = self._send_checked(call, dest, sendtag)
-        _check_source(impl, source, call)
-        _check_recv_tag(recvtag, call)
-        engine = impl.engine
-        engine.enter()
-        try:
-            rop = self._start_recv(impl, call, recv_mem, source, recvtag, unpack)
-            sop = self._start_send(impl, call, send_mem, dest, sendtag, STANDARD)
-            if not (rop.done and sop.done):
-                try:
-                    engine.wait_until(
-                        lambda: rop.done and sop.done, _info(call, impl, source, recvtag)
-                    )
-                except BaseException:
-                    engine.withdraw(rop)
-                    raise
-        finally:
-            engine.leave()
-        rop.settle()
-        if status is not None:
-            status._set(rop.source, rop.tag, rop.count)
-        if rop.error:
-            raise MPIException(rop.error, f"{call}: {rop.error_detail}")
-        return rop
-
-    @_mpi_call
-    def Sendrecv(
-        self,
-        sendbuf: Any,
-        dest: int,
-        sendtag: int = 0,
-        recvbuf: Any = None,
-        source: int = ANY_SOURCE,
-        recvtag: int = ANY_TAG,
-        status: Status | None = None,
-    ) -> None:
-        """Send and receive at once, as if by two threads; no cyclic deadlock."""
-        send_mem = send_buffer(sendbuf).mem
-        recv = recv_buffer(recvbuf)
-        self._sendrecv(
-            "Sendrecv", send_mem, dest, sendtag, recv.mem, source, recvtag, status, recv.unpack
-        )
-
-    @_mpi_call
-    def Sendrecv_replace(
-        self,
-        buf: Any,
-        dest: int,
-        sendtag: int = 0,
-        source: int = ANY_SOURCE,
-        recvtag: int = ANY_TAG,
-        status: Status | None = None,
-    ) -> None:
-        """Send ``buf`` and replace its contents with the received message."""
-        outgoing = bytes(send_buffer(buf).mem)  # a copy: the receive overwrites buf
-        spec = recv_buffer(buf)
-        self._sendrecv(
-            "Sendrecv_replace",
-            outgoing,
-            dest,
-            sendtag,
-            spec.mem,
-            source,
-            recvtag,
-            status,
-            spec.unpack,
-        )
-
     # -- probes ----------------------------------------------------------------
     def _probe(
         self, call: str, source: int, tag: int, status: Status | None, block: bool, take: bool
     ) -> Any:
-        impl = self._recv_checked(call, source, tag)
+        impl, source, tag = self._recv_checked(call, source, tag)
         if source == PROC_NULL:
             _set_proc_null_status(status)
             return PROC_NULL
@@ -503,8 +400,18 @@ class PointToPoint:
         tag: int = ANY_TAG,
         status: Status | None = None,
     ) -> Any:
-        """Receive a Python object (``buf`` is accepted and ignored)."""
-        op = self._blocking_recv("recv", None, source, tag, status)
+        """Receive a Python object.
+
+        ``buf`` (deprecated, with a ``UserWarning``, as in mpi4py) is a buffer, or a
+        size in bytes, to receive the pickled object into; a larger message is
+        ``ERR_TRUNCATE``. Without it any size is received.
+        """
+        if buf is None:
+            return _loads(self._blocking_recv("recv", None, source, tag, status))
+        warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=3)
+        mem = _pickle_buffer(buf)
+        op = self._blocking_recv("recv", mem, source, tag, status)
+        op.data = bytes(mem[: op.count])
         return _loads(op)
 
     @_mpi_call
@@ -521,22 +428,19 @@ class PointToPoint:
 
     @_mpi_call
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        return self._nonblocking_recv("irecv", None, source, tag)
+        """Nonblocking ``recv``; ``buf`` (a buffer or a size in bytes) limits the size."""
+        if buf is None:
+            return self._nonblocking_recv("irecv", None, source, tag)
+        mem = _pickle_buffer(buf)
+        request = self._nonblocking_recv("irecv", mem, source, tag)
+        op = request._op
+        if op is not None and op.kind == RECV:
+            # Once received (Wait/Test settle it), the pickle is read from the buffer.
+            def unpack(count: int) -> None:
+                op.data = bytes(mem[:count])
 
-    @_mpi_call
-    def sendrecv(
-        self,
-        sendobj: Any,
-        dest: int,
-        sendtag: int = 0,
-        recvbuf: Any = None,
-        source: int = ANY_SOURCE,
-        recvtag: int = ANY_TAG,
-        status: Status | None = None,
-    ) -> Any:
-        data = _dumps(sendobj, dest)
-        rop = self._sendrecv("sendrecv", data, dest, sendtag, None, source, recvtag, status)
-        return _loads(rop)
+            op.unpack = unpack
+        return request
 
     @_mpi_call
     def probe(
@@ -578,8 +482,20 @@ def _dumps(obj: Any, dest: int) -> bytes:
     return pickle.dumps(obj)
 
 
+def _pickle_buffer(buf: Any) -> memoryview:
+    """The memory an object receive given ``buf`` lands in: the buffer, or new memory
+    of ``buf`` bytes (mpi4py's deprecated ``buf`` argument)."""
+    if isinstance(buf, int):
+        return memoryview(bytearray(c_int(buf)))
+    mem = memoryview(buf)
+    if mem.readonly:
+        raise BufferError("Object is not writable.")
+    return mem.cast("B")
+
+
 def _loads(op: Op) -> Any:
-    if op.data is None:
+    """The object a receive got; an empty message (``Send`` of no bytes) is ``None``."""
+    if not op.data:
         return None
     from ._pickle import pickle
 

@@ -25,8 +25,8 @@ __all__ = ["REQUEST_NULL", "Prequest", "Request"]
 
 
 def _loads(op: Op) -> Any:
-    if op.kind != RECV or op.cancelled or op.data is None:
-        return None
+    if op.kind != RECV or op.cancelled or not op.data:
+        return None  # nothing received, or an empty message
     from ._pickle import pickle
 
     return pickle.loads(op.data)

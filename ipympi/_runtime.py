@@ -251,7 +251,7 @@ def Finalize() -> None:
     from . import _finalize_hooks
 
     _finalize_hooks.run()  # e.g. COMM_SELF attribute delete callbacks
-    _bsend.detach(engine)
+    _bsend.detach(engine, _bsend.PROCESS)
     if engine.transport is not None:
         if not _failed:
             engine.enter()
@@ -390,11 +390,25 @@ def host_name() -> str:
 
 
 def Attach_buffer(buf: Any) -> None:
-    _bsend.attach(buf)
+    """Attach the process's buffer for buffered sends (a buffer or ``BUFFER_AUTOMATIC``)."""
+    _bsend.attach(_bsend.PROCESS, buf)
 
 
 def Detach_buffer() -> Any:
-    return _bsend.detach(_engine)
+    """Wait until the buffered messages have left, then return the process's buffer."""
+    return _bsend.detach(_engine, _bsend.PROCESS)
+
+
+def Flush_buffer() -> None:
+    """Wait until every message in the process's buffer has left (MPI 4.1)."""
+    _bsend.flush(_engine, _bsend.PROCESS)
+
+
+def Iflush_buffer() -> Any:
+    """Nonblocking ``Flush_buffer``: a request completing once the buffer is empty."""
+    from ._request import Request
+
+    return Request._of(_bsend.iflush(_bsend.PROCESS, COMM_WORLD, "Iflush_buffer"))
 
 
 def Pcontrol(level: int) -> None:

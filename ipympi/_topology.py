@@ -24,8 +24,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import _constants as K
+from ._args import c_int, c_ints
 from ._errhandling import mpi_call, world_call
-from ._errors import ERR_ARG, ERR_DIMS, ERR_NOT_SAME, ERR_RANK
+from ._errors import ERR_ARG, ERR_DIMS, ERR_NOT_SAME, ERR_RANK, ERR_TOPOLOGY
 from ._errors import Exception as MPIException
 
 if TYPE_CHECKING:
@@ -54,25 +55,8 @@ WEIGHTS_EMPTY = _Weights("WEIGHTS_EMPTY")
 
 
 # -- argument parsing ------------------------------------------------------------------
-def _ints(values: Any, call: str, what: str) -> list[int]:
-    """A sequence of integers (or an error of class ``ERR_ARG``)."""
-    try:
-        return [int(v.__index__()) for v in values]
-    except (AttributeError, TypeError):
-        raise MPIException(
-            ERR_ARG, f"{call}: {what} must be a sequence of integers, got {values!r}"
-        ) from None
-
-
-def _int(value: Any, call: str, what: str) -> int:
-    try:
-        return int(value.__index__())
-    except AttributeError:
-        raise MPIException(ERR_ARG, f"{call}: {what} must be an integer, got {value!r}") from None
-
-
 def _dims(dims: Any, call: str) -> list[int]:
-    out = _ints(dims, call, "dims")
+    out = c_ints(dims)
     bad = [d for d in out if d <= 0]
     if bad:
         raise MPIException(ERR_DIMS, f"{call}: dimensions must be positive, got {out}")
@@ -80,13 +64,15 @@ def _dims(dims: Any, call: str) -> list[int]:
 
 
 def _periods(periods: Any, ndims: int, call: str) -> list[bool]:
+    """Periodicity per dimension: one flag for all (``None``: none), or a sequence of
+    ``ndims`` integers (a ``ValueError`` for another length, as in mpi4py)."""
     if periods is None:
         return [False] * ndims
     if isinstance(periods, (bool, int)):
         return [bool(periods)] * ndims
-    out = [bool(p) for p in periods]
+    out = [bool(p) for p in c_ints(periods)]
     if len(out) != ndims:
-        raise MPIException(ERR_ARG, f"{call}: {len(out)} periods given for {ndims} dimensions")
+        raise ValueError(f"{call}: expecting {ndims} periods, got {len(out)}")
     return out
 
 
@@ -127,14 +113,14 @@ def Compute_dims(nnodes: int, dims: int | Sequence[int]) -> list[int]:
     ``dims`` is the number of dimensions, or a sequence where positive entries
     are kept and zeros are filled in, in non-increasing order.
     """
-    nnodes = _int(nnodes, "Compute_dims", "nnodes")
+    nnodes = c_int(nnodes)
     if isinstance(dims, int) or hasattr(dims, "__index__"):
-        ndims = _int(dims, "Compute_dims", "dims")
+        ndims = c_int(dims)
         if ndims < 0:
             raise MPIException(ERR_DIMS, f"Compute_dims: negative number of dimensions {ndims}")
         given = [0] * ndims
     else:
-        given = _ints(dims, "Compute_dims", "dims")
+        given = c_ints(dims)
     if nnodes < 0:
         raise MPIException(ERR_ARG, f"Compute_dims: negative number of nodes {nnodes}")
     if any(d < 0 for d in given):
@@ -278,13 +264,20 @@ class DistGraphTopo:
 
 
 def _weights(weights: Any, count: int, call: str, what: str) -> list[int] | None:
+    """Edge weights: ``None`` when unweighted; a list of ``count`` otherwise.
+
+    A list of the wrong length, or ``WEIGHTS_EMPTY`` for edges, is a ``ValueError``,
+    as in mpi4py.
+    """
     if weights is None or weights is UNWEIGHTED:
         return None
     if weights is WEIGHTS_EMPTY:
-        weights = []
-    out = _ints(weights, call, what)
+        if count:
+            raise ValueError(f"{call}: {what} WEIGHTS_EMPTY, but there are {count} edges")
+        return []
+    out = c_ints(weights)
     if len(out) != count:
-        raise MPIException(ERR_ARG, f"{call}: {len(out)} {what} for {count} edges")
+        raise ValueError(f"{call}: expecting {count} {what}, got {len(out)}")
     if any(w < 0 for w in out):
         raise MPIException(ERR_ARG, f"{call}: negative weight in {what} {out}")
     return out
@@ -394,15 +387,15 @@ class TopologyConstructors:
         """A distributed graph given by each process's own in- and out-neighbours."""
         call = "Create_dist_graph_adjacent"
         size = self._live().size
-        src = _ints(sources, call, "sources")
-        dst = _ints(destinations, call, "destinations")
+        src = [] if sources is None else c_ints(sources)
+        dst = [] if destinations is None else c_ints(destinations)
         _check_ranks(src, size, call, "sources")
         _check_ranks(dst, size, call, "destinations")
         sw = _weights(sourceweights, len(src), call, "sourceweights")
         dw = _weights(destweights, len(dst), call, "destweights")
         if (sw is None) != (dw is None):
             raise MPIException(
-                ERR_ARG, f"{call}: give both sourceweights and destweights, or neither"
+                ERR_TOPOLOGY, f"{call}: give both sourceweights and destweights, or neither"
             )
         topo = DistGraphTopo(src, dst, sw, dw)
         return self._build(call, size, (K.DIST_GRAPH,), lambda parts: topo, same=False)
@@ -425,15 +418,17 @@ class TopologyConstructors:
         """
         call = "Create_dist_graph"
         impl = self._live()
-        src = _ints(sources, call, "sources")
-        deg = _ints(degrees, call, "degrees")
-        dst = _ints(destinations, call, "destinations")
-        if len(deg) != len(src) or any(d < 0 for d in deg):
-            raise MPIException(ERR_ARG, f"{call}: need {len(src)} non-negative degrees, got {deg}")
+        src = c_ints(sources)
+        deg = c_ints(degrees)
+        dst = c_ints(destinations)
+        if len(deg) != len(src):
+            raise ValueError(f"{call}: expecting {len(src)} degrees, got {len(deg)}")
+        if any(d < 0 for d in deg):
+            raise MPIException(ERR_ARG, f"{call}: negative degree in {deg}")
         if sum(deg) != len(dst):
-            raise MPIException(
-                ERR_ARG,
-                f"{call}: the degrees add up to {sum(deg)} but {len(dst)} destinations are given",
+            raise ValueError(
+                f"{call}: expecting {sum(deg)} destinations (the sum of the degrees), "
+                f"got {len(dst)}"
             )
         _check_ranks(src, impl.size, call, "sources")
         _check_ranks(dst, impl.size, call, "destinations")
@@ -495,8 +490,16 @@ class TopologyConstructors:
 
 
 def _graph(index: Any, edges: Any, call: str) -> GraphTopo:
-    idx = _ints(index, call, "index")
-    adj = _ints(edges, call, "edges")
+    """The graph of ``index`` and ``edges``.
+
+    As mpi4py does, ``index`` may also be given in the usual adjacency-array form,
+    with a leading 0 (``index[i]:index[i + 1]`` are node i's edges): an index that
+    starts at 0 and ends at ``len(edges)`` is read that way.
+    """
+    idx = c_ints(index)
+    adj = c_ints(edges)
+    if idx and idx[0] == 0 and idx[-1] == len(adj):
+        idx = idx[1:]
     if any(i < 0 for i in idx) or any(b < a for a, b in zip(idx, idx[1:])):
         raise MPIException(
             ERR_ARG, f"{call}: index must be non-decreasing and non-negative, got {idx}"

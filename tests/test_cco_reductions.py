@@ -487,12 +487,12 @@ ONE_ELEMENT = program(
     swapped = np.ones(1, np.dtype("f8").newbyteorder())
     frozen = np.zeros(1)  # ... and a receive buffer that cannot be written
     frozen.flags.writeable = False
-    for args, error in [((swapped, np.zeros(1, swapped.dtype)), MPI.ERR_TYPE),
-                        ((np.ones(1), frozen), MPI.ERR_BUFFER)]:
+    for args, error in [((swapped, np.zeros(1, swapped.dtype)), "non-native byte order"),
+                        ((np.ones(1), frozen), "not writable")]:
         try:
             comm.Allreduce(*args)
-        except MPI.Exception as exc:
-            assert exc.Get_error_class() == error, (exc, error)
+        except BufferError as exc:  # as mpi4py raises it
+            assert error in str(exc), (exc, error)
         else:
             raise AssertionError(f"no error from Allreduce{args}")
     # and the one-element path takes what the general one takes

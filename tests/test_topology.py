@@ -276,7 +276,11 @@ def test_cart_dup_split_and_errors(run_mpi, n):
         raises(MPI.ERR_ARG, comm.Cart_map, [size + 1])
         raises(MPI.ERR_DIMS, comm.Create_cart, [0])
         raises(MPI.ERR_DIMS, comm.Create_cart, [-1, 2])
-        raises(MPI.ERR_ARG, comm.Create_cart, [size], [True, False])
+        try:  # periods of the wrong length: a ValueError, as in mpi4py
+            comm.Create_cart([size], [True, False])
+            raise AssertionError("Create_cart took 2 periods for 1 dimension")
+        except ValueError:
+            pass
         raises(MPI.ERR_TOPOLOGY, MPI.Cartcomm(comm).Shift, 0, 1)
         raises(MPI.ERR_TOPOLOGY, MPI.Cartcomm(comm).Get_topo)
         raises(MPI.ERR_TOPOLOGY, MPI.Graphcomm(cart).Get_dims)
@@ -324,11 +328,16 @@ def test_graph(run_mpi, n):
         raises(MPI.ERR_RANK, g.Get_neighbors, size)
         assert g.Dup().Get_topo() == (index, edges)
         # fewer nodes than processes: COMM_NULL for the others
-        h = comm.Create_graph([0] * (size - 1), [])
+        # (each node has one edge, to node 0: index 1, 2, ...)
+        h = comm.Create_graph(list(range(1, size)), [0] * (size - 1))
         assert (h == MPI.COMM_NULL) == (rank == size - 1)
-        assert comm.Graph_map([0] * (size - 1), []) == (
+        assert comm.Graph_map(list(range(1, size)), [0] * (size - 1)) == (
             rank if rank < size - 1 else MPI.UNDEFINED)
-        raises(MPI.ERR_ARG, comm.Create_graph, [0] * (size + 1), [])
+        # the usual adjacency-array form, with a leading 0, as mpi4py reads it
+        s = comm.Create_graph([0] * (size + 1), [])
+        assert s.Get_dims() == (size, 0) and s.Get_neighbors(rank) == []
+        assert comm.Create_graph([0], []) == MPI.COMM_NULL  # no node at all
+        raises(MPI.ERR_ARG, comm.Create_graph, list(range(1, size + 2)), [0] * (size + 1))
         raises(MPI.ERR_ARG, comm.Create_graph, [2, 1], [0, 0])
         raises(MPI.ERR_ARG, comm.Create_graph, [1], [])
         raises(MPI.ERR_RANK, comm.Create_graph, [1], [5])
@@ -377,8 +386,15 @@ def test_dist_graph(run_mpi, n):
             (r, rank) for r in range(size)]
         assert d3.Dup().topology == MPI.DIST_GRAPH
         raises(MPI.ERR_RANK, comm.Create_dist_graph_adjacent, [size], [])
-        raises(MPI.ERR_ARG, comm.Create_dist_graph_adjacent, [0], [0], [1], None)
-        raises(MPI.ERR_ARG, comm.Create_dist_graph, [0], [2], [0])
+        raises(MPI.ERR_TOPOLOGY, comm.Create_dist_graph_adjacent, [0], [0], [1], None)
+        for args in (([0], [2], [0]), ([0], [1, 1], [0, 0]), ([0], [1], [0], [1, 2])):
+            try:  # lists of the wrong length: a ValueError, as in mpi4py
+                comm.Create_dist_graph(*args)
+                raise AssertionError(f"Create_dist_graph{args} was taken")
+            except ValueError:
+                pass
+        e = comm.Create_dist_graph_adjacent(None, None)
+        assert e.Get_dist_neighbors() == ([], [], None)
         """,
     )
 
