@@ -452,7 +452,7 @@ class _Unready:
     ``ERR_COMM`` saying so, through the parent's error handler.
     """
 
-    __slots__ = ("call", "errhandler", "name", "size")
+    __slots__ = ("__weakref__", "call", "errhandler", "name", "size")
 
     def __init__(self, call: str, parent: CommImpl) -> None:
         self.call = call

@@ -15,7 +15,7 @@ from typing import Any
 
 from ._errors import ERR_ARG, ERR_BASE, ERR_INFO, ERR_NO_MEM
 from ._errors import Exception as MPIException
-from ._unsupported import INFO_NULL, Info
+from ._info import INFO_NULL, Info
 
 __all__ = ["Alloc_mem", "Free_mem"]
 

@@ -456,10 +456,11 @@ def test_handle_semantics() -> None:
     assert OP_NULL.is_predefined
     assert all(OPS.values())
     assert Op(SUM) == SUM
-    assert hash(Op(SUM)) == hash(SUM)
+    with pytest.raises(TypeError):
+        hash(SUM)  # handles are unhashable, as in mpi4py
     assert SUM != MAX
     assert (SUM == 1) is False
-    assert len(set(OPS.values())) == len(OPS)
+    assert all((a == b) == (a is b) for a in OPS.values() for b in OPS.values())
     assert repr(SUM) == "MPI.SUM"
     assert "user-defined" in repr(Op.Create(lambda invec, inoutvec, datatype: None))
     for op in (*OPS.values(), OP_NULL):
@@ -505,9 +506,8 @@ def test_objects_numpy_arrays_and_errors() -> None:
     assert BXOR(a, b).tolist() == [0, 1, 1]
     with pytest.raises(TypeError):
         MAXLOC(3, 4)
-    with pytest.raises(MPIException) as excinfo:
-        OP_NULL(1, 2)
-    assert err_class(excinfo) == ERR_OP
+    with pytest.raises(ValueError):
+        OP_NULL(1, 2)  # nothing to apply (as mpi4py)
 
 
 # --- vectorisation -----------------------------------------------------------------------
