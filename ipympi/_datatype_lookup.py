@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -84,7 +83,7 @@ def _decimal_range(info: Any) -> int:
     """Fortran's ``RANGE``: decimal exponent range of an integer or real type."""
     if isinstance(info, np.iinfo):
         return len(str(info.max)) - 1
-    return int(min(math.log10(info.max), -math.log10(info.tiny)))
+    return int(min(np.log10(info.max), -np.log10(info.tiny)))  # numpy: long double too
 
 
 def _f90(combiner: int, args: tuple[int, ...], base: Datatype) -> _TypeImpl:

@@ -12,6 +12,7 @@ and ``F_ERROR`` index it) and ``f2py`` reads one back.
 from __future__ import annotations
 
 import copyreg
+import struct
 from array import array
 from collections.abc import Sequence
 from typing import Any
@@ -22,9 +23,20 @@ from ._errors import Exception as MPIException
 
 __all__ = ["Status"]
 
-_EMPTY = (0, 0, ANY_SOURCE, ANY_TAG, SUCCESS)  # the status of a null or inactive request
+_EMPTY = array("i", (0, 0, ANY_SOURCE, ANY_TAG, SUCCESS))  # that of a null or inactive request
 _LO, _HI, _SOURCE, _TAG, _ERROR = range(5)
 _INT_MAX = 0x7FFFFFFF
+_HEAD = struct.Struct("4i")  # count_lo, count_hi_and_cancelled, source, tag: one write
+
+
+def _split(count: int, cancelled: bool) -> tuple[int, int]:
+    """``(count_lo, count_hi_and_cancelled)`` of a byte count (``ERR_COUNT`` if < 0)."""
+    if 0 <= count <= _INT_MAX:
+        return count, int(cancelled)
+    if count < 0:
+        raise MPIException(ERR_COUNT, f"a status count cannot be negative ({count})")
+    lo = count & 0xFFFFFFFF
+    return lo - (1 << 32) if lo > _INT_MAX else lo, (count >> 32) << 1 | bool(cancelled)
 
 
 def _as_int(value: Any, what: str) -> int:
@@ -50,34 +62,26 @@ class Status:
     def __new__(cls, status: Status | None = None) -> Status:
         self = object.__new__(cls)
         if status is None:
-            self._mem = array("i", _EMPTY)
+            self._mem = _EMPTY[:]
         elif isinstance(status, Status):
-            self._mem = array("i", status._mem)
+            self._mem = status._mem[:]
         else:
             raise TypeError(f"expected an MPI.Status, got {type(status).__name__}")
         return self
 
     # -- filled by the library ---------------------------------------------------------
     def _set(self, source: int, tag: int, count: int, cancelled: bool = False) -> None:
-        mem = self._mem
-        mem[_SOURCE] = source
-        mem[_TAG] = tag
         if 0 <= count <= _INT_MAX:
-            mem[_LO] = count
-            mem[_HI] = cancelled
+            _HEAD.pack_into(self._mem, 0, count, cancelled, source, tag)
         else:
-            self._set_count(count, cancelled)
+            _HEAD.pack_into(self._mem, 0, *_split(count, cancelled), source, tag)
 
     def _set_empty(self, cancelled: bool = False) -> None:
         self._set(ANY_SOURCE, ANY_TAG, 0, cancelled)
         self._mem[_ERROR] = SUCCESS
 
     def _set_count(self, count: int, cancelled: bool) -> None:
-        if count < 0:
-            raise MPIException(ERR_COUNT, f"a status count cannot be negative ({count})")
-        lo = count & 0xFFFFFFFF
-        self._mem[_LO] = lo - (1 << 32) if lo > _INT_MAX else lo
-        self._mem[_HI] = (count >> 32) << 1 | bool(cancelled)
+        self._mem[_LO], self._mem[_HI] = _split(count, cancelled)
 
     def _address(self) -> int:
         """Address of the buffer of C ints."""
@@ -115,7 +119,10 @@ class Status:
     def count(self) -> int:
         """The number of bytes received."""
         mem = self._mem
-        return ((mem[_HI] & 0xFFFFFFFF) >> 1) << 32 | (mem[_LO] & 0xFFFFFFFF)
+        lo, hi = mem[_LO], mem[_HI]
+        if lo >= 0 and 0 <= hi <= 1:
+            return lo
+        return ((hi & 0xFFFFFFFF) >> 1) << 32 | (lo & 0xFFFFFFFF)
 
     @count.setter
     def count(self, value: int) -> None:
@@ -207,8 +214,7 @@ class Status:
     def f2py(cls, arg: Sequence[int]) -> Status:
         """A status from a Fortran integer array (see :meth:`py2f`)."""
         status = cls()
-        for i in range(len(_EMPTY)):
-            status._mem[i] = arg[i]
+        status._mem[:] = array("i", [arg[i] for i in range(len(_EMPTY))])
         return status
 
     # -- Python protocols ------------------------------------------------------------------

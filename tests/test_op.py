@@ -469,6 +469,31 @@ def test_handle_semantics() -> None:
         Op(5)  # type: ignore[arg-type]
 
 
+def test_user_operations_are_limited_as_in_mpi4py() -> None:
+    ops = [Op.Create(lambda invec, inoutvec, datatype: None) for _ in range(32)]
+    with pytest.raises(RuntimeError):
+        Op.Create(lambda invec, inoutvec, datatype: None)
+    copy = Op(ops[0])
+    ops[0].Free()  # frees the operation: its slot is free, even with a copy left
+    ops.append(Op.Create(lambda invec, inoutvec, datatype: None))
+    assert copy.Is_commutative() is False
+    for op in ops:
+        op.free()
+
+
+def add(left: Any, right: Any, datatype: Any) -> Any:
+    """A user operation for Python objects, picklable by reference."""
+    return left + right
+
+
+def test_user_operations_pickle_by_function() -> None:
+    op = Op.Create(add, commute=True)
+    again = pickle.loads(pickle.dumps(op))
+    assert again != op and again.is_commutative and again(2, 3) == 5
+    op.Free()
+    again.Free()
+
+
 def test_exports() -> None:
     from ipympi import _op
 
