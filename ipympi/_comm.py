@@ -16,6 +16,7 @@ call and error, and a user handler runs before the exception is raised.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, NoReturn
 
 from . import _constants as K
@@ -118,8 +119,6 @@ class Comm(PointToPoint, CommAttributes, CommConstructors, Handle):
     def _class_for(cls, target: Any) -> type:
         """The class a communicator's handles have: ``Intercomm``, the class of its
         topology (``Cartcomm``, ...) or ``Intracomm``."""
-        if target is None:
-            return cls
         if getattr(target, "remote_world_ranks", None) is not getattr(target, "world_ranks", None):
             return Intercomm
         topo = getattr(target, "topo", None)
@@ -190,6 +189,7 @@ class Comm(PointToPoint, CommAttributes, CommConstructors, Handle):
 
     def Call_errhandler(self, errorcode: int) -> None:
         """Invoke the error handler as if an MPI call had failed with ``errorcode``."""
+        errorcode = operator.index(errorcode)
         impl = self._live()
         kind = getattr(impl.errhandler, "_kind", "return")
         if kind in ("fatal", "abort") and hooks.fatal is not None:

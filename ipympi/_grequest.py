@@ -74,7 +74,6 @@ class _Generalized:
     kind = GREQ
     comm = None
     call = "Grequest"
-    peer = ANY_SOURCE
 
     def __init__(
         self,

@@ -84,20 +84,28 @@ class Kind:
             self.constants[self.tag << _SHIFT | self._next] = handle
             self._next += 1
 
+    def _predefined(self, target: Any) -> tuple[int, Handle] | None:
+        """``(number, constant handle)`` of the predefined object ``target``, or ``None``.
+
+        Looked up each time: ``COMM_WORLD``'s object changes at ``Init``.
+        """
+        for number, handle in self.constants.items():
+            if handle._target() is target:
+                return number, handle
+        return None
+
     def constant_for(self, target: Any) -> Handle | None:
         """The constant handle of the predefined object ``target``, or ``None``."""
-        for handle in self.constants.values():
-            if handle._target() is target:
-                return handle
-        return None
+        found = self._predefined(target)
+        return None if found is None else found[1]
 
     def number(self, target: Any) -> int:
         """The handle number of ``target``, assigning one on first use."""
         if target is self.null:
             return self.tag << _SHIFT
-        constant = self.constant_for(target)
-        if constant is not None:
-            return next(n for n, c in self.constants.items() if c is constant)
+        found = self._predefined(target)
+        if found is not None:
+            return found[0]
         with self._lock:
             number = self._numbers.get(target)
             if number is None:
@@ -179,8 +187,10 @@ class Handle:
 
     @classmethod
     def _class_for(cls, target: Any) -> type:
-        """The class of a handle to ``target`` made by ``cls.fromhandle``."""
-        return cls
+        """The class of this package that handles to the (non-null) object ``target``
+        have: ``fromhandle`` makes one, and ``Cls(handle)`` needs ``Cls`` to be it or
+        one of its bases. By default the package's class of ``cls``."""
+        return mpi_class(cls)
 
     def _is_predefined(self) -> bool:
         """Whether the object is one MPI provides rather than one the program created."""
@@ -229,14 +239,10 @@ class Handle:
     def fromhandle(cls, handle: int) -> Any:
         """A new handle to the object whose handle number is ``handle``."""
         target = cls._mpi_kind.target(handle)
-        klass: type = cls
-        if target is not cls._mpi_kind.null:
-            # ``cls`` if it suits the object, else the class the object's handles have
-            # (``Comm.fromhandle(COMM_WORLD.handle)`` is an ``Intracomm``)
-            natural = cls._class_for(target)
-            if not (issubclass(cls, natural) and issubclass(natural, mpi_class(cls))):
-                klass = natural
-        obj = object.__new__(klass)
+        # as in mpi4py, a class of this package, not the program's subclass; the one
+        # the object needs (``Comm.fromhandle(COMM_WORLD.handle)`` is an ``Intracomm``)
+        null = target is cls._mpi_kind.null
+        obj = object.__new__(mpi_class(cls) if null else cls._class_for(target))
         obj._become(target)
         return obj
 

@@ -196,11 +196,11 @@ class Request(MultipleCompletion, Handle):
         op = self._op
         if op is None:
             raise MPIException(ERR_REQUEST, "Free: the request is REQUEST_NULL")
-        if op.kind == GREQ:
-            op.release_handle()  # type: ignore[attr-defined]
         # A started send or posted receive stays referenced by the engine until
         # it completes, so dropping the handle is all that is needed here.
         self._op = None
+        if op.kind == GREQ:
+            op.release_handle()  # type: ignore[attr-defined]  (runs free_fn, now or later)
 
     # -- lower case: objects -------------------------------------------------
     def wait(self, status: Status | None = None) -> Any:

@@ -85,6 +85,8 @@ def test_subclasses_define_new_and_pass_what_they_like() -> None:
 
     mine = MyComm(MPI.COMM_SELF)
     assert type(mine) is MyComm and mine != MPI.COMM_SELF and mine.Get_size() == 1
+    assert type(mine.Dup()) is MyComm  # as in mpi4py: Dup keeps the class, fromhandle not
+    assert type(MyComm.fromhandle(mine.handle)) is MPI.Intracomm
     mine.Free()
     assert not mine and type(MyComm()) is MyComm
 
