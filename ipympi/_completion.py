@@ -10,8 +10,11 @@ received objects.
 Each multiple-completion call is one of three searches (any, all, some) that
 either waits or only looks, and either completes what it finds (freeing or
 deactivating the requests) or only reports it (``Get_status*``, MPI-4.1
-§3.7.6). A ``statuses`` list grows to the number of statuses reported; another
-sequence (a tuple) receives as many as it holds.
+§3.7.6). Null and inactive requests count as described there: ``Waitany``
+returns ``UNDEFINED`` when none is active, ``Testall`` is all-or-nothing, and a
+failed request makes the call raise ``ERR_IN_STATUS`` after every status got
+its own error. A ``statuses`` list grows to the number of statuses reported;
+another sequence (a tuple) receives as many as it holds.
 """
 
 from __future__ import annotations

@@ -3,18 +3,15 @@
 A request points at an :class:`~ipympi._ops.Op` while it is active. Completing
 it (``Wait``, or ``Test`` returning true) frees a non-persistent request (the
 handle becomes equal to ``REQUEST_NULL``) and makes a persistent one inactive.
-Null and inactive requests complete at once with an empty status, and the
-multiple-completion calls follow the standard's rules for them (``Waitany``
-returns ``UNDEFINED`` when nothing is active, ``Testall`` is all-or-nothing,
-``Waitall`` reports ``ERR_IN_STATUS`` with per-status errors). The
-``Get_status*`` calls report without completing anything (MPI-4.1 §3.7.6).
+Null and inactive requests complete at once with an empty status;
+``Get_status`` reports without completing anything (MPI-4.1 §3.7.6). The
+calls over several requests (``Waitall``, ...) are in :mod:`ipympi._completion`.
 
 A persistent request is a :class:`_Persistent` that its handles share, so a
 copy (``Prequest(req)``) sees it started and completed. A generalized request
 (:mod:`ipympi._grequest`) stands in for an operation of kind ``GREQ``: its
 status comes from the program's callbacks, and waiting for it does not need
-the engine. A ``statuses`` list given to the multiple-completion calls grows to
-the number of statuses they report; another sequence gets as many as it holds.
+the engine.
 """
 
 from __future__ import annotations
