@@ -350,7 +350,8 @@ class Datatype(TypeAttributes, DerivedMixin, LookupMixin, Handle):
         impl = self._impl
         if impl.key is not None:
             return f"MPI.{impl.key}"
-        return f"<MPI.Datatype {impl.name or 'derived'}: size={impl.size} extent={impl.extent}>"
+        kind = impl.name or ("Fortran 90" if impl.predefined else "derived")  # Create_f90_*
+        return f"<MPI.Datatype {kind}: size={impl.size} extent={impl.extent}>"
 
     def _reduce_created(self) -> Any:
         """Pickle a datatype by its constructor and arguments (``decode()``)."""
