@@ -19,7 +19,10 @@ from . import (
     _datatype,
     _errhandling,
     _errors,
+    _grequest,
     _group,
+    _handle,
+    _info,
     _memory,
     _message,
     _neighbor,
@@ -40,6 +43,7 @@ _SOURCES: tuple[ModuleType, ...] = (
     _buffers,
     _status,
     _request,
+    _grequest,
     _message,
     _op,
     _group,
@@ -49,6 +53,7 @@ _SOURCES: tuple[ModuleType, ...] = (
     _runtime,
     _memory,
     _pickle,
+    _info,
     _unsupported,
 )
 
@@ -95,6 +100,11 @@ _WORLD_CALLS = (
 for _name in _WORLD_CALLS:
     globals()[_name] = _errhandling.world_call(globals()[_name])
 del _name
+
+# mpi4py's low-level accessors of MPI objects (see _handle).
+_addressof = _handle.addressof
+_handleof = _handle.handleof
+_sizeof = _handle.sizeof
 
 
 def __getattr__(name: str) -> Any:

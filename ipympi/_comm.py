@@ -16,6 +16,7 @@ call and error, and a user handler runs before the exception is raised.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, NoReturn
 
 from . import _bsend, _errors
@@ -27,8 +28,9 @@ from ._coll import Collectives
 from ._coll_reduce import Reductions
 from ._commcreate import CommConstructors, IntraConstructors
 from ._errhandling import mpi_call
-from ._errors import ERR_ARG, ERR_COMM, ERR_OTHER
+from ._errors import ERR_COMM, ERR_OTHER
 from ._errors import Exception as MPIException
+from ._handle import Handle, Kind, register
 from ._intercomm import InterMethods
 from ._p2p import PointToPoint
 from ._topology import TopologyConstructors
@@ -40,6 +42,7 @@ class CommImpl:
     """The state behind a communicator handle."""
 
     __slots__ = (
+        "__weakref__",
         "attrs",
         "bsend",
         "context",
@@ -90,33 +93,48 @@ class CommImpl:
         return f"an unnamed communicator ({self.size} ranks)"
 
 
-class Comm(PointToPoint, CommAttributes, CommConstructors):
-    """A communication context and the group of ranks that share it."""
+class Comm(PointToPoint, CommAttributes, CommConstructors, Handle):
+    """A communication context and the group of ranks that share it.
 
-    __slots__ = ("__weakref__", "_impl", "_label")
+    ``Comm(comm)`` is a new handle to ``comm``'s communicator; the subclass asked
+    for must suit it (``Intercomm(COMM_WORLD)`` is a ``TypeError``).
+    """
 
-    def __init__(self, comm: Comm | None = None) -> None:
-        self._impl: CommImpl | None = None if comm is None else comm._impl
-        self._label = "COMM_NULL" if comm is None else comm._label
+    __slots__ = ("_impl", "_label")
+    _mpi_kind = Kind("Comm", 1, ERR_COMM, None)
+    _impl: CommImpl | None
 
     @classmethod
     def _from_impl(cls, impl: CommImpl | None, label: str = "") -> Comm:
-        comm = cls.__new__(cls)
+        comm = object.__new__(cls)
         comm._impl = impl
         comm._label = label or (impl.name if impl is not None else "COMM_NULL")
         return comm
 
     # -- handle identity -----------------------------------------------------
+    def _become(self, target: CommImpl | None) -> None:
+        self._impl = target
+        self._label = target.name if target is not None else "COMM_NULL"
+
+    def _copy(self, other: Handle) -> None:
+        self._impl = other._impl
+        self._label = other._label  # type: ignore[attr-defined]
+
+    @classmethod
+    def _class_for(cls, target: Any) -> type:
+        """The class a communicator's handles have: ``Intercomm``, the class of its
+        topology (``Cartcomm``, ...) or ``Intracomm``."""
+        if getattr(target, "remote_world_ranks", None) is not getattr(target, "world_ranks", None):
+            return Intercomm
+        topo = getattr(target, "topo", None)
+        if topo is not None:
+            from ._neighbor import topocomm_class
+
+            return topocomm_class(topo.kind)
+        return Intracomm
+
     def __bool__(self) -> bool:
         return self._impl is not None
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Comm):
-            return NotImplemented
-        return self._impl is other._impl
-
-    def __hash__(self) -> int:
-        return id(self._impl)
 
     def __repr__(self) -> str:
         if self._impl is None:
@@ -165,7 +183,9 @@ class Comm(PointToPoint, CommAttributes, CommConstructors):
     def Set_errhandler(self, errhandler: Any) -> None:
         impl = self._live()
         if not isinstance(errhandler, _errors.Errhandler):
-            raise MPIException(ERR_ARG, f"Set_errhandler: {errhandler!r} is not an error handler")
+            raise TypeError(
+                f"Set_errhandler: expected an MPI.Errhandler, got {type(errhandler).__name__}"
+            )
         if not errhandler:
             raise MPIException(
                 _errors.ERR_ERRHANDLER, "Set_errhandler: ERRHANDLER_NULL cannot be attached"
@@ -174,6 +194,7 @@ class Comm(PointToPoint, CommAttributes, CommConstructors):
 
     def Call_errhandler(self, errorcode: int) -> None:
         """Invoke the error handler as if an MPI call had failed with ``errorcode``."""
+        errorcode = operator.index(errorcode)
         impl = self._live()
         kind = getattr(impl.errhandler, "_kind", "return")
         if kind in ("fatal", "abort") and hooks.fatal is not None:
@@ -328,3 +349,4 @@ class Intercomm(InterMethods, Comm):
 
 
 COMM_NULL = Comm()
+register(globals(), __all__)  # the module's constants (see _handle)

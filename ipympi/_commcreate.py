@@ -34,6 +34,7 @@ from ._errhandling import mpi_call
 from ._errors import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_OTHER
 from ._errors import Exception as MPIException
 from ._groupcreate import GroupConstructors, group_ranks
+from ._info import info_items, new_info
 
 if TYPE_CHECKING:
     from ._comm import Comm, CommImpl
@@ -83,25 +84,9 @@ def hints_of(info: Any, call: str) -> dict[str, str]:
     """The hints of an ``MPI.Info`` as a plain dict (``None`` and ``INFO_NULL``: none).
 
     Communicators keep their hints in this form; ``Get_info`` hands them back as a
-    new ``MPI.Info`` (:func:`info_of`).
+    new ``MPI.Info`` (:func:`ipympi._info.new_info`).
     """
-    from ._unsupported import Info
-
-    if info is None or (isinstance(info, Info) and not info):
-        return {}
-    if not isinstance(info, Info):
-        raise TypeError(f"{call}: info must be an MPI.Info, not {type(info).__name__}")
-    return {str(key): str(value) for key, value in info.items()}
-
-
-def info_of(hints: dict[str, str]) -> Any:
-    """A new ``MPI.Info`` holding ``hints``."""
-    from ._unsupported import Info
-
-    info = Info.Create()
-    for key, value in hints.items():
-        info.Set(key, value)
-    return info
+    return {} if info is None else info_items(info, call)
 
 
 def _agree(parts: list[ctx.Contribution], call: str) -> tuple[int, int]:
@@ -228,7 +213,7 @@ class CommConstructors:
     @mpi_call
     def Get_info(self) -> Any:
         """A new ``MPI.Info`` holding the communicator's hints (the caller frees it)."""
-        return info_of(self._live().info)
+        return new_info(self._live().info)
 
     @property
     def info(self) -> Any:
@@ -469,7 +454,7 @@ class _Unready:
     ``ERR_COMM`` saying so, through the parent's error handler.
     """
 
-    __slots__ = ("call", "errhandler", "name", "size")
+    __slots__ = ("__weakref__", "call", "errhandler", "name", "size")
 
     def __init__(self, call: str, parent: CommImpl) -> None:
         self.call = call

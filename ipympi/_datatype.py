@@ -32,9 +32,10 @@ from ._datatype_derived import (
     Get_address,
     predefined_layout,
 )
+from ._datatype_lookup import LookupMixin
 from ._errors import ERR_TYPE
 from ._errors import Exception as MPIException
-from ._handle import ImplHandle
+from ._handle import Handle, Kind, register
 
 __all__ = [
     "AINT", "BFLOAT16_T", "BOOL", "BYTE", "CHAR", "CHARACTER", "COMPLEX", "COMPLEX4",
@@ -68,6 +69,7 @@ class _TypeImpl:
     """
 
     __slots__ = (
+        "__weakref__",
         "attrs",
         "code",
         "combiner",
@@ -174,7 +176,7 @@ def _type_error(message: str) -> MPIException:
     return MPIException(ERR_TYPE, message)
 
 
-class Datatype(TypeAttributes, DerivedMixin, ImplHandle):
+class Datatype(TypeAttributes, DerivedMixin, LookupMixin, Handle):
     """A handle to an MPI datatype.
 
     ``Datatype(dt)`` makes a new handle to the same datatype as ``dt`` (equal to it);
@@ -182,20 +184,17 @@ class Datatype(TypeAttributes, DerivedMixin, ImplHandle):
     """
 
     __slots__ = ("_impl",)
-
-    def __init__(self, datatype: Datatype | None = None) -> None:
-        if datatype is None:
-            self._impl: _TypeImpl = _NULL_IMPL
-        elif isinstance(datatype, Datatype):
-            self._impl = datatype._impl
-        else:
-            raise TypeError(f"expected a Datatype, got {type(datatype).__name__}")
+    _mpi_kind = Kind("Datatype", 3, ERR_TYPE, _NULL_IMPL)
+    _impl: _TypeImpl
 
     @classmethod
     def _from_impl(cls, impl: _TypeImpl) -> Datatype:
-        handle = cls.__new__(cls)
+        handle = object.__new__(cls)
         handle._impl = impl
         return handle
+
+    def _is_predefined(self) -> bool:
+        return self._impl.predefined
 
     @classmethod
     def _derive(
@@ -312,12 +311,6 @@ class Datatype(TypeAttributes, DerivedMixin, ImplHandle):
         delete_attributes(self, impl, "Free")  # its attributes' delete callbacks
         self._impl = _NULL_IMPL
 
-    def free(self) -> None:
-        """Call ``Free()`` unless the datatype is null or predefined."""
-        impl = self._impl
-        if impl is not _NULL_IMPL and not impl.predefined:
-            self.Free()
-
     # -- type codes ---------------------------------------------------------------------
     def tocode(self) -> str:
         """Return the type code of a predefined datatype, e.g. ``'i'`` or ``'i4'``.
@@ -325,7 +318,7 @@ class Datatype(TypeAttributes, DerivedMixin, ImplHandle):
         Raises ``ValueError`` for types without a code (pair types, null, derived).
         """
         impl = self._impl
-        if impl.combiner == COMBINER_DUP and impl.parent is not None:
+        while impl.combiner == COMBINER_DUP and impl.parent is not None:
             impl = impl.parent
         if impl.code is None:
             raise ValueError(f"cannot map {impl.name or 'derived datatype'} to a type code")
@@ -357,23 +350,33 @@ class Datatype(TypeAttributes, DerivedMixin, ImplHandle):
         impl = self._impl
         if impl.key is not None:
             return f"MPI.{impl.key}"
-        return f"<MPI.Datatype {impl.name or 'derived'}: size={impl.size} extent={impl.extent}>"
+        kind = impl.name or ("Fortran 90" if impl.predefined else "derived")  # Create_f90_*
+        return f"<MPI.Datatype {kind}: size={impl.size} extent={impl.extent}>"
 
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
-        impl = self._impl
-        if impl.key is None:
-            raise TypeError("only predefined datatypes can be pickled")
-        return (_named_datatype, (impl.key,))
+    def _reduce_created(self) -> Any:
+        """Pickle a datatype by its constructor and arguments (``decode()``)."""
+        base, combiner, params = self.decode()
+        return (_rebuild, (type(self), base, combiner, params, self._impl.committed))
+
+
+def _rebuild(
+    cls: type[Datatype], base: Datatype, combiner: str, params: dict[str, Any], committed: bool
+) -> Datatype:
+    """Make the datatype ``decode()`` described, as a ``cls`` handle (unpickling)."""
+    if combiner == "DUP":
+        made = base.Dup()
+    elif combiner == "STRUCT" or combiner.startswith("F90_"):
+        made = getattr(Datatype, f"Create_{combiner.lower()}")(**params)
+    else:
+        made = getattr(base, f"Create_{combiner.lower()}")(**params)
+    if committed:
+        made.Commit()
+    return cls._from_impl(made._impl)
 
 
 # --- The predefined datatypes ------------------------------------------------------------
 
 _NAMED: dict[str, Datatype] = {}
-
-
-def _named_datatype(key: str) -> Datatype:
-    """Return the predefined datatype ``MPI.<key>`` (used when unpickling)."""
-    return _NAMED[key]
 
 
 def _basic(key: str, name: str, dtype: str | None, code: str | None, size: int = 0) -> Datatype:
@@ -410,7 +413,6 @@ def _alias(key: str, handle: Datatype) -> Datatype:
     return handle
 
 
-Datatype._null_impl = _NULL_IMPL
 DATATYPE_NULL: Datatype = Datatype._from_impl(_NULL_IMPL)
 _NAMED["DATATYPE_NULL"] = DATATYPE_NULL
 
@@ -525,6 +527,8 @@ LONG_DOUBLE_INT = _pair("LONG_DOUBLE_INT", "MPI_LONG_DOUBLE_INT", "g")
 # Deprecated bound markers (removed in MPI-3): zero-size, never valid in a message
 LB = _opaque("LB", "MPI_LB", 0, msg_ok=False)
 UB = _opaque("UB", "MPI_UB", 0, msg_ok=False)
+
+register(_NAMED, _NAMED)  # the module's constants (see _handle)
 
 # Each predefined datatype is a leaf of typemaps.
 for _impl in {id(h._impl): h._impl for h in _NAMED.values() if h}.values():

@@ -22,6 +22,9 @@ from ._constants import (
     COMBINER_CONTIGUOUS,
     COMBINER_DARRAY,
     COMBINER_DUP,
+    COMBINER_F90_COMPLEX,
+    COMBINER_F90_INTEGER,
+    COMBINER_F90_REAL,
     COMBINER_HINDEXED,
     COMBINER_HINDEXED_BLOCK,
     COMBINER_HVECTOR,
@@ -53,6 +56,8 @@ _COMBINER_NAMES = {
     COMBINER_HINDEXED: "HINDEXED", COMBINER_INDEXED_BLOCK: "INDEXED_BLOCK",
     COMBINER_HINDEXED_BLOCK: "HINDEXED_BLOCK", COMBINER_STRUCT: "STRUCT",
     COMBINER_SUBARRAY: "SUBARRAY", COMBINER_DARRAY: "DARRAY", COMBINER_RESIZED: "RESIZED",
+    COMBINER_F90_INTEGER: "F90_INTEGER", COMBINER_F90_REAL: "F90_REAL",
+    COMBINER_F90_COMPLEX: "F90_COMPLEX",
 }  # fmt: skip
 _EXTERNAL32 = "external32"
 
@@ -92,10 +97,11 @@ def _counts(values: Any, what: str) -> list[int]:
 
 
 def _same_length(call: str, **arrays: Sequence[Any]) -> int:
+    """The common length of ``arrays``; ``ValueError`` (as mpi4py) when they differ."""
     lengths = {name: len(values) for name, values in arrays.items()}
     if len(set(lengths.values())) > 1:
         shown = ", ".join(f"{n}={k}" for n, k in lengths.items())
-        raise MPIException(ERR_ARG, f"{call}: the sequences differ in length ({shown})")
+        raise ValueError(f"{call}: the sequences differ in length ({shown})")
     return next(iter(lengths.values()))
 
 
@@ -335,13 +341,18 @@ class DerivedMixin:
         """Return ``(old type, combiner name, constructor arguments)``.
 
         A named type decodes to ``(itself, 'NAMED', {})``; a struct's old type is a
-        null handle, its datatypes are in the arguments.
+        null handle, its datatypes are in the arguments, and so is an F90 type's
+        (``Create_f90_*`` are class methods).
         """
         impl = self._live()
         name = _COMBINER_NAMES[impl.combiner]
         if impl.combiner == COMBINER_NAMED:
             return self, name, {}  # type: ignore[return-value]
         ints, addrs, _, types = self.Get_contents()
+        if impl.combiner == COMBINER_F90_INTEGER:
+            return type(self)(), name, {"r": ints[0]}  # type: ignore[return-value]
+        if impl.combiner in (COMBINER_F90_REAL, COMBINER_F90_COMPLEX):
+            return type(self)(), name, {"p": ints[0], "r": ints[1]}  # type: ignore[return-value]
         if impl.combiner == COMBINER_STRUCT:
             params = {"blocklengths": ints[1:], "displacements": addrs, "datatypes": types}
             return type(self)(), name, params  # type: ignore[return-value]

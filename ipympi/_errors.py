@@ -24,6 +24,7 @@ import threading
 from typing import Any, Callable
 
 from ._constants import MAX_ERROR_STRING
+from ._handle import Handle, Kind, UserLimit, register
 
 __all__ = [
     "ERRHANDLER_NULL", "ERRORS_ABORT", "ERRORS_ARE_FATAL", "ERRORS_RETURN", "ERR_ABI",
@@ -305,11 +306,17 @@ def Add_error_string(errorcode: int, string: str) -> None:
         _user_strings[code] = string
 
 
+def _still_has_string(code: int, what: str) -> Exception:
+    return Exception(
+        ERR_ARG, f"{what} {code} still has an error string; call Remove_error_string first"
+    )
+
+
 def Remove_error_class(errorclass: int) -> None:
-    """Remove a user error class that no longer has codes in it.
+    """Remove a user error class that has neither codes nor a string any more (MPI-4.1 §9.5).
 
     Raises ``Exception(ERR_ARG)`` for predefined or unknown classes and for classes that
-    still have codes.
+    still have codes or a string.
     """
     cls = _as_code(errorclass)
     with _registry_lock:
@@ -317,18 +324,23 @@ def Remove_error_class(errorclass: int) -> None:
             raise Exception(ERR_ARG, f"{cls} is not a user-defined error class")
         if cls in _user_codes.values():
             raise Exception(ERR_ARG, f"error class {cls} still has error codes")
+        if cls in _user_strings:
+            raise _still_has_string(cls, "error class")
         _user_classes.discard(cls)
-        _user_strings.pop(cls, None)
 
 
 def Remove_error_code(errorcode: int) -> None:
-    """Remove a user error code (not a class); raises ``Exception(ERR_ARG)`` otherwise."""
+    """Remove a user error code (not a class) that has no string any more.
+
+    Raises ``Exception(ERR_ARG)`` for anything else.
+    """
     code = _as_code(errorcode)
     with _registry_lock:
         if code not in _user_codes:
             raise Exception(ERR_ARG, f"{code} is not a user-defined error code")
+        if code in _user_strings:
+            raise _still_has_string(code, "error code")
         del _user_codes[code]
-        _user_strings.pop(code, None)
 
 
 def Remove_error_string(errorcode: int) -> None:
@@ -343,7 +355,8 @@ def Remove_error_string(errorcode: int) -> None:
 class Exception(RuntimeError):  # exported as MPI.Exception, as in mpi4py
     """An MPI error, carrying its error code and an optional detail message.
 
-    ``ierr`` is the error code (a class, or a code added by ``Add_error_code``);
+    ``ierr`` is the error code (a class, or a code added by ``Add_error_code``; a
+    negative value becomes ``ERR_UNKNOWN``);
     ``message`` says what exactly went wrong, e.g. which argument was invalid. The object
     behaves like its code in comparisons, ``int()`` and hashing, so ``e == MPI.ERR_RANK``
     and ``e.Get_error_class() == MPI.ERR_RANK`` both work.
@@ -351,6 +364,8 @@ class Exception(RuntimeError):  # exported as MPI.Exception, as in mpi4py
 
     def __init__(self, ierr: int = SUCCESS, message: str | None = None) -> None:
         code = operator.index(ierr)
+        if code < SUCCESS:  # not an error code at all: as mpi4py, an unknown error
+            code = ERR_UNKNOWN
         if message is None:
             super().__init__(code)
         else:
@@ -460,7 +475,7 @@ class _ErrhandlerImpl:
     ``fn`` is the user function for ``"user"``; ``name`` is for display.
     """
 
-    __slots__ = ("fn", "kind", "name")
+    __slots__ = ("__weakref__", "fn", "kind", "name")
 
     def __init__(self, kind: str, fn: Callable[..., Any] | None, name: str) -> None:
         assert kind in _HANDLER_KINDS
@@ -470,9 +485,10 @@ class _ErrhandlerImpl:
 
 
 _NULL_IMPL = _ErrhandlerImpl("null", None, "ERRHANDLER_NULL")
+_USER_HANDLERS = UserLimit(32, "error handlers")
 
 
-class Errhandler:
+class Errhandler(Handle):
     """A handle to an error handler.
 
     Several handles may refer to the same handler object: ``Errhandler(eh)`` and
@@ -481,33 +497,29 @@ class Errhandler:
     objects using the handler untouched (MPI-3.0 §2.3.4).
     """
 
-    __slots__ = ("_constant", "_impl")
-
-    def __init__(self, errhandler: Errhandler | None = None) -> None:
-        if errhandler is None:
-            impl = _NULL_IMPL
-        elif isinstance(errhandler, Errhandler):
-            impl = errhandler._impl
-        else:
-            raise TypeError(f"expected an Errhandler, got {type(errhandler).__name__}")
-        self._impl: _ErrhandlerImpl = impl
-        self._constant: bool = False
+    __slots__ = ("_impl",)
+    _mpi_kind = Kind("Errhandler", 5, ERR_ERRHANDLER, _NULL_IMPL)
+    _impl: _ErrhandlerImpl
 
     @classmethod
     def _create_user(cls, fn: Callable[..., Any]) -> Errhandler:
-        """Return a handle to a new user handler calling ``fn(obj, errorcode)``."""
+        """Return a handle to a new user handler calling ``fn(obj, errorcode)``.
+
+        As with mpi4py, at most 32 user handlers may be alive at once (``RuntimeError``).
+        """
         if not callable(fn):
             raise TypeError(f"error handler function must be callable, not {type(fn).__name__}")
         name = getattr(fn, "__qualname__", None) or repr(fn)
-        handle = cls()
-        handle._impl = _ErrhandlerImpl("user", fn, name)
+        impl = _ErrhandlerImpl("user", fn, name)
+        _USER_HANDLERS.take(impl)
+        handle = object.__new__(cls)
+        handle._impl = impl
         return handle
 
     @classmethod
     def _predefined(cls, kind: str, name: str) -> Errhandler:
-        handle = cls()
+        handle = object.__new__(cls)
         handle._impl = _NULL_IMPL if kind == "null" else _ErrhandlerImpl(kind, None, name)
-        handle._constant = True
         return handle
 
     @property
@@ -525,45 +537,26 @@ class Errhandler:
     def Free(self) -> None:
         """Release this handle; it becomes ``ERRHANDLER_NULL``.
 
-        The predefined constants (``MPI.ERRORS_RETURN``, ...) cannot be freed; handles
-        obtained from them, e.g. by ``Get_errhandler()``, can.
+        Handles to predefined handlers may be freed too (``Get_errhandler`` returns new
+        ones, MPI-2.2 §8.3.4); the module's constants (``MPI.ERRORS_RETURN``, ...) stay
+        as they are. Freeing ``ERRHANDLER_NULL`` is ``ERR_ERRHANDLER``.
         """
         if self._impl is _NULL_IMPL:
             raise Exception(ERR_ERRHANDLER, "cannot free the null error handler")
-        if self._constant:
-            raise Exception(
-                ERR_ARG, f"{self._impl.name} is a predefined error handler and cannot be freed"
-            )
-        self._impl = _NULL_IMPL
+        self._drop()
 
-    def free(self) -> None:
-        """Call ``Free()`` unless this is a null or predefined handle."""
-        if not self._constant and self._impl is not _NULL_IMPL:
-            self.Free()
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Errhandler):
-            return NotImplemented
-        return self._impl is other._impl
-
-    def __ne__(self, other: object) -> bool:
-        if not isinstance(other, Errhandler):
-            return NotImplemented
-        return self._impl is not other._impl
-
-    def __hash__(self) -> int:
-        return hash((Errhandler, id(self._impl)))
-
-    def __bool__(self) -> bool:
-        return self._impl is not _NULL_IMPL
+    def _reduce_created(self) -> Any:
+        raise ValueError(f"cannot pickle {self!r}: user-defined error handlers are local")
 
     def __repr__(self) -> str:
-        if self._constant:
-            return f"MPI.{self._impl.name}"
-        return f"<MPI.Errhandler {self._impl.kind}: {self._impl.name}>"
+        impl = self._impl
+        if impl.kind != "user":
+            return f"MPI.{impl.name}"
+        return f"<MPI.Errhandler user: {impl.name}>"
 
 
 ERRHANDLER_NULL: Errhandler = Errhandler._predefined("null", "ERRHANDLER_NULL")
 ERRORS_RETURN: Errhandler = Errhandler._predefined("return", "ERRORS_RETURN")
 ERRORS_ARE_FATAL: Errhandler = Errhandler._predefined("fatal", "ERRORS_ARE_FATAL")
 ERRORS_ABORT: Errhandler = Errhandler._predefined("abort", "ERRORS_ABORT")
+register(globals(), __all__)  # the module's constants (see _handle)

@@ -30,7 +30,7 @@ from ._constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from ._errhandling import world_call
 from ._errors import ERR_ARG, ERR_GROUP, ERR_OTHER, ERR_RANK
 from ._errors import Exception as MPIException
-from ._handle import ImplHandle
+from ._handle import Handle, Kind, register
 from ._unsupported import _unavailable
 
 __all__ = ["GROUP_EMPTY", "GROUP_NULL", "Group"]
@@ -45,7 +45,7 @@ class _GroupImpl:
     group); ``index`` maps a world rank to its rank in the group.
     """
 
-    __slots__ = ("index", "ranks")
+    __slots__ = ("__weakref__", "index", "ranks")
 
     def __init__(self, ranks: tuple[int, ...] | None) -> None:
         self.ranks = ranks
@@ -169,7 +169,7 @@ def _as_group(call: str, group: Any, what: str = "group") -> _GroupImpl:
     return impl
 
 
-class Group(ImplHandle):
+class Group(Handle):
     """A handle to a group of processes.
 
     ``Group(group)`` makes a new handle to the same group as ``group`` (equal to
@@ -178,18 +178,12 @@ class Group(ImplHandle):
     """
 
     __slots__ = ("_impl",)
-
-    def __init__(self, group: Group | None = None) -> None:
-        if group is None:
-            self._impl: _GroupImpl = _NULL_IMPL
-        elif isinstance(group, Group):
-            self._impl = group._impl
-        else:
-            raise TypeError(f"expected an MPI.Group, got {type(group).__name__}")
+    _mpi_kind = Kind("Group", 2, ERR_GROUP, _NULL_IMPL)
+    _impl: _GroupImpl
 
     @classmethod
     def _from_impl(cls, impl: _GroupImpl) -> Group:
-        handle = cls.__new__(cls)
+        handle = object.__new__(cls)
         handle._impl = impl
         return handle
 
@@ -395,13 +389,7 @@ class Group(ImplHandle):
         allowed; the constant ``MPI.GROUP_EMPTY`` itself stays usable.
         """
         self._live("Free")
-        if self is not GROUP_EMPTY:
-            self._impl = _NULL_IMPL
-
-    def free(self) -> None:
-        """Call ``Free()`` unless the handle is null or a predefined constant."""
-        if self._impl is not _NULL_IMPL and self is not GROUP_EMPTY:
-            self.Free()
+        self._drop()
 
     # -- handle semantics -----------------------------------------------------------------
     def __repr__(self) -> str:
@@ -415,19 +403,7 @@ class Group(ImplHandle):
             shown += ", ..."
         return f"<MPI.Group size={len(ranks)} world ranks ({shown})>"
 
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
-        if self._impl is _NULL_IMPL:
-            return (_named_group, ("GROUP_NULL",))
-        if self._impl is _EMPTY_IMPL:
-            return (_named_group, ("GROUP_EMPTY",))
-        raise ValueError("cannot serialize an MPI.Group: groups are local to a process")
 
-
-def _named_group(name: str) -> Group:
-    """Return the predefined group ``MPI.<name>`` (used when unpickling)."""
-    return {"GROUP_NULL": GROUP_NULL, "GROUP_EMPTY": GROUP_EMPTY}[name]
-
-
-Group._null_impl = _NULL_IMPL
 GROUP_NULL: Group = Group._from_impl(_NULL_IMPL)
 GROUP_EMPTY: Group = Group._from_impl(_EMPTY_IMPL)
+register(globals(), __all__)  # the module's constants (see _handle)

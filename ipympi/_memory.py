@@ -33,7 +33,7 @@ from ._buffers import acquire
 from ._errors import ERR_ARG, ERR_BASE, ERR_INFO, ERR_NO_MEM
 from ._errors import Exception as MPIException
 from ._foreign import from_cai, from_dlpack
-from ._unsupported import INFO_NULL, Info
+from ._info import INFO_NULL, Info
 
 __all__ = ["Alloc_mem", "Free_mem", "buffer", "memory"]
 

@@ -17,6 +17,7 @@ from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ._errhandling import mpi_call
 from ._errors import ERR_REQUEST
 from ._errors import Exception as MPIException
+from ._handle import Handle, Kind, register
 from ._ops import RECV, Op
 from ._request import Request
 from ._status import Status
@@ -24,61 +25,59 @@ from ._status import Status
 __all__ = ["MESSAGE_NO_PROC", "MESSAGE_NULL", "Message"]
 
 
-class Message:
-    """Handle of a matched message."""
+class _Matched:
+    """A message set aside by a matched probe: its communicator and envelope
+    (both ``None`` for the message of a probe on ``PROC_NULL``)."""
 
-    __slots__ = ("_comm", "_env", "_kind")
+    __slots__ = ("__weakref__", "comm", "env")
 
-    def __init__(self, message: Message | None = None) -> None:
-        self._comm: Any = None if message is None else message._comm
-        self._env: Any = None if message is None else message._env
-        self._kind = "null" if message is None else message._kind
+    def __init__(self, comm: Any, env: Any) -> None:
+        self.comm = comm
+        self.env = env
+
+
+_NO_PROC = _Matched(None, None)  # MESSAGE_NO_PROC's message
+
+
+class Message(Handle):
+    """Handle of a matched message (``MESSAGE_NULL`` when null)."""
+
+    __slots__ = ("_impl",)
+    _mpi_kind = Kind("Message", 12, ERR_REQUEST, None)
+    _impl: _Matched | None
 
     @classmethod
     def _of(cls, comm: Any, env: Any) -> Message:
-        msg = cls.__new__(cls)
-        msg._comm = comm
-        if env == PROC_NULL:
-            msg._env, msg._kind = None, "noproc"
-        else:
-            msg._env, msg._kind = env, "message"
+        msg = object.__new__(cls)
+        msg._impl = _NO_PROC if env == PROC_NULL else _Matched(comm, env)
         return msg
 
-    def __bool__(self) -> bool:
-        return self._kind != "null"
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Message):
-            return NotImplemented
-        if self._kind != "message" or other._kind != "message":
-            return self._kind == other._kind
-        return self._env is other._env
-
-    def __hash__(self) -> int:
-        return hash((self._kind, id(self._env)))
-
     def __repr__(self) -> str:
-        names = {"null": "MESSAGE_NULL", "noproc": "MESSAGE_NO_PROC"}
-        if self._kind in names:
-            return f"<MPI.{names[self._kind]}>"
-        env = self._env
+        impl = self._impl
+        if impl is None:
+            return "<MPI.MESSAGE_NULL>"
+        if impl is _NO_PROC:
+            return "<MPI.MESSAGE_NO_PROC>"
+        env = impl.env
         return f"<MPI.Message source={env.source} tag={env.tag} nbytes={env.nbytes}>"
 
     def _raise(self, exc: MPIException, call: str) -> Any:
-        if self._comm is not None:
-            self._comm._raise(exc, call)
+        impl = self._impl
+        if impl is not None and impl.comm is not None:
+            impl.comm._raise(exc, call)
         raise exc
 
     def _take(self, call: str, mem: memoryview | None) -> Op:
         """Start receiving the message into ``mem`` and null this handle."""
-        if self._kind == "null":
+        impl = self._impl
+        if impl is None:
             raise MPIException(ERR_REQUEST, f"{call}: the message is MESSAGE_NULL")
-        comm = self._comm
+        comm = impl.comm
         op = Op(RECV, comm, call, PROC_NULL, ANY_TAG)
-        if self._kind == "noproc":
+        if impl is _NO_PROC:
             op.complete_empty()
         else:
-            env = self._env
+            env = impl.env
             op.peer, op.tag, op.mem = env.source, env.tag, mem
             engine = comm._engine
             engine.enter()
@@ -86,8 +85,7 @@ class Message:
                 engine.receive_matched(env, op)
             finally:
                 engine.leave()
-        if self is not MESSAGE_NO_PROC:  # the predefined constant stays as it is
-            self._comm, self._env, self._kind = None, None, "null"
+        self._drop()  # the predefined MESSAGE_NO_PROC stays as it is
         return op
 
     @mpi_call
@@ -145,3 +143,4 @@ class Message:
 
 MESSAGE_NULL = Message()
 MESSAGE_NO_PROC = Message._of(None, PROC_NULL)
+register(globals(), __all__)  # the module's constants (see _handle)

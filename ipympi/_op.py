@@ -37,7 +37,7 @@ from ._datatype import Datatype, _TypeImpl
 from ._errhandling import world_call
 from ._errors import ERR_BUFFER, ERR_OP, ERR_TYPE
 from ._errors import Exception as MPIException
-from ._handle import ImplHandle
+from ._handle import Handle, Kind, UserLimit, register
 
 __all__ = [
     "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR", "MAX", "MAXLOC", "MIN", "MINLOC",
@@ -303,6 +303,7 @@ class _OpImpl:
     """
 
     __slots__ = (
+        "__weakref__",
         "commutative",
         "function",
         "groups",
@@ -332,6 +333,7 @@ class _OpImpl:
 
 
 _NULL_IMPL = _OpImpl("OP_NULL", False, _null_arrays, _null_objects, frozenset())
+_USER_OPS = UserLimit(32, "reduction operations")
 
 
 def _user_impl(function: UserFunction, commute: bool) -> _OpImpl:
@@ -346,7 +348,7 @@ def _user_impl(function: UserFunction, commute: bool) -> _OpImpl:
     return _OpImpl(None, commute, reduce_arrays, reduce_objects, None, function)
 
 
-class Op(ImplHandle):
+class Op(Handle):
     """A handle to a reduction operation.
 
     ``Op(op)`` makes a new handle to the same operation as ``op`` (equal to it);
@@ -354,20 +356,17 @@ class Op(ImplHandle):
     """
 
     __slots__ = ("_impl",)
-
-    def __init__(self, op: Op | None = None) -> None:
-        if op is None:
-            self._impl: _OpImpl = _NULL_IMPL
-        elif isinstance(op, Op):
-            self._impl = op._impl
-        else:
-            raise TypeError(f"expected an Op, got {type(op).__name__}")
+    _mpi_kind = Kind("Op", 6, ERR_OP, _NULL_IMPL)
+    _impl: _OpImpl
 
     @classmethod
     def _from_impl(cls, impl: _OpImpl) -> Op:
-        handle = cls.__new__(cls)
+        handle = object.__new__(cls)
         handle._impl = impl
         return handle
+
+    def _is_predefined(self) -> bool:
+        return self._impl.key is not None
 
     def _live(self) -> _OpImpl:
         """Return the operation object, or raise ``ERR_OP`` for a null handle."""
@@ -387,11 +386,14 @@ class Op(ImplHandle):
         so both direct numpy use and ``np.frombuffer(invec, dtype)`` work. Lower-case
         reductions call ``function(left, right, None)`` and use its return value.
         ``commute`` tells whether operands may be reordered; if false they combine in
-        ascending rank order.
+        ascending rank order. As with mpi4py, at most 32 user-defined operations may
+        exist at once (``RuntimeError``).
         """
         if not callable(function):
             raise TypeError(f"function must be callable, not {type(function).__name__}")
-        return cls._from_impl(_user_impl(function, bool(commute)))
+        impl = _user_impl(function, bool(commute))
+        _USER_OPS.take(impl)
+        return cls._from_impl(impl)
 
     @world_call
     def Free(self) -> None:
@@ -402,12 +404,8 @@ class Op(ImplHandle):
         impl = self._live()
         if impl.key is not None:
             raise MPIException(ERR_OP, f"predefined operation MPI.{impl.key} cannot be freed")
+        _USER_OPS.give_back(impl)
         self._impl = _NULL_IMPL
-
-    def free(self) -> None:
-        """Call ``Free()`` unless the operation is null or predefined."""
-        if self._impl.key is None:
-            self.Free()
 
     # -- queries (§5.9.7) ---------------------------------------------------------------
     @world_call
@@ -447,8 +445,14 @@ class Op(ImplHandle):
 
     # -- applying the operation to Python objects ---------------------------------------
     def __call__(self, x: Any, y: Any) -> Any:
-        """Return ``x op y`` for Python objects, as the lower-case reductions do."""
-        return self._impl.reduce_objects(x, y)
+        """Return ``x op y`` for Python objects, as the lower-case reductions do.
+
+        ``ValueError`` for ``OP_NULL``, which has nothing to apply.
+        """
+        impl = self._impl
+        if impl is _NULL_IMPL:
+            raise ValueError("cannot call MPI.OP_NULL: it is not an operation")
+        return impl.reduce_objects(x, y)
 
     # -- used by the collectives ----------------------------------------------------------
     @property
@@ -477,6 +481,10 @@ class Op(ImplHandle):
         group = _GROUP_OF.get(type_impl)
         if group in groups:
             return
+        if group is None and type_impl.predefined and type_impl.parent is not None:
+            group = _GROUP_OF.get(type_impl.parent)  # Create_f90_*: the sized type's group
+            if group in groups:
+                return
         if not datatype:
             raise MPIException(ERR_TYPE, f"{name} cannot reduce MPI.DATATYPE_NULL")
         allowed = _describe_groups(groups)
@@ -519,21 +527,13 @@ class Op(ImplHandle):
         name = getattr(impl.function, "__qualname__", None) or repr(impl.function)
         return f"<MPI.Op user-defined: {name}, commute={impl.commutative}>"
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+    def _reduce_created(self) -> tuple[Any, tuple[Any, ...]]:
+        """Pickle a user-defined operation as ``Create(function, commute)``."""
         impl = self._impl
-        if impl.key is not None:
-            return (_named_op, (impl.key,))
-        return (Op.Create, (impl.function, impl.commutative))
+        return (type(self).Create, (impl.function, impl.commutative))
 
 
 # --- The predefined operations -----------------------------------------------------------
-
-_NAMED: dict[str, Op] = {}
-
-
-def _named_op(key: str) -> Op:
-    """Return the predefined operation ``MPI.<key>`` (used when unpickling)."""
-    return _NAMED[key]
 
 
 def _predefined(
@@ -546,14 +546,10 @@ def _predefined(
     reduce_scalars: ObjectReducer | None = None,
 ) -> Op:
     impl = _OpImpl(key, commutative, reduce_arrays, reduce_objects, groups, None, reduce_scalars)
-    handle = Op._from_impl(impl)
-    _NAMED[key] = handle
-    return handle
+    return Op._from_impl(impl)
 
 
-Op._null_impl = _NULL_IMPL
 OP_NULL: Op = Op._from_impl(_NULL_IMPL)
-_NAMED["OP_NULL"] = OP_NULL
 
 MAX = _predefined("MAX", _ufunc_reducer(np.maximum), _max, _MINMAX, reduce_scalars=_max_scalars)
 MIN = _predefined("MIN", _ufunc_reducer(np.minimum), _min, _MINMAX, reduce_scalars=_min_scalars)
@@ -571,3 +567,4 @@ MAXLOC = _predefined("MAXLOC", _loc_reducer(np.greater), _maxloc, _LOC)
 MINLOC = _predefined("MINLOC", _loc_reducer(np.less), _minloc, _LOC)
 REPLACE = _predefined("REPLACE", _keep_right, _replace, frozenset(), commutative=False)
 NO_OP = _predefined("NO_OP", _take_left, _no_op, frozenset(), commutative=False)
+register(globals(), __all__)  # the module's constants (see _handle)

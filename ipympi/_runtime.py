@@ -34,6 +34,7 @@ from ._constants import (
 from ._engine import Engine, WaitInfo
 from ._errors import ERR_OTHER, ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler
 from ._errors import Exception as MPIException
+from ._handle import register
 from ._largebuf import allow_peer_reads
 from ._ops import RECV, SEND, Op
 
@@ -64,6 +65,7 @@ WORLD_CONTEXT, SELF_CONTEXT, FINALIZE_CONTEXT = 0, 2, 0xFFFFFFF0
 
 COMM_WORLD = Intracomm._from_impl(None, "COMM_WORLD")
 COMM_SELF = Intracomm._from_impl(None, "COMM_SELF")
+register(globals(), ("COMM_WORLD", "COMM_SELF"))  # constants (see _handle)
 
 _initialized = False
 _finalized = False

@@ -1,22 +1,23 @@
 """Object types and functions of mpi4py's ``MPI`` module that ipympi does not implement.
 
-One-sided communication (``Win``), parallel I/O (``File``), info objects (``Info``), the
-sessions model (``Session``), generalized requests (``Grequest``) and dynamic process
-management are outside ipympi's scope. The names still exist so that programs written
-for mpi4py import cleanly and can probe for the features: the null handles
-(``WIN_NULL``, ``INFO_NULL``, ...) behave as handles (comparison, ``bool``), and every
-other method, property or function raises ``NotImplementedError`` naming the missing
-feature. ``INFO_NULL`` is the usual default ``info`` argument, so it must exist.
+One-sided communication (``Win``), parallel I/O (``File``), the sessions model
+(``Session``) and dynamic process management are outside ipympi's scope. The names
+still exist so that programs written for mpi4py import cleanly and can probe for the
+features: the classes are handle classes (:class:`~ipympi._handle.Handle`) whose only
+object is the null one (``WIN_NULL``, ...), and every other method, property or
+function raises ``NotImplementedError`` naming the missing feature.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, NoReturn
 
+from ._errors import ERR_FILE, ERR_SESSION, ERR_WIN
+from ._handle import Handle, Kind, register
+from ._info import INFO_NULL
+
 __all__ = [
     "FILE_NULL",
-    "INFO_ENV",
-    "INFO_NULL",
     "SESSION_NULL",
     "WIN_NULL",
     "Close_port",
@@ -25,8 +26,6 @@ __all__ = [
     "Get_abi_info",
     "Get_abi_version",
     "Get_hw_resource_info",
-    "Grequest",
-    "Info",
     "Lookup_name",
     "Open_port",
     "Publish_name",
@@ -60,60 +59,31 @@ def _stub_property(cls_name: str, name: str, feature: str) -> property:
     return property(getter, doc=f"Not available: {feature} is outside ipympi's scope.")
 
 
-class _Unsupported:
-    """A handle of an object type ipympi does not implement.
+class _Unsupported(Handle):
+    """A handle class of a feature ipympi does not implement: only its null handle exists.
 
-    ``Cls()`` is the null handle and ``Cls(handle)`` copies a handle; handles compare
-    equal when they refer to the same object and are false when null. Subclasses list
-    mpi4py's method and property names, which are generated as stubs raising
-    ``NotImplementedError``.
+    Subclasses list mpi4py's method and property names, which are generated as stubs
+    raising ``NotImplementedError``.
     """
 
-    __slots__ = ("_token",)
+    __slots__ = ("_impl",)
     _feature = ""
     _methods: tuple[str, ...] = ()
     _properties: tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if "_methods" not in cls.__dict__:
+            return  # a program's subclass: its methods are its own
         for name in cls._methods:
             setattr(cls, name, _stub_method(cls.__name__, name, cls._feature))
         for name in cls._properties:
             setattr(cls, name, _stub_property(cls.__name__, name, cls._feature))
 
-    def __init__(self, handle: Any = None) -> None:
-        if handle is None:
-            self._token: object | None = None
-        elif type(handle) is type(self):
-            self._token = handle._token
-        else:
-            raise TypeError(f"expected MPI.{type(self).__name__}, got {type(handle).__name__}")
-
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return self._token is other._token  # type: ignore[attr-defined]
-
-    def __ne__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        return self._token is not other._token  # type: ignore[attr-defined]
-
-    def __hash__(self) -> int:
-        return hash((type(self), id(self._token)))
-
-    def __bool__(self) -> bool:
-        return self._token is not None
-
     def __repr__(self) -> str:
-        name = type(self).__name__
-        return f"MPI.{name.upper()}_NULL" if self._token is None else f"<MPI.{name}>"
-
-    def __reduce__(self) -> tuple[Any, tuple[()]]:
-        return (type(self), ())
+        return f"MPI.{type(self).__name__.upper()}_NULL"
 
 
-_HANDLE_METHODS = ("py2f", "toint", "f2py", "fromhandle", "fromint", "free")
 _ERRHANDLER_METHODS = ("Call_errhandler", "Create_errhandler", "Get_errhandler", "Set_errhandler")
 
 
@@ -121,9 +91,10 @@ class Win(_Unsupported):
     """Window for one-sided communication (not available)."""
 
     __slots__ = ()
+    _mpi_kind = Kind("Win", 8, ERR_WIN, None)
     _feature = "one-sided communication"
     _methods = (
-        *_HANDLE_METHODS, *_ERRHANDLER_METHODS,
+        *_ERRHANDLER_METHODS,
         "Create", "Allocate", "Allocate_shared", "Create_dynamic", "Attach", "Detach", "Free",
         "Put", "Get", "Accumulate", "Get_accumulate", "Fetch_and_op", "Compare_and_swap",
         "Rput", "Rget", "Raccumulate", "Rget_accumulate",
@@ -134,7 +105,7 @@ class Win(_Unsupported):
         "Create_keyval", "Free_keyval", "Get_attr", "Set_attr", "Delete_attr", "tomemory",
     )  # fmt: skip
     _properties = (
-        "attrs", "flavor", "group", "group_rank", "group_size", "handle", "info", "model", "name",
+        "attrs", "flavor", "group", "group_rank", "group_size", "info", "model", "name",
     )  # fmt: skip
 
 
@@ -142,9 +113,10 @@ class File(_Unsupported):
     """File handle for parallel I/O (not available)."""
 
     __slots__ = ()
+    _mpi_kind = Kind("File", 4, ERR_FILE, None)
     _feature = "parallel I/O"
     _methods = (
-        *_HANDLE_METHODS, *_ERRHANDLER_METHODS,
+        *_ERRHANDLER_METHODS,
         "Open", "Close", "Delete", "Sync", "Preallocate", "Get_size", "Set_size",
         "Get_amode", "Get_atomicity", "Set_atomicity", "Get_group", "Get_info", "Set_info",
         "Get_view", "Set_view", "Get_type_extent", "Get_byte_offset",
@@ -159,70 +131,27 @@ class File(_Unsupported):
         "Iwrite", "Iwrite_all", "Iwrite_at", "Iwrite_at_all", "Iwrite_shared",
     )  # fmt: skip
     _properties = (
-        "amode", "atomicity", "group", "group_rank", "group_size", "handle", "info", "size",
+        "amode", "atomicity", "group", "group_rank", "group_size", "info", "size",
     )  # fmt: skip
-
-
-class Info(_Unsupported):
-    """Info object of (key, value) hints (not available; only the handles exist)."""
-
-    __slots__ = ()
-    _feature = "support for info objects"
-    _methods = (
-        *_HANDLE_METHODS,
-        "Create", "Create_env", "Dup", "Free", "Get", "Set", "Delete", "Get_nkeys",
-        "Get_nthkey", "get", "keys", "values", "items", "update", "pop", "popitem", "clear",
-        "copy", "__len__", "__iter__", "__contains__", "__getitem__", "__setitem__",
-        "__delitem__",
-    )  # fmt: skip
-    _properties = ("handle",)
-
-    def __repr__(self) -> str:
-        return "MPI.INFO_ENV" if self._token is not None else "MPI.INFO_NULL"
-
-    def __reduce__(self) -> Any:
-        return "INFO_ENV" if self._token is not None else (Info, ())
 
 
 class Session(_Unsupported):
     """MPI session (not available: ipympi uses the world model)."""
 
     __slots__ = ()
+    _mpi_kind = Kind("Session", 14, ERR_SESSION, None)
     _feature = "the sessions model"
     _methods = (
-        *_HANDLE_METHODS, *_ERRHANDLER_METHODS,
+        *_ERRHANDLER_METHODS,
         "Init", "Finalize", "Create_group", "Get_info", "Get_num_psets", "Get_nth_pset",
         "Get_pset_info", "Attach_buffer", "Detach_buffer", "Flush_buffer", "Iflush_buffer",
     )  # fmt: skip
-    _properties = ("handle",)
-
-
-class Grequest(_Unsupported):
-    """Generalized request (not available)."""
-
-    __slots__ = ()
-    _feature = "support for generalized requests"
-    _methods = (
-        *_HANDLE_METHODS,
-        "Start", "Complete", "complete", "Cancel", "cancel", "Free",
-        "Wait", "wait", "Test", "test", "Get_status", "get_status",
-        "Waitall", "waitall", "Waitany", "waitany", "Waitsome", "waitsome",
-        "Testall", "testall", "Testany", "testany", "Testsome", "testsome",
-        "Get_status_all", "get_status_all", "Get_status_any", "get_status_any",
-        "Get_status_some", "get_status_some",
-    )  # fmt: skip
-    _properties = ("handle",)
-
-    def __repr__(self) -> str:
-        return "<MPI.Grequest (null)>"
 
 
 WIN_NULL: Win = Win()
 FILE_NULL: File = File()
-INFO_NULL: Info = Info()
-INFO_ENV: Info = Info()
-INFO_ENV._token = object()
 SESSION_NULL: Session = Session()
+register(globals(), ("WIN_NULL", "FILE_NULL", "SESSION_NULL"))  # constants (see _handle)
 
 
 # --- Module-level functions of unavailable features --------------------------------------
@@ -262,7 +191,7 @@ def Register_datarep(datarep: str, *args: Any, **kwargs: Any) -> NoReturn:
 
 def Get_hw_resource_info() -> NoReturn:
     """Return hardware resource information as an Info object (not available)."""
-    _unavailable("Get_hw_resource_info", "support for info objects")
+    _unavailable("Get_hw_resource_info", "hardware resource information")
 
 
 def Get_abi_version() -> NoReturn:

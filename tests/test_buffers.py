@@ -25,8 +25,8 @@ from ipympi._buffers import (
 )
 from ipympi._errors import ERR_ARG, ERR_BASE, ERR_BUFFER, ERR_INFO, ERR_TYPE
 from ipympi._errors import Exception as MPIException
+from ipympi._info import INFO_ENV, INFO_NULL
 from ipympi._memory import Alloc_mem, Free_mem, buffer
-from ipympi._unsupported import INFO_ENV, INFO_NULL
 
 
 def error_of(spec: Any, parse: Any = send_buffer) -> Any:

@@ -135,13 +135,14 @@ def test_distinct_types_are_unequal() -> None:
     assert D.BYTE != D.UNSIGNED_CHAR
     assert D.CXX_BOOL != D.C_BOOL
     distinct = {id(getattr(D, n)) for n in NAMES}
-    assert len({getattr(D, n) for n in NAMES}) == len(distinct)
+    assert len({id(getattr(D, n)._impl) for n in NAMES}) == len(distinct)
 
 
 def test_handle_copies_compare_equal() -> None:
     copy = Datatype(D.DOUBLE)
     assert copy == D.DOUBLE and copy is not D.DOUBLE
-    assert hash(copy) == hash(D.DOUBLE)
+    with pytest.raises(TypeError):
+        hash(copy)  # handles are unhashable, as in mpi4py: Free() changes what they are
     assert Datatype() == D.DATATYPE_NULL
     assert (D.INT == 4) is False
     with pytest.raises(TypeError):
@@ -228,9 +229,13 @@ def test_predefined_types_pickle_to_themselves(name: str) -> None:
     assert pickle.loads(pickle.dumps(datatype)) == datatype
 
 
-def test_derived_types_do_not_pickle() -> None:
-    with pytest.raises(TypeError):
-        pickle.dumps(D.INT.Dup())
+def test_derived_types_pickle_by_their_constructor() -> None:
+    vector = D.INT.Create_vector(3, 2, 4).Commit()
+    copy = pickle.loads(pickle.dumps(vector))
+    assert copy != vector and copy.decode()[1:] == vector.decode()[1:]
+    assert copy.Get_extent() == vector.Get_extent() and copy.decode()[0] is D.INT
+    dup = pickle.loads(pickle.dumps(D.DOUBLE.Dup()))
+    assert dup.combiner == COMBINER_DUP and dup.decode()[0] is D.DOUBLE
 
 
 # --- type codes ----------------------------------------------------------------------------

@@ -281,11 +281,22 @@ def test_cart_dup_split_and_errors(run_mpi, n):
             raise AssertionError("Create_cart took 2 periods for 1 dimension")
         except ValueError:
             pass
-        raises(MPI.ERR_TOPOLOGY, MPI.Cartcomm(comm).Shift, 0, 1)
-        raises(MPI.ERR_TOPOLOGY, MPI.Cartcomm(comm).Get_topo)
-        raises(MPI.ERR_TOPOLOGY, MPI.Graphcomm(cart).Get_dims)
-        raises(MPI.ERR_TOPOLOGY, MPI.Distgraphcomm(cart).Get_dist_neighbors)
-        raises(MPI.ERR_TOPOLOGY, MPI.Topocomm(comm).neighbor_allgather, 1)
+        # a handle class must suit the communicator (as mpi4py); the methods still
+        # check the topology of handles built without that check
+        for cls, other in ((MPI.Cartcomm, comm), (MPI.Graphcomm, cart), (MPI.Topocomm, comm)):
+            try:
+                cls(other)
+            except TypeError:
+                pass
+            else:
+                raise AssertionError(f"{cls.__name__}({other!r}) did not raise TypeError")
+        def view(cls, other):
+            return cls._from_impl(other._impl)
+        raises(MPI.ERR_TOPOLOGY, view(MPI.Cartcomm, comm).Shift, 0, 1)
+        raises(MPI.ERR_TOPOLOGY, view(MPI.Cartcomm, comm).Get_topo)
+        raises(MPI.ERR_TOPOLOGY, view(MPI.Graphcomm, cart).Get_dims)
+        raises(MPI.ERR_TOPOLOGY, view(MPI.Distgraphcomm, cart).Get_dist_neighbors)
+        raises(MPI.ERR_TOPOLOGY, view(MPI.Topocomm, comm).neighbor_allgather, 1)
         raises(MPI.ERR_COMM, MPI.Cartcomm().Get_topo)
         seen = []
         eh = MPI.Comm.Create_errhandler(lambda c, code: seen.append(code))
