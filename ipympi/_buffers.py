@@ -289,8 +289,8 @@ def _parse_sequence(spec: list[Any] | tuple[Any, ...], writable: bool) -> Buffer
             raise ValueError("message: a (count, displ) pair and a displacement both given")
         count_item, displ_item = count_item  # ValueError unless a pair
     return message(
-        buf, count_of(count_item, "count"), count_of(displ_item, "displacement"),
-        datatype_of(type_item), writable,
+        buf, count_of(count_item, "count"), count_of(displ_item, "displacement"), type_item,
+        writable,
     )  # fmt: skip
 
 
@@ -440,17 +440,20 @@ _NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
 
 
 def message(
-    buf: Any, count: int | None, displ: int | None, datatype: Datatype | None, writable: bool
+    buf: Any, count: int | None, displ: int | None, type_item: Any, writable: bool
 ) -> BufferSpec:
-    """The spec of one message: ``count`` elements of ``datatype`` from element ``displ``.
+    """The spec of one message: ``count`` elements of a datatype from element ``displ``.
 
-    ``buf`` is a buffer object, None or ``BOTTOM``; ``count``, ``displ`` and ``datatype``
-    are None where the form left them out: the datatype then comes from the buffer's
-    format, the displacement is 0 and the count is what the rest of the buffer holds.
+    ``buf`` is a buffer object, None or ``BOTTOM``; ``count``, ``displ`` and the datatype
+    item (an ``MPI.Datatype`` or a type code) are None where the form left them out: the
+    datatype then comes from the buffer's format, the displacement is 0 and the count is
+    what the rest of the buffer holds. The buffer is taken before the datatype is looked
+    up, so a form that is wrong in both raises the buffer's error, as in mpi4py.
     """
     if buf is None or buf is BOTTOM or buf is IN_PLACE:
-        return _empty(buf, count, displ, datatype, writable)
+        return _empty(buf, count, displ, datatype_of(type_item), writable)
     mem, fmt, itemsize = acquire(buf, writable)
+    datatype = datatype_of(type_item)
     if datatype is None:
         datatype = format_datatype(fmt, itemsize)
     return elements(mem, count, displ or 0, datatype, writable, 0)

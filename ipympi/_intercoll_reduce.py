@@ -200,7 +200,9 @@ class InterReductions(InterCollBase):
         no_in_place(call, sendbuf, recvbuf)
         impl = self._live()
         n, me = impl.size, impl.rank
-        args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=False, needs_output=True)
+        args = _Reduction(  # the send buffer holds the blocks of several ranks: checked below
+            call, sendbuf, recvbuf, op, in_place_ok=False, needs_output=True, out_blocks=0
+        )
         total = args.source.size
         if counts is None:
             if total % n:

@@ -1,10 +1,12 @@
 """Bad input to point-to-point calls on real ranks: the error class, then a usable rank.
 
-Invalid rank -> ERR_RANK, bad tag -> ERR_TAG, negative count -> ERR_COUNT,
-unusable buffer or datatype -> ERR_BUFFER / ERR_TYPE, COMM_NULL -> ERR_COMM, a
-message that does not fit -> ERR_TRUNCATE with the status still naming source and
-tag. After every error the rank keeps working and no message is lost or invented:
-a message sent before the errors and one sent after them arrive back to back.
+Invalid rank -> ERR_RANK, bad tag -> ERR_TAG, COMM_NULL -> ERR_COMM, a message that
+does not fit -> ERR_TRUNCATE with the status still naming source and tag. Buffer forms
+that cannot be parsed raise what mpi4py raises for them, before any MPI call: a negative
+count ValueError, what is not memory TypeError, read-only memory for a receive
+BufferError, an unknown type code KeyError; a null datatype with a count ERR_TYPE.
+After every error the rank keeps working and no message is lost or invented: a message
+sent before the errors and one sent after them arrive back to back.
 Rules: INVENTORY §2.3 P-3, P-4, P-6, P-7, P-8; E-8.
 """
 
@@ -32,6 +34,20 @@ def raises(cls, fn, *args, **kwargs):
         checks += 1
         return exc
     raise AssertionError(f"{fn} {args} did not raise MPI.Exception of class {cls}")
+
+
+def fails(error, fn, *args, **kwargs):
+    """``fn(*args)`` raises ``error`` (a Python exception, not MPI.Exception)."""
+    global checks
+    try:
+        fn(*args, **kwargs)
+    except MPI.Exception as exc:
+        raise AssertionError(f"{fn} {args} raised {exc!r}, not {error.__name__}") from exc
+    except error as exc:
+        assert str(exc), "the exception says what went wrong"
+        checks += 1
+        return exc
+    raise AssertionError(f"{fn} {args} did not raise {error.__name__}")
 
 
 def still_in_order(tag_before, tag_after):
@@ -114,33 +130,33 @@ def test_argument_errors_leave_the_rank_usable(run_mpi, n: int) -> None:
     comm.Recv(a, rank, TAG_UB)
     req.Wait()
 
-    # negative count -> ERR_COUNT (P-6)
+    # negative count (P-6): ValueError, as mpi4py raises it before calling MPI
     for spec in ([a, -1, MPI.INT], [a, -1], [a, (-2, 0), MPI.INT]):
         for send in (comm.Send, comm.Isend, comm.Ssend, comm.Rsend, comm.Bsend, comm.Send_init):
-            raises(MPI.ERR_COUNT, send, spec, nxt, 0)
+            fails(ValueError, send, spec, nxt, 0)
         for recv in (comm.Recv, comm.Irecv, comm.Recv_init):
-            raises(MPI.ERR_COUNT, recv, spec, prv, 0)
-        raises(MPI.ERR_COUNT, comm.Sendrecv, spec, nxt, 0, a, prv, 0)
-        raises(MPI.ERR_COUNT, comm.Sendrecv, a, nxt, 0, spec, prv, 0)
+            fails(ValueError, recv, spec, prv, 0)
+        fails(ValueError, comm.Sendrecv, spec, nxt, 0, a, prv, 0)
+        fails(ValueError, comm.Sendrecv, a, nxt, 0, spec, prv, 0)
 
-    # unusable buffers -> ERR_BUFFER; bad datatypes -> ERR_TYPE
-    for bad in ("text", 42, [1, 2, 3], {"a": 1}, object(), [a, 5, MPI.INT],
-                [bytearray(7), MPI.INT]):
-        raises(MPI.ERR_BUFFER, comm.Send, bad, nxt, 0)
-        raises(MPI.ERR_BUFFER, comm.Isend, bad, nxt, 0)
-        raises(MPI.ERR_BUFFER, comm.Recv, bad, prv, 0)
-        raises(MPI.ERR_BUFFER, comm.Irecv, bad, prv, 0)
+    # unusable buffers and datatypes, as mpi4py raises them
+    for bad, error in (("text", TypeError), (42, TypeError), ([1, 2, 3], TypeError),
+                       ({"a": 1}, TypeError), (object(), TypeError),
+                       ([a, 5, MPI.INT], ValueError),  # more elements than the buffer has
+                       ([bytearray(7), MPI.INT], ValueError)):  # not a whole number of ints
+        for call in (comm.Send, comm.Isend, comm.Recv, comm.Irecv):
+            fails(error, call, bad, nxt, 0)
     for readonly in (b"abcd", np.zeros(4, "i").view(), memoryview(b"xyzw")):
         if isinstance(readonly, np.ndarray):
             readonly.flags.writeable = False
-        raises(MPI.ERR_BUFFER, comm.Recv, readonly, prv, 0)
-        raises(MPI.ERR_BUFFER, comm.Irecv, readonly, prv, 0)
-        raises(MPI.ERR_BUFFER, comm.Sendrecv_replace, readonly, nxt, 0, prv, 0)
-    for spec in ([a, MPI.DATATYPE_NULL], [a, 2, MPI.DATATYPE_NULL], [a, 2, "zz"]):
-        raises(MPI.ERR_TYPE, comm.Send, spec, nxt, 0)
-        raises(MPI.ERR_TYPE, comm.Recv, spec, prv, 0)
-        raises(MPI.ERR_TYPE, comm.Isend, spec, nxt, 0)
-        raises(MPI.ERR_TYPE, comm.Irecv, spec, prv, 0)
+        fails(BufferError, comm.Recv, readonly, prv, 0)
+        fails(BufferError, comm.Irecv, readonly, prv, 0)
+        fails(BufferError, comm.Sendrecv_replace, readonly, nxt, 0, prv, 0)
+    for spec, error in (([a, MPI.DATATYPE_NULL], ValueError), ([a, 2, "zz"], KeyError)):
+        for call in (comm.Send, comm.Recv, comm.Isend, comm.Irecv):
+            fails(error, call, spec, nxt, 0)
+    for call in (comm.Send, comm.Recv, comm.Isend, comm.Irecv):
+        raises(MPI.ERR_TYPE, call, [a, 2, MPI.DATATYPE_NULL], nxt, 0)
 
     # COMM_NULL -> ERR_COMM
     null = MPI.COMM_NULL
