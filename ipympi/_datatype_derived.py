@@ -4,8 +4,8 @@
 datatypes; ``Datatype`` in :mod:`ipympi._datatype` inherits them. The layouts themselves
 come from :mod:`ipympi._typemap`, the copies from :mod:`ipympi._typemap_copy`.
 
-Envelopes and contents use the classic (MPI-3.1) form: integers and addresses, never
-large counts, as an MPI 3.1 library reports them.
+Envelopes and contents hold Python integers, which have no size limit: a count beyond a
+C int is reported as it was given, as MPI 4's large-count (``_c``) calls report it.
 """
 
 from __future__ import annotations

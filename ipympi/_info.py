@@ -35,7 +35,7 @@ from ._errors import ERR_ARG, ERR_INFO, ERR_INFO_KEY, ERR_INFO_NOKEY, ERR_INFO_V
 from ._errors import Exception as MPIException
 from ._handle import Handle, Kind, register
 
-__all__ = ["INFO_ENV", "INFO_NULL", "Info"]  # what the MPI module exports
+__all__ = ["INFO_ENV", "INFO_NULL", "Get_hw_resource_info", "Info"]  # what the MPI module exports
 
 _START_DIRECTORY = os.getcwd()
 _THREAD_LEVELS = ("MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED", "MPI_THREAD_SERIALIZED",
@@ -306,6 +306,15 @@ def info_items(info: Any, call: str) -> dict[str, str]:
 def new_info(pairs: Mapping[str, str]) -> Info:
     """A new ``Info`` holding ``pairs`` (what ``Get_info`` calls return)."""
     return Info._of(dict(pairs))  # type: ignore[no-any-return]
+
+
+def Get_hw_resource_info() -> Info:
+    """The hardware this process runs on, as a new ``Info`` (MPI 4.1).
+
+    The standard leaves the keys to the implementation; ipympi defines none (as MPICH),
+    so the object is empty. ``Comm.Split_type`` takes the hardware levels it knows by name.
+    """
+    return new_info({})
 
 
 INFO_NULL: Info = Info()

@@ -26,10 +26,12 @@ from . import __version__, _bsend, _control
 from . import _errhandling as hooks
 from ._comm import CommImpl, Intracomm
 from ._constants import (
+    SUBVERSION,
     THREAD_FUNNELED,
     THREAD_MULTIPLE,
     THREAD_SERIALIZED,
     THREAD_SINGLE,
+    VERSION,
 )
 from ._engine import Engine, WaitInfo
 from ._errors import ERR_OTHER, ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler
@@ -56,7 +58,6 @@ __all__ = [
     "get_vendor",
 ]
 
-VERSION, SUBVERSION = 3, 1
 PEERS_TIMEOUT = 120.0  # seconds a rank of a multi-host world waits for the peer table
 
 # Context ids: COMM_WORLD uses 0/1, COMM_SELF 2/3 (point-to-point/collective);

@@ -25,7 +25,6 @@ __all__ = [
     "Get_abi_fortran_info",
     "Get_abi_info",
     "Get_abi_version",
-    "Get_hw_resource_info",
     "Lookup_name",
     "Open_port",
     "Publish_name",
@@ -187,11 +186,6 @@ def Lookup_name(service_name: str, info: Any = INFO_NULL) -> NoReturn:
 def Register_datarep(datarep: str, *args: Any, **kwargs: Any) -> NoReturn:
     """Register a file data representation (not available)."""
     _unavailable("Register_datarep", "parallel I/O")
-
-
-def Get_hw_resource_info() -> NoReturn:
-    """Return hardware resource information as an Info object (not available)."""
-    _unavailable("Get_hw_resource_info", "hardware resource information")
 
 
 def Get_abi_version() -> NoReturn:

@@ -399,7 +399,7 @@ def test_constant_names_match_mpi4py() -> None:
 def test_constants_module_exports_only_ints() -> None:
     for name in _constants.__all__:
         assert type(getattr(_constants, name)) is int, name
-    assert (_constants.VERSION, _constants.SUBVERSION) == (3, 1)
+    assert (_constants.VERSION, _constants.SUBVERSION) == (4, 1)
     assert _constants.TAG_UB_VALUE == 2**30 - 1
     assert _constants.TAG_UB_VALUE >= 32767
     assert _constants.MAX_OBJECT_NAME >= 64

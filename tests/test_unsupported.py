@@ -110,7 +110,6 @@ FUNCTIONS = {
     "Unpublish_name": "dynamic process management",
     "Lookup_name": "dynamic process management",
     "Register_datarep": "parallel I/O",
-    "Get_hw_resource_info": "hardware resource information",
     "Get_abi_version": "the standard ABI",
     "Get_abi_info": "the standard ABI",
     "Get_abi_fortran_info": "the standard ABI",
