@@ -273,7 +273,7 @@ A = np.arange(10, dtype="d")
         ([None, (0, 2), D.INT], ValueError),
         ([BOTTOM, 2, D.INT], ERR_BUFFER),
         ([None, 0], KeyError),
-        ([1, 2, 3], KeyError),
+        ([1, 2, 3], TypeError),  # 1 is not a buffer: found before the datatype 3
         ([[1, 2, 3], "i"], TypeError),
         ([1.0, 2.0], TypeError),
         ([1, 2, 3, 4, 5], ValueError),
