@@ -266,8 +266,14 @@ class Client:
             return _receive(self._connection())
 
     def free(self) -> None:
-        """This process is done with the object (its state goes once all are)."""
-        self.call("free")
+        """This process is done with the object (its state goes once all are).
+
+        A root that has already finalized MPI took the state with it: nothing to do.
+        """
+        try:
+            self.call("free")
+        except ConnectionError:
+            pass
         sock, self.sock = self.sock, None
         if sock is not None:
             sock.close()
