@@ -227,6 +227,10 @@ _PAIRS = {
 
 def _named(datatype: MPI.Datatype) -> DTypeSpec:
     """The spec of a predefined datatype: its type code, or a value-index pair struct."""
+    try:
+        return datatype.tocode()
+    except ValueError:  # no type code: a pair, or a type numpy has no scalar for
+        pass
     for name, value_code in _PAIRS.items():
         pair = getattr(MPI, name, None)
         if pair is not None and pair != MPI.DATATYPE_NULL and datatype == pair:
@@ -234,10 +238,7 @@ def _named(datatype: MPI.Datatype) -> DTypeSpec:
             index_align = _alignment("i")
             offset = -(-_itemsize(value_code) // index_align) * index_align
             return _struct(datatype, [(value_code, 0), ("i", offset)])
-    try:
-        return datatype.tocode()
-    except ValueError:
-        typestr = datatype.typestr
+    typestr = datatype.typestr
     if not typestr or typestr[0] == "V":
         raise ValueError(f"cannot convert {datatype.name} to a numpy dtype")
     return typestr
