@@ -132,3 +132,11 @@ def test_rank_environment_puts_the_site_first_once() -> None:
     assert off["PYTHONPATH"] == "/a"
     assert not mpi4py_name.enabled({mpi4py_name.ENV_SWITCH: "0"})
     assert mpi4py_name.enabled({})
+
+
+def test_every_module_of_the_name_has_a_type_stub() -> None:
+    site = Path(mpi4py_name.SITE) / "mpi4py"
+    assert (site / "py.typed").exists()
+    modules = [path for path in site.rglob("*.py") if "__pycache__" not in path.parts]
+    assert {"bench.py", "typing.py", "pkl5.py", "server.py"} <= {path.name for path in modules}
+    assert [path for path in modules if not path.with_suffix(".pyi").exists()] == []

@@ -1,0 +1,3 @@
+# Types of ``mpi4py.MPI``: those of :mod:`ipympi.MPI`.
+
+from ipympi.MPI import *

@@ -1,0 +1,1 @@
+# ``python -m mpi4py``: a script, nothing to import.

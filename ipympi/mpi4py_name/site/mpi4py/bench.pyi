@@ -1,0 +1,3 @@
+# Types of ``mpi4py.bench``: those of :mod:`ipympi.bench`.
+
+from ipympi.bench import *

@@ -1,0 +1,3 @@
+# Types of ``mpi4py.futures``: those of :mod:`ipympi.futures`.
+
+from ipympi.futures import *

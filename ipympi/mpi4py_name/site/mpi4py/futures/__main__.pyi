@@ -1,0 +1,1 @@
+# ``python -m mpi4py.futures``: a script, nothing to import.

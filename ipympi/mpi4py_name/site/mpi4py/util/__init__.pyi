@@ -1,0 +1,1 @@
+# ``mpi4py.util``: a package of modules, nothing of its own.

@@ -1,0 +1,3 @@
+# Types of ``mpi4py.util.pool``: those of :mod:`ipympi.util.pool`.
+
+from ipympi.util.pool import *
