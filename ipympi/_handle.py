@@ -153,7 +153,7 @@ class Handle:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.__module__.startswith(__package__ + "."):
+        if cls.__module__.startswith(__package__ + "._"):  # the MPI layer's private modules
             _MPI_CLASSES.add(cls)
 
     def __new__(cls, obj: Any = None) -> Any:
