@@ -21,8 +21,9 @@ from ._buffers import IN_PLACE, recv_buffer, send_buffer
 from ._collbuf import blocks, in_place, unpack_after, vector, wvector
 from ._collsched import Algorithm, CollOp, check_reported, run_blocking, run_in_mode, signature
 from ._errhandling import mpi_call
-from ._errors import ERR_ARG, ERR_BUFFER, ERR_COUNT
+from ._errors import ERR_BUFFER, ERR_COUNT
 from ._errors import Exception as MPIException
+from ._pickle import object_items, pickle
 from ._request import Prequest, Request
 
 if TYPE_CHECKING:
@@ -142,8 +143,6 @@ class Collectives:
     @mpi_call
     def bcast(self, obj: Any = None, root: int = 0) -> Any:
         """Broadcast a Python object from ``root``; every rank returns it."""
-        from ._pickle import pickle
-
         impl = self._live()
         root = self._check_root(impl, root, "bcast")
         data = pickle.dumps(obj) if impl.rank == root else None
@@ -214,8 +213,6 @@ class Collectives:
     @mpi_call
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
         """Gather one Python object per rank; the root returns the list, others None."""
-        from ._pickle import pickle
-
         impl = self._live()
         root = self._check_root(impl, root, "gather")
         data = pickle.dumps(sendobj)
@@ -289,19 +286,11 @@ class Collectives:
     @mpi_call
     def scatter(self, sendobj: Sequence[Any] | None = None, root: int = 0) -> Any:
         """Send the i-th object of ``sendobj`` (a sequence of size items) at root to rank i."""
-        from ._pickle import pickle
-
         impl = self._live()
         root = self._check_root(impl, root, "scatter")
         pickles = None
         if impl.rank == root:
-            items = list(sendobj) if sendobj is not None else None
-            if items is None or len(items) != impl.size:
-                got = "None" if items is None else f"{len(items)} items"
-                raise MPIException(
-                    ERR_ARG, f"scatter: the root needs a sequence of {impl.size} objects, got {got}"
-                )
-            pickles = [pickle.dumps(item) for item in items]
+            pickles = [pickle.dumps(item) for item in object_items(sendobj, impl.size)]
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.scatter_objects(rank, size, root, pickles), None
@@ -366,8 +355,6 @@ class Collectives:
     @mpi_call
     def allgather(self, sendobj: Any) -> list[Any]:
         """Every rank returns the list of every rank's object."""
-        from ._pickle import pickle
-
         data = pickle.dumps(sendobj)
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
@@ -445,15 +432,8 @@ class Collectives:
     @mpi_call
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """Rank i sends ``sendobj[j]`` to rank j; returns the objects received, by rank."""
-        from ._pickle import pickle
-
         impl = self._live()
-        items = list(sendobj)
-        if len(items) != impl.size:
-            raise MPIException(
-                ERR_ARG, f"alltoall: need a sequence of {impl.size} objects, got {len(items)}"
-            )
-        pickles = [pickle.dumps(item) for item in items]
+        pickles = [pickle.dumps(item) for item in object_items(sendobj, impl.size)]
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.alltoall_objects(rank, size, pickles), None

@@ -23,10 +23,8 @@ from ._buffers import send_buffer
 from ._collbuf import blocks, vector, wvector
 from ._collsched import Algorithm, Round
 from ._errhandling import mpi_call
-from ._errors import ERR_COUNT
-from ._errors import Exception as MPIException
 from ._intercoll_core import InterCollBase, no_in_place, once, shifted
-from ._pickle import pickle
+from ._pickle import object_items, pickle
 from ._request import Prequest, Request
 
 __all__ = ["InterExchanges"]
@@ -188,11 +186,6 @@ class InterExchanges(InterCollBase):
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """Object j goes to process j of the other group; returns the objects received."""
         m = self.Get_remote_size()
-        items = list(sendobj)
-        if len(items) != m:
-            raise MPIException(
-                ERR_COUNT, f"alltoall: expected {m} objects (the remote size), got {len(items)}"
-            )
-        sends = [pickle.dumps(item) for item in items]
+        sends = [pickle.dumps(item) for item in object_items(sendobj, m)]
         wires = self._exchange("alltoall", "alltoall", sends, [None] * m, _datas, "blocking")
         return [pickle.loads(w) for w in wires]

@@ -28,10 +28,8 @@ from ._buffers import recv_buffer, send_buffer
 from ._collbuf import blocks, unpack_after, vector
 from ._collsched import Algorithm, Round
 from ._errhandling import mpi_call
-from ._errors import ERR_COUNT
-from ._errors import Exception as MPIException
 from ._intercoll_core import InterCollBase, no_in_place, nothing, once, shifted
-from ._pickle import pickle
+from ._pickle import object_items, pickle
 from ._request import Prequest, Request
 
 __all__ = ["InterRooted"]
@@ -277,11 +275,7 @@ class InterRooted(InterCollBase):
         m = self.Get_remote_size()
         wire = b""
         if role == "root":
-            items = list(sendobj) if sendobj is not None else []
-            if len(items) != m:
-                raise MPIException(
-                    ERR_COUNT, f"scatter: expected {m} objects (the remote size), got {len(items)}"
-                )
+            items = object_items(sendobj, m)
             wire = pickle.dumps([pickle.dumps(item) for item in items])
 
         def build(rank: int, n: int, lo: int, ro: int) -> tuple[Algorithm, Any]:

@@ -31,6 +31,7 @@ from ._comm import CommImpl, Intracomm
 from ._errhandling import mpi_call
 from ._errors import ERR_ARG, ERR_COUNT, ERR_TOPOLOGY
 from ._errors import Exception as MPIException
+from ._pickle import object_items, pickle
 from ._request import Prequest, Request
 from ._topology import CartTopo, DistGraphTopo, GraphTopo
 
@@ -227,8 +228,6 @@ class Topocomm(Intracomm):
 
     # -- Python objects ----------------------------------------------------------------
     def _objects(self, call: str, kind: str, pickles: list[bytes]) -> list[Any]:
-        from ._pickle import pickle
-
         ins, _, _ = self._edges(call)
         result: list[Any] = [None] * len(ins)
 
@@ -243,8 +242,6 @@ class Topocomm(Intracomm):
     @mpi_call
     def neighbor_allgather(self, sendobj: Any) -> list[Any]:
         """The objects of the in-neighbours (``None`` for ``PROC_NULL``)."""
-        from ._pickle import pickle
-
         _, outs, _ = self._edges("neighbor_allgather")
         data = pickle.dumps(sendobj)
         return self._objects("neighbor_allgather", "allgather", [data] * len(outs))
@@ -252,15 +249,8 @@ class Topocomm(Intracomm):
     @mpi_call
     def neighbor_alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """Send ``sendobj[j]`` to out-neighbour j; the objects of the in-neighbours."""
-        from ._pickle import pickle
-
         _, outs, _ = self._edges("neighbor_alltoall")
-        items = list(sendobj)
-        if len(items) != len(outs):
-            raise MPIException(
-                ERR_ARG,
-                f"neighbor_alltoall: need a sequence of {len(outs)} objects, got {len(items)}",
-            )
+        items = object_items(sendobj, len(outs))
         return self._objects("neighbor_alltoall", "alltoall", [pickle.dumps(x) for x in items])
 
 

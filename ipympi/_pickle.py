@@ -2,14 +2,22 @@
 
 Users may swap the serializer (``MPI.pickle.__init__(dill.dumps, dill.loads)``)
 as with mpi4py. Protocol 5 keeps large numpy arrays to a single copy.
+``dumps_oob``/``loads_oob`` keep large buffers out of the stream (pickle protocol 5's
+out-of-band buffers), for :mod:`ipympi.util.pkl5`.
 """
 
 from __future__ import annotations
 
+import os
 import pickle as _stdlib_pickle
+from collections.abc import Sequence
 from typing import Any, Callable
 
-__all__ = ["Pickle", "pickle"]
+from ._memory import buffer
+
+__all__ = ["Pickle", "object_items", "pickle"]
+
+_DEFAULT_THRESHOLD = 256 * 1024  # bytes from which a buffer goes out of band
 
 
 class Pickle:
@@ -20,10 +28,27 @@ class Pickle:
         dumps: Callable[..., bytes] = _stdlib_pickle.dumps,
         loads: Callable[..., Any] = _stdlib_pickle.loads,
         protocol: int | None = None,
+        threshold: int | None = None,
     ) -> None:
         self._dumps = dumps
         self._loads = loads
         self.PROTOCOL = _stdlib_pickle.HIGHEST_PROTOCOL if protocol is None else protocol
+        self.THRESHOLD = threshold  # type: ignore[assignment]
+
+    @property
+    def THRESHOLD(self) -> int:
+        """Out-of-band threshold: buffers of at least this many bytes go out of band.
+
+        ``None`` restores the default (``MPI4PY_PICKLE_THRESHOLD``, else 256 KiB); a
+        negative value sends every buffer out of band.
+        """
+        return self._threshold
+
+    @THRESHOLD.setter
+    def THRESHOLD(self, value: int | None) -> None:
+        if value is None:
+            value = int(os.environ.get("MPI4PY_PICKLE_THRESHOLD", _DEFAULT_THRESHOLD))
+        self._threshold = int(value)
 
     def dumps(self, obj: Any) -> bytes:
         if self._dumps is _stdlib_pickle.dumps:
@@ -33,5 +58,48 @@ class Pickle:
     def loads(self, data: Any) -> Any:
         return self._loads(data)
 
+    def dumps_oob(self, obj: Any) -> tuple[bytes, list[buffer]]:
+        """Serialize ``obj`` to a pickle stream and its out-of-band buffers.
+
+        Protocol 5 at least is used (out-of-band buffers need it). A buffer that is not
+        contiguous, or smaller than ``THRESHOLD``, stays in the stream.
+        """
+        threshold = self._threshold
+        buffers: list[buffer] = []
+
+        def in_band(picklebuffer: _stdlib_pickle.PickleBuffer) -> bool:
+            try:
+                raw = picklebuffer.raw()
+            except BufferError:  # not contiguous: pickled in band
+                return True
+            if raw.nbytes < threshold:
+                return True
+            buffers.append(buffer(raw))
+            return False
+
+        protocol = self.PROTOCOL
+        if protocol is None or protocol < 0:
+            protocol = _stdlib_pickle.HIGHEST_PROTOCOL
+        data = self._dumps(obj, max(protocol, 5), buffer_callback=in_band)
+        return data, buffers
+
+    def loads_oob(self, data: Any, buffers: Sequence[Any]) -> Any:
+        """Deserialize an object from a pickle stream and its out-of-band buffers."""
+        return self._loads(data, buffers=buffers)
+
 
 pickle = Pickle()
+
+
+def object_items(sendobj: Any, size: int) -> list[Any]:
+    """The objects a lower-case scatter or alltoall sends, one per destination.
+
+    As in mpi4py: None stands for None to every destination, and a sequence of another
+    length is a ``ValueError``.
+    """
+    if sendobj is None:
+        return [None] * size
+    items = list(sendobj)
+    if len(items) != size:
+        raise ValueError(f"expecting {size} items, got {len(items)}")
+    return items

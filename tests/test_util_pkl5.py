@@ -8,10 +8,6 @@ from conftest import RunMPI
 
 from ipympi import MPI
 
-pytestmark = pytest.mark.skipif(
-    not hasattr(MPI, "buffer"), reason="pkl5's out-of-band buffers are MPI.buffer objects"
-)
-
 
 def test_dumps_oob_keeps_large_buffers_out_of_band() -> None:
     from ipympi.util.pkl5 import Pickle
@@ -112,6 +108,17 @@ except ValueError:
     pass
 else:
     raise AssertionError("alltoall took a list of the wrong length")
+
+# an intercommunicator: each group broadcasts in turn, to the other group
+color = rank % 2
+local = MPI.COMM_WORLD.Split(color, rank)
+inter = pkl5.Intercomm(local.Create_intercomm(0, MPI.COMM_WORLD, 1 - color, 7))
+for root_color in (0, 1):
+    if color == root_color:
+        root = MPI.ROOT if local.Get_rank() == 0 else MPI.PROC_NULL
+        assert inter.bcast(array(7) if root == MPI.ROOT else None, root=root) is None
+    else:
+        assert np.all(inter.bcast(None, root=0) == 7)
 print(f"rank {rank} collectives ok")
 """
 

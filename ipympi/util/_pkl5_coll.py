@@ -9,8 +9,11 @@ Each collective runs in three steps:
    per process). That collective checks the root and follows the intercommunicator rules
    (``MPI.ROOT``, ``MPI.PROC_NULL``) for us, so pkl5's collectives raise what the buffer
    collectives raise.
-3. Heads and buffers move: ``bcast`` broadcasts them (``Bcast`` of the head, then of each
-   buffer); the other collectives send them point to point on a private duplicate of the
+3. Heads and buffers move: ``bcast`` on an intracommunicator broadcasts them (``Bcast``
+   of the head, then of each buffer; every process learns the buffer sizes from the
+   head); the other collectives, and ``bcast`` on an intercommunicator (where the
+   processes of the root's group learn nothing from a broadcast, so could not take part
+   in one per buffer), send them point to point on a private duplicate of the
    communicator, made the first time and freed with the communicator, so that they never
    meet the program's own messages. Every receiver knows the length of each head it gets,
    so it posts the receives of all heads at once, then those of the buffers.
@@ -103,8 +106,15 @@ def bcast(comm: MPI.Comm, obj: Any, root: int) -> Any:
     head, buffers = pkl5.encode(obj) if sends else (bytearray(), [])
     length = array("q", [len(head)])
     comm.Bcast([length, MPI.INT64_T], root)
-    if inter and root in (MPI.ROOT, MPI.PROC_NULL):
-        return None
+    if inter:  # only the root knows how many buffers follow: it sends to each receiver
+        private = _private(comm)
+        if root == MPI.ROOT:
+            _exchange(
+                private, [(peer, head, buffers) for peer in range(comm.Get_remote_size())], []
+            )
+        if root in (MPI.ROOT, MPI.PROC_NULL):
+            return None
+        return _exchange(private, [], [(root, length[0])])[0]
     big = pkl5._bigmpi
     if not sends:
         head = bytearray(length[0])

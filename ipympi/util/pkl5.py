@@ -26,8 +26,6 @@ the root), then move heads and buffers on a private duplicate of the communicato
 
 from __future__ import annotations
 
-import os
-import pickle as _stdlib_pickle
 import struct
 import sys
 import threading
@@ -40,71 +38,7 @@ from ._pkl5_request import Matched, Message, Request, Transfer, copy_status
 
 __all__ = ["Comm", "Intercomm", "Intracomm", "Message", "Pickle", "Request", "pickle"]
 
-_DEFAULT_THRESHOLD = 256 * 1024
-
-
-class Pickle(MPI.Pickle):
-    """``MPI.Pickle`` with out-of-band buffers: ``dumps_oob``, ``loads_oob``, ``THRESHOLD``.
-
-    These are the methods mpi4py's ``MPI.Pickle`` has; ipympi's ``MPI.Pickle`` does not
-    have them yet, so this subclass provides them for pkl5. ``THRESHOLD`` is the size in
-    bytes from which a buffer goes out of band (``None`` restores the default, from
-    ``MPI4PY_PICKLE_THRESHOLD`` or 256 KiB; a negative value sends every buffer out of
-    band).
-    """
-
-    def __init__(
-        self,
-        dumps: Callable[..., bytes] = _stdlib_pickle.dumps,
-        loads: Callable[..., Any] = _stdlib_pickle.loads,
-        protocol: int | None = None,
-        threshold: int | None = None,
-    ) -> None:
-        super().__init__(dumps, loads, protocol)
-        self._dumps_oob_with = dumps
-        self._loads_oob_with = loads
-        self.THRESHOLD = threshold  # type: ignore[assignment]
-
-    @property
-    def THRESHOLD(self) -> int:
-        """Out-of-band threshold: buffers of at least this many bytes go out of band."""
-        return self._threshold
-
-    @THRESHOLD.setter
-    def THRESHOLD(self, value: int | None) -> None:
-        if value is None:
-            value = int(os.environ.get("MPI4PY_PICKLE_THRESHOLD", _DEFAULT_THRESHOLD))
-        self._threshold = int(value)
-
-    def dumps_oob(self, obj: Any) -> tuple[bytes, list[MPI.buffer]]:
-        """Serialize ``obj`` to a pickle stream and its out-of-band buffers.
-
-        Protocol 5 at least is used (out-of-band buffers need it). A buffer that is not
-        contiguous, or smaller than ``THRESHOLD``, stays in the stream.
-        """
-        threshold = self._threshold
-        buffers: list[MPI.buffer] = []
-
-        def out_of_band(picklebuffer: _stdlib_pickle.PickleBuffer) -> bool:
-            try:
-                raw = picklebuffer.raw()
-            except BufferError:  # not contiguous: pickled in band
-                return True
-            if raw.nbytes < threshold:
-                return True
-            buffers.append(MPI.buffer(raw))
-            return False
-
-        protocol = self.PROTOCOL
-        if protocol is None or protocol < 0:
-            protocol = _stdlib_pickle.HIGHEST_PROTOCOL
-        data = self._dumps_oob_with(obj, max(protocol, 5), buffer_callback=out_of_band)
-        return data, buffers
-
-    def loads_oob(self, data: Any, buffers: Sequence[Any]) -> Any:
-        """Deserialize an object from a pickle stream and its out-of-band buffers."""
-        return self._loads_oob_with(data, buffers=buffers)
-
+Pickle = MPI.Pickle  # with dumps_oob, loads_oob and THRESHOLD, as mpi4py's
 
 pickle = Pickle()
 """The serializer of pkl5's communicators (replace it to change how they pickle)."""
