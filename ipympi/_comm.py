@@ -34,6 +34,7 @@ from ._handle import Handle, Kind, register
 from ._intercomm import InterMethods
 from ._p2p import PointToPoint
 from ._topology import TopologyConstructors
+from ._unsupported import CommFeatures
 
 __all__ = ["COMM_NULL", "Comm", "CommImpl", "Intercomm", "Intracomm"]
 
@@ -93,7 +94,7 @@ class CommImpl:
         return f"an unnamed communicator ({self.size} ranks)"
 
 
-class Comm(PointToPoint, CommAttributes, CommConstructors, Handle):
+class Comm(PointToPoint, CommAttributes, CommConstructors, CommFeatures, Handle):
     """A communication context and the group of ranks that share it.
 
     ``Comm(comm)`` is a new handle to ``comm``'s communicator; the subclass asked

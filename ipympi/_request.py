@@ -35,6 +35,7 @@ from ._errors import Exception as MPIException
 from ._handle import Handle, Kind, register
 from ._ops import RECV, SEND, Op
 from ._status import Status
+from ._unsupported import PartitionedFeatures
 
 __all__ = ["REQUEST_NULL", "Prequest", "Request"]
 
@@ -217,7 +218,7 @@ class Request(MultipleCompletion, Handle):
         self.Cancel()
 
 
-class Prequest(Request):
+class Prequest(PartitionedFeatures, Request):
     """A persistent request: inactive until ``Start``; reusable after completion.
 
     Its handles share the :class:`_Persistent` request, so ``Prequest(req)`` sees

@@ -42,9 +42,16 @@ def _unavailable(what: str, feature: str, called: str | None = None) -> NoReturn
     raise NotImplementedError(message)
 
 
-def _stub_method(cls_name: str, name: str, feature: str) -> Callable[..., NoReturn]:
+def _stub_method(
+    cls_name: str, name: str, feature: str, whole_class: bool = True
+) -> Callable[..., NoReturn]:
+    """A method raising ``NotImplementedError``: the class is unavailable, or (not
+    ``whole_class``) only this method of an available class."""
+
     def method(*args: Any, **kwargs: Any) -> NoReturn:
-        _unavailable(cls_name, feature, f"{cls_name}.{name}")
+        if whole_class:
+            _unavailable(cls_name, feature, f"{cls_name}.{name}")
+        _unavailable(f"{cls_name}.{name}", feature)
 
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"Not available: {feature} is outside ipympi's scope."
@@ -83,6 +90,7 @@ class _Unsupported(Handle):
         return f"MPI.{type(self).__name__.upper()}_NULL"
 
 
+_DYNAMIC = "dynamic process management"
 _ERRHANDLER_METHODS = ("Call_errhandler", "Create_errhandler", "Get_errhandler", "Set_errhandler")
 
 
@@ -147,6 +155,49 @@ class Session(_Unsupported):
     )  # fmt: skip
 
 
+class _UnsupportedMethods:
+    """A mixin of methods of features ipympi lacks, for one of its existing classes.
+
+    ``_features`` maps each feature to the names of its methods; each becomes a method
+    raising ``NotImplementedError`` naming ``_owner.method`` and the feature, as mpi4py
+    raises it on an MPI without the feature.
+    """
+
+    __slots__ = ()
+    _owner = ""
+    _features: dict[str, tuple[str, ...]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for feature, names in cls.__dict__.get("_features", {}).items():
+            for name in names:
+                setattr(cls, name, _stub_method(cls._owner, name, feature, whole_class=False))
+
+
+class CommFeatures(_UnsupportedMethods):
+    """The communicator methods of dynamic processes, partitioned communication and
+    fault tolerance (ULFM), which ``Comm`` inherits as ``NotImplementedError``."""
+
+    __slots__ = ()
+    _owner = "Comm"
+    _features = {
+        _DYNAMIC: ("Spawn", "Spawn_multiple", "Accept", "Connect", "Join"),
+        "partitioned communication": ("Psend_init", "Precv_init"),
+        "fault tolerance (ULFM)": (
+            "Ack_failed", "Get_failed", "Agree", "Iagree", "Revoke", "Is_revoked",
+            "Shrink", "Ishrink",
+        ),
+    }  # fmt: skip
+
+
+class PartitionedFeatures(_UnsupportedMethods):
+    """The partitioned-communication methods of ``Prequest`` (``NotImplementedError``)."""
+
+    __slots__ = ()
+    _owner = "Prequest"
+    _features = {"partitioned communication": ("Pready", "Pready_range", "Pready_list", "Parrived")}
+
+
 WIN_NULL: Win = Win()
 FILE_NULL: File = File()
 SESSION_NULL: Session = Session()
@@ -154,8 +205,6 @@ register(globals(), ("WIN_NULL", "FILE_NULL", "SESSION_NULL"))  # constants (see
 
 
 # --- Module-level functions of unavailable features --------------------------------------
-
-_DYNAMIC = "dynamic process management"
 
 
 def Open_port(info: Any = INFO_NULL) -> NoReturn:

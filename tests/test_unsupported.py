@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 import pickle
+import re
 from typing import Any, Callable
 
 import pytest
 
-from ipympi import MPI  # noqa: F401  (makes the null handles the module's constants)
+from ipympi import MPI
 from ipympi import _unsupported as U
 
 FEATURES = {
@@ -154,3 +155,37 @@ def test_functions_cover_mpi4py() -> None:
     mpi = pytest.importorskip("mpi4py.MPI")
     for name in FUNCTIONS:
         assert hasattr(mpi, name), name
+
+
+@pytest.mark.parametrize(
+    ("owner", "name", "feature"),
+    [
+        ("COMM_WORLD", "Spawn", "dynamic process management"),
+        ("COMM_WORLD", "Accept", "dynamic process management"),
+        ("COMM_WORLD", "Psend_init", "partitioned communication"),
+        ("COMM_WORLD", "Agree", "fault tolerance (ULFM)"),
+        ("COMM_WORLD", "Shrink", "fault tolerance (ULFM)"),
+        ("request", "Pready", "partitioned communication"),
+    ],
+)
+def test_methods_of_missing_features_on_existing_classes_raise(
+    owner: str, name: str, feature: str
+) -> None:
+    """Probing code (``try: comm.Spawn(...) except NotImplementedError``) works as with
+    mpi4py on an MPI without the feature; the message names the method and the feature."""
+
+    obj = MPI.COMM_WORLD if owner == "COMM_WORLD" else MPI.COMM_SELF.Send_init(b"", MPI.PROC_NULL)
+    cls = "Comm" if owner == "COMM_WORLD" else "Prequest"
+    with pytest.raises(NotImplementedError, match=rf"MPI\.{cls}\.{name} .*{re.escape(feature)}"):
+        getattr(obj, name)(1)
+
+
+def test_every_method_of_mpi4py_communicators_and_requests_exists() -> None:
+    mpi = pytest.importorskip("mpi4py.MPI")
+
+    for cls_name in ("Comm", "Intracomm", "Intercomm", "Cartcomm", "Prequest", "Request"):
+        theirs = {n for n in dir(getattr(mpi, cls_name)) if not n.startswith("_")}
+        ours = {n for n in dir(getattr(MPI, cls_name)) if not n.startswith("_")}
+        # collectives live on Intracomm/Intercomm, not on the Comm base class
+        missing = theirs - ours if cls_name != "Comm" else theirs - ours - set(dir(MPI.Intracomm))
+        assert missing == set(), (cls_name, sorted(missing))
