@@ -151,7 +151,11 @@ class ParallelMagics(Magics):
         %mpi config on_error=interrupt|wait|abort
                               when no rank of a cell can progress (a deadlock, or ranks
                               waiting on a failed one): stop the waiting ranks (default),
-                              keep waiting, or end the world
+                              keep waiting, or end the world (on a real MPI, whose calls
+                              no interrupt reaches, stopping them ends the world)
+        %mpi config deadlock_after=S
+                              on a real MPI: end a cell as a probable deadlock once every
+                              rank has sat in an MPI call, silent, for S seconds (default 3)
         %mpi trace on|off     trace every parallel cell (as %%px --trace): a diagram of
                               every message under each cell
         %mpi show NAME... [-t T]
@@ -302,17 +306,21 @@ class ParallelMagics(Magics):
 
     def _mpi_config(self, rest: list[str]) -> None:
         cluster = self._cluster()
-        settings = {"on_error": cluster.on_error}
         if not rest:
-            print(" ".join(f"{key}={value}" for key, value in settings.items()))
+            print(f"on_error={cluster.on_error} deadlock_after={cluster.deadlock_after:g}")
             return
         for word in rest:
             key, sep, value = word.partition("=")
-            if not sep or key not in settings:
-                raise UsageError(f"%mpi config: expected on_error=VALUE, not {word!r}")
-            if value not in ON_ERROR:
-                raise UsageError(f"%mpi config: on_error must be one of {', '.join(ON_ERROR)}")
-            cluster.on_error = value
+            if key == "on_error" and sep:
+                if value not in ON_ERROR:
+                    raise UsageError(f"%mpi config: on_error must be one of {', '.join(ON_ERROR)}")
+                cluster.on_error = value
+            elif key == "deadlock_after" and sep:
+                cluster.deadlock_after = _seconds(value, "%mpi config: deadlock_after")
+            else:
+                raise UsageError(
+                    f"%mpi config: expected on_error=VALUE or deadlock_after=SECONDS, not {word!r}"
+                )
 
     # -- teaching ------------------------------------------------------------------------
     def _mpi_trace(self, rest: list[str]) -> None:
@@ -503,6 +511,17 @@ _SUBCOMMANDS = {
     "show": "_mpi_show",
     "explain": "_mpi_explain",
 }
+
+
+def _seconds(text: str, what: str) -> float:
+    """A positive number of seconds, or a UsageError that names ``what``."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{what} must be a positive number of seconds, not {text!r}")
+    return value
 
 
 def _ready(cluster: Cluster) -> str:

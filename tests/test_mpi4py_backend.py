@@ -125,15 +125,18 @@ def world(kernel: KernelSession) -> set[int]:
     return processes
 
 
-def assert_fresh_world(kernel: KernelSession, old: set[int]) -> None:
-    """The next cell says the world ended and starts a new one; the old processes are gone."""
+def assert_fresh_world(kernel: KernelSession, old: set[int]) -> str:
+    """The next cell says the world ended (and that ``kept`` is lost) and starts a new one;
+    the old processes are gone. Returns the notice."""
     reply, messages = kernel.execute("comm.allreduce(1), 'kept' in dir()", timeout=60)
     assert reply["content"]["status"] == "ok", error_text(reply)
     notice = stream_text(outputs(messages), "stderr")
     assert notice.startswith("ipympi: the previous MPI world has ended ("), notice
-    assert notice.endswith(f"); starting a fresh world of {NP} ranks\n"), notice
+    tail = f"); starting a fresh world of {NP} ranks (variables lost: kept)\n"
+    assert notice.endswith(tail), notice
     assert results(outputs(messages)) == [f"({NP}, False)"]
     assert wait_gone(old, GONE_WITHIN) == []
+    return notice
 
 
 # -- the same notebook as with the built-in MPI ---------------------------------------------

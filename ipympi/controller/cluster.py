@@ -40,6 +40,7 @@ from .._launcher import _make_session_dir
 from ..engine.protocol import Message, ProtocolError, Signer
 from .api import ClusterAPI
 from .launchers import ClusterError, Launcher, World, make_launcher
+from .realwatch import DEADLOCK_AFTER
 from .records import EngineRecord, Output, Request
 from .render import WORLD_ENDED
 from .status import status_rows
@@ -47,6 +48,8 @@ from .watch import with_cpu
 
 __all__ = [
     "DEFAULT_NP",
+    "UNINTERRUPTIBLE",
+    "WORLD_WAS_ENDED",
     "Cluster",
     "ClusterError",
     "EngineRecord",
@@ -59,6 +62,9 @@ INTERRUPT_GRACE = 5.0  # seconds interrupted ranks get to reply before they are 
 STOP_GRACE = 3.0  # seconds between the steps of stopping a world
 QUERY_TIMEOUT = 1.0
 ABORT_GRACE = 2.0  # seconds an abort message may lag behind the end of an MPI launcher's job
+# What a cell's error says when ipympi ends a world of a real MPI.
+UNINTERRUPTIBLE = "a rank inside a call of a real MPI cannot be interrupted"
+WORLD_WAS_ENDED = "so the MPI world was ended (the next cell starts a fresh one)"
 _OUTPUT_TYPES = frozenset(
     {"stream", "display_data", "update_display_data", "clear_output", "execute_result", "error"}
 )
@@ -152,6 +158,8 @@ class Cluster(ClusterAPI):
         self.aborted: dict[str, Any] | None = None  # the abort message that ended the world
         self.ended: str | None = None  # why the controller ended the world
         self.on_error = "interrupt"  # what to do with a stuck cell: see watch.ON_ERROR
+        # seconds without visible progress that make a probable deadlock on a real MPI
+        self.deadlock_after = DEADLOCK_AFTER
         self.stopped = False  # True after stop(), until the next start()
         self._stopping = False  # engines exit on purpose: no peer_exit notices
         self._ctx: zmq.Context[Any] = zmq.Context()
@@ -454,6 +462,10 @@ class Cluster(ClusterAPI):
                 with contextlib.suppress(zmq.ZMQError):
                     self._ctl.send_multipart([ctl.identity(engine.rank), frame], zmq.NOBLOCK)
 
+    def variables(self) -> list[str]:
+        """The names the user defined on any rank of the current world, sorted."""
+        return sorted({name for engine in self.engines for name in engine.names})
+
     def world_ended(self) -> str:
         """Why the current world is over (an abort, or dead ranks), in one line."""
         if self.aborted is not None:
@@ -569,10 +581,7 @@ class Cluster(ClusterAPI):
                 f"rank {rank} could not be interrupted",
                 f"{where}, which could not be interrupted",
             )
-        req.ended = (
-            "a rank inside a call of a real MPI cannot be interrupted, so the MPI world was "
-            "ended (the next cell starts a fresh one)"
-        )
+        req.ended = f"{UNINTERRUPTIBLE}, {WORLD_WAS_ENDED}"
         self.end_world(f"{'; '.join(places)}: not interruptible in MPI, so the world was ended")
 
     def _pump_through_interrupts(self, deadline: float, done: Callable[[], bool]) -> bool:
@@ -689,9 +698,13 @@ class Cluster(ClusterAPI):
             if msg.type == "reply":
                 self._flush_batch(req, batches.pop(req.id, []))
                 req.replies[rank] = msg
+                names = msg.content.get("names")
+                if isinstance(names, list):
+                    self.engines[rank].names = tuple(map(str, names))
             elif msg.type in _OUTPUT_TYPES:
                 item = (rank, msg.type, msg.content)
                 req.messages.append(item)
+                req.said[rank] = req.said.get(rank, 0) + 1
                 batches.setdefault(req.id, []).append(item)
         for req_id, batch in batches.items():
             req = self.requests.get(req_id)

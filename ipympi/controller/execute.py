@@ -18,11 +18,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import _control as ctl
-from .cluster import Cluster, ClusterError, Request, interrupts_at_waits
+from .cluster import (
+    UNINTERRUPTIBLE,
+    WORLD_WAS_ENDED,
+    Cluster,
+    ClusterError,
+    Request,
+    interrupts_at_waits,
+)
 from .hooks import build_report, notify
-from .render import GROUPS, OutputRenderer, compose_error
+from .realwatch import RealMPIWatch
+from .render import GROUPS, WORLD_ENDED, OutputRenderer, compose_error
 from .targets import format_ranks, parse_targets
-from .watch import LOOK_AFTER, LOOK_EVERY, describe_stuck, is_stuck
+from .watch import LOOK_AFTER, LOOK_EVERY, BuiltinWatch, Verdict
 
 if TYPE_CHECKING:
     from ..teach.trace import Trace
@@ -87,6 +95,8 @@ class RankError(Exception):
 
 
 _ERROR_CLASSES: dict[str, type[RankError]] = {}
+# The errors of ranks that ipympi stopped: not failures of their own.
+_STOPPED_ENAMES = ("KeyboardInterrupt", "EngineDied", WORLD_ENDED)
 
 
 def rank_error(
@@ -143,7 +153,7 @@ class CellResult:
         """
         errors = self.request.errors()
         for rank in self.stopped:
-            if errors.get(rank, {}).get("ename") in ("KeyboardInterrupt", "EngineDied"):
+            if errors.get(rank, {}).get("ename") in _STOPPED_ENAMES:
                 del errors[rank]
         if self.stuck and not errors:
             for rank in sorted(self.stopped):
@@ -219,13 +229,15 @@ class CellResult:
             others = {r: e for r, e in errors.items() if r not in died}
             caused = compose_error(others, self.targets, waiting or None)["traceback"][0]
             exc.traceback_lines[0] = f"{deaths}; {caused}"
+        ended = self.request.ended
         if self.stuck and type(exc).__name__ == "DeadlockError":
-            exc.traceback_lines[0] = f"{self.stuck}; the ranks were stopped"
+            exc.traceback_lines[0] = f"{self.stuck}; {ended or 'the ranks were stopped'}"
+            ended = None
         if self.timed_out is not None and type(exc).__name__ == "TimeoutError":
             stops = [_stopped(r, self.request.errors().get(r, {})) for r in sorted(errors)]
             exc.traceback_lines[0] = "; ".join([self.timeout_text, *stops])
-        if self.request.ended:
-            exc.traceback_lines[0] += f"; {self.request.ended}"
+        if ended:
+            exc.traceback_lines[0] += f"; {ended}"
         return exc
 
     @property
@@ -339,8 +351,9 @@ def run_cell(
 def ensure_world(cluster: Cluster, targets: list[int], publish: Publish | None) -> None:
     """Make sure the target ranks can run a cell.
 
-    A world that has ended entirely (an ``Abort``, or every rank dead) is
-    replaced by a fresh one, with a notice; a world with some dead target
+    A world that has ended entirely (an ``Abort``, every rank dead, or ended by
+    ipympi) is replaced by a fresh one, with a notice that names the variables
+    lost with it; a world with some dead target
     ranks is an error that says so (``%mpi restart`` brings back a full one).
     """
     if cluster.stopped:
@@ -348,9 +361,12 @@ def ensure_world(cluster: Cluster, targets: list[int], publish: Publish | None) 
     engines = cluster.engines
     dead = [e for e in engines if e.returncode is not None]
     if engines and (len(dead) == len(engines) or cluster.aborted is not None or cluster.ended):
+        lost = cluster.variables()
         notice = (
             f"ipympi: the previous MPI world has ended ({cluster.world_ended()}); "
-            f"starting a fresh world of {cluster.n} ranks\n"
+            f"starting a fresh world of {cluster.n} ranks"
+            + (f" (variables lost: {_names(lost)})" if lost else "")
+            + "\n"
         )
         if publish is not None:
             publish("stream", {"name": "stderr", "text": notice}, {})
@@ -363,6 +379,12 @@ def ensure_world(cluster: Cluster, targets: list[int], publish: Publish | None) 
     gone = [e for e in dead if e.rank in targets]
     if gone:
         raise ClusterError(f"{cluster.world_ended()}; %mpi restart brings back a full world")
+
+
+def _names(names: list[str], most: int = 12) -> str:
+    """``a, b, c`` (``..., and 3 more`` past ``most``)."""
+    shown = ", ".join(names[:most])
+    return shown if len(names) <= most else f"{shown}, and {len(names) - most} more"
 
 
 class Coalescer:
@@ -450,7 +472,7 @@ def _follow(
     deadline = None if options.timeout is None else start + options.timeout
     next_progress = start + PROGRESS_AFTER
     next_look = start + LOOK_AFTER
-    previous: dict[int, dict] = {}
+    watch = watch_for(cluster)
     try:
         while not req.done:
             try:
@@ -473,10 +495,9 @@ def _follow(
                 if now >= next_look:
                     states = cluster.query_states(timeout=0.2)
                     current = {rank: states[rank] for rank in req.pending}
-                    stuck = not result.stuck and is_stuck(previous, current, req.pending)
-                    if stuck and _on_stuck(cluster, result, current, publish):
+                    verdict = None if result.stuck else _look(watch, now, current, req)
+                    if verdict and _on_stuck(cluster, result, current, verdict, publish):
                         break
-                    previous = current
                     next_look = time.monotonic() + LOOK_EVERY
                     if now >= next_progress and progress is not None:
                         progress.update(describe_progress(result.targets, req, states, now - start))
@@ -502,28 +523,70 @@ def _follow(
         _report_failure(result)
 
 
+def watch_for(cluster: Cluster) -> BuiltinWatch | RealMPIWatch:
+    """The stuck-cell rule for the cluster's MPI: ipympi's own, or what a real MPI shows."""
+    if cluster.backend == "builtin":
+        return BuiltinWatch()
+    return RealMPIWatch(cluster.deadlock_after)
+
+
+def _look(
+    watch: BuiltinWatch | RealMPIWatch, now: float, states: dict[int, dict], req: Request
+) -> Verdict | None:
+    failed = [r for r, reply in req.replies.items() if reply.content.get("status") != "ok"]
+    finished = [r for r in req.replies if r not in failed]
+    return watch.look(now, states, req.pending, finished, failed, req.said)
+
+
 def _on_stuck(
-    cluster: Cluster, result: CellResult, states: dict[int, dict], publish: Publish | None
+    cluster: Cluster,
+    result: CellResult,
+    states: dict[int, dict],
+    verdict: Verdict,
+    publish: Publish | None,
 ) -> bool:
-    """Apply the session's ``on_error`` policy to a stuck cell; True when it ends the cell."""
+    """Apply the session's ``on_error`` policy to a stuck cell; True when it ends the cell.
+
+    Ranks of the built-in MPI are interrupted (or their world ended, with
+    ``on_error=abort``); a real MPI's ranks, inside calls no interrupt reaches,
+    end with their world.
+    """
     req = result.request
-    errors = req.errors()
-    failed = [rank for rank in req.replies if rank in errors]
-    finished = [rank for rank in req.replies if rank not in errors]
-    result.stuck = describe_stuck(states, req.pending, finished, failed)
+    result.stuck = verdict.text
     if cluster.on_error == "wait":
         if publish is not None:
-            note = f"ipympi: {result.stuck} (on_error=wait: interrupt the kernel to stop)\n"
+            how = "interrupt the kernel" if cluster.launcher.interrupts_mpi_calls else "%mpi stop"
+            note = f"ipympi: {result.stuck} (on_error=wait: {how} to stop)\n"
             publish("stream", {"name": "stderr", "text": note}, {})
         return False
     result.states = {rank: states[rank] for rank in req.pending}
     result.waiting = {rank: describe_wait(states[rank]) for rank in req.pending}
     result.stopped = set(req.pending)
-    if cluster.on_error == "abort":
+    if not cluster.launcher.interrupts_mpi_calls:
+        cell = f"cell [{result.execution_count}]"
+        if verdict.kind == "failed":
+            failed = sorted(set(req.replies) & set(req.errors()))
+            req.ended = (
+                f"{UNINTERRUPTIBLE} and its world cannot go on after a peer failed, "
+                f"{WORLD_WAS_ENDED}"
+            )
+            reason = (
+                f"ipympi ended it when {_ranks_word(sorted(req.pending))} waited in MPI calls "
+                f"after {_ranks_word(failed)} failed in {cell}"
+            )
+        else:
+            req.ended = f"{UNINTERRUPTIBLE}, {WORLD_WAS_ENDED}"
+            reason = f"ipympi ended it after a probable deadlock in {cell}"
+        cluster.end_world(reason)
+    elif cluster.on_error == "abort":
         cluster.end_world(f"the world was ended because {result.stuck}")
     else:
         cluster.interrupt(req, resynchronize=True)
     return True
+
+
+def _ranks_word(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
 
 
 def _quiet_finish(req: Request, finished: set[int], coalescer: Coalescer | None) -> bool:

@@ -13,14 +13,17 @@ that finished the cell without doing its part. A long transfer is not stuck
 (its receiver keeps handling frames), nor is a loop of short waits (each wait
 is new).
 
-Pure functions over state dicts; :func:`ipympi.controller.execute.follow`
-applies the session's ``on_error`` policy to a stuck cell.
+Pure functions over state dicts, and :class:`BuiltinWatch`, which applies
+them to a cell's successive looks; :func:`ipympi.controller.execute.follow`
+applies the session's ``on_error`` policy to a stuck cell. A real MPI shows
+less: :mod:`ipympi.controller.realwatch` has its rule.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .. import _control as ctl
@@ -32,6 +35,8 @@ __all__ = [
     "LOOK_EVERY",
     "ON_ERROR",
     "STUCK_AFTER",
+    "BuiltinWatch",
+    "Verdict",
     "cpu_seconds",
     "describe_stuck",
     "describe_stuck_job",
@@ -81,6 +86,40 @@ def is_stuck(
         if cpu_now is not None and cpu_before is not None and cpu_now - cpu_before >= BUSY_CPU:
             return False
     return True
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why a cell should end: ``kind`` (``"stuck"``; on a real MPI ``"failed"`` or
+    ``"deadlock"``) and ``text``, the reason in one line."""
+
+    kind: str
+    text: str
+
+
+class BuiltinWatch:
+    """The built-in MPI's rule (:func:`is_stuck`) over one cell's successive looks."""
+
+    def __init__(self) -> None:
+        self._previous: dict[int, State] = {}
+
+    def look(
+        self,
+        now: float,
+        states: Mapping[int, State],
+        pending: Iterable[int],
+        finished: Iterable[int],
+        failed: Iterable[int],
+        said: Mapping[int, int],
+    ) -> Verdict | None:
+        """Take one look (the arguments of :meth:`.realwatch.RealMPIWatch.look`); the
+        wait-for graph when the cell is stuck, else None."""
+        pending = list(pending)
+        stuck = is_stuck(self._previous, states, pending)
+        self._previous = dict(states)
+        if not stuck:
+            return None
+        return Verdict("stuck", describe_stuck(states, pending, finished, failed))
 
 
 def with_cpu(state: State, pid: int | None) -> dict[str, Any]:

@@ -18,8 +18,9 @@ needs comes from the environment (secrets never travel on a command line):
 ``IPYMPI_SIZE``          the number of ranks the controller asked for
 =======================  ======================================================
 
-A control thread answers the controller's ``query`` with a ``state`` (idle or
-running, where the main thread is, CPU time, memory) and carries out
+A control thread answers the controller's ``query`` with a ``state`` (idle,
+running, or blocked in a call of mpi4py, which :mod:`ipympi.engine.mpicall`
+names; where the main thread is, CPU time, memory) and carries out
 ``signal``: that is how an interrupt reaches a rank, on any host. A rank
 inside an MPI call cannot be interrupted: mpi4py releases the GIL there (the
 control thread still answers) but Python runs the signal handler only once
@@ -55,6 +56,7 @@ from typing import Any, Callable
 from .. import _control as ctl
 from .._introspect import describe_location, resident_bytes, signal_self, source_line
 from .keeper import keep, launcher_rank
+from .mpicall import BLOCKING, current_call
 
 __all__ = ["ENV_ENGINES", "ENV_ENGINE_KEY", "ENV_GEN", "abort_in", "main", "report_abort"]
 
@@ -183,6 +185,10 @@ class ControlThread(threading.Thread):
             frame = sys._current_frames().get(self.main_thread_id)
             state["where"] = describe_location(frame)
             state["line"] = source_line(frame)
+            call = current_call(frame)
+            if call is not None and call["kind"] in BLOCKING:
+                state["state"] = "blocked"
+                state.update(call)
         state["cpu"] = round(time.process_time(), 4)
         rss = resident_bytes()
         if rss is not None:

@@ -55,6 +55,7 @@ __all__ = [
     "run_engine",
     "say_hello",
     "serve_until_shutdown",
+    "user_names",
 ]
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -271,6 +272,7 @@ class Engine:
         }
         self.running = True
         self.leftovers = Leftovers()
+        self._names: frozenset[str] = frozenset()  # the user's variables the controller knows
 
     def on_sigint(self, signum: int, frame: Any) -> None:
         if not self.executing:
@@ -361,7 +363,18 @@ class Engine:
             content.update(status="error", ename=type(error).__name__, evalue=str(error))
             if isinstance(error, KeyboardInterrupt) and shell.interrupted_at:
                 content["where"] = shell.interrupted_at
+        self.note_names(content)
         self.reply(content, buffers)
+
+    def note_names(self, content: dict[str, Any]) -> None:
+        """Add the user's variables to a reply's ``content`` when they have changed.
+
+        The controller names them when the world they live in ends.
+        """
+        names = user_names(self.shell)
+        if names != self._names:
+            self._names = names
+            content["names"] = sorted(names)
 
     def check_after_cell(
         self, take_mismatch: bool, interrupted: bool = False
@@ -390,7 +403,9 @@ class Engine:
         if not isinstance(values, dict):
             raise TypeError("push needs a dict of names to values")
         self.shell.user_ns.update(values)
-        self.reply({"names": sorted(values)})
+        content: dict[str, Any] = {}
+        self.note_names(content)
+        self.reply(content)
 
     def on_pull(self, msg: Message) -> None:
         names = list(msg.content.get("names", []))
@@ -468,6 +483,19 @@ class Engine:
     def on_shutdown(self, msg: Message) -> None:
         self.reply({})
         self.running = False
+
+
+def user_names(shell: InteractiveShell) -> frozenset[str]:
+    """The names the user defined in ``shell`` (those ``%who`` lists)."""
+    hidden = shell.user_ns_hidden
+    return frozenset(
+        name
+        for name, value in shell.user_ns.items()
+        if not name.startswith("_") and hidden.get(name, _NOT_HIDDEN) is not value
+    )
+
+
+_NOT_HIDDEN = object()
 
 
 def _loads_callable(data: bytes, namespace: dict[str, Any]) -> tuple[Callable, tuple, dict]:
