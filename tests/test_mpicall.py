@@ -3,7 +3,8 @@
 Each test starts a Python process of one MPI rank (mpi4py's singleton
 initialisation, no launcher) whose main thread blocks in a real MPI call that
 can never complete, while a second thread asks
-:func:`ipympi.engine.mpicall.current_call` about it and prints the answer;
+:func:`ipympi.engine.mpicall.current_call` (or a
+:class:`~ipympi.engine.mpicall.StayProbe`) about it and prints the answer;
 the process then ends itself. Skipped where mpi4py is missing.
 """
 
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,19 +57,48 @@ time.sleep(0.3)
 """
 
 
-def call_of(body: str, plain: bool = False) -> dict | None:
-    """What the looking thread saw while the main thread ran ``body`` (from a file, so
-    that its source can be read)."""
+# The probe's looks, four a second, while the main thread runs ``{body}``.
+PROBE_SCRIPT = """\
+import json, os, sys, threading, time
+from mpi4py import MPI
+from ipympi.engine.mpicall import StayProbe
+
+comm = MPI.COMM_WORLD
+probe = StayProbe()
+
+def look():
+    time.sleep(0.3)
+    stays = []
+    for _ in range(8):
+        stays.append(probe.look("here", time.monotonic()))
+        time.sleep(0.25)
+    print(json.dumps(stays), flush=True)
+    os._exit(0)
+
+threading.Thread(target=look, daemon=True).start()
+{body}
+"""
+
+
+def run_rank(script_text: str) -> Any:
+    """Run one rank's script (from a file, so that its source can be read); the JSON
+    value of its last line of output."""
     with tempfile.TemporaryDirectory() as directory:
         script = Path(directory) / "rank.py"
-        script.write_text(SCRIPT.format(body=textwrap.dedent(body), plain=plain))
+        script.write_text(script_text)
         env = {k: v for k, v in os.environ.items() if not k.startswith("IPYMPI_")}
         env["PYTHONPATH"] = os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])
         done = subprocess.run(
             [sys.executable, str(script)], capture_output=True, text=True, timeout=40, env=env
         )
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.splitlines()[-1])  # type: ignore[no-any-return]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def call_of(body: str, plain: bool = False) -> dict | None:
+    """What the looking thread saw while the main thread ran ``body``."""
+    found = run_rank(SCRIPT.format(body=textwrap.dedent(body), plain=plain))
+    return found  # type: ignore[no-any-return]
 
 
 def test_a_receive_is_named_as_written_with_its_peer_and_tag() -> None:
@@ -110,3 +141,12 @@ def test_a_duplicated_communicator_is_not_the_world() -> None:
 def test_a_call_of_something_else_is_no_mpi_call() -> None:
     assert call_of("import socket\nsocket.socketpair()[0].recv(1)", plain=True) is None
     assert call_of("time.sleep(30)", plain=True) is None
+
+
+def test_the_probe_tells_a_long_call_from_a_loop_of_short_ones() -> None:
+    stays = run_rank(PROBE_SCRIPT.format(body="comm.recv(source=0, tag=5)"))
+    assert stays[0] == 0.0
+    assert all(b > a for a, b in zip(stays, stays[1:])), stays  # it has stayed inside
+    assert stays[-1] > 1.0
+    loop = "while True:\n    comm.Iprobe()\n    time.sleep(0.01)"
+    assert run_rank(PROBE_SCRIPT.format(body=loop)) == [0.0] * 8  # it keeps leaving

@@ -132,11 +132,25 @@ def test_requests_being_completed_are_not_a_deadlock() -> None:
 
 
 def test_a_loop_of_short_waits_is_not_a_deadlock() -> None:
-    # Every look finds the rank in a receive, but at another place (or after output).
+    # Every look finds the rank in a receive, but at another place ...
     def moving(i: int) -> dict[int, dict]:
         return {0: recv(1, place="a" if i % 2 else "b"), 1: recv(0)}
 
     assert first_verdict(watch_for(30, moving, [0, 1])) is None
+
+    # ... or at the same place, having left the call in between (its engine says so)
+    def again(i: int) -> dict[int, dict]:
+        return {0: dict(recv(1), stayed=0.0), 1: dict(recv(0), stayed=i * EVERY)}
+
+    assert first_verdict(watch_for(30, again, [0, 1])) is None
+
+
+def test_a_rank_known_to_stay_in_its_call_sits() -> None:
+    def looks(i: int) -> dict[int, dict]:
+        return {0: dict(recv(1), stayed=i * EVERY), 1: dict(recv(0), stayed=i * EVERY + 5)}
+
+    found = first_verdict(watch_for(AFTER + 1, looks, [0, 1]))
+    assert found is not None and found[0] == AFTER
 
 
 def test_a_rank_that_prints_is_not_sitting() -> None:

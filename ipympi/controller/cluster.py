@@ -17,7 +17,8 @@ interface.
 Everything happens in the calling thread: :meth:`Cluster.pump` polls the two
 ROUTERs and the launcher's file descriptors until a condition holds or a
 deadline passes, so every wait is bounded and interruptible (Ctrl-C in the
-controller interrupts the running ranks, see :meth:`Cluster.wait`).
+controller interrupts the running ranks, see :meth:`Cluster.wait`). Other
+threads hand it work through :attr:`Cluster.errands`, run at its next wait.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .. import _control as ctl
 from .._launcher import _make_session_dir
 from ..engine.protocol import Message, ProtocolError, Signer
 from .api import ClusterAPI
+from .errands import Errands
 from .launchers import ClusterError, Launcher, World, make_launcher
 from .realwatch import DEADLOCK_AFTER
 from .records import EngineRecord, Output, Request
@@ -62,6 +64,7 @@ INTERRUPT_GRACE = 5.0  # seconds interrupted ranks get to reply before they are 
 STOP_GRACE = 3.0  # seconds between the steps of stopping a world
 QUERY_TIMEOUT = 1.0
 ABORT_GRACE = 2.0  # seconds an abort message may lag behind the end of an MPI launcher's job
+STOPPED = "the engines were stopped"  # the error of requests a stop ends
 # What a cell's error says when ipympi ends a world of a real MPI.
 UNINTERRUPTIBLE = "a rank inside a call of a real MPI cannot be interrupted"
 WORLD_WAS_ENDED = "so the MPI world was ended (the next cell starts a fresh one)"
@@ -174,6 +177,8 @@ class Cluster(ClusterAPI):
         self._world_dir: str | None = None
         self._poller = zmq.Poller()
         self._poller.register(self._router, zmq.POLLIN)
+        self.errands = Errands()  # work other threads hand to the one that drives this
+        self._poller.register(self.errands.fd, zmq.POLLIN)
         self._watched: set[int] = set()  # the launcher's file descriptors in the poller
         self._closed = False
         self._query_id = 0  # numbers state queries (see query_states)
@@ -322,7 +327,7 @@ class Cluster(ClusterAPI):
             self.launcher.end(sig)
             self.pump(time.monotonic() + grace, gone)
         for req in self.requests.values():
-            self._fail_pending(req, "EngineStopped", "the engines were stopped")
+            self._fail_pending(req, "EngineStopped", STOPPED)
         self.requests.clear()
         self._close_world()
         self.stopped = True
@@ -343,6 +348,8 @@ class Cluster(ClusterAPI):
             self.launcher.close(STOP_GRACE)
             self._watch_launcher()
             self._router.close(0)
+            self._poller.unregister(self.errands.fd)
+            self.errands.close()
             self._ctx.term()
             shutil.rmtree(self.session_dir, ignore_errors=True)
 
@@ -443,7 +450,9 @@ class Cluster(ClusterAPI):
             self._tell_peers(rank, ctl.describe_exit(returncode) if returncode else "exited")
         for req in self.requests.values():
             if rank in req.targets and rank not in req.replies:
-                if self.aborted is not None:
+                if self._stopping:
+                    self._synthesize_reply(req, rank, "EngineStopped", STOPPED)
+                elif self.aborted is not None:
                     # The same words for every rank: the cell's error shows them once.
                     self._synthesize_reply(req, rank, "MPIAbort", self.world_ended())
                 elif ended_by is not None:
@@ -668,6 +677,8 @@ class Cluster(ClusterAPI):
             for fd in self._watched & events.keys():
                 if fd in self._watched:  # an earlier read may have closed it
                     self._read_launcher(fd)
+            if self.errands.fd in events:
+                self.errands.run()
 
     def _read_engines(self) -> None:
         batches: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}

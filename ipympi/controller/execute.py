@@ -425,9 +425,11 @@ def follow(
     ``options.timeout`` interrupts the ranks still running (their state is kept
     for the error summary). Ctrl-C is taken only while the controller waits
     (:func:`~ipympi.controller.cluster.interrupts_at_waits`), so that no interrupt
-    cuts short the handling of another, or of the stuck-cell rule's.
+    cuts short the handling of another, or of the stuck-cell rule's. Errands
+    handed to the cluster meanwhile (``%mpi status``, ``stop``, ``restart`` from
+    the kernel) run at its waits.
     """
-    with interrupts_at_waits():
+    with interrupts_at_waits(), cluster.errands.taking():
         _follow(cluster, result, options, publish)
 
 
@@ -435,6 +437,7 @@ def _follow(
     cluster: Cluster, result: CellResult, options: CellOptions, publish: Publish | None
 ) -> None:
     req = result.request
+    gen = cluster.gen  # the world: %mpi restart may replace it meanwhile
     renderer = coalescer = progress = None
     if publish is not None:
         renderer = OutputRenderer(
@@ -516,7 +519,8 @@ def _follow(
         if req.done:
             cluster.forget(req)
     if req.done and req.errors():
-        if not req.interrupted and not cluster.ended and cluster.aborted is None:
+        same_world = cluster.gen == gen and not cluster.stopped
+        if same_world and not req.interrupted and not cluster.ended and cluster.aborted is None:
             # Ranks that left a failed cell early may hold news of a collective
             # mismatch, or be a collective ahead: realign them for the next cell.
             cluster.resynchronize()

@@ -6,11 +6,13 @@ seconds) the controller sees, for each rank still running the cell, what its
 engine's control thread can tell (:mod:`ipympi.engine.mpicall`): whether the
 main thread is inside a blocking call of mpi4py (state ``blocked``), which
 call, as written (``comm.recv(source=1, tag=7)``), with its peer and tag where
-they are written as values, and a token for the place it is at; and whether
-the rank sent any output.
+they are written as values, a token for the place it is at, and how long it
+has surely stayed inside that very call (``stayed``); and whether the rank
+sent any output.
 
 A rank *sits* in its call when every look for some time found it blocked at
-the same place and it printed nothing meanwhile. Two verdicts end a cell:
+the same place, it stayed inside the call (a loop of short waits leaves and
+re-enters it) and it printed nothing meanwhile. Two verdicts end a cell:
 
 - **failed**: a rank failed (raised, died or aborted) and every other rank
   still running has sat in an MPI call for :data:`FAILED_AFTER` seconds. A
@@ -57,6 +59,14 @@ class _Seat:
     since: float
     said: int
 
+    def sat(self, now: float, state: State) -> float:
+        """Seconds the rank has sat, up to ``now``: since the look that found it here,
+        and since it entered its call, where its engine can tell (``stayed``)."""
+        since = self.since
+        if state.get("stayed") is not None:
+            since = max(since, now - float(state["stayed"]))
+        return now - since
+
 
 class RealMPIWatch:
     """The looks at one cell's ranks on a real MPI (see the module docstring)."""
@@ -99,7 +109,7 @@ class RealMPIWatch:
                 self._seats[rank] = _Seat(position, now, said.get(rank, 0))
         if not sitting:
             return None
-        sat = min(now - self._seats[rank].since for rank in ranks)
+        sat = min(self._seats[rank].sat(now, states[rank]) for rank in ranks)
         failed = sorted(set(failed))
         finished = sorted(set(finished) - set(failed))
         calls = {rank: states[rank] for rank in ranks}

@@ -56,7 +56,7 @@ from typing import Any, Callable
 from .. import _control as ctl
 from .._introspect import describe_location, resident_bytes, signal_self, source_line
 from .keeper import keep, launcher_rank
-from .mpicall import BLOCKING, current_call
+from .mpicall import BLOCKING, StayProbe, current_call
 
 __all__ = ["ENV_ENGINES", "ENV_ENGINE_KEY", "ENV_GEN", "abort_in", "main", "report_abort"]
 
@@ -108,6 +108,7 @@ class ControlThread(threading.Thread):
         self.rank = rank
         self.activity: Callable[[], str] = lambda: "running"
         self.main_thread_id = threading.main_thread().ident
+        self.probe = StayProbe()  # made here, in the main thread
         self.host = socket.gethostname()
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.IDENTITY, ctl.identity(rank))
@@ -189,6 +190,9 @@ class ControlThread(threading.Thread):
             if call is not None and call["kind"] in BLOCKING:
                 state["state"] = "blocked"
                 state.update(call)
+                stayed = self.probe.look(call["position"], time.monotonic())
+                if stayed is not None:
+                    state["stayed"] = round(stayed, 3)  # seconds inside this very call
         state["cpu"] = round(time.process_time(), 4)
         rss = resident_bytes()
         if rss is not None:

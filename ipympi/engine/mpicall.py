@@ -29,18 +29,29 @@ MPI needs (:mod:`ipympi.controller.realwatch`):
 ``position`` a token that differs between two places of the thread (a frame
              and an instruction)
 ===========  ===================================================================
+
+The same place at two looks may be two calls: a loop of short waits. A
+:class:`StayProbe` tells them apart: Python runs a signal's handler in the
+main thread only between two instructions of Python, never inside a call of C
+that does not ask for it, as mpi4py's blocking calls do not. The probe
+simulates the arrival of a signal (:func:`_thread.interrupt_main`: no signal
+reaches any thread, no system call is interrupted) and notes when; as long as
+its handler has not run, the main thread has executed no Python since: it
+is still inside the call it was in.
 """
 
 from __future__ import annotations
 
+import _thread
 import ast
 import inspect
 import itertools
 import linecache
+import signal
 import sys
 from typing import Any
 
-__all__ = ["BLOCKING", "current_call", "kind_of"]
+__all__ = ["BLOCKING", "StayProbe", "current_call", "kind_of"]
 
 _SEND = ("send", "ssend", "bsend", "rsend")
 _RECV = ("recv",)
@@ -117,6 +128,43 @@ def _call_of(frame: Any) -> dict[str, Any] | None:
         found["world"] = world
     found.update(_peer_and_tag(method, node, namespaces))
     return found
+
+
+class StayProbe:
+    """How long the main thread has stayed inside the call of C it is in (see above).
+
+    Made in the main thread, which it gives a handler for :attr:`signum`;
+    :meth:`look` is for another thread.
+    """
+
+    # A signal number no library is likely to use (SIGUSR2 without real-time signals).
+    signum = int(signal.SIGRTMIN) + 5 if hasattr(signal, "SIGRTMIN") else int(signal.SIGUSR2)
+
+    def __init__(self) -> None:
+        self._handler = self._answer
+        self._answered = True
+        self._position = ""
+        self._since = 0.0
+        self.usable = sys.version_info >= (3, 10)  # interrupt_main takes a signal from 3.10
+        if self.usable:
+            signal.signal(self.signum, self._handler)
+
+    def _answer(self, signum: int, frame: Any) -> None:
+        self._answered = True
+
+    def look(self, position: str, now: float) -> float | None:
+        """Seconds the main thread has surely stayed inside its call at ``position``
+        (0 when it may have left it since the last look); None when the probe cannot
+        tell (before Python 3.10, or when the program took the signal for itself)."""
+        if not self.usable or signal.getsignal(self.signum) != self._handler:
+            return None
+        if not self._answered and position == self._position:
+            return now - self._since
+        self._answered = False
+        self._position = position
+        self._since = now
+        _thread.interrupt_main(self.signum)  # type: ignore[call-arg]
+        return 0.0
 
 
 # -- the call's text ------------------------------------------------------------------------
