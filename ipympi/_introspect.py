@@ -4,7 +4,9 @@ Where its main thread is in user code, how much memory it holds, and how to
 send itself a signal. The built-in MPI's progress thread answers controller
 queries with these (:mod:`ipympi._progress`), and so does the control thread
 of an engine running on another MPI (:mod:`ipympi.engine.mpi4py_engine`),
-which must not import the built-in MPI at all.
+which must not import the built-in MPI at all. Both threads fail on purpose
+when a test asks them to (:func:`injected_fault`), so that what guards them
+is tested for real.
 """
 
 from __future__ import annotations
@@ -14,7 +16,17 @@ import os
 import sysconfig
 from typing import Any
 
-__all__ = ["describe_location", "resident_bytes", "signal_self", "source_line"]
+__all__ = [
+    "FAULT_ENV",
+    "describe_location",
+    "injected_fault",
+    "resident_bytes",
+    "signal_self",
+    "source_line",
+]
+
+# Set by tests only: the place where a rank's background thread fails on purpose.
+FAULT_ENV = "IPYMPI_TEST_FAULT"
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _LIBRARY_DIRS = tuple(
@@ -104,3 +116,14 @@ def signal_self(signum: int) -> None:
             os.kill(os.getpid(), signum)
     except (OSError, ValueError):
         pass
+
+
+def injected_fault(place: str) -> None:
+    """Raise the fault a test asked for at ``place`` (``IPYMPI_TEST_FAULT=place``).
+
+    The rank's background threads call it where they serve a control message
+    (place ``"control"``). A test sets the variable in one rank's process, as
+    a cell can; nothing else does.
+    """
+    if os.environ.get(FAULT_ENV) == place:
+        raise RuntimeError(f"a fault injected for a test at {place!r} ({FAULT_ENV})")

@@ -54,7 +54,13 @@ import time
 from typing import Any, Callable
 
 from .. import _control as ctl
-from .._introspect import describe_location, resident_bytes, signal_self, source_line
+from .._introspect import (
+    describe_location,
+    injected_fault,
+    resident_bytes,
+    signal_self,
+    source_line,
+)
 from .keeper import keep, launcher_rank
 from .mpicall import BLOCKING, StayProbe, current_call
 
@@ -66,6 +72,7 @@ ENV_GEN = "IPYMPI_GEN"
 SWITCH_INTERVAL = 0.0005  # seconds: the control thread answers within ~1 ms while code runs
 ABORT_LINGER = 2.0  # seconds the witness may take to deliver an abort message
 ABORT_WAIT = 10.0  # seconds an engine whose Abort returned waits to be ended, before it replies
+ERR_INTERN = 16  # the code of an internal error (MPI.ERR_INTERN of ipympi and of MPICH)
 
 # What MPI libraries print when a rank calls Abort (MPICH, then Open MPI).
 _ABORTS = (
@@ -141,11 +148,30 @@ class ControlThread(threading.Thread):
                     self._check_connection()
                 if self.sock in events:
                     self._serve()
+        except BaseException as exc:
+            if not self._stopped:
+                self._failed(exc)
         finally:
             self.monitor.close(0)
             self.sock.close()
             os.close(self._wake_r)
             os.close(self._wake_w)
+
+    def _failed(self, exc: BaseException) -> None:
+        """Without this thread the rank can be neither seen nor interrupted: tell the
+        controller what broke (an ``abort`` message, which ends the world) and end
+        the rank's processes."""
+        reason = f"the engine's control thread failed: {type(exc).__name__}: {exc}"
+        msg = {"type": ctl.ABORT, "rank": self.rank, "code": ERR_INTERN, "reason": reason}
+        with contextlib.suppress(Exception):
+            self.sock.send(ctl.encode(msg, self.key))
+            self.sock.setsockopt(self.zmq.LINGER, int(ABORT_LINGER * 1000))
+        with contextlib.suppress(OSError):
+            os.write(2, f"ipympi: rank {self.rank}: {reason}\n".encode(errors="replace"))
+        time.sleep(ABORT_LINGER)  # the controller ends the world meanwhile
+        with contextlib.suppress(OSError):
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os._exit(ERR_INTERN)
 
     def _check_connection(self) -> None:
         from zmq.utils.monitor import recv_monitor_message
@@ -168,6 +194,7 @@ class ControlThread(threading.Thread):
                 msg = ctl.decode(frame, self.key)
             except ctl.ControlProtocolError:
                 continue
+            injected_fault("control")
             if msg["type"] == ctl.QUERY:
                 self.sock.send(ctl.encode(ctl.answer(msg, self.describe()), self.key))
             elif msg["type"] == ctl.SIGNAL:
