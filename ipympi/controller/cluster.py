@@ -709,9 +709,7 @@ class Cluster(ClusterAPI):
             if msg.type == "reply":
                 self._flush_batch(req, batches.pop(req.id, []))
                 req.replies[rank] = msg
-                names = msg.content.get("names")
-                if isinstance(names, list):
-                    self.engines[rank].names = tuple(map(str, names))
+                self._note_reply(self.engines[rank], msg.content)
             elif msg.type in _OUTPUT_TYPES:
                 item = (rank, msg.type, msg.content)
                 req.messages.append(item)
@@ -721,6 +719,16 @@ class Cluster(ClusterAPI):
             req = self.requests.get(req_id)
             if req is not None:
                 self._flush_batch(req, batch)
+
+    @staticmethod
+    def _note_reply(engine: EngineRecord, content: Mapping[str, Any]) -> None:
+        """What a reply says about its engine: the user's variables, message counts."""
+        names, p2p = content.get("names"), content.get("p2p")
+        if isinstance(names, list):
+            engine.names = tuple(map(str, names))
+        if isinstance(p2p, dict):
+            engine.sent = tuple(map(int, p2p.get("sent") or ()))
+            engine.arrived = tuple(map(int, p2p.get("arrived") or ()))
 
     @staticmethod
     def _flush_batch(req: Request, batch: list[tuple[int, str, dict[str, Any]]]) -> None:

@@ -11,6 +11,7 @@ and execute reply carry the real ``ename``.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import time
 from collections.abc import Mapping
@@ -18,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from .. import _control as ctl
+from ..engine.leftovers import LATE_ARRIVALS, in_flight
 from .cluster import (
+    QUERY_TIMEOUT,
     UNINTERRUPTIBLE,
     WORLD_WAS_ENDED,
     Cluster,
@@ -28,6 +31,7 @@ from .cluster import (
 )
 from .hooks import build_report, notify
 from .realwatch import RealMPIWatch
+from .records import Output
 from .render import GROUPS, WORLD_ENDED, OutputRenderer, compose_error
 from .targets import format_ranks, parse_targets
 from .watch import LOOK_AFTER, LOOK_EVERY, BuiltinWatch, Verdict
@@ -509,6 +513,8 @@ def _follow(
                 _note_waiting(cluster, result)
                 cluster.interrupt(req)
                 break
+        if not (req.interrupted or result.stuck or cluster.ended or cluster.aborted):
+            _late_leftovers(cluster, result, coalescer.add if coalescer is not None else None)
     finally:
         req.on_output = renderer.feed if renderer is not None else None
         hand_over()
@@ -591,6 +597,27 @@ def _on_stuck(
 
 def _ranks_word(ranks: list[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
+
+
+def _late_leftovers(cluster: Cluster, result: CellResult, feed: Output | None) -> None:
+    """Have the ranks that messages of the cell are still on their way to report them
+    under this cell (see :mod:`ipympi.engine.leftovers`); a Ctrl-C cuts this short."""
+    req = result.request
+    live = {engine.rank: engine for engine in cluster.engines if engine.alive and engine.sent}
+    receivers = [rank for rank in req.targets if rank in live]
+    late = in_flight(
+        {rank: engine.sent for rank, engine in live.items()},
+        {rank: engine.arrived for rank, engine in live.items()},
+        receivers,
+    )
+    if not late:
+        return
+    expect = {str(rank): {str(s): n for s, n in senders.items()} for rank, senders in late.items()}
+    check = cluster.submit("leftovers", {"expect": expect}, sorted(late), on_output=feed)
+    with contextlib.suppress(KeyboardInterrupt):
+        cluster.pump(time.monotonic() + LATE_ARRIVALS + QUERY_TIMEOUT, lambda: check.done)
+    cluster.forget(check)
+    req.messages.extend(check.messages)
 
 
 def _quiet_finish(req: Request, finished: set[int], coalescer: Coalescer | None) -> bool:

@@ -32,6 +32,9 @@ class EngineRecord:
     mpi: str = ""  # the MPI library it runs on, when it is not ipympi's own
     ended_by: str = ""  # why the launcher ended it with its world, if it did
     names: tuple[str, ...] = ()  # the variables its user defined, as its last reply said
+    # Point-to-point messages it sent to / received from each world rank, as it last said.
+    sent: tuple[int, ...] = ()
+    arrived: tuple[int, ...] = ()
 
     @property
     def alive(self) -> bool:

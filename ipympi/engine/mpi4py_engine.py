@@ -252,6 +252,9 @@ def _engine_class() -> type:
         def check_after_cell(self, take_mismatch: bool, interrupted: bool = False) -> None:
             return None  # a real MPI keeps its unreceived messages to itself
 
+        def note_traffic(self, content: dict[str, Any]) -> None:
+            return None  # and does not count them
+
         def on_recover(self, msg: Any) -> None:
             self.reply({"positions": {}})  # no collectives of ours to realign
 

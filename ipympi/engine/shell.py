@@ -42,7 +42,7 @@ from .._errors import Exception as MPIException
 from .._introspect import describe_location
 from .capture import FLUSH_INTERVAL, FdCapture, RankStream
 from .inputs import RankTransformerManager
-from .leftovers import Leftovers
+from .leftovers import LATE_ARRIVALS, Leftovers
 from .protocol import Message, ProtocolError, Signer
 
 __all__ = [
@@ -269,10 +269,12 @@ class Engine:
             "inspect": self.on_inspect,
             "shutdown": self.on_shutdown,
             "recover": self.on_recover,
+            "leftovers": self.on_leftovers,
         }
         self.running = True
         self.leftovers = Leftovers()
         self._names: frozenset[str] = frozenset()  # the user's variables the controller knows
+        self._traffic: tuple[tuple[int, ...], ...] = ((), ())  # the message counts it knows
 
     def on_sigint(self, signum: int, frame: Any) -> None:
         if not self.executing:
@@ -364,7 +366,16 @@ class Engine:
             if isinstance(error, KeyboardInterrupt) and shell.interrupted_at:
                 content["where"] = shell.interrupted_at
         self.note_names(content)
+        self.note_traffic(content)
         self.reply(content, buffers)
+
+    def note_traffic(self, content: dict[str, Any]) -> None:
+        """Add the counts of messages sent and arrived that the cell's leftover check
+        saw (:mod:`.leftovers`) to a reply's ``content`` when they have changed."""
+        counts = self.leftovers.traffic
+        if counts != self._traffic:
+            self._traffic = counts
+            content["p2p"] = {"sent": list(counts[0]), "arrived": list(counts[1])}
 
     def note_names(self, content: dict[str, Any]) -> None:
         """Add the user's variables to a reply's ``content`` when they have changed.
@@ -479,6 +490,17 @@ class Engine:
         finally:
             engine.leave()
         self.reply({"positions": {str(k): v for k, v in positions.items()}})
+
+    def on_leftovers(self, msg: Message) -> None:
+        """Wait for messages still on their way to this rank, then report what the
+        cell left (``expect``: per rank, the messages each sender has sent it)."""
+        from .. import _runtime
+
+        expect = dict(msg.content.get("expect") or {}).get(str(self.io.rank)) or {}
+        expected = {int(sender): int(count) for sender, count in expect.items()}
+        self.leftovers.await_arrivals(_runtime._engine, expected, LATE_ARRIVALS)
+        self.check_after_cell(take_mismatch=False)
+        self.reply({})
 
     def on_shutdown(self, msg: Message) -> None:
         self.reply({})
