@@ -278,8 +278,10 @@ def test_a_dying_rank_is_named_and_the_next_cell_starts_a_fresh_world(
     reply, lines, took = failing_cell(kernel, code)
     assert took < REPORT_WITHIN
     assert reply["content"]["ename"] == "EngineDied"
-    assert reply["content"]["evalue"] == f"rank 1 {how}"
-    assert lines[0] == f"rank 1 {how}; the MPI world has ended: mpiexec then ended the other ranks"
+    assert reply["content"]["evalue"] == f"rank 1 has died ({how})"
+    assert lines[0] == (
+        f"rank 1 has died ({how}); the MPI world has ended: mpiexec then ended the other ranks"
+    )
     assert execute_headers(lines) == ["[0,2:execute]", "[1:execute]"]
     assert_fresh_world(kernel, old)
 

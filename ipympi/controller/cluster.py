@@ -459,7 +459,8 @@ class Cluster(ClusterAPI):
                     self._synthesize_reply(req, rank, WORLD_ENDED, ended_by)
                 else:
                     what = ctl.describe_exit(returncode) if returncode else "exited"
-                    self._synthesize_reply(req, rank, "EngineDied", f"rank {rank} {what}")
+                    died = f"rank {rank} has died ({what})"
+                    self._synthesize_reply(req, rank, "EngineDied", died)
 
     def _tell_peers(self, rank: int, reason: str) -> None:
         """Tell every live rank that ``rank`` died: what waits on it fails at once."""

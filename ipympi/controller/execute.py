@@ -115,8 +115,8 @@ def rank_error(
     """
     composed = compose_error(dict(errors), targets, dict(waiting or {}) or None)
     ename = ename or str(composed["ename"]) or "Error"
-    if not ename.isidentifier():
-        ename = "Error"
+    if not all(part.isidentifier() for part in ename.split(".")):
+        ename = "Error"  # a class may be named "MPI.Exception", as a program knows it
     cls = _ERROR_CLASSES.get(ename)
     if cls is None:
         cls = type(ename, (RankError,), {"__module__": "ipympi"})
@@ -229,10 +229,7 @@ class CellResult:
         # A rank's death is the news; the MPI errors it caused in others follow it.
         exc = rank_error(errors, self.targets, waiting, "EngineDied" if died else None)
         if died and len(errors) > len(died):
-            deaths = "; ".join(str(errors[r].get("evalue", "")) for r in died)
-            others = {r: e for r, e in errors.items() if r not in died}
-            caused = compose_error(others, self.targets, waiting or None)["traceback"][0]
-            exc.traceback_lines[0] = f"{deaths}; {caused}"
+            exc.traceback_lines[0] = _after_deaths(errors, died, self.targets, waiting)
         ended = self.request.ended
         if self.stuck and type(exc).__name__ == "DeadlockError":
             exc.traceback_lines[0] = f"{self.stuck}; {ended or 'the ranks were stopped'}"
@@ -258,6 +255,40 @@ class CellResult:
         failed = f", failed on {format_ranks(sorted(self.errors))}" if self.errors else ""
         ranks = format_ranks(self.targets)
         return f"<CellResult [{self.execution_count}] ranks {ranks}: {state}{failed}>"
+
+
+def _after_deaths(
+    errors: Mapping[int, dict], died: list[int], targets: list[int], waiting: Mapping[int, str]
+) -> str:
+    """The summary of a cell in which ranks died: the deaths first, then what the others
+    were doing when their MPI calls failed because of them, then any other failure.
+
+    ``rank 1 has died (exited with status 3) while ranks 0,2,3 waited in Barrier:
+    collective #0 on MPI_COMM_WORLD (each raised MPI.Exception of class ERR_OTHER)``
+    """
+    deaths = "; ".join(str(errors[rank].get("evalue", "")) for rank in died)
+    caused: dict[tuple[str, str, str], list[int]] = {}  # (call, ename, error class) -> ranks
+    rest = {}
+    for rank, error in sorted(errors.items()):
+        if rank in died:
+            continue
+        if error.get("died"):
+            call = str(error.get("call") or "an MPI call")
+            key = (call, str(error.get("ename", "")), str(error.get("error_class", "")))
+            caused.setdefault(key, []).append(rank)
+        else:
+            rest[rank] = error
+    parts = []
+    for (call, ename, errorclass), ranks in caused.items():
+        raised = f"{'each raised' if len(ranks) > 1 else 'raised'} {ename}"
+        raised += f" of class {errorclass}" if errorclass else ""
+        parts.append(f"{_ranks_word(ranks)} waited in {call} ({raised})")
+    text = f"{deaths} while {'; '.join(parts)}" if parts else deaths
+    if rest:
+        text += "; " + str(compose_error(rest, targets, waiting or None)["traceback"][0])
+    elif waiting:
+        text += "".join(f"; rank {rank} was {what}" for rank, what in sorted(waiting.items()))
+    return text
 
 
 def _as_timeout_header(line: str) -> str:

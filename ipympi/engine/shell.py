@@ -41,6 +41,13 @@ from .._control import format_call
 from .._errors import Exception as MPIException
 from .._introspect import describe_location
 from .capture import FLUSH_INTERVAL, FdCapture, RankStream
+from .errors import (
+    MPI_EXCEPTION,
+    error_content,
+    is_mpi_exception,
+    up_to_mpi_call,
+    without_frames_of,
+)
 from .inputs import RankTransformerManager
 from .leftovers import LATE_ARRIVALS, Leftovers
 from .protocol import Message, ProtocolError, Signer
@@ -57,8 +64,6 @@ __all__ = [
     "serve_until_shutdown",
     "user_names",
 ]
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class EngineIO:
@@ -182,11 +187,9 @@ class RankShell(InteractiveShell):
 
     def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
         io = self.engine_io
-        content = {
-            "ename": getattr(etype, "__name__", str(etype)),
-            "evalue": str(evalue),
-            "traceback": list(stb),
-        }
+        runtime = sys.modules.get("ipympi._runtime")  # the built-in MPI, where it runs
+        engine = getattr(runtime, "_engine", None)
+        content = error_content(etype, evalue, stb, engine.dead_peers.values() if engine else ())
         if etype is KeyboardInterrupt and self.interrupted_at:
             content["where"] = self.interrupted_at
         if io is None:
@@ -197,11 +200,11 @@ class RankShell(InteractiveShell):
     def _get_exc_info(self, exc_tuple: Any = None) -> Any:
         etype, value, tb = super()._get_exc_info(exc_tuple)
         if etype is KeyboardInterrupt:
-            tb = _without_frames_of(tb, Engine.on_sigint.__code__)
+            tb = without_frames_of(tb, Engine.on_sigint.__code__)
         if isinstance(etype, type) and issubclass(etype, (KeyboardInterrupt, MPIException)):
             # As with mpi4py, the traceback ends at the user's MPI call: the
             # frames of the MPI implementation say nothing about the user's code.
-            tb = _up_to_mpi_call(tb)
+            tb = up_to_mpi_call(tb)
         return etype, value, tb
 
     def enable_gui(self, gui: str | None = None) -> None:
@@ -210,31 +213,6 @@ class RankShell(InteractiveShell):
 
 
 # -- where was a rank interrupted ----------------------------------------------------------
-def _without_frames_of(tb: Any, code: Any) -> Any:
-    """``tb`` without the entries of ``code`` (the SIGINT handler that raised)."""
-    while tb is not None and tb.tb_frame.f_code is code:
-        tb = tb.tb_next
-    head = tb
-    while tb is not None and tb.tb_next is not None:
-        if tb.tb_next.tb_frame.f_code is code:
-            tb.tb_next = tb.tb_next.tb_next
-        else:
-            tb = tb.tb_next
-    return head
-
-
-def _up_to_mpi_call(tb: Any) -> Any:
-    """``tb`` cut before the first frame inside ipympi that follows user code."""
-    head, previous = tb, None
-    while tb is not None:
-        inside = tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR)
-        if inside and previous is not None:
-            previous.tb_next = None
-            break
-        previous, tb = tb, tb.tb_next
-    return head
-
-
 def describe_interruption(frame: Any) -> str:
     """Where the main thread is, in words: its MPI call (if blocked) and its line."""
     parts = []
@@ -357,12 +335,12 @@ class Engine:
             content["execution_count"] = shell.execution_count
         error = result.error_before_exec or result.error_in_exec or mismatch
         if mismatch is not None:
-            text = str(mismatch)
             self.io.send_after_output(
-                "error", {"ename": "Exception", "evalue": text, "traceback": [f"Exception: {text}"]}
+                "error", error_content(type(mismatch), mismatch, [f"Exception: {mismatch}"])
             )
         if error is not None:
-            content.update(status="error", ename=type(error).__name__, evalue=str(error))
+            ename = MPI_EXCEPTION if is_mpi_exception(type(error)) else type(error).__name__
+            content.update(status="error", ename=ename, evalue=str(error))
             if isinstance(error, KeyboardInterrupt) and shell.interrupted_at:
                 content["where"] = shell.interrupted_at
         self.note_names(content)
