@@ -448,6 +448,8 @@ class ParallelMagics(Magics):
             self.pending = result
             return result
         self._show_trace(result, options.silent)
+        for item in result.payload:  # the pager's text of obj?, as the kernel's own
+            self.shell.payload_manager.write_payload(item)
         result.raise_for_error()
         return None
 

@@ -206,6 +206,17 @@ class CellResult:
             if kind == "execute_result"
         }
 
+    @property
+    def payload(self) -> list[dict]:
+        """What the ranks asked of the front end (the pager's text of ``obj?``): their
+        common payload, else that of the lowest rank that has one."""
+        payloads = [
+            reply.content["payload"]
+            for _, reply in sorted(self.request.replies.items())
+            if reply.content.get("payload")
+        ]
+        return list(payloads[0]) if payloads else []
+
     def stdout(self, rank: int) -> str:
         return self._text(rank, "stdout")
 

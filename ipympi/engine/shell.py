@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 import zmq
+from IPython.core import page
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
@@ -185,6 +186,16 @@ class RankShell(InteractiveShell):
         """IPython's, without tokenizing cells of plain Python (see :mod:`.inputs`)."""
         return RankTransformerManager()
 
+    def init_hooks(self) -> None:
+        """IPython's hooks, with text for the pager (``obj?``, ``%pdoc``) kept as a
+        payload of the cell's reply, as ipykernel does: the front end opens its pager."""
+        super().init_hooks()
+        self.set_hook("show_in_pager", page.as_hook(self._page), 99)
+
+    def _page(self, text: Any, start: int = 0, **unused: Any) -> None:
+        data = text if isinstance(text, dict) else {"text/plain": text}
+        self.payload_manager.write_payload({"source": "page", "data": data, "start": max(0, start)})
+
     def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
         io = self.engine_io
         runtime = sys.modules.get("ipympi._runtime")  # the built-in MPI, where it runs
@@ -333,6 +344,10 @@ class Engine:
         content: dict[str, Any] = {"execution_count": shell.execution_count - 1}
         if not store_history:
             content["execution_count"] = shell.execution_count
+        payload = shell.payload_manager.read_payload()
+        if payload:
+            shell.payload_manager.clear_payload()
+            content["payload"] = payload
         error = result.error_before_exec or result.error_in_exec or mismatch
         if mismatch is not None:
             self.io.send_after_output(
