@@ -11,8 +11,10 @@ Each magic parses its options and delegates: cells run through
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -24,7 +26,14 @@ from IPython.display import display
 from ipympi._hosts import HostError, parse_hosts, read_hostfile
 from ipympi.controller import session
 from ipympi.controller.cluster import Cluster, ClusterError
-from ipympi.controller.execute import CellOptions, CellResult, ensure_world, follow, run_cell
+from ipympi.controller.execute import (
+    CellOptions,
+    CellResult,
+    RankError,
+    ensure_world,
+    follow,
+    run_cell,
+)
 from ipympi.controller.launchers import BACKENDS, LAUNCHERS, make_launcher
 from ipympi.controller.publish import cell_number, publisher_for, request_is_silent
 from ipympi.controller.render import GROUPS
@@ -168,8 +177,12 @@ class ParallelMagics(Magics):
             return self.px(line, cell)
         first, _, raw = line.strip().partition(" ")
         if first == "explain":  # the rest is Python code, not shell words
-            return self._mpi_explain(raw)
-        words = shlex.split(line)
+            with _one_line("%mpi explain"):
+                return self._mpi_explain(raw)
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"%mpi: {exc}") from None
         if not words:
             raise UsageError(f"%mpi needs a subcommand: {', '.join(_SUBCOMMANDS)}")
         name, rest = words[0], words[1:]
@@ -178,7 +191,8 @@ class ParallelMagics(Magics):
             raise UsageError(
                 f"%mpi {name}: unknown subcommand; choose from {', '.join(_SUBCOMMANDS)}"
             )
-        return getattr(self, method)(rest)
+        with _one_line(f"%mpi {name}"):
+            return getattr(self, method)(rest)
 
     def _world_args(self, rest: list[str], command: str) -> argparse.Namespace:
         """``-n``, the backend, the launcher and the hosts of ``%mpi start``/``restart``."""
@@ -345,26 +359,27 @@ class ParallelMagics(Magics):
         parser.add_argument("names", nargs="+", metavar="NAME")
         parser.add_argument("-t", "--targets")
         args = parser.parse(rest)
-        try:
-            return show(self._cluster(), args.names, args.targets)
-        except (ClusterError, NameError, ValueError) as exc:
-            raise UsageError(f"%mpi show: {exc}") from None
+        return show(self._cluster(), args.names, args.targets)
 
     def _mpi_explain(self, text: str) -> Any:
         from ipympi.teach.explain import Explanation
-        from ipympi.teach.recording import explain_call, parse_collective_call
+        from ipympi.teach.recording import default_call, explain_call, parse_collective_call
 
-        text = text.strip()
-        try:
-            parse_collective_call(text)
-        except ValueError as exc:
-            raise UsageError(f"%mpi explain: {exc}") from None
+        text, setup = text.strip(), ""
+        bare = text.isidentifier()  # a collective's name: explained on default buffers
+        if bare:
+            found = default_call(text)
+            if found is None:
+                parse_collective_call(f"comm.{text}()")  # says what can be explained
+                raise UsageError(f"%mpi explain: give a collective, e.g. {text}(...)")
+            setup, text = found
+        parse_collective_call(text)
         cluster = self._need_builtin("%mpi explain")
-        try:
-            ensure_world(cluster, list(range(cluster.n)), publisher_for(self.shell))
-            outcomes = session.apply(cluster, explain_call, text)
-        except (ClusterError, ValueError) as exc:
-            raise UsageError(f"%mpi explain: {exc}") from None
+        ensure_world(cluster, list(range(cluster.n)), publisher_for(self.shell))
+        if bare:
+            buffers = f", on default buffers: {'; '.join(setup.splitlines())}" if setup else ""
+            print(text + buffers)
+        outcomes = session.apply(cluster, explain_call, text, setup)
         ranks = range(len(outcomes))
         explanation = Explanation.from_ranks(
             text,
@@ -513,6 +528,22 @@ _SUBCOMMANDS = {
     "show": "_mpi_show",
     "explain": "_mpi_explain",
 }
+
+
+@contextlib.contextmanager
+def _one_line(command: str) -> Iterator[None]:
+    """Any failure of ``command`` (``%mpi show``) as one line of UsageError: what the
+    ranks raised (a cell's summary line), or the exception, never a traceback of ipympi."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except RankError as exc:
+        raise UsageError(f"{command}: {exc.traceback_lines[0]}") from None
+    except (ClusterError, NameError, ValueError) as exc:
+        raise UsageError(f"{command}: {exc}") from None
+    except Exception as exc:
+        raise UsageError(f"{command}: {type(exc).__name__}: {exc}") from None
 
 
 def _seconds(text: str, what: str) -> float:
