@@ -21,6 +21,7 @@ __all__ = [
     "describe_location",
     "injected_fault",
     "resident_bytes",
+    "running",
     "signal_self",
     "source_line",
 ]
@@ -101,6 +102,23 @@ def resident_bytes() -> int | None:
             return int(f.read().split()[1]) * _PAGE_SIZE
     except (OSError, ValueError, IndexError):
         return None
+
+
+def running(thread_id: int | None) -> bool | None:
+    """Whether thread ``thread_id`` (a native id) of this process is running or ready to
+    run, rather than asleep in a system call (Linux ``/proc``; None where it cannot tell).
+
+    A rank blocked for a message sleeps; one copying a large message, or waiting
+    for a core on a loaded machine, does not.
+    """
+    if thread_id is None:
+        return None
+    try:
+        with open(f"/proc/self/task/{thread_id}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+    return state in (b"R", b"D")
 
 
 def signal_self(signum: int) -> None:

@@ -32,7 +32,7 @@ from . import _errhandling as hooks
 from ._engine import IDLE_HANDOFF, Engine
 from ._errors import ERR_INTERN
 from ._introspect import describe_location as describe_location
-from ._introspect import injected_fault
+from ._introspect import injected_fault, running
 from ._introspect import resident_bytes as resident_bytes
 from ._introspect import signal_self as signal_self
 from ._transport import RETRY_MS
@@ -51,8 +51,14 @@ def _user_location(thread_id: int | None) -> str:
     return describe_location(sys._current_frames().get(thread_id))
 
 
-def describe_state(engine: Engine, main_thread_id: int | None) -> dict[str, Any]:
-    """What this rank is doing, as a control-protocol ``state`` message."""
+def describe_state(
+    engine: Engine, main_thread_id: int | None, main_native_id: int | None = None
+) -> dict[str, Any]:
+    """What this rank is doing, as a control-protocol ``state`` message.
+
+    A rank blocked in MPI also says whether its main thread is running
+    (``busy``: copying a large message, say) or asleep, waiting for a frame.
+    """
     state: dict[str, Any] = {
         "type": "state",
         "rank": engine.rank,
@@ -65,6 +71,9 @@ def describe_state(engine: Engine, main_thread_id: int | None) -> dict[str, Any]
     elif waiting is not None:
         state["state"] = "blocked"
         state.update(waiting.as_dict())
+        busy = running(main_native_id)
+        if busy is not None:
+            state["busy"] = busy
     else:
         state["state"] = activity() if activity is not None else "running"
     if state["state"] != "idle":
@@ -84,6 +93,10 @@ class ProgressThread(threading.Thread):
         super().__init__(name="ipympi-progress", daemon=True)
         self.engine = engine
         self.main_thread_id = threading.main_thread().ident
+        # Made by the main thread as MPI starts; after a fork (an engine) the main
+        # thread's recorded native id is its parent's.
+        main = threading.current_thread() is threading.main_thread()
+        self.main_native_id = threading.get_native_id() if main else None
         self._stop_requested = False
         assert engine.transport is not None
         self.transport = engine.transport
@@ -162,7 +175,7 @@ class ProgressThread(threading.Thread):
             injected_fault("control")
             kind = msg["type"]
             if kind == _control.QUERY:
-                state = describe_state(self.engine, self.main_thread_id)
+                state = describe_state(self.engine, self.main_thread_id, self.main_native_id)
                 self.transport.send_control(_control.answer(msg, state))
             elif kind == _control.PEER_EXIT:
                 self.engine.note_peer_exit(int(msg["rank"]), str(msg.get("reason", "")))

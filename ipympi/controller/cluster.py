@@ -592,7 +592,7 @@ class Cluster(ClusterAPI):
                 f"{where}, which could not be interrupted",
             )
         req.ended = f"{UNINTERRUPTIBLE}, {WORLD_WAS_ENDED}"
-        self.end_world(f"{'; '.join(places)}: not interruptible in MPI, so the world was ended")
+        self.end_world(f"ipympi ended it when an interrupt could not reach {'; '.join(places)}")
 
     def _pump_through_interrupts(self, deadline: float, done: Callable[[], bool]) -> bool:
         """``pump``, where a Ctrl-C (the user asking to interrupt) does not cut the wait."""

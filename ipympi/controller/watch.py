@@ -6,7 +6,9 @@ cell is *stuck* when every rank still running it has been blocked in one MPI
 wait for at least :data:`STUCK_AFTER` seconds and handled no incoming message
 since the previous look, nor used :data:`BUSY_CPU` seconds of CPU time (where
 the state dicts carry ``cpu``, see :func:`cpu_seconds`: a rank copying a large
-message straight out of its peer's memory handles no frame meanwhile). No rank
+message straight out of its peer's memory handles no frame meanwhile), nor was
+found running at either look (``busy``: on a loaded machine such a copy may
+get little CPU time, but the rank is not asleep). No rank
 is computing then, and no message is moving:
 the ranks wait on each other (a deadlock), on a rank that failed, or on one
 that finished the cell without doing its part. A long transfer is not stuck
@@ -81,6 +83,8 @@ def is_stuck(
         if float(now.get("since") or 0.0) < STUCK_AFTER:
             return False
         if _key(now) != _key(before) or now.get("progressed") != before.get("progressed"):
+            return False
+        if now.get("busy") or before.get("busy"):
             return False
         cpu_now, cpu_before = now.get("cpu"), before.get("cpu")
         if cpu_now is not None and cpu_before is not None and cpu_now - cpu_before >= BUSY_CPU:
