@@ -255,6 +255,7 @@ def test_a_long_allreduce_is_never_ended(kernel: KernelSession) -> None:
     """One ``Allreduce`` that lasts several seconds (its size chosen from a first, shorter
     one: the machine's speed decides), with ``deadlock_after`` far shorter, runs to its end."""
     kernel.ok("import numpy as np\na = np.ones(2**22); b = np.empty_like(a)")
+    kernel.ok("comm.Allreduce(a, b)", timeout=120)  # the first one touches the pages
     reply, messages = kernel.execute(LONG_ALLREDUCE, timeout=120)
     assert reply["content"]["status"] == "ok", error_text(reply)
     took = max(float(value) for value in results(messages))

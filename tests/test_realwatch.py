@@ -38,7 +38,7 @@ def send(dest: Any, tag: Any = 7, place: str = "a") -> dict[str, Any]:
 RUNNING = {"state": "running", "where": "line 3 of cell [4]"}
 
 
-def watch_for(
+def verdicts_over(
     seconds: float,
     looks: Any,
     pending: list[int],
@@ -70,7 +70,7 @@ def first_verdict(verdicts: list[Any]) -> tuple[float, Any] | None:
 # -- verdicts -------------------------------------------------------------------------------
 def test_two_receives_from_each_other_are_a_probable_deadlock_after_the_time() -> None:
     looks = {0: recv(1), 1: recv(0)}
-    found = first_verdict(watch_for(AFTER + 1, looks, [0, 1]))
+    found = first_verdict(verdicts_over(AFTER + 1, looks, [0, 1]))
     assert found is not None
     at, verdict = found
     assert at == AFTER
@@ -84,7 +84,7 @@ def test_two_receives_from_each_other_are_a_probable_deadlock_after_the_time() -
 
 def test_ranks_in_a_collective_a_rank_skipped_are_a_probable_deadlock() -> None:
     barrier = call("comm.Barrier()", "collective")
-    verdicts = watch_for(AFTER + 1, {0: barrier, 1: barrier}, [0, 1], finished=(2,))
+    verdicts = verdicts_over(AFTER + 1, {0: barrier, 1: barrier}, [0, 1], finished=(2,))
     found = first_verdict(verdicts)
     assert found is not None
     tail = "; rank 2 has finished the cell (no rank moved or printed for 3 s)"
@@ -93,7 +93,7 @@ def test_ranks_in_a_collective_a_rank_skipped_are_a_probable_deadlock() -> None:
 
 def test_after_a_failure_the_others_in_mpi_calls_end_the_cell_within_a_second() -> None:
     barrier = call("comm.Barrier()", "collective")
-    found = first_verdict(watch_for(3, {0: barrier, 2: barrier}, [0, 2], failed=(1,)))
+    found = first_verdict(verdicts_over(3, {0: barrier, 2: barrier}, [0, 2], failed=(1,)))
     assert found is not None
     at, verdict = found
     assert at == FAILED_AFTER
@@ -103,32 +103,48 @@ def test_after_a_failure_the_others_in_mpi_calls_end_the_cell_within_a_second() 
 
 def test_after_a_failure_a_rank_that_computes_is_waited_for() -> None:
     looks = {0: call("comm.Barrier()", "collective"), 2: RUNNING}
-    assert first_verdict(watch_for(10, looks, [0, 2], failed=(1,))) is None
+    assert first_verdict(verdicts_over(10, looks, [0, 2], failed=(1,))) is None
 
 
 # -- no verdict: the cell is still working ----------------------------------------------------
 def test_a_long_allreduce_is_never_a_deadlock() -> None:
     allreduce = call("comm.Allreduce(a, b)", "collective")
     looks = {0: allreduce, 1: allreduce, 2: allreduce}
-    assert first_verdict(watch_for(30, looks, [0, 1, 2])) is None
+    assert first_verdict(verdicts_over(30, looks, [0, 1, 2])) is None
+
+
+def test_the_last_rank_in_a_long_collective_is_not_a_deadlock() -> None:
+    """Ranks 0 and 2 were seen in the Allreduce, then finished it before rank 1."""
+    allreduce = call("comm.Allreduce(a, b)", "collective")
+
+    def looks(i: int) -> dict[int, dict]:
+        return {0: allreduce, 1: allreduce, 2: allreduce} if i < 2 else {1: allreduce}
+
+    def pending(i: int) -> list[int]:
+        return [0, 1, 2] if i < 2 else [1]
+
+    watch = RealMPIWatch(AFTER)
+    for i in range(int(30 / EVERY)):
+        left = (0, 2) if i >= 2 else ()
+        assert watch.look(i * EVERY, looks(i), pending(i), left, (), {}) is None
 
 
 def test_a_long_collective_of_a_subcommunicator_is_not_a_deadlock() -> None:
     allreduce = call("sub.Allreduce(a, b)", "collective", world=False)
     looks = {0: allreduce, 1: allreduce}
-    assert first_verdict(watch_for(30, looks, [0, 1], finished=(2,))) is None
+    assert first_verdict(verdicts_over(30, looks, [0, 1], finished=(2,))) is None
 
 
 def test_a_long_transfer_is_not_a_deadlock() -> None:
-    assert first_verdict(watch_for(30, {0: send(1), 1: recv(0)}, [0, 1])) is None
-    assert first_verdict(watch_for(30, {0: send(1), 1: recv("ANY_SOURCE")}, [0, 1])) is None
+    assert first_verdict(verdicts_over(30, {0: send(1), 1: recv(0)}, [0, 1])) is None
+    assert first_verdict(verdicts_over(30, {0: send(1), 1: recv("ANY_SOURCE")}, [0, 1])) is None
     unknown = call("comm.Send(a, dest=right)", "send")  # the destination is not a value
-    assert first_verdict(watch_for(30, {0: unknown, 1: recv(0)}, [0, 1])) is None
+    assert first_verdict(verdicts_over(30, {0: unknown, 1: recv(0)}, [0, 1])) is None
 
 
 def test_requests_being_completed_are_not_a_deadlock() -> None:
     waitall = call("MPI.Request.Waitall(requests)", "wait")
-    assert first_verdict(watch_for(30, {0: waitall, 1: recv(0)}, [0, 1])) is None
+    assert first_verdict(verdicts_over(30, {0: waitall, 1: recv(0)}, [0, 1])) is None
 
 
 def test_a_loop_of_short_waits_is_not_a_deadlock() -> None:
@@ -136,37 +152,37 @@ def test_a_loop_of_short_waits_is_not_a_deadlock() -> None:
     def moving(i: int) -> dict[int, dict]:
         return {0: recv(1, place="a" if i % 2 else "b"), 1: recv(0)}
 
-    assert first_verdict(watch_for(30, moving, [0, 1])) is None
+    assert first_verdict(verdicts_over(30, moving, [0, 1])) is None
 
     # ... or at the same place, having left the call in between (its engine says so)
     def again(i: int) -> dict[int, dict]:
         return {0: dict(recv(1), stayed=0.0), 1: dict(recv(0), stayed=i * EVERY)}
 
-    assert first_verdict(watch_for(30, again, [0, 1])) is None
+    assert first_verdict(verdicts_over(30, again, [0, 1])) is None
 
 
 def test_a_rank_known_to_stay_in_its_call_sits() -> None:
     def looks(i: int) -> dict[int, dict]:
         return {0: dict(recv(1), stayed=i * EVERY), 1: dict(recv(0), stayed=i * EVERY + 5)}
 
-    found = first_verdict(watch_for(AFTER + 1, looks, [0, 1]))
+    found = first_verdict(verdicts_over(AFTER + 1, looks, [0, 1]))
     assert found is not None and found[0] == AFTER
 
 
 def test_a_rank_that_prints_is_not_sitting() -> None:
     looks = {0: recv(1), 1: recv(0)}
-    assert first_verdict(watch_for(30, looks, [0, 1], said=lambda i: {0: i // 4})) is None
+    assert first_verdict(verdicts_over(30, looks, [0, 1], said=lambda i: {0: i // 4})) is None
 
 
 def test_a_computing_rank_is_not_a_deadlock() -> None:
-    assert first_verdict(watch_for(30, {0: recv(1), 1: RUNNING}, [0, 1])) is None
+    assert first_verdict(verdicts_over(30, {0: recv(1), 1: RUNNING}, [0, 1])) is None
 
 
 def test_a_rank_that_does_not_answer_delays_the_verdict_without_resetting_it() -> None:
     def looks(i: int) -> dict[int, dict]:
         return {0: recv(1), 1: recv(0) if i != 8 else {"state": "no answer"}}
 
-    found = first_verdict(watch_for(AFTER + 1, looks, [0, 1]))
+    found = first_verdict(verdicts_over(AFTER + 1, looks, [0, 1]))
     assert found is not None and found[0] == AFTER
 
 

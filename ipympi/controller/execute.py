@@ -11,30 +11,18 @@ and execute reply carry the real ``ename``.
 
 from __future__ import annotations
 
-import contextlib
 import pickle
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from .. import _control as ctl
-from ..engine.leftovers import LATE_ARRIVALS, in_flight
-from .cluster import (
-    QUERY_TIMEOUT,
-    UNINTERRUPTIBLE,
-    WORLD_WAS_ENDED,
-    Cluster,
-    ClusterError,
-    Request,
-    interrupts_at_waits,
-)
+from .cluster import Cluster, ClusterError, Request, interrupts_at_waits
 from .hooks import build_report, notify
-from .realwatch import RealMPIWatch
-from .records import Output
 from .render import GROUPS, WORLD_ENDED, OutputRenderer, compose_error
+from .stuck import describe_wait, late_leftovers, look, on_stuck, ranks_word, watch_for
 from .targets import format_ranks, parse_targets
-from .watch import LOOK_AFTER, LOOK_EVERY, BuiltinWatch, Verdict
+from .watch import LOOK_AFTER, LOOK_EVERY
 
 if TYPE_CHECKING:
     from ..teach.trace import Trace
@@ -293,7 +281,7 @@ def _after_deaths(
     for (call, ename, errorclass), ranks in caused.items():
         raised = f"{'each raised' if len(ranks) > 1 else 'raised'} {ename}"
         raised += f" of class {errorclass}" if errorclass else ""
-        parts.append(f"{_ranks_word(ranks)} waited in {call} ({raised})")
+        parts.append(f"{ranks_word(ranks)} waited in {call} ({raised})")
     text = f"{deaths} while {'; '.join(parts)}" if parts else deaths
     if rest:
         text += "; " + str(compose_error(rest, targets, waiting or None)["traceback"][0])
@@ -344,20 +332,6 @@ def describe_progress(targets: list[int], req: Request, states: list[dict], elap
         state = states[rank] if rank < len(states) else {}
         parts.append(f"rank {rank}: {describe_wait(state)}")
     return " · ".join(parts)
-
-
-def describe_wait(state: Mapping[str, Any]) -> str:
-    """What a rank does, in a few words: ``blocked in Recv(source=1, tag=7) at line 3``."""
-    word = str(state.get("state", ctl.NO_ANSWER))
-    if word == "blocked":
-        text = f"waiting in {ctl.format_call(state)}"
-    elif word == ctl.EXITED:
-        return ctl.format_state(state).split(": ", 1)[-1]
-    else:
-        text = word
-    if state.get("where"):
-        text += f" at {state['where']}"
-    return text
 
 
 def run_cell(
@@ -544,8 +518,8 @@ def _follow(
                 if now >= next_look:
                     states = cluster.query_states(timeout=0.2)
                     current = {rank: states[rank] for rank in req.pending}
-                    verdict = None if result.stuck else _look(watch, now, current, req)
-                    if verdict and _on_stuck(cluster, result, current, verdict, publish):
+                    verdict = None if result.stuck else look(watch, now, current, req)
+                    if verdict and on_stuck(cluster, result, current, verdict, publish):
                         break
                     next_look = time.monotonic() + LOOK_EVERY
                     if now >= next_progress and progress is not None:
@@ -556,7 +530,7 @@ def _follow(
                 cluster.interrupt(req)
                 break
         if not (req.interrupted or result.stuck or cluster.ended or cluster.aborted):
-            _late_leftovers(cluster, result, coalescer.add if coalescer is not None else None)
+            late_leftovers(cluster, result, coalescer.add if coalescer is not None else None)
     finally:
         req.on_output = renderer.feed if renderer is not None else None
         hand_over()
@@ -573,93 +547,6 @@ def _follow(
             # mismatch, or be a collective ahead: realign them for the next cell.
             cluster.resynchronize()
         _report_failure(result)
-
-
-def watch_for(cluster: Cluster) -> BuiltinWatch | RealMPIWatch:
-    """The stuck-cell rule for the cluster's MPI: ipympi's own, or what a real MPI shows."""
-    if cluster.backend == "builtin":
-        return BuiltinWatch()
-    return RealMPIWatch(cluster.deadlock_after)
-
-
-def _look(
-    watch: BuiltinWatch | RealMPIWatch, now: float, states: dict[int, dict], req: Request
-) -> Verdict | None:
-    failed = [r for r, reply in req.replies.items() if reply.content.get("status") != "ok"]
-    finished = [r for r in req.replies if r not in failed]
-    return watch.look(now, states, req.pending, finished, failed, req.said)
-
-
-def _on_stuck(
-    cluster: Cluster,
-    result: CellResult,
-    states: dict[int, dict],
-    verdict: Verdict,
-    publish: Publish | None,
-) -> bool:
-    """Apply the session's ``on_error`` policy to a stuck cell; True when it ends the cell.
-
-    Ranks of the built-in MPI are interrupted (or their world ended, with
-    ``on_error=abort``); a real MPI's ranks, inside calls no interrupt reaches,
-    end with their world.
-    """
-    req = result.request
-    result.stuck = verdict.text
-    if cluster.on_error == "wait":
-        if publish is not None:
-            how = "interrupt the kernel" if cluster.launcher.interrupts_mpi_calls else "%mpi stop"
-            note = f"ipympi: {result.stuck} (on_error=wait: {how} to stop)\n"
-            publish("stream", {"name": "stderr", "text": note}, {})
-        return False
-    result.states = {rank: states[rank] for rank in req.pending}
-    result.waiting = {rank: describe_wait(states[rank]) for rank in req.pending}
-    result.stopped = set(req.pending)
-    if not cluster.launcher.interrupts_mpi_calls:
-        cell = f"cell [{result.execution_count}]"
-        if verdict.kind == "failed":
-            failed = sorted(set(req.replies) & set(req.errors()))
-            req.ended = (
-                f"{UNINTERRUPTIBLE} and its world cannot go on after a peer failed, "
-                f"{WORLD_WAS_ENDED}"
-            )
-            reason = (
-                f"ipympi ended it when {_ranks_word(sorted(req.pending))} waited in MPI calls "
-                f"after {_ranks_word(failed)} failed in {cell}"
-            )
-        else:
-            req.ended = f"{UNINTERRUPTIBLE}, {WORLD_WAS_ENDED}"
-            reason = f"ipympi ended it after a probable deadlock in {cell}"
-        cluster.end_world(reason)
-    elif cluster.on_error == "abort":
-        cluster.end_world(f"the world was ended because {result.stuck}")
-    else:
-        cluster.interrupt(req, resynchronize=True)
-    return True
-
-
-def _ranks_word(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
-
-
-def _late_leftovers(cluster: Cluster, result: CellResult, feed: Output | None) -> None:
-    """Have the ranks that messages of the cell are still on their way to report them
-    under this cell (see :mod:`ipympi.engine.leftovers`); a Ctrl-C cuts this short."""
-    req = result.request
-    live = {engine.rank: engine for engine in cluster.engines if engine.alive and engine.sent}
-    receivers = [rank for rank in req.targets if rank in live]
-    late = in_flight(
-        {rank: engine.sent for rank, engine in live.items()},
-        {rank: engine.arrived for rank, engine in live.items()},
-        receivers,
-    )
-    if not late:
-        return
-    expect = {str(rank): {str(s): n for s, n in senders.items()} for rank, senders in late.items()}
-    check = cluster.submit("leftovers", {"expect": expect}, sorted(late), on_output=feed)
-    with contextlib.suppress(KeyboardInterrupt):
-        cluster.pump(time.monotonic() + LATE_ARRIVALS + QUERY_TIMEOUT, lambda: check.done)
-    cluster.forget(check)
-    req.messages.extend(check.messages)
 
 
 def _quiet_finish(req: Request, finished: set[int], coalescer: Coalescer | None) -> bool:

@@ -22,10 +22,12 @@ re-enters it) and it printed nothing meanwhile. Two verdicts end a cell:
   its call for ``deadlock_after`` seconds (``%mpi config deadlock_after=S``),
   and their calls cannot be working with each other. They can when all are in
   one collective on one communicator while no rank has left the cell, or the
-  communicator is not ``COMM_WORLD`` (whose members nobody can see): a long
-  ``Allreduce``; when one sends and another receives with peers and tags that
-  may match (values not written match anything): a long transfer; and when
-  one completes requests (``Waitall``), which cannot be seen.
+  communicator is not ``COMM_WORLD`` (whose members nobody can see), or each
+  rank that left was seen in that very call (a rank finishes a long
+  collective's last steps after the others): a long ``Allreduce``; when one
+  sends and another receives with peers and tags that may match (values not
+  written match anything): a long transfer; and when one completes requests
+  (``Waitall``), which cannot be seen.
 
 No verdict while a rank computes (it is not in an MPI call), moves from call
 to call (a loop of short waits), prints, or does not answer. Pure logic over
@@ -74,6 +76,7 @@ class RealMPIWatch:
     def __init__(self, deadlock_after: float = DEADLOCK_AFTER) -> None:
         self.deadlock_after = deadlock_after
         self._seats: dict[int, _Seat] = {}
+        self._seen: dict[int, set[tuple[str, str, str]]] = {}  # rank -> calls it was seen in
 
     def look(
         self,
@@ -105,6 +108,7 @@ class RealMPIWatch:
                 self._seats.pop(rank, None)
                 sitting = False
                 continue
+            self._seen.setdefault(rank, set()).add(_place(state))
             if seat is None or seat.position != position or seat.said != said.get(rank, 0):
                 self._seats[rank] = _Seat(position, now, said.get(rank, 0))
         if not sitting:
@@ -117,7 +121,9 @@ class RealMPIWatch:
             if sat < FAILED_AFTER:
                 return None
             return Verdict("failed", f"{_ranks(failed)} failed; " + waits(calls))
-        if sat < self.deadlock_after or could_be_working(calls, bool(finished)):
+        places = {_place(state) for state in calls.values()}
+        absent = any(not places <= self._seen.get(rank, set()) for rank in finished)
+        if sat < self.deadlock_after or could_be_working(calls, absent):
             return None
         parts = [waits(calls)]
         if finished:
@@ -141,10 +147,10 @@ def waits(calls: Mapping[int, State]) -> str:
     return "; ".join(parts)
 
 
-def could_be_working(calls: Mapping[int, State], someone_left: bool) -> bool:
+def could_be_working(calls: Mapping[int, State], absent: bool) -> bool:
     """Whether the ranks' calls may be doing their work together (see the module docstring).
 
-    ``someone_left``: a rank of the cell has already finished it.
+    ``absent``: a rank of the cell has finished it without being seen in these calls.
     """
     states = list(calls.values())
     kinds = [str(s.get("kind")) for s in states]
@@ -152,7 +158,7 @@ def could_be_working(calls: Mapping[int, State], someone_left: bool) -> bool:
         return True
     if all(k == "collective" for k in kinds):
         same = len({(s.get("method"), _receiver(s)) for s in states}) == 1
-        return same and (not someone_left or not all(s.get("world") for s in states))
+        return same and (not absent or not all(s.get("world") for s in states))
     senders = [(r, s) for r, s in calls.items() if s.get("kind") in ("send", "sendrecv")]
     receivers = [(r, s) for r, s in calls.items() if s.get("kind") in ("recv", "sendrecv")]
     return any(
@@ -161,6 +167,11 @@ def could_be_working(calls: Mapping[int, State], someone_left: bool) -> bool:
         for receiver, recv in receivers
         if sender != receiver
     )
+
+
+def _place(state: State) -> tuple[str, str, str]:
+    """A call and where it is made: its method, its object, its line."""
+    return (str(state.get("method")), _receiver(state), str(state.get("where")))
 
 
 def _receiver(state: State) -> str:
