@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shlex
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -26,6 +27,7 @@ from IPython.display import display
 from ipympi._hosts import HostError, parse_hosts, read_hostfile
 from ipympi.controller import session
 from ipympi.controller.cluster import Cluster, ClusterError
+from ipympi.controller.errands import driven
 from ipympi.controller.execute import (
     CellOptions,
     CellResult,
@@ -191,8 +193,24 @@ class ParallelMagics(Magics):
             raise UsageError(
                 f"%mpi {name}: unknown subcommand; choose from {', '.join(_SUBCOMMANDS)}"
             )
+        if name not in _URGENT and self._past_a_running_cell():
+            raise UsageError(
+                f"%mpi {name}: a parallel cell is running; of %mpi, only status, stop and "
+                "restart get past it"
+            )
         with _one_line(f"%mpi {name}"):
             return getattr(self, method)(rest)
+
+    @staticmethod
+    def _past_a_running_cell() -> bool:
+        """Whether this is another thread than the one running a parallel cell now (a
+        kernel subshell's): only the urgent subcommands may use the session then."""
+        if threading.current_thread() is threading.main_thread():
+            return False
+        try:
+            return session.current().errands.open
+        except ClusterError:
+            return False
 
     def _world_args(self, rest: list[str], command: str) -> argparse.Namespace:
         """``-n``, the backend, the launcher and the hosts of ``%mpi start``/``restart``."""
@@ -273,7 +291,7 @@ class ParallelMagics(Magics):
     def _mpi_stop(self, rest: list[str]) -> None:
         _Parser(prog="%mpi stop").parse(rest)
         cluster = self._cluster()
-        cluster.stop()
+        driven(cluster.errands, cluster.stop)
         print("MPI session stopped")
 
     def _mpi_restart(self, rest: list[str]) -> None:
@@ -285,11 +303,15 @@ class ParallelMagics(Magics):
             return
         choice = self._backend_choice(cluster, args, "restart")
         started = time.monotonic()
-        cluster.stop()
-        if choice is not None:
-            cluster.use(**choice)
-        try:
+
+        def replace() -> None:
+            cluster.stop()
+            if choice is not None:
+                cluster.use(**choice)
             cluster.start(args.n)
+
+        try:
+            driven(cluster.errands, replace)
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
         print(f"MPI session restarted: {_ready(cluster)} in {time.monotonic() - started:.2f} s")
@@ -297,7 +319,8 @@ class ParallelMagics(Magics):
     def _mpi_status(self, rest: list[str]) -> StatusTable:
         _Parser(prog="%mpi status").parse(rest)
         cluster = self._cluster()
-        return StatusTable(cluster.status(), f"{cluster.n} ranks: {cluster.describe()}")
+        rows = driven(cluster.errands, cluster.status)
+        return StatusTable(rows, f"{cluster.n} ranks: {cluster.describe()}")
 
     def _mpi_push(self, rest: list[str]) -> None:
         parser = _Parser(prog="%mpi push")
@@ -516,6 +539,7 @@ class ParallelMagics(Magics):
 # The CellOptions fields that %%px options and %pxconfig set.
 _CELL_OPTIONS = ("targets", "block", "stream", "group", "collapse", "timeout", "trace")
 
+_URGENT = ("status", "stop", "restart")  # get past a running cell (controller/urgent.py)
 _SUBCOMMANDS = {
     "start": "_mpi_start",
     "stop": "_mpi_stop",

@@ -10,7 +10,9 @@ by a byte on a pipe that the cluster's poller watches.
 
 Errands are taken only while someone is known to wait (:meth:`Errands.taking`
 around following a cell); those handed over just as it ends run at its end,
-so none is lost. An errand reports its own errors.
+so none is lost. An errand reports its own errors. :func:`driven` runs work
+on the cluster from any thread: a magic run in a kernel subshell's thread,
+say, while the main thread follows a cell.
 """
 
 from __future__ import annotations
@@ -20,11 +22,13 @@ import contextlib
 import os
 import threading
 from collections.abc import Iterator
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
-__all__ = ["Errands"]
+__all__ = ["DRIVEN_TIMEOUT", "Errands", "driven"]
 
 Errand = Callable[[], None]
+T = TypeVar("T")
+DRIVEN_TIMEOUT = 120.0  # seconds work handed to the driving thread may take
 
 
 class Errands:
@@ -88,3 +92,29 @@ class Errands:
         for fd in (self._read, self._write):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def driven(errands: Errands, work: Callable[[], T], timeout: float = DRIVEN_TIMEOUT) -> T:
+    """``work()``, run by the thread that drives the cluster: this one, if it is the main
+    thread or nothing waits on the cluster now; else the main thread, at its next wait,
+    while this one waits for the result (at most ``timeout`` seconds)."""
+    if threading.current_thread() is threading.main_thread():
+        return work()
+    done = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def errand() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as exc:  # raised again in the thread that asked
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    if not errands.hand(errand):
+        return work()  # no cell runs: the cluster is this thread's for now
+    if not done.wait(timeout):
+        raise TimeoutError(f"the thread driving the MPI session did not answer in {timeout:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]  # type: ignore[no-any-return]
