@@ -64,7 +64,15 @@ from .._introspect import (
 from .keeper import keep, launcher_rank
 from .mpicall import BLOCKING, StayProbe, current_call
 
-__all__ = ["ENV_ENGINES", "ENV_ENGINE_KEY", "ENV_GEN", "abort_in", "main", "report_abort"]
+__all__ = [
+    "ENV_ENGINES",
+    "ENV_ENGINE_KEY",
+    "ENV_GEN",
+    "abort_in",
+    "main",
+    "report_abort",
+    "send_abort",
+]
 
 ENV_ENGINES = "IPYMPI_ENGINES"
 ENV_ENGINE_KEY = "IPYMPI_ENGINE_KEY"
@@ -122,6 +130,7 @@ class ControlThread(threading.Thread):
         self.sock.setsockopt(zmq.LINGER, 0)
         self.monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self.sock.connect(address)
+        self.address = address
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         self._stopped = False
@@ -163,12 +172,11 @@ class ControlThread(threading.Thread):
         the rank's processes."""
         reason = f"the engine's control thread failed: {type(exc).__name__}: {exc}"
         msg = {"type": ctl.ABORT, "rank": self.rank, "code": ERR_INTERN, "reason": reason}
-        with contextlib.suppress(Exception):
-            self.sock.send(ctl.encode(msg, self.key))
-            self.sock.setsockopt(self.zmq.LINGER, int(ABORT_LINGER * 1000))
         with contextlib.suppress(OSError):
             os.write(2, f"ipympi: rank {self.rank}: {reason}\n".encode(errors="replace"))
-        time.sleep(ABORT_LINGER)  # the controller ends the world meanwhile
+        with contextlib.suppress(Exception):
+            self.sock.close(0)  # its identity is the abort message's
+            send_abort(self.address, self.key, msg)
         with contextlib.suppress(OSError):
             os.killpg(os.getpgrp(), signal.SIGKILL)
         os._exit(ERR_INTERN)
@@ -334,15 +342,21 @@ def report_abort(left: bytes) -> None:
     if found is None or rank is None:
         return
     code, reason = found
-    import zmq
-
     key = ctl.session_key(os.environ.get(ctl.ENV_KEY, ""))
     msg = {"type": ctl.ABORT, "rank": rank, "code": code, "reason": reason}
+    send_abort(os.environ[ctl.ENV_CTL], key, msg)
+
+
+def send_abort(address: str, key: bytes, msg: dict[str, Any]) -> None:
+    """Send the ``abort`` message ``msg`` to the controller at ``address``, on a socket of
+    its own; return once it has left, or :data:`ABORT_LINGER` seconds have passed."""
+    import zmq
+
     ctx: zmq.Context[Any] = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.IDENTITY, ctl.identity(rank))
+    sock.setsockopt(zmq.IDENTITY, ctl.identity(int(msg["rank"])))
     sock.setsockopt(zmq.LINGER, int(ABORT_LINGER * 1000))
-    sock.connect(os.environ[ctl.ENV_CTL])
+    sock.connect(address)
     sock.send(ctl.encode(msg, key))
     sock.close()
     ctx.term()

@@ -51,19 +51,20 @@ from .errors import (
 )
 from .inputs import RankTransformerManager
 from .leftovers import LATE_ARRIVALS, Leftovers
+from .names import UserNames
 from .protocol import Message, ProtocolError, Signer
 
 __all__ = [
     "Engine",
     "EngineIO",
     "RankShell",
+    "UserNames",
     "close_io",
     "make_shell",
     "open_io",
     "run_engine",
     "say_hello",
     "serve_until_shutdown",
-    "user_names",
 ]
 
 
@@ -262,6 +263,7 @@ class Engine:
         }
         self.running = True
         self.leftovers = Leftovers()
+        self._user_names = UserNames()
         self._names: frozenset[str] = frozenset()  # the user's variables the controller knows
         self._traffic: tuple[tuple[int, ...], ...] = ((), ())  # the message counts it knows
 
@@ -375,7 +377,7 @@ class Engine:
 
         The controller names them when the world they live in ends.
         """
-        names = user_names(self.shell)
+        names = self._user_names.look(self.shell)
         if names != self._names:
             self._names = names
             content["names"] = sorted(names)
@@ -498,19 +500,6 @@ class Engine:
     def on_shutdown(self, msg: Message) -> None:
         self.reply({})
         self.running = False
-
-
-def user_names(shell: InteractiveShell) -> frozenset[str]:
-    """The names the user defined in ``shell`` (those ``%who`` lists)."""
-    hidden = shell.user_ns_hidden
-    return frozenset(
-        name
-        for name, value in shell.user_ns.items()
-        if not name.startswith("_") and hidden.get(name, _NOT_HIDDEN) is not value
-    )
-
-
-_NOT_HIDDEN = object()
 
 
 def _loads_callable(data: bytes, namespace: dict[str, Any]) -> tuple[Callable, tuple, dict]:
