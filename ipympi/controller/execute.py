@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Callable
 from .cluster import Cluster, ClusterError, Request, interrupts_at_waits
 from .hooks import build_report, notify
 from .render import GROUPS, WORLD_ENDED, OutputRenderer, compose_error
-from .stuck import describe_wait, late_leftovers, look, on_stuck, ranks_word, watch_for
-from .targets import format_ranks, parse_targets
+from .stuck import describe_wait, late_leftovers, look, on_stuck, watch_for
+from .targets import format_ranks, parse_targets, ranks_phrase
 from .watch import LOOK_AFTER, LOOK_EVERY
 
 if TYPE_CHECKING:
@@ -281,7 +281,7 @@ def _after_deaths(
     for (call, ename, errorclass), ranks in caused.items():
         raised = f"{'each raised' if len(ranks) > 1 else 'raised'} {ename}"
         raised += f" of class {errorclass}" if errorclass else ""
-        parts.append(f"{ranks_word(ranks)} waited in {call} ({raised})")
+        parts.append(f"{ranks_phrase(ranks)} waited in {call} ({raised})")
     text = f"{deaths} while {'; '.join(parts)}" if parts else deaths
     if rest:
         text += "; " + str(compose_error(rest, targets, waiting or None)["traceback"][0])

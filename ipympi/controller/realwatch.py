@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _control as ctl
-from .targets import format_ranks
+from .targets import ranks_phrase
 from .watch import Verdict
 
 __all__ = ["DEADLOCK_AFTER", "FAILED_AFTER", "RealMPIWatch", "could_be_working", "waits"]
@@ -120,7 +120,7 @@ class RealMPIWatch:
         if failed:
             if sat < FAILED_AFTER:
                 return None
-            return Verdict("failed", f"{_ranks(failed)} failed; " + waits(calls))
+            return Verdict("failed", f"{ranks_phrase(failed)} failed; " + waits(calls))
         places = {_place(state) for state in calls.values()}
         absent = any(not places <= self._seen.get(rank, set()) for rank in finished)
         if sat < self.deadlock_after or could_be_working(calls, absent):
@@ -128,7 +128,7 @@ class RealMPIWatch:
         parts = [waits(calls)]
         if finished:
             verb = "has" if len(finished) == 1 else "have"
-            parts.append(f"{_ranks(finished)} {verb} finished the cell")
+            parts.append(f"{ranks_phrase(finished)} {verb} finished the cell")
         seconds = f"{self.deadlock_after:g} s"
         return Verdict(
             "deadlock",
@@ -195,7 +195,3 @@ def _may_match(sender: int, send: State, receiver: int, recv: State) -> bool:
             return False
     sent, wanted = send.get("tag"), recv.get("tag")
     return not (isinstance(sent, int) and isinstance(wanted, int) and sent != wanted)
-
-
-def _ranks(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"

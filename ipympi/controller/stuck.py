@@ -22,13 +22,13 @@ from ..engine.leftovers import LATE_ARRIVALS, in_flight
 from .cluster import QUERY_TIMEOUT, UNINTERRUPTIBLE, WORLD_WAS_ENDED, Cluster, Request
 from .realwatch import RealMPIWatch
 from .records import Output
-from .targets import format_ranks
+from .targets import ranks_phrase
 from .watch import BuiltinWatch, Verdict
 
 if TYPE_CHECKING:
     from .execute import CellResult
 
-__all__ = ["describe_wait", "late_leftovers", "look", "on_stuck", "ranks_word", "watch_for"]
+__all__ = ["describe_wait", "late_leftovers", "look", "on_stuck", "watch_for"]
 
 Publish = Callable[[str, dict, dict], None]
 
@@ -96,8 +96,8 @@ def on_stuck(
                 f"{WORLD_WAS_ENDED}"
             )
             reason = (
-                f"ipympi ended it when {ranks_word(sorted(req.pending))} waited in MPI calls "
-                f"after {ranks_word(failed)} failed in {cell}"
+                f"ipympi ended it when {ranks_phrase(sorted(req.pending))} waited in MPI calls "
+                f"after {ranks_phrase(failed)} failed in {cell}"
             )
         else:
             req.ended = f"{UNINTERRUPTIBLE}, {WORLD_WAS_ENDED}"
@@ -108,11 +108,6 @@ def on_stuck(
     else:
         cluster.interrupt(req, resynchronize=True)
     return True
-
-
-def ranks_word(ranks: list[int]) -> str:
-    """``rank 2``, or ``ranks 0,2``."""
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
 
 
 def late_leftovers(cluster: Cluster, result: CellResult, feed: Output | None) -> None:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _control as ctl
-from .targets import format_ranks
+from .targets import format_ranks, ranks_phrase
 
 __all__ = [
     "BUSY_CPU",
@@ -169,16 +169,12 @@ def describe_stuck(
         state = states.get(rank, {})
         parts.append(f"rank {rank} waits in {ctl.format_call(state) or 'an MPI call'}")
     if failed:
-        parts.append(f"{_ranks(failed)} failed")
+        parts.append(f"{ranks_phrase(failed)} failed")
     if finished:
         verb = "has" if len(finished) == 1 else "have"
-        parts.append(f"{_ranks(finished)} {verb} finished the cell")
+        parts.append(f"{ranks_phrase(finished)} {verb} finished the cell")
     head = "deadlock" if not failed and not finished else "no rank can progress"
     return f"{head}: " + "; ".join(parts)
-
-
-def _ranks(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
 
 
 def describe_stuck_job(states: Sequence[Mapping[str, Any]], pending: Sequence[int]) -> str:
