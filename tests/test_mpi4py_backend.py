@@ -190,6 +190,8 @@ def test_bad_options_get_readable_errors(kernel: KernelSession) -> None:
         ("%mpi restart --launcher ssh", "--launcher ssh starts the built-in MPI's engines"),
         ("%%px --trace\n1", "--trace records the messages of ipympi's built-in MPI"),
         ("%mpi explain comm.bcast(rank)", "shows what ipympi's built-in MPI does"),
+        ("%mpi explain Allreduce", "shows what ipympi's built-in MPI does"),
+        ("%mpi pull no_such_name", "%mpi pull: all 3 ranks raised NameError"),
     ]:
         reply, _ = kernel.execute(code)
         assert reply["content"]["ename"] == "UsageError", code

@@ -236,6 +236,9 @@ class Cluster(ClusterAPI):
         self._ctl = self._ctx.socket(zmq.ROUTER)
         self._ctl.setsockopt(zmq.LINGER, 0)
         self._ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # A rank's last word (an abort) may come on a new socket of its own, while its
+        # old one is still being closed: the new one takes the rank's identity over.
+        self._ctl.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self._poller.register(self._ctl, zmq.POLLIN)
         self.engines = [EngineRecord(rank) for rank in range(self.n)]
         self._endpoints = {}
