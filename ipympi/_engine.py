@@ -141,6 +141,11 @@ class Engine:
         # long transfer from a rank that cannot progress.
         self.progressed = 0
         self.dead_peers: dict[int, str] = {}  # world rank -> why it is gone
+        # Point-to-point messages (even contexts) sent to and arrived from each
+        # world rank, ever: a cell's leftovers still on their way show as a
+        # difference between two ranks' counts (``engine/leftovers.py``).
+        self.sent = [0] * size
+        self.arrived = [0] * size
         # The message recorder while tracing is on (``_trace``), else None.
         self.tracer: _trace.Tracer | None = _trace.attach(self)
 
@@ -205,6 +210,8 @@ class Engine:
         nbytes = len(mem) if type(mem) is bytes else mem.nbytes
         msgid = next(self._msgids)
         op.msgid = msgid
+        if not context & 1:
+            self.sent[wdest] += 1
         if nbytes <= EAGER_LIMIT:
             header = _pack_header(
                 EAGER,
@@ -255,6 +262,8 @@ class Engine:
         nbytes = len(mem) if type(mem) is bytes else mem.nbytes
         if nbytes > EAGER_LIMIT:
             return False
+        if not context & 1:
+            self.sent[wdest] += 1
         self._send(
             wdest,
             _pack_header(EAGER, 0, sig, context, source, tag, self.rank, self.pid, 0, nbytes) + mem,
@@ -382,6 +391,8 @@ class Engine:
             if kind == RTS:
                 self._reply(wsource, FIN, msgid)  # release the sender's buffer
             return
+        if kind <= RTS and not context & 1:
+            self.arrived[wsource] += 1
         if kind == EAGER:
             recv = self.matcher.match_posted(context, source, tag)
             if recv is None:

@@ -4,7 +4,9 @@ Where its main thread is in user code, how much memory it holds, and how to
 send itself a signal. The built-in MPI's progress thread answers controller
 queries with these (:mod:`ipympi._progress`), and so does the control thread
 of an engine running on another MPI (:mod:`ipympi.engine.mpi4py_engine`),
-which must not import the built-in MPI at all.
+which must not import the built-in MPI at all. Both threads fail on purpose
+when a test asks them to (:func:`injected_fault`), so that what guards them
+is tested for real.
 """
 
 from __future__ import annotations
@@ -14,7 +16,18 @@ import os
 import sysconfig
 from typing import Any
 
-__all__ = ["describe_location", "resident_bytes", "signal_self", "source_line"]
+__all__ = [
+    "FAULT_ENV",
+    "describe_location",
+    "injected_fault",
+    "resident_bytes",
+    "running",
+    "signal_self",
+    "source_line",
+]
+
+# Set by tests only: the place where a rank's background thread fails on purpose.
+FAULT_ENV = "IPYMPI_TEST_FAULT"
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _LIBRARY_DIRS = tuple(
@@ -91,6 +104,23 @@ def resident_bytes() -> int | None:
         return None
 
 
+def running(thread_id: int | None) -> bool | None:
+    """Whether thread ``thread_id`` (a native id) of this process is running or ready to
+    run, rather than asleep in a system call (Linux ``/proc``; None where it cannot tell).
+
+    A rank blocked for a message sleeps; one copying a large message, or waiting
+    for a core on a loaded machine, does not.
+    """
+    if thread_id is None:
+        return None
+    try:
+        with open(f"/proc/self/task/{thread_id}/stat", "rb") as stat:
+            state = stat.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+    return state in (b"R", b"D")
+
+
 def signal_self(signum: int) -> None:
     """Send ``signum`` to this process's group if it leads one (its children too), else to it.
 
@@ -104,3 +134,14 @@ def signal_self(signum: int) -> None:
             os.kill(os.getpid(), signum)
     except (OSError, ValueError):
         pass
+
+
+def injected_fault(place: str) -> None:
+    """Raise the fault a test asked for at ``place`` (``IPYMPI_TEST_FAULT=place``).
+
+    The rank's background threads call it where they serve a control message
+    (place ``"control"``). A test sets the variable in one rank's process, as
+    a cell can; nothing else does.
+    """
+    if os.environ.get(FAULT_ENV) == place:
+        raise RuntimeError(f"a fault injected for a test at {place!r} ({FAULT_ENV})")

@@ -7,10 +7,18 @@ this thread takes the engine and drives the data socket until a thread entering
 MPI rings the doorbell. Measured on 2 cores, this keeps small-message latency
 within ~1.15x of raw zmq while posted receives, synchronous sends and large
 transfers still complete during long computations.
+
+Without this thread a rank neither answers queries nor completes what others
+wait for, and a frame it dropped may be one they wait for: whatever fails in
+it (a broken frame, a state that cannot be encoded, ...) is fatal. The rank
+aborts its world with ``ERR_INTERN`` and a reason that names the failure, as
+``ERRORS_ARE_FATAL`` does, so the launcher or notebook says which rank broke
+and how, instead of a job that hangs.
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import threading
@@ -20,8 +28,11 @@ from typing import Any, Callable
 import zmq
 
 from . import _control
+from . import _errhandling as hooks
 from ._engine import IDLE_HANDOFF, Engine
+from ._errors import ERR_INTERN
 from ._introspect import describe_location as describe_location
+from ._introspect import injected_fault, running
 from ._introspect import resident_bytes as resident_bytes
 from ._introspect import signal_self as signal_self
 from ._transport import RETRY_MS
@@ -40,8 +51,14 @@ def _user_location(thread_id: int | None) -> str:
     return describe_location(sys._current_frames().get(thread_id))
 
 
-def describe_state(engine: Engine, main_thread_id: int | None) -> dict[str, Any]:
-    """What this rank is doing, as a control-protocol ``state`` message."""
+def describe_state(
+    engine: Engine, main_thread_id: int | None, main_native_id: int | None = None
+) -> dict[str, Any]:
+    """What this rank is doing, as a control-protocol ``state`` message.
+
+    A rank blocked in MPI also says whether its main thread is running
+    (``busy``: copying a large message, say) or asleep, waiting for a frame.
+    """
     state: dict[str, Any] = {
         "type": "state",
         "rank": engine.rank,
@@ -54,6 +71,9 @@ def describe_state(engine: Engine, main_thread_id: int | None) -> dict[str, Any]
     elif waiting is not None:
         state["state"] = "blocked"
         state.update(waiting.as_dict())
+        busy = running(main_native_id)
+        if busy is not None:
+            state["busy"] = busy
     else:
         state["state"] = activity() if activity is not None else "running"
     if state["state"] != "idle":
@@ -73,6 +93,10 @@ class ProgressThread(threading.Thread):
         super().__init__(name="ipympi-progress", daemon=True)
         self.engine = engine
         self.main_thread_id = threading.main_thread().ident
+        # Made by the main thread as MPI starts; after a fork (an engine) the main
+        # thread's recorded native id is its parent's.
+        main = threading.current_thread() is threading.main_thread()
+        self.main_native_id = threading.get_native_id() if main else None
         self._stop_requested = False
         assert engine.transport is not None
         self.transport = engine.transport
@@ -84,6 +108,25 @@ class ProgressThread(threading.Thread):
 
     # -- loop ----------------------------------------------------------------
     def run(self) -> None:
+        try:
+            self._loop()
+        except zmq.ContextTerminated:
+            pass
+        except BaseException as exc:
+            if not self._stop_requested:
+                self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> None:
+        """End the rank's world, saying what broke (see the module docstring)."""
+        reason = f"the MPI progress thread failed: {type(exc).__name__}: {exc}"
+        try:
+            if hooks.abort is not None:
+                hooks.abort(ERR_INTERN, reason)  # tells the launcher, then exits
+        finally:  # no abort hook, or it failed: say it here, and end
+            os.write(2, f"ipympi: rank {self.engine.rank}: {reason}\n".encode(errors="replace"))
+            os._exit(ERR_INTERN)
+
+    def _loop(self) -> None:
         engine = self.engine
         transport = self.transport
         parked = zmq.Poller()
@@ -97,23 +140,20 @@ class ProgressThread(threading.Thread):
         if transport.ctl is not None:
             driving.register(transport.ctl, zmq.POLLIN)
         timeout_ms = max(1, int(IDLE_HANDOFF * 1000))
-        try:
-            while not self._stop_requested:
-                events = dict(parked.poll(timeout_ms))
-                if transport.ctl is not None and transport.ctl in events:
-                    self._serve_control()
-                if transport.bell_r in events:
-                    transport.drain_bell()
-                if self._stop_requested:
-                    break
-                idle = time.monotonic() - engine.last_exit >= IDLE_HANDOFF
-                if engine.depth == 0 and engine.wanted == 0 and idle and engine.lock.acquire(False):
-                    try:
-                        self._drive(driving)
-                    finally:
-                        engine.lock.release()
-        except zmq.ContextTerminated:
-            pass
+        while not self._stop_requested:
+            events = dict(parked.poll(timeout_ms))
+            if transport.ctl is not None and transport.ctl in events:
+                self._serve_control()
+            if transport.bell_r in events:
+                transport.drain_bell()
+            if self._stop_requested:
+                break
+            idle = time.monotonic() - engine.last_exit >= IDLE_HANDOFF
+            if engine.depth == 0 and engine.wanted == 0 and idle and engine.lock.acquire(False):
+                try:
+                    self._drive(driving)
+                finally:
+                    engine.lock.release()
 
     def _drive(self, poller: zmq.Poller) -> None:
         """Handle data until a thread wants the engine back."""
@@ -128,16 +168,14 @@ class ProgressThread(threading.Thread):
             if transport.ctl is not None and transport.ctl in events:
                 self._serve_control()
             if transport.has_output or any(source in events for source in transport.inputs):
-                try:
-                    engine.poll_once(False)
-                except Exception as exc:  # a broken frame must not kill progress
-                    print(f"ipympi: rank {engine.rank}: progress error: {exc}", file=sys.stderr)
+                engine.poll_once(False)
 
     def _serve_control(self) -> None:
         while (msg := self.transport.recv_control()) is not None:
+            injected_fault("control")
             kind = msg["type"]
             if kind == _control.QUERY:
-                state = describe_state(self.engine, self.main_thread_id)
+                state = describe_state(self.engine, self.main_thread_id, self.main_native_id)
                 self.transport.send_control(_control.answer(msg, state))
             elif kind == _control.PEER_EXIT:
                 self.engine.note_peer_exit(int(msg["rank"]), str(msg.get("reason", "")))

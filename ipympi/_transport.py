@@ -269,16 +269,28 @@ class Transport:
 
     def _recv_either(self) -> Received:
         """Wait for a frame on the data socket or the tcp inbox."""
-        poller = self._either
-        if poller is None:
-            poller = self._either = zmq.Poller()
-            for source in self.inputs:
-                poller.register(source, zmq.POLLIN)
+        poller = self._inputs_poller()
         while True:
             frame = self.recv_nowait()
             if frame is not None:
                 return frame
             poller.poll(RETRY_MS if self.pending else -1)
+
+    def wait(self, timeout: float) -> None:
+        """Wait until a frame may have come in, at most ``timeout`` seconds."""
+        ms = max(1, int(timeout * 1000))
+        if self.tcp is None:
+            self.readable(ms)
+            return
+        self._inputs_poller().poll(ms)
+
+    def _inputs_poller(self) -> zmq.Poller:
+        """A poller of the data socket and the tcp inbox together."""
+        if self._either is None:
+            self._either = zmq.Poller()
+            for source in self.inputs:
+                self._either.register(source, zmq.POLLIN)
+        return self._either
 
     def recv_nowait(self) -> Received | None:
         """The next frame if one is waiting, else None (also retries queued sends)."""

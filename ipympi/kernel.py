@@ -5,8 +5,9 @@ of ``IPYMPI_NP`` ranks (default 4) started while the kernel itself starts (on
 ipympi's own MPI, or on mpi4py with ``IPYMPI_BACKEND=mpi4py``, started by
 ``IPYMPI_LAUNCHER``: mpiexec or srun), and parallel mode on (``%autopx``): a
 cell goes to every rank, ``%%local`` runs a cell in the kernel only, and
-``%mpi``/``%px``/``%autopx`` are always the kernel's. Completion and
-inspection look at rank 0's namespace, where the variables live. Start it
+``%mpi``/``%px``/``%autopx`` are always the kernel's; ``%mpi status``, ``stop``
+and ``restart`` also get past a running cell. Completion and inspection look
+at rank 0's namespace, where the variables live. Start it
 with ``python -m ipympi.kernel -f CONNECTION_FILE`` (``ipympi install``
 writes the kernel spec).
 """
@@ -32,6 +33,7 @@ from traitlets import default
 
 from . import __version__
 from .controller.cluster import ClusterError, interrupts_at_waits
+from .controller.urgent import UrgentMagics
 
 __all__ = ["IpympiKernel", "main"]
 
@@ -54,6 +56,7 @@ class IpympiKernel(IPythonKernel):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._cell_scope = contextlib.ExitStack()  # what a parallel cell holds until its reply
+        self._urgent = UrgentMagics(self)
         from .magics import load_ipython_extension
 
         self.parallel = load_ipython_extension(self.shell)
@@ -122,6 +125,12 @@ class IpympiKernel(IPythonKernel):
             await super().execute_request(*args, **kwargs)
         finally:
             self._cell_scope.close()
+
+    async def shell_channel_thread_main(self, msg: Any) -> None:
+        """ipykernel's, but ``%mpi status``/``stop``/``restart`` get past a running
+        parallel cell (:mod:`ipympi.controller.urgent`)."""
+        if not self._urgent.take(msg):
+            await super().shell_channel_thread_main(msg)
 
     def _execute_reply(
         self, result: ExecutionResult, user_expressions: dict[str, Any] | None

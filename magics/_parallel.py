@@ -11,8 +11,11 @@ Each magic parses its options and delegates: cells run through
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -24,7 +27,15 @@ from IPython.display import display
 from ipympi._hosts import HostError, parse_hosts, read_hostfile
 from ipympi.controller import session
 from ipympi.controller.cluster import Cluster, ClusterError
-from ipympi.controller.execute import CellOptions, CellResult, ensure_world, follow, run_cell
+from ipympi.controller.errands import driven
+from ipympi.controller.execute import (
+    CellOptions,
+    CellResult,
+    RankError,
+    ensure_world,
+    follow,
+    run_cell,
+)
 from ipympi.controller.launchers import BACKENDS, LAUNCHERS, make_launcher
 from ipympi.controller.publish import cell_number, publisher_for, request_is_silent
 from ipympi.controller.render import GROUPS
@@ -151,7 +162,11 @@ class ParallelMagics(Magics):
         %mpi config on_error=interrupt|wait|abort
                               when no rank of a cell can progress (a deadlock, or ranks
                               waiting on a failed one): stop the waiting ranks (default),
-                              keep waiting, or end the world
+                              keep waiting, or end the world (on a real MPI, whose calls
+                              no interrupt reaches, stopping them ends the world)
+        %mpi config deadlock_after=S
+                              on a real MPI: end a cell as a probable deadlock once every
+                              rank has sat in an MPI call, silent, for S seconds (default 3)
         %mpi trace on|off     trace every parallel cell (as %%px --trace): a diagram of
                               every message under each cell
         %mpi show NAME... [-t T]
@@ -164,8 +179,12 @@ class ParallelMagics(Magics):
             return self.px(line, cell)
         first, _, raw = line.strip().partition(" ")
         if first == "explain":  # the rest is Python code, not shell words
-            return self._mpi_explain(raw)
-        words = shlex.split(line)
+            with _one_line("%mpi explain"):
+                return self._mpi_explain(raw)
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            raise UsageError(f"%mpi: {exc}") from None
         if not words:
             raise UsageError(f"%mpi needs a subcommand: {', '.join(_SUBCOMMANDS)}")
         name, rest = words[0], words[1:]
@@ -174,7 +193,24 @@ class ParallelMagics(Magics):
             raise UsageError(
                 f"%mpi {name}: unknown subcommand; choose from {', '.join(_SUBCOMMANDS)}"
             )
-        return getattr(self, method)(rest)
+        if name not in _URGENT and self._past_a_running_cell():
+            raise UsageError(
+                f"%mpi {name}: a parallel cell is running; of %mpi, only status, stop and "
+                "restart get past it"
+            )
+        with _one_line(f"%mpi {name}"):
+            return getattr(self, method)(rest)
+
+    @staticmethod
+    def _past_a_running_cell() -> bool:
+        """Whether this is another thread than the one running a parallel cell now (a
+        kernel subshell's): only the urgent subcommands may use the session then."""
+        if threading.current_thread() is threading.main_thread():
+            return False
+        try:
+            return session.current().errands.open
+        except ClusterError:
+            return False
 
     def _world_args(self, rest: list[str], command: str) -> argparse.Namespace:
         """``-n``, the backend, the launcher and the hosts of ``%mpi start``/``restart``."""
@@ -255,7 +291,7 @@ class ParallelMagics(Magics):
     def _mpi_stop(self, rest: list[str]) -> None:
         _Parser(prog="%mpi stop").parse(rest)
         cluster = self._cluster()
-        cluster.stop()
+        driven(cluster.errands, cluster.stop)
         print("MPI session stopped")
 
     def _mpi_restart(self, rest: list[str]) -> None:
@@ -267,11 +303,15 @@ class ParallelMagics(Magics):
             return
         choice = self._backend_choice(cluster, args, "restart")
         started = time.monotonic()
-        cluster.stop()
-        if choice is not None:
-            cluster.use(**choice)
-        try:
+
+        def replace() -> None:
+            cluster.stop()
+            if choice is not None:
+                cluster.use(**choice)
             cluster.start(args.n)
+
+        try:
+            driven(cluster.errands, replace)
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
         print(f"MPI session restarted: {_ready(cluster)} in {time.monotonic() - started:.2f} s")
@@ -279,7 +319,8 @@ class ParallelMagics(Magics):
     def _mpi_status(self, rest: list[str]) -> StatusTable:
         _Parser(prog="%mpi status").parse(rest)
         cluster = self._cluster()
-        return StatusTable(cluster.status(), f"{cluster.n} ranks: {cluster.describe()}")
+        rows = driven(cluster.errands, cluster.status)
+        return StatusTable(rows, f"{cluster.n} ranks: {cluster.describe()}")
 
     def _mpi_push(self, rest: list[str]) -> None:
         parser = _Parser(prog="%mpi push")
@@ -302,17 +343,21 @@ class ParallelMagics(Magics):
 
     def _mpi_config(self, rest: list[str]) -> None:
         cluster = self._cluster()
-        settings = {"on_error": cluster.on_error}
         if not rest:
-            print(" ".join(f"{key}={value}" for key, value in settings.items()))
+            print(f"on_error={cluster.on_error} deadlock_after={cluster.deadlock_after:g}")
             return
         for word in rest:
             key, sep, value = word.partition("=")
-            if not sep or key not in settings:
-                raise UsageError(f"%mpi config: expected on_error=VALUE, not {word!r}")
-            if value not in ON_ERROR:
-                raise UsageError(f"%mpi config: on_error must be one of {', '.join(ON_ERROR)}")
-            cluster.on_error = value
+            if key == "on_error" and sep:
+                if value not in ON_ERROR:
+                    raise UsageError(f"%mpi config: on_error must be one of {', '.join(ON_ERROR)}")
+                cluster.on_error = value
+            elif key == "deadlock_after" and sep:
+                cluster.deadlock_after = _seconds(value, "%mpi config: deadlock_after")
+            else:
+                raise UsageError(
+                    f"%mpi config: expected on_error=VALUE or deadlock_after=SECONDS, not {word!r}"
+                )
 
     # -- teaching ------------------------------------------------------------------------
     def _mpi_trace(self, rest: list[str]) -> None:
@@ -337,26 +382,27 @@ class ParallelMagics(Magics):
         parser.add_argument("names", nargs="+", metavar="NAME")
         parser.add_argument("-t", "--targets")
         args = parser.parse(rest)
-        try:
-            return show(self._cluster(), args.names, args.targets)
-        except (ClusterError, NameError, ValueError) as exc:
-            raise UsageError(f"%mpi show: {exc}") from None
+        return show(self._cluster(), args.names, args.targets)
 
     def _mpi_explain(self, text: str) -> Any:
         from ipympi.teach.explain import Explanation
-        from ipympi.teach.recording import explain_call, parse_collective_call
+        from ipympi.teach.recording import default_call, explain_call, parse_collective_call
 
-        text = text.strip()
-        try:
-            parse_collective_call(text)
-        except ValueError as exc:
-            raise UsageError(f"%mpi explain: {exc}") from None
+        text, setup = text.strip(), ""
+        bare = text.isidentifier()  # a collective's name: explained on default buffers
+        if bare:
+            found = default_call(text)
+            if found is None:
+                parse_collective_call(f"comm.{text}()")  # says what can be explained
+                raise UsageError(f"%mpi explain: give a collective, e.g. {text}(...)")
+            setup, text = found
+        parse_collective_call(text)
         cluster = self._need_builtin("%mpi explain")
-        try:
-            ensure_world(cluster, list(range(cluster.n)), publisher_for(self.shell))
-            outcomes = session.apply(cluster, explain_call, text)
-        except (ClusterError, ValueError) as exc:
-            raise UsageError(f"%mpi explain: {exc}") from None
+        ensure_world(cluster, list(range(cluster.n)), publisher_for(self.shell))
+        if bare:
+            buffers = f", on default buffers: {'; '.join(setup.splitlines())}" if setup else ""
+            print(text + buffers)
+        outcomes = session.apply(cluster, explain_call, text, setup)
         ranks = range(len(outcomes))
         explanation = Explanation.from_ranks(
             text,
@@ -440,6 +486,8 @@ class ParallelMagics(Magics):
             self.pending = result
             return result
         self._show_trace(result, options.silent)
+        for item in result.payload:  # the pager's text of obj?, as the kernel's own
+            self.shell.payload_manager.write_payload(item)
         result.raise_for_error()
         return None
 
@@ -491,6 +539,7 @@ class ParallelMagics(Magics):
 # The CellOptions fields that %%px options and %pxconfig set.
 _CELL_OPTIONS = ("targets", "block", "stream", "group", "collapse", "timeout", "trace")
 
+_URGENT = ("status", "stop", "restart")  # get past a running cell (controller/urgent.py)
 _SUBCOMMANDS = {
     "start": "_mpi_start",
     "stop": "_mpi_stop",
@@ -503,6 +552,33 @@ _SUBCOMMANDS = {
     "show": "_mpi_show",
     "explain": "_mpi_explain",
 }
+
+
+@contextlib.contextmanager
+def _one_line(command: str) -> Iterator[None]:
+    """Any failure of ``command`` (``%mpi show``) as one line of UsageError: what the
+    ranks raised (a cell's summary line), or the exception, never a traceback of ipympi."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except RankError as exc:
+        raise UsageError(f"{command}: {exc.traceback_lines[0]}") from None
+    except (ClusterError, NameError, ValueError) as exc:
+        raise UsageError(f"{command}: {exc}") from None
+    except Exception as exc:
+        raise UsageError(f"{command}: {type(exc).__name__}: {exc}") from None
+
+
+def _seconds(text: str, what: str) -> float:
+    """A positive number of seconds, or a UsageError that names ``what``."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"{what} must be a positive number of seconds, not {text!r}")
+    return value
 
 
 def _ready(cluster: Cluster) -> str:

@@ -296,14 +296,16 @@ def test_operations_on_a_rank_that_dies_fail_with_an_mpi_error() -> None:
         assert took < REPORT_WITHIN
         errors = result.errors
         assert errors[2]["ename"] == "EngineDied"
-        assert errors[0]["ename"] == "Exception"  # MPI.Exception, raised in the rank
+        assert errors[0]["ename"] == "MPI.Exception"  # raised in the rank
+        assert errors[0]["error_class"] == "ERR_OTHER"
+        assert errors[0]["died"] == "rank 2 has died (was killed by signal SIGKILL)"
         assert errors[0]["evalue"].endswith("recv: rank 2 has died (was killed by signal SIGKILL)")
         assert "Barrier: collective #0 on MPI_COMM_WORLD: rank 2 has died" in errors[1]["evalue"]
         assert not result.stopped  # they failed by themselves, nobody had to stop them
         with pytest.raises(ClusterError, match="rank 2 was killed by signal SIGKILL"):
             cell(c, "pass")
         result, _, _ = cell(c, "print(comm.allreduce(1))", targets="0,1")
-        assert type(result.error()).__name__ == "Exception"  # the world has a dead member
+        assert type(result.error()).__name__ == "MPI.Exception"  # the world has a dead member
         c.restart()
         result, notebook, _ = cell(c, "print(comm.allreduce(1))")
         assert notebook.text() == "[stdout:0-2] 3\n"

@@ -3,15 +3,18 @@
 Without the ipympi kernel, a notebook on the ordinary ``python3`` kernel
 loads the extension, starts ranks with ``%mpi start``, and sends chosen cells
 to them (``%%px``, ``%px``, or every cell with ``%autopx``); the Python API
-(``ipympi.current()``) moves data between the notebook and the ranks. The
-kernel spec ``python3`` is installed into a temporary prefix first, so that
-the kernel is this interpreter, where ipympi is installed.
+(``ipympi.current()``) moves data between the notebook and the ranks. A
+kernel subshell (ipykernel 7) gets ``%mpi status`` and ``%mpi stop`` past a
+running cell. The kernel spec ``python3`` is installed into a temporary
+prefix first, so that the kernel is this interpreter, where ipympi is
+installed.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -155,6 +158,41 @@ def test_stop_then_start_again(kernel: KernelSession) -> None:
     _, new_engines = session_processes(kernel.pid)
     assert len(new_engines) == 2
     assert not set(new_engines) & set(engines)
+
+
+def in_subshell(kernel: KernelSession, subshell: str, code: str) -> tuple[dict, list[dict]]:
+    """Run ``code`` in a subshell of the kernel (its own thread): reply and IOPub messages."""
+    msg = kernel.kc.session.msg(
+        "execute_request",
+        {"code": code, "silent": False, "store_history": False, "user_expressions": {}},
+    )
+    msg["header"]["subshell_id"] = subshell
+    kernel.kc.shell_channel.send(msg)
+    return kernel.collect(msg["header"]["msg_id"], timeout=30)
+
+
+@pytest.mark.timeout(90)
+def test_a_subshell_gets_status_and_stop_past_a_running_cell(kernel: KernelSession) -> None:
+    kernel.kc.control_channel.send(kernel.kc.session.msg("create_subshell_request", {}))
+    subshell = kernel.kc.get_control_msg(timeout=10)["content"]["subshell_id"]
+    cell = kernel.send("%%px\nimport time\nprint('under way', flush=True)\ntime.sleep(60)")
+    deadline = time.monotonic() + 30
+    while True:  # until the cell is under way on the ranks
+        msg = kernel.kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") == cell and msg["msg_type"] == "stream":
+            break
+    reply, messages = in_subshell(kernel, subshell, "%mpi status")
+    assert reply["content"]["status"] == "ok"
+    (result,) = [m for m in messages if m["msg_type"] == "execute_result"]
+    rows = result["content"]["data"]["text/plain"].splitlines()[2:]
+    assert [row.split()[3] for row in rows] == ["running", "running"]
+    reply, _ = in_subshell(kernel, subshell, "%mpi pull rank")  # waits for the cell's end
+    assert reply["content"]["ename"] == "UsageError"
+    assert "only status, stop and restart get past it" in reply["content"]["evalue"]
+    reply, messages = in_subshell(kernel, subshell, "%mpi stop")
+    assert stream_text(messages) == "MPI session stopped\n"
+    assert kernel.shell_reply(cell, time.monotonic() + 10)["content"]["ename"] == "EngineStopped"
+    kernel.ok("%mpi start -n 2", timeout=60)
 
 
 @pytest.mark.timeout(60)

@@ -215,7 +215,7 @@ def test_mismatched_collectives_fail_that_cell_only(kernel: KernelSession) -> No
     code = "if rank == 0:\n    comm.bcast(1, root=0)\nelse:\n    comm.reduce(1, root=0)"
     reply, lines, took = failing_cell(kernel, code)
     assert took < REPORT_WITHIN
-    assert reply["content"]["ename"] == "Exception"  # MPI.Exception, as with mpi4py
+    assert reply["content"]["ename"] == "MPI.Exception"  # as a program knows it
     evalue = reply["content"]["evalue"]
     assert evalue.startswith(
         "Collective argument differs between processes, "
@@ -223,7 +223,7 @@ def test_mismatched_collectives_fail_that_cell_only(kernel: KernelSession) -> No
     )
     assert "rank 0 called bcast(root=0)" in evalue
     assert re.search(r"rank [1-3] called reduce\(root=0\)", evalue)
-    assert " raised Exception" in lines[0]
+    assert " raised MPI.Exception" in lines[0]
     assert_world_survived(kernel)
 
 
@@ -236,14 +236,18 @@ def _check_engine_death(
     assert took < REPORT_WITHIN
     text = "\n".join(lines)
     assert f"[{rank}:execute]" in execute_headers(lines)
-    assert f"EngineDied: rank {rank} {how}" in text
+    assert f"EngineDied: rank {rank} has died ({how})" in text
     ename, evalue = reply["content"]["ename"], reply["content"]["evalue"]
     others = ",".join(str(r) for r in RANKS if r != rank)
     # The death is the news; the others' MPI calls failed when they heard of it.
     assert ename == "EngineDied", ename
-    assert evalue == f"rank {rank} {how}"
-    assert lines[0].startswith(f"rank {rank} {how}; ranks {others} of 4 raised Exception")
-    assert f"rank {rank} has died ({how})" in text
+    assert evalue == f"rank {rank} has died ({how})"
+    assert re.fullmatch(
+        rf"rank {rank} has died \({how}\) while ranks {others} waited in Barrier: "
+        r"collective #\d+ on MPI_COMM_WORLD \(each raised MPI.Exception of class ERR_OTHER\)",
+        lines[0],
+    ), lines[0]
+    assert "MPI.Exception: Other error; see the accompanying message: Barrier: " in text
     status = kernel.ok("%mpi status")[0]["content"]["data"]["text/plain"].splitlines()
     assert status[2 + rank].split()[:2] == [str(rank), str(old_engines[rank])]  # under a caption
     assert "idle" not in status[2 + rank].split()
@@ -333,13 +337,13 @@ def test_error_completing_a_nonblocking_receive(kernel: KernelSession) -> None:
     )
     reply, lines, took = failing_cell(kernel, code)
     assert took < REPORT_WITHIN
-    assert reply["content"]["ename"] == "Exception"  # MPI.Exception, as with mpi4py
+    assert reply["content"]["ename"] == "MPI.Exception"  # as a program knows it
     evalue = reply["content"]["evalue"]
     assert evalue == (
         "Message truncated: the receive buffer is too small for the message: Irecv: message "
         "of 80 bytes from rank 1 (tag 1) does not fit in a receive buffer of 16 bytes"
     )
-    assert lines[0] == f"rank 0 of 4 raised Exception: {evalue}"
+    assert lines[0] == f"rank 0 of 4 raised MPI.Exception: {evalue}"
     assert execute_headers(lines) == ["[0:execute]"]
     assert any(line.startswith("----> 5") for line in lines), "the line of req.Wait()"
     # the exception the rank saw carries the error class

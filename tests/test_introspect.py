@@ -1,14 +1,19 @@
-"""Where a rank is, in words: the user's line, past ipympi and the libraries it calls."""
+"""Where a rank is, in words: the user's line, past ipympi and the libraries it calls; and
+whether one of its threads runs or sleeps."""
 
 from __future__ import annotations
 
 import os
 import sys
 import sysconfig
+import threading
+import time
 from typing import Any
 
+import pytest
+
 import ipympi
-from ipympi._introspect import describe_location, source_line
+from ipympi._introspect import describe_location, running, source_line
 
 PACKAGE = os.path.dirname(os.path.abspath(ipympi.__file__))
 LIBRARY = os.path.join(sysconfig.get_paths()["purelib"], "somelib", "poll.py")
@@ -51,3 +56,30 @@ def test_frames_of_ipympi_and_generated_code_are_skipped() -> None:
     where, _ = scope["call"]()
     assert where == f"test_introspect.py:{sys._getframe().f_lineno - 1}"
     assert describe_location(None) == ""
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="Linux /proc only")
+def test_a_thread_asleep_in_a_wait_is_not_running() -> None:
+    assert running(threading.get_native_id()) is True  # this one, asking
+    ready, release = threading.Event(), threading.Event()
+    ids: list[int] = []
+
+    def sleeper() -> None:
+        ids.append(threading.get_native_id())
+        ready.set()
+        release.wait(20)
+
+    thread = threading.Thread(target=sleeper)
+    thread.start()
+    try:
+        assert ready.wait(10)
+        # asleep once it waits: the kernel's view, which can only be looked at again and again
+        deadline = time.monotonic() + 10
+        while running(ids[0]) and time.monotonic() < deadline:
+            os.sched_yield()
+        assert running(ids[0]) is False
+    finally:
+        release.set()
+        thread.join(10)
+    assert running(None) is None

@@ -460,7 +460,8 @@ def test_push_and_pull(kernel: KernelSession) -> None:
     assert kernel.value("%mpi pull pulled -t 1,2") == [1, 4]
     reply, _ = kernel.execute("%mpi pull not_defined_anywhere")
     assert reply["content"]["status"] == "error"
-    assert reply["content"]["ename"] == "NameError"
+    assert reply["content"]["ename"] == "UsageError"  # one line: what the ranks raised
+    assert "raised NameError" in reply["content"]["evalue"]
 
 
 @pytest.mark.timeout(60)

@@ -3,7 +3,8 @@
 The check takes the engine from the progress thread, so it is skipped when
 nothing can have changed since the last one: no MPI call was entered and no
 frame came in. These tests drive it on a stand-in engine that counts how often
-it is taken.
+it is taken. Messages still on their way when a cell ends are found by
+comparing the ranks' counts (:func:`in_flight`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ipympi.engine.leftovers import Leftovers
+from ipympi.engine.leftovers import Leftovers, in_flight
 
 
 @dataclass
@@ -46,6 +47,8 @@ class FakeEngine:
         self.entered = 0
         self.progressed = 0
         self.taken = 0  # how often the check took the engine
+        self.sent = [0, 0]
+        self.arrived = [0, 0]
 
     def enter(self) -> None:
         self.entered += 1
@@ -60,6 +63,7 @@ class FakeEngine:
     def arrive(self, envelope: Envelope) -> None:
         """A frame handled by the progress thread, which leaves a message unreceived."""
         self.matcher.unexpected.append(envelope)
+        self.arrived[envelope.source] += 1
         self.progressed += 1
 
 
@@ -108,3 +112,21 @@ def test_an_interrupted_cell_is_always_checked() -> None:
     leftovers.check(engine, take_mismatch=True)
     leftovers.check(engine, take_mismatch=False, interrupted=True)
     assert engine.taken == 2
+
+
+def test_the_check_keeps_the_counts_it_covered() -> None:
+    engine, leftovers = FakeEngine(), Leftovers()
+    engine.sent[1] = 3
+    engine.arrive(Envelope(source=1, tag=7))
+    leftovers.check(engine, take_mismatch=True)
+    assert leftovers.traffic == ((0, 3), (0, 1))
+    engine.arrive(Envelope(source=1, tag=8))  # after the check: not covered by it
+    assert leftovers.traffic == ((0, 3), (0, 1))
+
+
+def test_messages_on_their_way_are_found_by_comparing_counts() -> None:
+    sent = {0: (0, 2, 1), 1: (0, 0, 0), 2: (0, 0, 0)}
+    arrived = {0: (0, 0, 0), 1: (1, 0, 0), 2: (1, 0, 0)}
+    assert in_flight(sent, arrived, [0, 1, 2]) == {1: {0: 2}}
+    assert in_flight(sent, arrived, [0, 2]) == {}  # only the receivers asked about
+    assert in_flight(sent, {0: (0, 0, 0), 2: (1, 0, 0)}, [1]) == {}  # 1 did not report

@@ -125,15 +125,18 @@ def world(kernel: KernelSession) -> set[int]:
     return processes
 
 
-def assert_fresh_world(kernel: KernelSession, old: set[int]) -> None:
-    """The next cell says the world ended and starts a new one; the old processes are gone."""
+def assert_fresh_world(kernel: KernelSession, old: set[int]) -> str:
+    """The next cell says the world ended (and that ``kept`` is lost) and starts a new one;
+    the old processes are gone. Returns the notice."""
     reply, messages = kernel.execute("comm.allreduce(1), 'kept' in dir()", timeout=60)
     assert reply["content"]["status"] == "ok", error_text(reply)
     notice = stream_text(outputs(messages), "stderr")
     assert notice.startswith("ipympi: the previous MPI world has ended ("), notice
-    assert notice.endswith(f"); starting a fresh world of {NP} ranks\n"), notice
+    tail = f"); starting a fresh world of {NP} ranks (variables lost: kept)\n"
+    assert notice.endswith(tail), notice
     assert results(outputs(messages)) == [f"({NP}, False)"]
     assert wait_gone(old, GONE_WITHIN) == []
+    return notice
 
 
 # -- the same notebook as with the built-in MPI ---------------------------------------------
@@ -187,6 +190,8 @@ def test_bad_options_get_readable_errors(kernel: KernelSession) -> None:
         ("%mpi restart --launcher ssh", "--launcher ssh starts the built-in MPI's engines"),
         ("%%px --trace\n1", "--trace records the messages of ipympi's built-in MPI"),
         ("%mpi explain comm.bcast(rank)", "shows what ipympi's built-in MPI does"),
+        ("%mpi explain Allreduce", "shows what ipympi's built-in MPI does"),
+        ("%mpi pull no_such_name", "%mpi pull: all 3 ranks raised NameError"),
     ]:
         reply, _ = kernel.execute(code)
         assert reply["content"]["ename"] == "UsageError", code
@@ -275,8 +280,10 @@ def test_a_dying_rank_is_named_and_the_next_cell_starts_a_fresh_world(
     reply, lines, took = failing_cell(kernel, code)
     assert took < REPORT_WITHIN
     assert reply["content"]["ename"] == "EngineDied"
-    assert reply["content"]["evalue"] == f"rank 1 {how}"
-    assert lines[0] == f"rank 1 {how}; the MPI world has ended: mpiexec then ended the other ranks"
+    assert reply["content"]["evalue"] == f"rank 1 has died ({how})"
+    assert lines[0] == (
+        f"rank 1 has died ({how}); the MPI world has ended: mpiexec then ended the other ranks"
+    )
     assert execute_headers(lines) == ["[0,2:execute]", "[1:execute]"]
     assert_fresh_world(kernel, old)
 

@@ -213,7 +213,7 @@ def test_errors_notebook_shows_each_kind_of_failure(executed) -> None:
     assert "[stdout:3] rank 3: counter = 30, progress = finished" in kept
 
     invalid = error_of(cell_with(notebook, 'comm.send("hello", dest=size)', whole=True))
-    assert invalid.ename == "Exception" and "Invalid rank" in invalid.evalue
+    assert invalid.ename == "MPI.Exception" and "Invalid rank" in invalid.evalue
     caught = text_of(cell_with(notebook, "except MPI.Exception as error:\n    error_class"))
     match = re.search(r"class (\d+), code (\d+) \(MPI.ERR_RANK is (\d+)\)", caught)
     assert match and match[1] == match[2] == match[3], caught

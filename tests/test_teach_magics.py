@@ -12,6 +12,8 @@ from collections.abc import Iterator
 import pytest
 from kernel_helpers import KernelSession, kernel_env, kernel_specs_installed, strip_ansi
 
+from ipympi.teach.recording import COLLECTIVES
+
 RANKS = 3
 
 
@@ -145,9 +147,57 @@ def test_explain_rejects_what_it_cannot_explain(
 @pytest.mark.timeout(60)
 def test_explain_of_a_failing_call_reports_the_ranks_error(kernel: KernelSession) -> None:
     content = error_of(kernel, "%mpi explain comm.Bcast(a, root=7)")
+    assert content["ename"] == "UsageError"
     assert "root 7" in content["evalue"]
     # the session is still usable
     assert kernel.value("ipympi.current().pull('b')[0].tolist()") == [6.0, 12.0]
+
+
+@pytest.mark.timeout(120)
+def test_a_bare_collective_name_is_explained_on_default_buffers(kernel: KernelSession) -> None:
+    """Every collective ``%mpi explain`` knows, by its name alone; the user's variables
+    stay as they were."""
+    kernel.ok("%px sendbuf = 'mine'")
+    for name in sorted(COLLECTIVES):
+        reply, messages = kernel.execute(f"%mpi explain {name}")
+        assert reply["content"]["status"] == "ok", (name, reply["content"].get("evalue"))
+        said = "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
+        assert said.startswith(f"comm.{name}("), said
+        assert f"comm.{name}(" in explanation_data(messages)["text/plain"]
+    assert kernel.value("%mpi pull sendbuf") == ["mine"] * RANKS
+    content = error_of(kernel, "%mpi explain Allreducee")
+    assert content["evalue"].startswith(
+        "%mpi explain: Allreducee is not a collective that can be explained; choose one of "
+    )
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("code", "line"),
+    [
+        (
+            "%mpi explain comm.Allreduce(nowhere, b)",
+            "%mpi explain: all 3 ranks raised NameError: name 'nowhere' is not defined",
+        ),
+        (
+            "%mpi pull nowhere",
+            "%mpi pull: all 3 ranks raised NameError (rank 0: name 'nowhere' is not defined "
+            "on rank 0)",
+        ),
+        ("%mpi push lock", "%mpi push: TypeError: cannot pickle '_thread.lock' object"),
+    ],
+)
+def test_errors_of_magics_are_one_readable_line(
+    kernel: KernelSession, code: str, line: str
+) -> None:
+    kernel.ok("import threading; lock = threading.Lock()")  # in the kernel: no pickle
+    reply, messages = kernel.execute(code)
+    content = reply["content"]
+    assert (content["status"], content["ename"]) == ("error", "UsageError")
+    assert content["evalue"].startswith(line), content["evalue"]
+    shown = "".join(m["content"]["text"] for m in messages if m["msg_type"] == "stream")
+    assert shown.startswith(f"UsageError: {line}"), shown
+    assert len(shown.splitlines()) == 1 and "Traceback" not in shown
 
 
 @pytest.mark.timeout(60)

@@ -59,3 +59,11 @@ def test_waits_on_failed_and_finished_ranks_say_so() -> None:
         "no rank can progress: rank 0 waits in Barrier (collective #0, round 1) on "
         "MPI_COMM_WORLD; rank 2 failed; ranks 1,3 have finished the cell"
     )
+
+
+def test_a_rank_found_running_is_not_stuck() -> None:
+    """Copying a large message on a loaded machine: little CPU, but not asleep."""
+    asleep, running = blocked(), dict(blocked(), busy=True)
+    assert is_stuck({0: asleep}, {0: dict(asleep, busy=False)}, [0])
+    assert not is_stuck({0: asleep}, {0: running}, [0])
+    assert not is_stuck({0: running}, {0: asleep}, [0])

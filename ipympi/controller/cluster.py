@@ -17,7 +17,8 @@ interface.
 Everything happens in the calling thread: :meth:`Cluster.pump` polls the two
 ROUTERs and the launcher's file descriptors until a condition holds or a
 deadline passes, so every wait is bounded and interruptible (Ctrl-C in the
-controller interrupts the running ranks, see :meth:`Cluster.wait`).
+controller interrupts the running ranks, see :meth:`Cluster.wait`). Other
+threads hand it work through :attr:`Cluster.errands`, run at its next wait.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ from .. import _control as ctl
 from .._launcher import _make_session_dir
 from ..engine.protocol import Message, ProtocolError, Signer
 from .api import ClusterAPI
+from .errands import Errands
 from .launchers import ClusterError, Launcher, World, make_launcher
+from .realwatch import DEADLOCK_AFTER
 from .records import EngineRecord, Output, Request
 from .render import WORLD_ENDED
 from .status import status_rows
@@ -47,6 +50,8 @@ from .watch import with_cpu
 
 __all__ = [
     "DEFAULT_NP",
+    "UNINTERRUPTIBLE",
+    "WORLD_WAS_ENDED",
     "Cluster",
     "ClusterError",
     "EngineRecord",
@@ -59,6 +64,10 @@ INTERRUPT_GRACE = 5.0  # seconds interrupted ranks get to reply before they are 
 STOP_GRACE = 3.0  # seconds between the steps of stopping a world
 QUERY_TIMEOUT = 1.0
 ABORT_GRACE = 2.0  # seconds an abort message may lag behind the end of an MPI launcher's job
+STOPPED = "the engines were stopped"  # the error of requests a stop ends
+# What a cell's error says when ipympi ends a world of a real MPI.
+UNINTERRUPTIBLE = "a rank inside a call of a real MPI cannot be interrupted"
+WORLD_WAS_ENDED = "so the MPI world was ended (the next cell starts a fresh one)"
 _OUTPUT_TYPES = frozenset(
     {"stream", "display_data", "update_display_data", "clear_output", "execute_result", "error"}
 )
@@ -152,6 +161,8 @@ class Cluster(ClusterAPI):
         self.aborted: dict[str, Any] | None = None  # the abort message that ended the world
         self.ended: str | None = None  # why the controller ended the world
         self.on_error = "interrupt"  # what to do with a stuck cell: see watch.ON_ERROR
+        # seconds without visible progress that make a probable deadlock on a real MPI
+        self.deadlock_after = DEADLOCK_AFTER
         self.stopped = False  # True after stop(), until the next start()
         self._stopping = False  # engines exit on purpose: no peer_exit notices
         self._ctx: zmq.Context[Any] = zmq.Context()
@@ -166,6 +177,8 @@ class Cluster(ClusterAPI):
         self._world_dir: str | None = None
         self._poller = zmq.Poller()
         self._poller.register(self._router, zmq.POLLIN)
+        self.errands = Errands()  # work other threads hand to the one that drives this
+        self._poller.register(self.errands.fd, zmq.POLLIN)
         self._watched: set[int] = set()  # the launcher's file descriptors in the poller
         self._closed = False
         self._query_id = 0  # numbers state queries (see query_states)
@@ -223,6 +236,9 @@ class Cluster(ClusterAPI):
         self._ctl = self._ctx.socket(zmq.ROUTER)
         self._ctl.setsockopt(zmq.LINGER, 0)
         self._ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # A rank's last word (an abort) may come on a new socket of its own, while its
+        # old one is still being closed: the new one takes the rank's identity over.
+        self._ctl.setsockopt(zmq.ROUTER_HANDOVER, 1)
         self._poller.register(self._ctl, zmq.POLLIN)
         self.engines = [EngineRecord(rank) for rank in range(self.n)]
         self._endpoints = {}
@@ -314,7 +330,7 @@ class Cluster(ClusterAPI):
             self.launcher.end(sig)
             self.pump(time.monotonic() + grace, gone)
         for req in self.requests.values():
-            self._fail_pending(req, "EngineStopped", "the engines were stopped")
+            self._fail_pending(req, "EngineStopped", STOPPED)
         self.requests.clear()
         self._close_world()
         self.stopped = True
@@ -335,6 +351,8 @@ class Cluster(ClusterAPI):
             self.launcher.close(STOP_GRACE)
             self._watch_launcher()
             self._router.close(0)
+            self._poller.unregister(self.errands.fd)
+            self.errands.close()
             self._ctx.term()
             shutil.rmtree(self.session_dir, ignore_errors=True)
 
@@ -435,14 +453,17 @@ class Cluster(ClusterAPI):
             self._tell_peers(rank, ctl.describe_exit(returncode) if returncode else "exited")
         for req in self.requests.values():
             if rank in req.targets and rank not in req.replies:
-                if self.aborted is not None:
+                if self._stopping:
+                    self._synthesize_reply(req, rank, "EngineStopped", STOPPED)
+                elif self.aborted is not None:
                     # The same words for every rank: the cell's error shows them once.
                     self._synthesize_reply(req, rank, "MPIAbort", self.world_ended())
                 elif ended_by is not None:
                     self._synthesize_reply(req, rank, WORLD_ENDED, ended_by)
                 else:
                     what = ctl.describe_exit(returncode) if returncode else "exited"
-                    self._synthesize_reply(req, rank, "EngineDied", f"rank {rank} {what}")
+                    died = f"rank {rank} has died ({what})"
+                    self._synthesize_reply(req, rank, "EngineDied", died)
 
     def _tell_peers(self, rank: int, reason: str) -> None:
         """Tell every live rank that ``rank`` died: what waits on it fails at once."""
@@ -453,6 +474,10 @@ class Cluster(ClusterAPI):
             if engine.alive and engine.rank != rank:
                 with contextlib.suppress(zmq.ZMQError):
                     self._ctl.send_multipart([ctl.identity(engine.rank), frame], zmq.NOBLOCK)
+
+    def variables(self) -> list[str]:
+        """The names the user defined on any rank of the current world, sorted."""
+        return sorted({name for engine in self.engines for name in engine.names})
 
     def world_ended(self) -> str:
         """Why the current world is over (an abort, or dead ranks), in one line."""
@@ -569,11 +594,8 @@ class Cluster(ClusterAPI):
                 f"rank {rank} could not be interrupted",
                 f"{where}, which could not be interrupted",
             )
-        req.ended = (
-            "a rank inside a call of a real MPI cannot be interrupted, so the MPI world was "
-            "ended (the next cell starts a fresh one)"
-        )
-        self.end_world(f"{'; '.join(places)}: not interruptible in MPI, so the world was ended")
+        req.ended = f"{UNINTERRUPTIBLE}, {WORLD_WAS_ENDED}"
+        self.end_world(f"ipympi ended it when an interrupt could not reach {'; '.join(places)}")
 
     def _pump_through_interrupts(self, deadline: float, done: Callable[[], bool]) -> bool:
         """``pump``, where a Ctrl-C (the user asking to interrupt) does not cut the wait."""
@@ -659,6 +681,8 @@ class Cluster(ClusterAPI):
             for fd in self._watched & events.keys():
                 if fd in self._watched:  # an earlier read may have closed it
                     self._read_launcher(fd)
+            if self.errands.fd in events:
+                self.errands.run()
 
     def _read_engines(self) -> None:
         batches: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
@@ -689,14 +713,26 @@ class Cluster(ClusterAPI):
             if msg.type == "reply":
                 self._flush_batch(req, batches.pop(req.id, []))
                 req.replies[rank] = msg
+                self._note_reply(self.engines[rank], msg.content)
             elif msg.type in _OUTPUT_TYPES:
                 item = (rank, msg.type, msg.content)
                 req.messages.append(item)
+                req.said[rank] = req.said.get(rank, 0) + 1
                 batches.setdefault(req.id, []).append(item)
         for req_id, batch in batches.items():
             req = self.requests.get(req_id)
             if req is not None:
                 self._flush_batch(req, batch)
+
+    @staticmethod
+    def _note_reply(engine: EngineRecord, content: Mapping[str, Any]) -> None:
+        """What a reply says about its engine: the user's variables, message counts."""
+        names, p2p = content.get("names"), content.get("p2p")
+        if isinstance(names, list):
+            engine.names = tuple(map(str, names))
+        if isinstance(p2p, dict):
+            engine.sent = tuple(map(int, p2p.get("sent") or ()))
+            engine.arrived = tuple(map(int, p2p.get("arrived") or ()))
 
     @staticmethod
     def _flush_batch(req: Request, batch: list[tuple[int, str, dict[str, Any]]]) -> None:

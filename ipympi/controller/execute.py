@@ -17,12 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from .. import _control as ctl
 from .cluster import Cluster, ClusterError, Request, interrupts_at_waits
 from .hooks import build_report, notify
-from .render import GROUPS, OutputRenderer, compose_error
-from .targets import format_ranks, parse_targets
-from .watch import LOOK_AFTER, LOOK_EVERY, describe_stuck, is_stuck
+from .render import GROUPS, WORLD_ENDED, OutputRenderer, compose_error
+from .stuck import describe_wait, late_leftovers, look, on_stuck, watch_for
+from .targets import format_ranks, parse_targets, ranks_phrase
+from .watch import LOOK_AFTER, LOOK_EVERY
 
 if TYPE_CHECKING:
     from ..teach.trace import Trace
@@ -87,6 +87,8 @@ class RankError(Exception):
 
 
 _ERROR_CLASSES: dict[str, type[RankError]] = {}
+# The errors of ranks that ipympi stopped: not failures of their own.
+_STOPPED_ENAMES = ("KeyboardInterrupt", "EngineDied", WORLD_ENDED)
 
 
 def rank_error(
@@ -101,8 +103,8 @@ def rank_error(
     """
     composed = compose_error(dict(errors), targets, dict(waiting or {}) or None)
     ename = ename or str(composed["ename"]) or "Error"
-    if not ename.isidentifier():
-        ename = "Error"
+    if not all(part.isidentifier() for part in ename.split(".")):
+        ename = "Error"  # a class may be named "MPI.Exception", as a program knows it
     cls = _ERROR_CLASSES.get(ename)
     if cls is None:
         cls = type(ename, (RankError,), {"__module__": "ipympi"})
@@ -143,7 +145,7 @@ class CellResult:
         """
         errors = self.request.errors()
         for rank in self.stopped:
-            if errors.get(rank, {}).get("ename") in ("KeyboardInterrupt", "EngineDied"):
+            if errors.get(rank, {}).get("ename") in _STOPPED_ENAMES:
                 del errors[rank]
         if self.stuck and not errors:
             for rank in sorted(self.stopped):
@@ -192,6 +194,17 @@ class CellResult:
             if kind == "execute_result"
         }
 
+    @property
+    def payload(self) -> list[dict]:
+        """What the ranks asked of the front end (the pager's text of ``obj?``): their
+        common payload, else that of the lowest rank that has one."""
+        payloads = [
+            reply.content["payload"]
+            for _, reply in sorted(self.request.replies.items())
+            if reply.content.get("payload")
+        ]
+        return list(payloads[0]) if payloads else []
+
     def stdout(self, rank: int) -> str:
         return self._text(rank, "stdout")
 
@@ -215,17 +228,16 @@ class CellResult:
         # A rank's death is the news; the MPI errors it caused in others follow it.
         exc = rank_error(errors, self.targets, waiting, "EngineDied" if died else None)
         if died and len(errors) > len(died):
-            deaths = "; ".join(str(errors[r].get("evalue", "")) for r in died)
-            others = {r: e for r, e in errors.items() if r not in died}
-            caused = compose_error(others, self.targets, waiting or None)["traceback"][0]
-            exc.traceback_lines[0] = f"{deaths}; {caused}"
+            exc.traceback_lines[0] = _after_deaths(errors, died, self.targets, waiting)
+        ended = self.request.ended
         if self.stuck and type(exc).__name__ == "DeadlockError":
-            exc.traceback_lines[0] = f"{self.stuck}; the ranks were stopped"
+            exc.traceback_lines[0] = f"{self.stuck}; {ended or 'the ranks were stopped'}"
+            ended = None
         if self.timed_out is not None and type(exc).__name__ == "TimeoutError":
             stops = [_stopped(r, self.request.errors().get(r, {})) for r in sorted(errors)]
             exc.traceback_lines[0] = "; ".join([self.timeout_text, *stops])
-        if self.request.ended:
-            exc.traceback_lines[0] += f"; {self.request.ended}"
+        if ended:
+            exc.traceback_lines[0] += f"; {ended}"
         return exc
 
     @property
@@ -242,6 +254,40 @@ class CellResult:
         failed = f", failed on {format_ranks(sorted(self.errors))}" if self.errors else ""
         ranks = format_ranks(self.targets)
         return f"<CellResult [{self.execution_count}] ranks {ranks}: {state}{failed}>"
+
+
+def _after_deaths(
+    errors: Mapping[int, dict], died: list[int], targets: list[int], waiting: Mapping[int, str]
+) -> str:
+    """The summary of a cell in which ranks died: the deaths first, then what the others
+    were doing when their MPI calls failed because of them, then any other failure.
+
+    ``rank 1 has died (exited with status 3) while ranks 0,2,3 waited in Barrier:
+    collective #0 on MPI_COMM_WORLD (each raised MPI.Exception of class ERR_OTHER)``
+    """
+    deaths = "; ".join(str(errors[rank].get("evalue", "")) for rank in died)
+    caused: dict[tuple[str, str, str], list[int]] = {}  # (call, ename, error class) -> ranks
+    rest = {}
+    for rank, error in sorted(errors.items()):
+        if rank in died:
+            continue
+        if error.get("died"):
+            call = str(error.get("call") or "an MPI call")
+            key = (call, str(error.get("ename", "")), str(error.get("error_class", "")))
+            caused.setdefault(key, []).append(rank)
+        else:
+            rest[rank] = error
+    parts = []
+    for (call, ename, errorclass), ranks in caused.items():
+        raised = f"{'each raised' if len(ranks) > 1 else 'raised'} {ename}"
+        raised += f" of class {errorclass}" if errorclass else ""
+        parts.append(f"{ranks_phrase(ranks)} waited in {call} ({raised})")
+    text = f"{deaths} while {'; '.join(parts)}" if parts else deaths
+    if rest:
+        text += "; " + str(compose_error(rest, targets, waiting or None)["traceback"][0])
+    elif waiting:
+        text += "".join(f"; rank {rank} was {what}" for rank, what in sorted(waiting.items()))
+    return text
 
 
 def _as_timeout_header(line: str) -> str:
@@ -288,20 +334,6 @@ def describe_progress(targets: list[int], req: Request, states: list[dict], elap
     return " · ".join(parts)
 
 
-def describe_wait(state: Mapping[str, Any]) -> str:
-    """What a rank does, in a few words: ``blocked in Recv(source=1, tag=7) at line 3``."""
-    word = str(state.get("state", ctl.NO_ANSWER))
-    if word == "blocked":
-        text = f"waiting in {ctl.format_call(state)}"
-    elif word == ctl.EXITED:
-        return ctl.format_state(state).split(": ", 1)[-1]
-    else:
-        text = word
-    if state.get("where"):
-        text += f" at {state['where']}"
-    return text
-
-
 def run_cell(
     cluster: Cluster,
     code: str,
@@ -339,8 +371,9 @@ def run_cell(
 def ensure_world(cluster: Cluster, targets: list[int], publish: Publish | None) -> None:
     """Make sure the target ranks can run a cell.
 
-    A world that has ended entirely (an ``Abort``, or every rank dead) is
-    replaced by a fresh one, with a notice; a world with some dead target
+    A world that has ended entirely (an ``Abort``, every rank dead, or ended by
+    ipympi) is replaced by a fresh one, with a notice that names the variables
+    lost with it; a world with some dead target
     ranks is an error that says so (``%mpi restart`` brings back a full one).
     """
     if cluster.stopped:
@@ -348,9 +381,12 @@ def ensure_world(cluster: Cluster, targets: list[int], publish: Publish | None) 
     engines = cluster.engines
     dead = [e for e in engines if e.returncode is not None]
     if engines and (len(dead) == len(engines) or cluster.aborted is not None or cluster.ended):
+        lost = cluster.variables()
         notice = (
             f"ipympi: the previous MPI world has ended ({cluster.world_ended()}); "
-            f"starting a fresh world of {cluster.n} ranks\n"
+            f"starting a fresh world of {cluster.n} ranks"
+            + (f" (variables lost: {_names(lost)})" if lost else "")
+            + "\n"
         )
         if publish is not None:
             publish("stream", {"name": "stderr", "text": notice}, {})
@@ -363,6 +399,12 @@ def ensure_world(cluster: Cluster, targets: list[int], publish: Publish | None) 
     gone = [e for e in dead if e.rank in targets]
     if gone:
         raise ClusterError(f"{cluster.world_ended()}; %mpi restart brings back a full world")
+
+
+def _names(names: list[str], most: int = 12) -> str:
+    """``a, b, c`` (``..., and 3 more`` past ``most``)."""
+    shown = ", ".join(names[:most])
+    return shown if len(names) <= most else f"{shown}, and {len(names) - most} more"
 
 
 class Coalescer:
@@ -403,9 +445,11 @@ def follow(
     ``options.timeout`` interrupts the ranks still running (their state is kept
     for the error summary). Ctrl-C is taken only while the controller waits
     (:func:`~ipympi.controller.cluster.interrupts_at_waits`), so that no interrupt
-    cuts short the handling of another, or of the stuck-cell rule's.
+    cuts short the handling of another, or of the stuck-cell rule's. Errands
+    handed to the cluster meanwhile (``%mpi status``, ``stop``, ``restart`` from
+    the kernel) run at its waits.
     """
-    with interrupts_at_waits():
+    with interrupts_at_waits(), cluster.errands.taking():
         _follow(cluster, result, options, publish)
 
 
@@ -413,6 +457,7 @@ def _follow(
     cluster: Cluster, result: CellResult, options: CellOptions, publish: Publish | None
 ) -> None:
     req = result.request
+    gen = cluster.gen  # the world: %mpi restart may replace it meanwhile
     renderer = coalescer = progress = None
     if publish is not None:
         renderer = OutputRenderer(
@@ -450,7 +495,7 @@ def _follow(
     deadline = None if options.timeout is None else start + options.timeout
     next_progress = start + PROGRESS_AFTER
     next_look = start + LOOK_AFTER
-    previous: dict[int, dict] = {}
+    watch = watch_for(cluster)
     try:
         while not req.done:
             try:
@@ -473,10 +518,9 @@ def _follow(
                 if now >= next_look:
                     states = cluster.query_states(timeout=0.2)
                     current = {rank: states[rank] for rank in req.pending}
-                    stuck = not result.stuck and is_stuck(previous, current, req.pending)
-                    if stuck and _on_stuck(cluster, result, current, publish):
+                    verdict = None if result.stuck else look(watch, now, current, req)
+                    if verdict and on_stuck(cluster, result, current, verdict, publish):
                         break
-                    previous = current
                     next_look = time.monotonic() + LOOK_EVERY
                     if now >= next_progress and progress is not None:
                         progress.update(describe_progress(result.targets, req, states, now - start))
@@ -485,6 +529,8 @@ def _follow(
                 _note_waiting(cluster, result)
                 cluster.interrupt(req)
                 break
+        if not (req.interrupted or result.stuck or cluster.ended or cluster.aborted):
+            late_leftovers(cluster, result, coalescer.add if coalescer is not None else None)
     finally:
         req.on_output = renderer.feed if renderer is not None else None
         hand_over()
@@ -495,35 +541,12 @@ def _follow(
         if req.done:
             cluster.forget(req)
     if req.done and req.errors():
-        if not req.interrupted and not cluster.ended and cluster.aborted is None:
+        same_world = cluster.gen == gen and not cluster.stopped
+        if same_world and not req.interrupted and not cluster.ended and cluster.aborted is None:
             # Ranks that left a failed cell early may hold news of a collective
             # mismatch, or be a collective ahead: realign them for the next cell.
             cluster.resynchronize()
         _report_failure(result)
-
-
-def _on_stuck(
-    cluster: Cluster, result: CellResult, states: dict[int, dict], publish: Publish | None
-) -> bool:
-    """Apply the session's ``on_error`` policy to a stuck cell; True when it ends the cell."""
-    req = result.request
-    errors = req.errors()
-    failed = [rank for rank in req.replies if rank in errors]
-    finished = [rank for rank in req.replies if rank not in errors]
-    result.stuck = describe_stuck(states, req.pending, finished, failed)
-    if cluster.on_error == "wait":
-        if publish is not None:
-            note = f"ipympi: {result.stuck} (on_error=wait: interrupt the kernel to stop)\n"
-            publish("stream", {"name": "stderr", "text": note}, {})
-        return False
-    result.states = {rank: states[rank] for rank in req.pending}
-    result.waiting = {rank: describe_wait(states[rank]) for rank in req.pending}
-    result.stopped = set(req.pending)
-    if cluster.on_error == "abort":
-        cluster.end_world(f"the world was ended because {result.stuck}")
-    else:
-        cluster.interrupt(req, resynchronize=True)
-    return True
 
 
 def _quiet_finish(req: Request, finished: set[int], coalescer: Coalescer | None) -> bool:

@@ -30,8 +30,9 @@ class RankReport:
 
     rank: int
     state: str  # "failed", "died", "interrupted", "stopped" (the cell was stuck) or "waiting"
-    exception: str = ""  # the exception's name, e.g. "ZeroDivisionError"
+    exception: str = ""  # the exception's name, e.g. "ZeroDivisionError" or "MPI.Exception"
     message: str = ""
+    error_class: str = ""  # an MPI.Exception's error class, e.g. "ERR_OTHER"
     traceback: tuple[str, ...] = ()  # plain text lines
     call: str = ""  # the MPI call a waiting rank was blocked in, e.g. "recv"
     comm: str = ""
@@ -106,6 +107,7 @@ def build_report(
                     _state_of(error, rank in stopped),
                     exception=str(error.get("ename", "")),
                     message=str(error.get("evalue", "")),
+                    error_class=str(error.get("error_class", "")),
                     traceback=tuple(strip_ansi(line) for line in error.get("traceback", [])),
                     **common,
                 )

@@ -31,6 +31,10 @@ class EngineRecord:
     state: dict[str, Any] = field(default_factory=dict)  # the last MPI state answer
     mpi: str = ""  # the MPI library it runs on, when it is not ipympi's own
     ended_by: str = ""  # why the launcher ended it with its world, if it did
+    names: tuple[str, ...] = ()  # the variables its user defined, as its last reply said
+    # Point-to-point messages it sent to / received from each world rank, as it last said.
+    sent: tuple[int, ...] = ()
+    arrived: tuple[int, ...] = ()
 
     @property
     def alive(self) -> bool:
@@ -46,6 +50,7 @@ class Request:
     targets: list[int]
     replies: dict[int, Message] = field(default_factory=dict)
     messages: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    said: dict[int, int] = field(default_factory=dict)  # rank -> output messages so far
     on_output: Output | None = None
     interrupted: bool = False
     ended: str | None = None  # why the world was ended while this request ran

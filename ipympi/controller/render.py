@@ -66,7 +66,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, NamedTuple
 
-from .targets import format_ranks
+from .targets import format_ranks, ranks_phrase
 
 __all__ = [
     "ENDED_BY_ABORT",
@@ -437,10 +437,6 @@ class OutputRenderer:
         self._last_display = None
 
 
-def _ranks(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
-
-
 ENDED_BY_ABORT = "MPIAbort"  # the error name of the ranks of an aborted world
 # The error name of ranks that an MPI launcher ended with their world (after
 # another rank failed); their error value says who ended them.
@@ -463,7 +459,7 @@ def _raised(errors: dict[int, dict], failing: list[int], targets: list[int]) -> 
     for rank in failing:
         by_name.setdefault(_ename(errors[rank]), []).append(rank)
     if len(by_name) > 1:
-        kinds = ", ".join(f"{_ranks(rs)} {name}" for name, rs in by_name.items())
+        kinds = ", ".join(f"{ranks_phrase(rs)} {name}" for name, rs in by_name.items())
         return f"{len(failing)} ranks{of} raised exceptions: {kinds}"
     (name,) = by_name
     values = {str(errors[r].get("evalue", "")) for r in failing}
@@ -473,7 +469,7 @@ def _raised(errors: dict[int, dict], failing: list[int], targets: list[int]) -> 
     if name == WORLD_ENDED and len(values) == 1:
         return f"the MPI world has ended: {values.pop()}"
     who = f"all {len(failing)} ranks" if failing == targets and len(failing) > 1 else None
-    text = f"{who or _ranks(failing) + of} raised {name}"
+    text = f"{who or ranks_phrase(failing) + of} raised {name}"
     if len(values) == 1 and "" not in values:
         return f"{text}: {values.pop()}"
     first = next((r for r in failing if errors[r].get("evalue")), None)
@@ -526,12 +522,11 @@ def compose_error(
         parts.append(_raised(contents, real, sorted(set(targets))))
     if stopped:
         wheres = _grouped({r: _where(str(contents[r].get("where") or "")) for r in stopped})
-        parts.append(
-            "interrupted: " + "; ".join(f"{_ranks(rs)} {w}".rstrip() for w, rs in wheres.items())
-        )
+        stops = "; ".join(f"{ranks_phrase(rs)} {w}".rstrip() for w, rs in wheres.items())
+        parts.append(f"interrupted: {stops}")
     others = {r: d for r, d in (waiting or {}).items() if r not in contents}
     for desc, ranks in _grouped(others).items():
-        parts.append(f"{_ranks(ranks)} {'was' if len(ranks) == 1 else 'were'} {desc}")
+        parts.append(f"{ranks_phrase(ranks)} {'was' if len(ranks) == 1 else 'were'} {desc}")
     traceback = ["; ".join(parts)]
     tracebacks: dict[tuple[str, ...], tuple[list[str], list[int]]] = {}
     for rank in failing:

@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["TargetError", "format_ranks", "parse_targets"]
+__all__ = ["TargetError", "format_ranks", "parse_targets", "ranks_phrase"]
 
 _HINT = "expected e.g. 0, 1,3, ::2, all"
 _INT_RE = re.compile(r"[+-]?\d+")
@@ -135,6 +135,12 @@ def parse_targets(spec: Any, n: int) -> list[int]:
         every = "0" if n == 1 else f"0..{n - 1}"
         raise TargetError(f"--targets {_show(spec)} selects no rank of {every}")
     return sorted(set(ranks))
+
+
+def ranks_phrase(ranks: Iterable[int]) -> str:
+    """``rank 2``, or ``ranks 0,2``: ranks named in a sentence."""
+    ordered = sorted(set(ranks))
+    return f"rank {ordered[0]}" if len(ordered) == 1 else f"ranks {format_ranks(ordered)}"
 
 
 def format_ranks(ranks: Iterable[int]) -> str:

@@ -6,25 +6,30 @@ cell is *stuck* when every rank still running it has been blocked in one MPI
 wait for at least :data:`STUCK_AFTER` seconds and handled no incoming message
 since the previous look, nor used :data:`BUSY_CPU` seconds of CPU time (where
 the state dicts carry ``cpu``, see :func:`cpu_seconds`: a rank copying a large
-message straight out of its peer's memory handles no frame meanwhile). No rank
+message straight out of its peer's memory handles no frame meanwhile), nor was
+found running at either look (``busy``: on a loaded machine such a copy may
+get little CPU time, but the rank is not asleep). No rank
 is computing then, and no message is moving:
 the ranks wait on each other (a deadlock), on a rank that failed, or on one
 that finished the cell without doing its part. A long transfer is not stuck
 (its receiver keeps handling frames), nor is a loop of short waits (each wait
 is new).
 
-Pure functions over state dicts; :func:`ipympi.controller.execute.follow`
-applies the session's ``on_error`` policy to a stuck cell.
+Pure functions over state dicts, and :class:`BuiltinWatch`, which applies
+them to a cell's successive looks; :func:`ipympi.controller.execute.follow`
+applies the session's ``on_error`` policy to a stuck cell. A real MPI shows
+less: :mod:`ipympi.controller.realwatch` has its rule.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from .. import _control as ctl
-from .targets import format_ranks
+from .targets import format_ranks, ranks_phrase
 
 __all__ = [
     "BUSY_CPU",
@@ -32,6 +37,8 @@ __all__ = [
     "LOOK_EVERY",
     "ON_ERROR",
     "STUCK_AFTER",
+    "BuiltinWatch",
+    "Verdict",
     "cpu_seconds",
     "describe_stuck",
     "describe_stuck_job",
@@ -77,10 +84,46 @@ def is_stuck(
             return False
         if _key(now) != _key(before) or now.get("progressed") != before.get("progressed"):
             return False
+        if now.get("busy") or before.get("busy"):
+            return False
         cpu_now, cpu_before = now.get("cpu"), before.get("cpu")
         if cpu_now is not None and cpu_before is not None and cpu_now - cpu_before >= BUSY_CPU:
             return False
     return True
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why a cell should end: ``kind`` (``"stuck"``; on a real MPI ``"failed"`` or
+    ``"deadlock"``) and ``text``, the reason in one line."""
+
+    kind: str
+    text: str
+
+
+class BuiltinWatch:
+    """The built-in MPI's rule (:func:`is_stuck`) over one cell's successive looks."""
+
+    def __init__(self) -> None:
+        self._previous: dict[int, State] = {}
+
+    def look(
+        self,
+        now: float,
+        states: Mapping[int, State],
+        pending: Iterable[int],
+        finished: Iterable[int],
+        failed: Iterable[int],
+        said: Mapping[int, int],
+    ) -> Verdict | None:
+        """Take one look (the arguments of :meth:`.realwatch.RealMPIWatch.look`); the
+        wait-for graph when the cell is stuck, else None."""
+        pending = list(pending)
+        stuck = is_stuck(self._previous, states, pending)
+        self._previous = dict(states)
+        if not stuck:
+            return None
+        return Verdict("stuck", describe_stuck(states, pending, finished, failed))
 
 
 def with_cpu(state: State, pid: int | None) -> dict[str, Any]:
@@ -126,16 +169,12 @@ def describe_stuck(
         state = states.get(rank, {})
         parts.append(f"rank {rank} waits in {ctl.format_call(state) or 'an MPI call'}")
     if failed:
-        parts.append(f"{_ranks(failed)} failed")
+        parts.append(f"{ranks_phrase(failed)} failed")
     if finished:
         verb = "has" if len(finished) == 1 else "have"
-        parts.append(f"{_ranks(finished)} {verb} finished the cell")
+        parts.append(f"{ranks_phrase(finished)} {verb} finished the cell")
     head = "deadlock" if not failed and not finished else "no rank can progress"
     return f"{head}: " + "; ".join(parts)
-
-
-def _ranks(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {format_ranks(ranks)}"
 
 
 def describe_stuck_job(states: Sequence[Mapping[str, Any]], pending: Sequence[int]) -> str:

@@ -6,15 +6,27 @@ still posted when a cell ends, is usually a bug (a missing ``recv``, an
 on the rank that holds it, as a line of stderr after the cell's own output.
 News of a collective mismatch that reached a rank after it left the
 collective belongs to the same cell and is taken here too.
+
+A message sent to a rank that had already finished the cell may not have
+arrived when that rank looked. Each rank counts the point-to-point messages
+it sent to and received from every other (``Engine.sent``, ``arrived``) and
+its reply carries them; once every rank has replied, the controller compares
+them (:func:`in_flight`) and asks a rank that messages are still on their
+way to wait for them and look again (:meth:`Leftovers.await_arrivals`): the
+warning comes under the cell that left the message, every time.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .._constants import ANY_SOURCE, ANY_TAG
 
-__all__ = ["Leftovers", "context_name"]
+__all__ = ["LATE_ARRIVALS", "Leftovers", "context_name", "in_flight"]
+
+LATE_ARRIVALS = 2.0  # seconds a rank waits for messages the controller knows are on their way
 
 _NAMES = {0: "MPI_COMM_WORLD", 2: "MPI_COMM_SELF"}
 
@@ -38,6 +50,8 @@ class Leftovers:
         self._seen: set[int] = set()
         # The engine's (entered, progressed) when the last check ended.
         self._checked_at: tuple[int, int] | None = None
+        # The engine's (sent, arrived) counts as the last check saw them.
+        self.traffic: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())
 
     def check(
         self, engine: Any, take_mismatch: bool, interrupted: bool = False
@@ -53,6 +67,9 @@ class Leftovers:
         """
         if engine is None or engine.finalized or engine.transport is None:
             return [], None
+        # The counts this check covers: taken before looking, so that a message
+        # arriving after the look is on its way for the controller.
+        self.traffic = (tuple(engine.sent), tuple(engine.arrived))
         if (
             not interrupted
             and self._checked_at == (engine.entered, engine.progressed)
@@ -65,6 +82,7 @@ class Leftovers:
         engine.enter()
         try:
             engine.poll_once(False)  # take in what has arrived meanwhile
+            self.traffic = (tuple(engine.sent), tuple(engine.arrived))
             unexpected = [e for e in engine.matcher.pending_unexpected() if e.context % 2 == 0]
             posted = [r for r in engine.matcher.pending_posted() if r.context % 2 == 0]
             sends = list(engine._sends.values())  # synchronous or large, not yet received
@@ -77,6 +95,27 @@ class Leftovers:
         finally:
             engine.leave()
         return self._warnings(unexpected, posted, sends, collectives), mismatch
+
+    @staticmethod
+    def await_arrivals(engine: Any, expected: Mapping[int, int], timeout: float) -> bool:
+        """Take in frames until ``expected[r]`` messages in all have arrived from each
+        rank ``r``, or ``timeout`` seconds pass (the caller must not hold the engine);
+        whether they all came."""
+        if engine is None or engine.finalized or engine.transport is None:
+            return False
+        deadline = time.monotonic() + timeout
+        engine.enter()
+        try:
+            while True:
+                engine.poll_once(False)
+                if all(engine.arrived[r] >= n for r, n in expected.items()):
+                    return True
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                engine.transport.wait(left)
+        finally:
+            engine.leave()
 
     def _warnings(
         self, unexpected: list[Any], posted: list[Any], sends: list[Any], collectives: list[Any]
@@ -110,6 +149,29 @@ class Leftovers:
                 )
         self._seen = current
         return lines
+
+
+def in_flight(
+    sent: Mapping[int, Sequence[int]],
+    arrived: Mapping[int, Sequence[int]],
+    receivers: Iterable[int],
+) -> dict[int, dict[int, int]]:
+    """Messages still on their way: for each of ``receivers`` whose count of arrivals
+    from some rank is below that rank's count of sends to it, ``{sender: sent}``.
+
+    ``sent[r]`` and ``arrived[r]`` are rank ``r``'s counts, indexed by world rank.
+    """
+    late: dict[int, dict[int, int]] = {}
+    for receiver in receivers:
+        got = arrived.get(receiver)
+        if got is None:
+            continue
+        for sender, counts in sent.items():
+            if sender == receiver or receiver >= len(counts) or sender >= len(got):
+                continue
+            if counts[receiver] > got[sender]:
+                late.setdefault(receiver, {})[sender] = counts[receiver]
+    return late
 
 
 def _comm_name(comm: Any) -> str:

@@ -18,8 +18,9 @@ needs comes from the environment (secrets never travel on a command line):
 ``IPYMPI_SIZE``          the number of ranks the controller asked for
 =======================  ======================================================
 
-A control thread answers the controller's ``query`` with a ``state`` (idle or
-running, where the main thread is, CPU time, memory) and carries out
+A control thread answers the controller's ``query`` with a ``state`` (idle,
+running, or blocked in a call of mpi4py, which :mod:`ipympi.engine.mpicall`
+names; where the main thread is, CPU time, memory) and carries out
 ``signal``: that is how an interrupt reaches a rank, on any host. A rank
 inside an MPI call cannot be interrupted: mpi4py releases the GIL there (the
 control thread still answers) but Python runs the signal handler only once
@@ -53,10 +54,25 @@ import time
 from typing import Any, Callable
 
 from .. import _control as ctl
-from .._introspect import describe_location, resident_bytes, signal_self, source_line
+from .._introspect import (
+    describe_location,
+    injected_fault,
+    resident_bytes,
+    signal_self,
+    source_line,
+)
 from .keeper import keep, launcher_rank
+from .mpicall import BLOCKING, StayProbe, current_call
 
-__all__ = ["ENV_ENGINES", "ENV_ENGINE_KEY", "ENV_GEN", "abort_in", "main", "report_abort"]
+__all__ = [
+    "ENV_ENGINES",
+    "ENV_ENGINE_KEY",
+    "ENV_GEN",
+    "abort_in",
+    "main",
+    "report_abort",
+    "send_abort",
+]
 
 ENV_ENGINES = "IPYMPI_ENGINES"
 ENV_ENGINE_KEY = "IPYMPI_ENGINE_KEY"
@@ -64,6 +80,7 @@ ENV_GEN = "IPYMPI_GEN"
 SWITCH_INTERVAL = 0.0005  # seconds: the control thread answers within ~1 ms while code runs
 ABORT_LINGER = 2.0  # seconds the witness may take to deliver an abort message
 ABORT_WAIT = 10.0  # seconds an engine whose Abort returned waits to be ended, before it replies
+ERR_INTERN = 16  # the code of an internal error (MPI.ERR_INTERN of ipympi and of MPICH)
 
 # What MPI libraries print when a rank calls Abort (MPICH, then Open MPI).
 _ABORTS = (
@@ -106,12 +123,14 @@ class ControlThread(threading.Thread):
         self.rank = rank
         self.activity: Callable[[], str] = lambda: "running"
         self.main_thread_id = threading.main_thread().ident
+        self.probe = StayProbe()  # made here, in the main thread
         self.host = socket.gethostname()
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.IDENTITY, ctl.identity(rank))
         self.sock.setsockopt(zmq.LINGER, 0)
         self.monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self.sock.connect(address)
+        self.address = address
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
         self._stopped = False
@@ -138,11 +157,29 @@ class ControlThread(threading.Thread):
                     self._check_connection()
                 if self.sock in events:
                     self._serve()
+        except BaseException as exc:
+            if not self._stopped:
+                self._failed(exc)
         finally:
             self.monitor.close(0)
             self.sock.close()
             os.close(self._wake_r)
             os.close(self._wake_w)
+
+    def _failed(self, exc: BaseException) -> None:
+        """Without this thread the rank can be neither seen nor interrupted: tell the
+        controller what broke (an ``abort`` message, which ends the world) and end
+        the rank's processes."""
+        reason = f"the engine's control thread failed: {type(exc).__name__}: {exc}"
+        msg = {"type": ctl.ABORT, "rank": self.rank, "code": ERR_INTERN, "reason": reason}
+        with contextlib.suppress(OSError):
+            os.write(2, f"ipympi: rank {self.rank}: {reason}\n".encode(errors="replace"))
+        with contextlib.suppress(Exception):
+            self.sock.close(0)  # its identity is the abort message's
+            send_abort(self.address, self.key, msg)
+        with contextlib.suppress(OSError):
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+        os._exit(ERR_INTERN)
 
     def _check_connection(self) -> None:
         from zmq.utils.monitor import recv_monitor_message
@@ -165,6 +202,7 @@ class ControlThread(threading.Thread):
                 msg = ctl.decode(frame, self.key)
             except ctl.ControlProtocolError:
                 continue
+            injected_fault("control")
             if msg["type"] == ctl.QUERY:
                 self.sock.send(ctl.encode(ctl.answer(msg, self.describe()), self.key))
             elif msg["type"] == ctl.SIGNAL:
@@ -183,6 +221,13 @@ class ControlThread(threading.Thread):
             frame = sys._current_frames().get(self.main_thread_id)
             state["where"] = describe_location(frame)
             state["line"] = source_line(frame)
+            call = current_call(frame)
+            if call is not None and call["kind"] in BLOCKING:
+                state["state"] = "blocked"
+                state.update(call)
+                stayed = self.probe.look(call["position"], time.monotonic())
+                if stayed is not None:
+                    state["stayed"] = round(stayed, 3)  # seconds inside this very call
         state["cpu"] = round(time.process_time(), 4)
         rss = resident_bytes()
         if rss is not None:
@@ -214,6 +259,9 @@ def _engine_class() -> type:
 
         def check_after_cell(self, take_mismatch: bool, interrupted: bool = False) -> None:
             return None  # a real MPI keeps its unreceived messages to itself
+
+        def note_traffic(self, content: dict[str, Any]) -> None:
+            return None  # and does not count them
 
         def on_recover(self, msg: Any) -> None:
             self.reply({"positions": {}})  # no collectives of ours to realign
@@ -294,15 +342,21 @@ def report_abort(left: bytes) -> None:
     if found is None or rank is None:
         return
     code, reason = found
-    import zmq
-
     key = ctl.session_key(os.environ.get(ctl.ENV_KEY, ""))
     msg = {"type": ctl.ABORT, "rank": rank, "code": code, "reason": reason}
+    send_abort(os.environ[ctl.ENV_CTL], key, msg)
+
+
+def send_abort(address: str, key: bytes, msg: dict[str, Any]) -> None:
+    """Send the ``abort`` message ``msg`` to the controller at ``address``, on a socket of
+    its own; return once it has left, or :data:`ABORT_LINGER` seconds have passed."""
+    import zmq
+
     ctx: zmq.Context[Any] = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.IDENTITY, ctl.identity(rank))
+    sock.setsockopt(zmq.IDENTITY, ctl.identity(int(msg["rank"])))
     sock.setsockopt(zmq.LINGER, int(ABORT_LINGER * 1000))
-    sock.connect(os.environ[ctl.ENV_CTL])
+    sock.connect(address)
     sock.send(ctl.encode(msg, key))
     sock.close()
     ctx.term()

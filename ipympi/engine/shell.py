@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any, Callable
 
 import zmq
+from IPython.core import page
 from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 from IPython.core.interactiveshell import InteractiveShell
@@ -41,14 +42,23 @@ from .._control import format_call
 from .._errors import Exception as MPIException
 from .._introspect import describe_location
 from .capture import FLUSH_INTERVAL, FdCapture, RankStream
+from .errors import (
+    MPI_EXCEPTION,
+    error_content,
+    is_mpi_exception,
+    up_to_mpi_call,
+    without_frames_of,
+)
 from .inputs import RankTransformerManager
-from .leftovers import Leftovers
+from .leftovers import LATE_ARRIVALS, Leftovers
+from .names import UserNames
 from .protocol import Message, ProtocolError, Signer
 
 __all__ = [
     "Engine",
     "EngineIO",
     "RankShell",
+    "UserNames",
     "close_io",
     "make_shell",
     "open_io",
@@ -56,8 +66,6 @@ __all__ = [
     "say_hello",
     "serve_until_shutdown",
 ]
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 class EngineIO:
@@ -179,13 +187,21 @@ class RankShell(InteractiveShell):
         """IPython's, without tokenizing cells of plain Python (see :mod:`.inputs`)."""
         return RankTransformerManager()
 
+    def init_hooks(self) -> None:
+        """IPython's hooks, with text for the pager (``obj?``, ``%pdoc``) kept as a
+        payload of the cell's reply, as ipykernel does: the front end opens its pager."""
+        super().init_hooks()
+        self.set_hook("show_in_pager", page.as_hook(self._page), 99)
+
+    def _page(self, text: Any, start: int = 0, **unused: Any) -> None:
+        data = text if isinstance(text, dict) else {"text/plain": text}
+        self.payload_manager.write_payload({"source": "page", "data": data, "start": max(0, start)})
+
     def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
         io = self.engine_io
-        content = {
-            "ename": getattr(etype, "__name__", str(etype)),
-            "evalue": str(evalue),
-            "traceback": list(stb),
-        }
+        runtime = sys.modules.get("ipympi._runtime")  # the built-in MPI, where it runs
+        engine = getattr(runtime, "_engine", None)
+        content = error_content(etype, evalue, stb, engine.dead_peers.values() if engine else ())
         if etype is KeyboardInterrupt and self.interrupted_at:
             content["where"] = self.interrupted_at
         if io is None:
@@ -196,11 +212,11 @@ class RankShell(InteractiveShell):
     def _get_exc_info(self, exc_tuple: Any = None) -> Any:
         etype, value, tb = super()._get_exc_info(exc_tuple)
         if etype is KeyboardInterrupt:
-            tb = _without_frames_of(tb, Engine.on_sigint.__code__)
+            tb = without_frames_of(tb, Engine.on_sigint.__code__)
         if isinstance(etype, type) and issubclass(etype, (KeyboardInterrupt, MPIException)):
             # As with mpi4py, the traceback ends at the user's MPI call: the
             # frames of the MPI implementation say nothing about the user's code.
-            tb = _up_to_mpi_call(tb)
+            tb = up_to_mpi_call(tb)
         return etype, value, tb
 
     def enable_gui(self, gui: str | None = None) -> None:
@@ -209,31 +225,6 @@ class RankShell(InteractiveShell):
 
 
 # -- where was a rank interrupted ----------------------------------------------------------
-def _without_frames_of(tb: Any, code: Any) -> Any:
-    """``tb`` without the entries of ``code`` (the SIGINT handler that raised)."""
-    while tb is not None and tb.tb_frame.f_code is code:
-        tb = tb.tb_next
-    head = tb
-    while tb is not None and tb.tb_next is not None:
-        if tb.tb_next.tb_frame.f_code is code:
-            tb.tb_next = tb.tb_next.tb_next
-        else:
-            tb = tb.tb_next
-    return head
-
-
-def _up_to_mpi_call(tb: Any) -> Any:
-    """``tb`` cut before the first frame inside ipympi that follows user code."""
-    head, previous = tb, None
-    while tb is not None:
-        inside = tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR)
-        if inside and previous is not None:
-            previous.tb_next = None
-            break
-        previous, tb = tb, tb.tb_next
-    return head
-
-
 def describe_interruption(frame: Any) -> str:
     """Where the main thread is, in words: its MPI call (if blocked) and its line."""
     parts = []
@@ -268,9 +259,13 @@ class Engine:
             "inspect": self.on_inspect,
             "shutdown": self.on_shutdown,
             "recover": self.on_recover,
+            "leftovers": self.on_leftovers,
         }
         self.running = True
         self.leftovers = Leftovers()
+        self._user_names = UserNames()
+        self._names: frozenset[str] = frozenset()  # the user's variables the controller knows
+        self._traffic: tuple[tuple[int, ...], ...] = ((), ())  # the message counts it knows
 
     def on_sigint(self, signum: int, frame: Any) -> None:
         if not self.executing:
@@ -351,17 +346,41 @@ class Engine:
         content: dict[str, Any] = {"execution_count": shell.execution_count - 1}
         if not store_history:
             content["execution_count"] = shell.execution_count
+        payload = shell.payload_manager.read_payload()
+        if payload:
+            shell.payload_manager.clear_payload()
+            content["payload"] = payload
         error = result.error_before_exec or result.error_in_exec or mismatch
         if mismatch is not None:
-            text = str(mismatch)
             self.io.send_after_output(
-                "error", {"ename": "Exception", "evalue": text, "traceback": [f"Exception: {text}"]}
+                "error", error_content(type(mismatch), mismatch, [f"Exception: {mismatch}"])
             )
         if error is not None:
-            content.update(status="error", ename=type(error).__name__, evalue=str(error))
+            ename = MPI_EXCEPTION if is_mpi_exception(type(error)) else type(error).__name__
+            content.update(status="error", ename=ename, evalue=str(error))
             if isinstance(error, KeyboardInterrupt) and shell.interrupted_at:
                 content["where"] = shell.interrupted_at
+        self.note_names(content)
+        self.note_traffic(content)
         self.reply(content, buffers)
+
+    def note_traffic(self, content: dict[str, Any]) -> None:
+        """Add the counts of messages sent and arrived that the cell's leftover check
+        saw (:mod:`.leftovers`) to a reply's ``content`` when they have changed."""
+        counts = self.leftovers.traffic
+        if counts != self._traffic:
+            self._traffic = counts
+            content["p2p"] = {"sent": list(counts[0]), "arrived": list(counts[1])}
+
+    def note_names(self, content: dict[str, Any]) -> None:
+        """Add the user's variables to a reply's ``content`` when they have changed.
+
+        The controller names them when the world they live in ends.
+        """
+        names = self._user_names.look(self.shell)
+        if names != self._names:
+            self._names = names
+            content["names"] = sorted(names)
 
     def check_after_cell(
         self, take_mismatch: bool, interrupted: bool = False
@@ -390,7 +409,9 @@ class Engine:
         if not isinstance(values, dict):
             raise TypeError("push needs a dict of names to values")
         self.shell.user_ns.update(values)
-        self.reply({"names": sorted(values)})
+        content: dict[str, Any] = {}
+        self.note_names(content)
+        self.reply(content)
 
     def on_pull(self, msg: Message) -> None:
         names = list(msg.content.get("names", []))
@@ -464,6 +485,17 @@ class Engine:
         finally:
             engine.leave()
         self.reply({"positions": {str(k): v for k, v in positions.items()}})
+
+    def on_leftovers(self, msg: Message) -> None:
+        """Wait for messages still on their way to this rank, then report what the
+        cell left (``expect``: per rank, the messages each sender has sent it)."""
+        from .. import _runtime
+
+        expect = dict(msg.content.get("expect") or {}).get(str(self.io.rank)) or {}
+        expected = {int(sender): int(count) for sender, count in expect.items()}
+        self.leftovers.await_arrivals(_runtime._engine, expected, LATE_ARRIVALS)
+        self.check_after_cell(take_mismatch=False)
+        self.reply({})
 
     def on_shutdown(self, msg: Message) -> None:
         self.reply({})
