@@ -136,7 +136,7 @@ class _TypeImpl:
             None,
             None,
             true_extent=layout.true_ub - layout.true_lb,
-            msg_ok=all(table[int(i)].msg_ok for i in layout.leaf_ids),
+            msg_ok=all(table[i].msg_ok for i in layout.leaf_set),
             predefined=False,
             combiner=combiner,
         )

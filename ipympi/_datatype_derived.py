@@ -2,7 +2,8 @@
 
 :class:`DerivedMixin` holds the ``Datatype`` methods that build, decode and pack derived
 datatypes; ``Datatype`` in :mod:`ipympi._datatype` inherits them. The layouts themselves
-come from :mod:`ipympi._typemap`, the copies from :mod:`ipympi._typemap_copy`.
+come from :mod:`ipympi._typemap` (and :mod:`ipympi._typemap_grid`), the copies from
+:mod:`ipympi._typemap_copy`.
 
 Envelopes and contents hold Python integers, which have no size limit: a count beyond a
 C int is reported as it was given, as MPI 4's large-count (``_c``) calls report it.
@@ -18,6 +19,8 @@ import numpy as np
 
 from . import _typemap as tm
 from . import _typemap_copy as tc
+from . import _typemap_count as tcount
+from . import _typemap_grid as tg
 from ._constants import (
     COMBINER_CONTIGUOUS,
     COMBINER_DARRAY,
@@ -85,24 +88,26 @@ def _ints(values: Any, what: str) -> list[int]:
         return [int(v) for v in values.reshape(-1).tolist()]
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise MPIException(ERR_ARG, f"{what} must be a sequence of ints, not {values!r}")
-    return [_int(v, what) for v in values]
+    try:
+        return [operator.index(v) for v in values]
+    except TypeError:
+        return [_int(v, what) for v in values]  # raises for the first non-integer
 
 
 def _counts(values: Any, what: str) -> list[int]:
     counts = _ints(values, what)
-    for count in counts:
-        if count < 0:
-            raise MPIException(ERR_COUNT, f"{what} must not be negative; got {count}")
+    if counts and min(counts) < 0:
+        raise MPIException(ERR_COUNT, f"{what} must not be negative; got {min(counts)}")
     return counts
 
 
 def _same_length(call: str, **arrays: Sequence[Any]) -> int:
     """The common length of ``arrays``; ``ValueError`` (as mpi4py) when they differ."""
-    lengths = {name: len(values) for name, values in arrays.items()}
-    if len(set(lengths.values())) > 1:
-        shown = ", ".join(f"{n}={k}" for n, k in lengths.items())
+    lengths = [len(values) for values in arrays.values()]
+    if lengths.count(lengths[0]) != len(lengths):
+        shown = ", ".join(f"{n}={k}" for n, k in zip(arrays, lengths))
         raise ValueError(f"{call}: the sequences differ in length ({shown})")
-    return next(iter(lengths.values()))
+    return lengths[0]
 
 
 def _check(condition: bool, error: int, message: str) -> None:
@@ -113,7 +118,7 @@ def _check(condition: bool, error: int, message: str) -> None:
 def check_span(layout: tm.Layout, nbytes: int, origin: int, count: int, call: str) -> None:
     """Raise ``ERR_BUFFER`` unless the data of ``count`` elements from byte ``origin`` lie
     inside a buffer of ``nbytes`` bytes."""
-    if count <= 0 or not len(layout.off):
+    if count <= 0 or not layout.packed:
         return
     spread = (count - 1) * layout.extent
     low = origin + layout.data_lo + min(spread, 0)
@@ -265,7 +270,7 @@ class DerivedMixin:
                 f"Create_subarray: subsize {sub} at start {start} does not fit in size {size}",
             )
         old = self._base("Create_subarray")
-        layout = tm.subarray(old.layout, sizes_, subsizes_, starts_, order)
+        layout = tg.subarray(old.layout, sizes_, subsizes_, starts_, order)
         contents = ([ndims, *sizes_, *subsizes_, *starts_, order], [], [old])
         return self._derive(layout, COMBINER_SUBARRAY, contents)
 
@@ -297,7 +302,7 @@ class DerivedMixin:
         for gsize, distrib, darg, psize in zip(g, d, a, p):
             _check_distribution(gsize, distrib, darg, psize)
         old = self._base("Create_darray")
-        layout = tm.darray(old.layout, rank, g, d, a, p, order)
+        layout = tg.darray(old.layout, rank, g, d, a, p, order)
         contents = ([size, rank, ndims, *g, *d, *a, *p, order], [], [old])
         return self._derive(layout, COMBINER_DARRAY, contents)
 
@@ -447,11 +452,11 @@ class DerivedMixin:
 
     def _elements_in(self, nbytes: int) -> int:
         """Basic elements in ``nbytes`` of message data, or ``UNDEFINED``."""
-        return tm.elements_in(self._live().layout, nbytes)
+        return tcount.elements_in(self._live().layout, nbytes)
 
     def _bytes_of_elements(self, count: int) -> int:
         """Message bytes of the first ``count`` basic elements."""
-        return tm.bytes_of_elements(self._live().layout, count)
+        return tcount.bytes_of_elements(self._live().layout, count)
 
 
 def _check_distribution(gsize: int, distrib: int, darg: int, psize: int) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ._typemap import Layout, complete_bytes, leaves
+from ._typemap import Layout, leaves
+from ._typemap_count import complete_bytes
 
 __all__ = ["ext32_size", "from_external", "gather", "scatter", "to_external"]
 
