@@ -581,6 +581,9 @@ def Aint_diff(addr1: int, addr2: int) -> int:
 
 # external32 sizes that differ from the native ones (MPI-2.2 Table 13.2).
 _EXT32_SIZES = {"LONG": 4, "UNSIGNED_LONG": 4, "WCHAR": 2, "LONG_INT": 4}
+# Alignments of the types numpy lacks, as C and Fortran compilers give them on 64-bit
+# platforms (a 16-byte integer as __int128; half-precision parts as _Float16).
+_OPAQUE_ALIGN = {"INTEGER16": 16, "LOGICAL16": 16, "COMPLEX4": 2, "BFLOAT16_T": 2}
 
 
 def _leaf_key(dtype: np.dtype[Any]) -> tuple[str, int]:
@@ -618,7 +621,7 @@ def predefined_layout(impl: _TypeImpl) -> tm.Layout:
         name=impl.name,
         dtype=dtype,
         size=impl.size,
-        align=dtype.alignment,
+        align=_OPAQUE_ALIGN.get(impl.key or "", dtype.alignment),
         key=key,
         parts=parts,
         ext32=None if None in ext else ext,  # type: ignore[arg-type]
