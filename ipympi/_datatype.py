@@ -127,7 +127,6 @@ class _TypeImpl:
         cls, layout: tm.Layout, combiner: int, contents: tuple[list[int], list[int], list[Any]]
     ) -> _TypeImpl:
         """A new, uncommitted derived datatype with the given typemap."""
-        table = tm.leaves()
         impl = cls(
             None,
             "",
@@ -136,7 +135,7 @@ class _TypeImpl:
             None,
             None,
             true_extent=layout.true_ub - layout.true_lb,
-            msg_ok=all(table[i].msg_ok for i in layout.leaf_set),
+            msg_ok=layout.msg_ok,
             predefined=False,
             combiner=combiner,
         )

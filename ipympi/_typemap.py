@@ -149,7 +149,8 @@ class Layout:
     Layouts are immutable once shared (a ``Dup`` shares its parent's). ``key``
     identifies "the same type" for struct padding: a leaf's key for predefined types, the
     layout itself otherwise. ``marker`` is -1/+1 for the MPI-1 bound markers ``LB``/``UB``.
-    ``leaf_set`` holds the ids of the leaves in the signature.
+    ``leaf_set`` holds the ids of the leaves in the signature, ``msg_ok`` whether all of
+    them may describe message data.
     """
 
     __slots__ = (
@@ -164,6 +165,7 @@ class Layout:
         "lb",
         "leaf_set",
         "marker",
+        "msg_ok",
         "nelem",
         "packed",
         "size",
@@ -181,6 +183,7 @@ class Layout:
         data: tuple[int, int],
         align: int,
         leaf_set: frozenset[int],
+        msg_ok: bool = True,
         *,
         pieces: Pieces = (),
         runs: Runs | None = None,
@@ -195,6 +198,7 @@ class Layout:
         self.data_lo, self.data_hi = data
         self.align = align
         self.leaf_set = leaf_set
+        self.msg_ok = msg_ok
         self._pieces = pieces
         self._runs = runs
         self._sig = sig
@@ -307,6 +311,7 @@ def leaf_layout(leaf_id: int, extent: int, true_extent: int) -> Layout:
         (int(runs[0][0]), int((runs[0] + runs[1]).max())),
         leaf.align,
         frozenset((leaf_id,)),
+        leaf.msg_ok,
         runs=runs,
         sig=(np.array([leaf_id], dtype=np.int32), np.array([1], dtype=_I64)),
         key=leaf.key,
@@ -350,6 +355,7 @@ def compose(pieces: Pieces, parts: Sequence[Part]) -> Layout:
     size = packed = nelem = 0
     align = 1
     leaf_set = _NO_LEAVES
+    msg_ok = True
     for child, low, high, copies in parts:
         if low + child.lb < lb:
             lb = low + child.lb
@@ -369,10 +375,12 @@ def compose(pieces: Pieces, parts: Sequence[Part]) -> Layout:
             nelem += child.nelem * copies
             if not child.leaf_set <= leaf_set:
                 leaf_set = leaf_set | child.leaf_set
+                msg_ok = msg_ok and child.msg_ok
         if child.align > align:
             align = child.align
     bounds = (lb, ub, tlb, tub)
-    return Layout(size, packed, nelem, bounds, (dlo, dhi), align, leaf_set, pieces=pieces)
+    data = (dlo, dhi)
+    return Layout(size, packed, nelem, bounds, data, align, leaf_set, msg_ok, pieces=pieces)
 
 
 def _single(piece: Piece) -> bool:
@@ -583,6 +591,7 @@ def resized(child: Layout, lb: int, extent: int) -> Layout:
         (child.data_lo, child.data_hi),
         child.align,
         child.leaf_set,
+        child.msg_ok,
         pieces=((child, (0,), (1,)),),
     )
 

@@ -18,7 +18,8 @@ from ipympi import _datatype as D
 from ipympi import _typemap as tm
 from ipympi._constants import DISTRIBUTE_BLOCK, DISTRIBUTE_CYCLIC, ORDER_C, ORDER_F
 
-BASES = ["CHAR", "SHORT", "INT", "DOUBLE", "LONG_DOUBLE", "DOUBLE_INT", "SHORT_INT", "C_BOOL"]
+BASES = ["CHAR", "SHORT", "INT", "DOUBLE", "LONG_DOUBLE", "DOUBLE_INT", "SHORT_INT", "C_BOOL",
+         "INTEGER16"]  # fmt: skip
 
 
 def random_type(rng: random.Random, depth: int) -> D.Datatype:
@@ -75,6 +76,7 @@ def scalars_from_arrays(layout: tm.Layout) -> dict[str, Any]:
         "run_bytes": int(length.sum()),
         "nelem": sum(len(table[int(i)].parts) * int(c) for i, c in zip(sig_leaf, sig_count)),
         "leaf_set": {int(i) for i in sig_leaf},
+        "msg_ok": all(table[int(i)].msg_ok for i in sig_leaf),
         "data": (int(off.min()), int((off + length).max())) if len(off) else (0, 0),
     }
 
@@ -88,6 +90,7 @@ def test_scalars_agree_with_arrays(seed: int) -> None:
     assert layout.size == expected["size"] == expected["run_bytes"]
     assert layout.nelem == expected["nelem"]
     assert set(layout.leaf_set) == expected["leaf_set"]
+    assert layout.msg_ok == expected["msg_ok"]
     assert (layout.data_lo, layout.data_hi) == expected["data"]
     if layout.packed:
         assert layout.true_lb <= layout.data_lo and layout.data_hi <= layout.true_ub
