@@ -47,6 +47,7 @@ from ._constants import (
 )
 from ._errors import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_RANK, ERR_TRUNCATE, ERR_TYPE
 from ._errors import Exception as MPIException
+from ._extfloat import external_floats
 
 if TYPE_CHECKING:
     from ._datatype import Datatype, _TypeImpl
@@ -592,11 +593,14 @@ def _leaf_key(dtype: np.dtype[Any]) -> tuple[str, int]:
     return (kind or dtype.kind, dtype.itemsize)
 
 
-def _ext32_part(dtype: np.dtype[Any], key: str | None) -> np.dtype[Any] | None:
-    """The big-endian dtype of a basic element in external32 form, if ipympi has one."""
+def _ext32_part(dtype: np.dtype[Any], key: str | None) -> tm.Ext32Part | None:
+    """The big-endian dtype of a basic element in external32 form, or the conversion of
+    long doubles (IEEE binary128), if ipympi has one."""
     kind, size = dtype.kind, dtype.itemsize
-    if kind == "V" or (kind == "f" and size > 8) or (kind == "c" and size > 16):
+    if kind == "V":
         return None
+    if (kind == "f" and size > 8) or (kind == "c" and size > 16):
+        return external_floats(dtype)
     if kind == "b":
         return np.dtype("?")
     size = _EXT32_SIZES.get(key or "", size)

@@ -46,7 +46,10 @@ from typing import Any, Union
 
 import numpy as np
 
+from ._extfloat import ExternalFloats
+
 __all__ = [
+    "Ext32Part",
     "Layout",
     "Leaf",
     "Piece",
@@ -65,6 +68,9 @@ __all__ = [
     "zerolen",
 ]
 
+# An external32 part: a big-endian numpy dtype, or a conversion of long doubles.
+Ext32Part = Union[np.dtype[Any], ExternalFloats]
+
 _I64 = np.int64
 _NONE = np.zeros(0, dtype=_I64)
 _NO_LEAF = np.zeros(0, dtype=np.int32)
@@ -79,8 +85,10 @@ class Leaf:
 
     ``dtype`` is the numpy dtype of one leaf in packed form (itemsize ``packed``);
     ``parts`` its basic elements as (byte offset, numpy dtype), two for the pair types;
-    ``ext32`` the big-endian numpy dtypes of those parts in the external32 representation,
-    or ``None`` when ipympi cannot convert the type. ``key`` groups leaves that MPICH
+    ``ext32`` the big-endian numpy dtypes of those parts in the external32 representation
+    (or, for long doubles, their conversion to IEEE binary128: an
+    :class:`ipympi._extfloat.ExternalFloats`), or ``None`` when ipympi cannot convert
+    the type. ``key`` groups leaves that MPICH
     treats as one type when deciding whether ``Create_struct`` pads (all 4-byte integers,
     for instance).
     """
@@ -91,7 +99,7 @@ class Leaf:
     align: int
     key: Hashable
     parts: tuple[tuple[int, np.dtype[Any]], ...]
-    ext32: tuple[np.dtype[Any], ...] | None
+    ext32: tuple[Ext32Part, ...] | None
     msg_ok: bool = True
 
     @property
