@@ -17,6 +17,7 @@ from . import (
     _comm,
     _constants,
     _datatype,
+    _datatype_lookup,
     _errhandling,
     _errors,
     _grequest,
@@ -105,6 +106,8 @@ del _name
 _addressof = _handle.addressof
 _handleof = _handle.handleof
 _sizeof = _handle.sizeof
+# mpi4py's private alignment helper, which mpi4py.util.dtlib uses (see _datatype_lookup).
+_typealign = _datatype_lookup.typealign
 
 
 def __getattr__(name: str) -> Any:

@@ -513,7 +513,7 @@ def absolute_memory(low: int, high: int) -> memoryview:
 
 def data_span(layout: Any, count: int) -> tuple[int, int]:
     """Bytes ``[low, high)`` that ``count`` elements touch, relative to their origin."""
-    if count <= 0 or not len(layout.off):
+    if count <= 0 or not layout.packed:
         return 0, 0
     spread = (count - 1) * layout.extent
     return layout.data_lo + min(spread, 0), layout.data_hi + max(spread, 0)

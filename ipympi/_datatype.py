@@ -32,7 +32,7 @@ from ._datatype_derived import (
     Get_address,
     predefined_layout,
 )
-from ._datatype_lookup import LookupMixin
+from ._datatype_lookup import LookupMixin, original
 from ._errors import ERR_TYPE
 from ._errors import Exception as MPIException
 from ._handle import Handle, Kind, register
@@ -127,7 +127,6 @@ class _TypeImpl:
         cls, layout: tm.Layout, combiner: int, contents: tuple[list[int], list[int], list[Any]]
     ) -> _TypeImpl:
         """A new, uncommitted derived datatype with the given typemap."""
-        table = tm.leaves()
         impl = cls(
             None,
             "",
@@ -136,7 +135,7 @@ class _TypeImpl:
             None,
             None,
             true_extent=layout.true_ub - layout.true_lb,
-            msg_ok=all(table[int(i)].msg_ok for i in layout.leaf_ids),
+            msg_ok=layout.msg_ok,
             predefined=False,
             combiner=combiner,
         )
@@ -317,9 +316,7 @@ class Datatype(TypeAttributes, DerivedMixin, LookupMixin, Handle):
 
         Raises ``ValueError`` for types without a code (pair types, null, derived).
         """
-        impl = self._impl
-        while impl.combiner == COMBINER_DUP and impl.parent is not None:
-            impl = impl.parent
+        impl = original(self._impl)
         if impl.code is None:
             raise ValueError(f"cannot map {impl.name or 'derived datatype'} to a type code")
         return impl.code
@@ -388,9 +385,10 @@ def _basic(key: str, name: str, dtype: str | None, code: str | None, size: int =
     return handle
 
 
-def _opaque(key: str, name: str, size: int, *, msg_ok: bool) -> Datatype:
-    """Define a predefined datatype without a numpy equivalent."""
-    impl = _TypeImpl(key, name, size, size, None, None, msg_ok=msg_ok)
+def _opaque(key: str, name: str, size: int, *, msg_ok: bool, code: str | None = None) -> Datatype:
+    """Define a predefined datatype without a numpy equivalent (``code``: its type code,
+    if it has one)."""
+    impl = _TypeImpl(key, name, size, size, None, code, msg_ok=msg_ok)
     handle = Datatype._from_impl(impl)
     _NAMED[key] = handle
     return handle
@@ -473,8 +471,7 @@ CXX_LONG_DOUBLE_COMPLEX = _basic("CXX_LONG_DOUBLE_COMPLEX", "MPI_CXX_LONG_DOUBLE
 
 # Untyped bytes and address-sized integers
 BYTE = _basic("BYTE", "MPI_BYTE", "B", "B")
-PACKED = _opaque("PACKED", "MPI_PACKED", 1, msg_ok=True)
-PACKED._impl.code = "B"
+PACKED = _opaque("PACKED", "MPI_PACKED", 1, msg_ok=True, code="B")
 AINT = _basic("AINT", "MPI_AINT", "p", "p")
 OFFSET = _basic("OFFSET", "MPI_OFFSET", "q", "p")
 COUNT = _basic("COUNT", "MPI_COUNT", "q", "p")
@@ -495,17 +492,18 @@ F_COMPLEX = _alias("F_COMPLEX", COMPLEX)
 F_FLOAT_COMPLEX = _alias("F_FLOAT_COMPLEX", COMPLEX)
 F_DOUBLE_COMPLEX = _alias("F_DOUBLE_COMPLEX", DOUBLE_COMPLEX)
 
-# Optional Fortran sized types; those numpy cannot represent carry no dtype
+# Optional Fortran sized types; those numpy cannot represent carry no dtype, and the
+# codes of their kind and size (a logical of more than one byte is an integer of its size)
 INTEGER1 = _basic("INTEGER1", "MPI_INTEGER1", "i1", "i1")
 INTEGER2 = _basic("INTEGER2", "MPI_INTEGER2", "i2", "i2")
 INTEGER4 = _basic("INTEGER4", "MPI_INTEGER4", "i4", "i4")
 INTEGER8 = _basic("INTEGER8", "MPI_INTEGER8", "i8", "i8")
-INTEGER16 = _opaque("INTEGER16", "MPI_INTEGER16", 16, msg_ok=False)
+INTEGER16 = _opaque("INTEGER16", "MPI_INTEGER16", 16, msg_ok=False, code="i16")
 REAL2 = _basic("REAL2", "MPI_REAL2", "f2", "f2")
 REAL4 = _basic("REAL4", "MPI_REAL4", "f4", "f4")
 REAL8 = _basic("REAL8", "MPI_REAL8", "f8", "f8")
 REAL16 = _basic("REAL16", "MPI_REAL16", "g", "f16")
-COMPLEX4 = _opaque("COMPLEX4", "MPI_COMPLEX4", 4, msg_ok=False)
+COMPLEX4 = _opaque("COMPLEX4", "MPI_COMPLEX4", 4, msg_ok=False, code="c4")
 COMPLEX8 = _basic("COMPLEX8", "MPI_COMPLEX8", "c8", "c8")
 COMPLEX16 = _basic("COMPLEX16", "MPI_COMPLEX16", "c16", "c16")
 COMPLEX32 = _basic("COMPLEX32", "MPI_COMPLEX32", "G", "c32")
@@ -513,7 +511,7 @@ LOGICAL1 = _basic("LOGICAL1", "MPI_LOGICAL1", "i1", "i1")
 LOGICAL2 = _basic("LOGICAL2", "MPI_LOGICAL2", "i2", "i2")
 LOGICAL4 = _basic("LOGICAL4", "MPI_LOGICAL4", "i4", "i4")
 LOGICAL8 = _basic("LOGICAL8", "MPI_LOGICAL8", "i8", "i8")
-LOGICAL16 = _opaque("LOGICAL16", "MPI_LOGICAL16", 16, msg_ok=False)
+LOGICAL16 = _opaque("LOGICAL16", "MPI_LOGICAL16", 16, msg_ok=False, code="i16")
 
 # (value, index) pairs for MINLOC and MAXLOC
 SHORT_INT = _pair("SHORT_INT", "MPI_SHORT_INT", "h")
@@ -555,6 +553,7 @@ _FORMATS: dict[str, Datatype] = {
     "u1": UINT8_T, "u2": UINT16_T, "u4": UINT32_T, "u8": UINT64_T,
     "f2": FLOAT16_T, "f4": FLOAT, "f8": DOUBLE, "f16": LONG_DOUBLE,
     "c8": C_COMPLEX, "c16": C_DOUBLE_COMPLEX, "c32": C_LONG_DOUBLE_COMPLEX,
+    "i16": INTEGER16, "c4": COMPLEX4,  # sizes numpy lacks
     "M": INT64_T, "M8": INT64_T, "m": INT64_T, "m8": INT64_T,
     # numpy structured arrays with align=True, field names removed
     "T{hxxi}": SHORT_INT, "T{ii}": INT_INT, "T{li}": LONG_INT,

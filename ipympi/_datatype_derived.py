@@ -2,7 +2,8 @@
 
 :class:`DerivedMixin` holds the ``Datatype`` methods that build, decode and pack derived
 datatypes; ``Datatype`` in :mod:`ipympi._datatype` inherits them. The layouts themselves
-come from :mod:`ipympi._typemap`, the copies from :mod:`ipympi._typemap_copy`.
+come from :mod:`ipympi._typemap` (and :mod:`ipympi._typemap_grid`), the copies from
+:mod:`ipympi._typemap_copy`.
 
 Envelopes and contents hold Python integers, which have no size limit: a count beyond a
 C int is reported as it was given, as MPI 4's large-count (``_c``) calls report it.
@@ -18,6 +19,8 @@ import numpy as np
 
 from . import _typemap as tm
 from . import _typemap_copy as tc
+from . import _typemap_count as tcount
+from . import _typemap_grid as tg
 from ._constants import (
     COMBINER_CONTIGUOUS,
     COMBINER_DARRAY,
@@ -44,6 +47,7 @@ from ._constants import (
 )
 from ._errors import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_RANK, ERR_TRUNCATE, ERR_TYPE
 from ._errors import Exception as MPIException
+from ._extfloat import external_floats
 
 if TYPE_CHECKING:
     from ._datatype import Datatype, _TypeImpl
@@ -85,24 +89,26 @@ def _ints(values: Any, what: str) -> list[int]:
         return [int(v) for v in values.reshape(-1).tolist()]
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
         raise MPIException(ERR_ARG, f"{what} must be a sequence of ints, not {values!r}")
-    return [_int(v, what) for v in values]
+    try:
+        return [operator.index(v) for v in values]
+    except TypeError:
+        return [_int(v, what) for v in values]  # raises for the first non-integer
 
 
 def _counts(values: Any, what: str) -> list[int]:
     counts = _ints(values, what)
-    for count in counts:
-        if count < 0:
-            raise MPIException(ERR_COUNT, f"{what} must not be negative; got {count}")
+    if counts and min(counts) < 0:
+        raise MPIException(ERR_COUNT, f"{what} must not be negative; got {min(counts)}")
     return counts
 
 
 def _same_length(call: str, **arrays: Sequence[Any]) -> int:
     """The common length of ``arrays``; ``ValueError`` (as mpi4py) when they differ."""
-    lengths = {name: len(values) for name, values in arrays.items()}
-    if len(set(lengths.values())) > 1:
-        shown = ", ".join(f"{n}={k}" for n, k in lengths.items())
+    lengths = [len(values) for values in arrays.values()]
+    if lengths.count(lengths[0]) != len(lengths):
+        shown = ", ".join(f"{n}={k}" for n, k in zip(arrays, lengths))
         raise ValueError(f"{call}: the sequences differ in length ({shown})")
-    return next(iter(lengths.values()))
+    return lengths[0]
 
 
 def _check(condition: bool, error: int, message: str) -> None:
@@ -113,7 +119,7 @@ def _check(condition: bool, error: int, message: str) -> None:
 def check_span(layout: tm.Layout, nbytes: int, origin: int, count: int, call: str) -> None:
     """Raise ``ERR_BUFFER`` unless the data of ``count`` elements from byte ``origin`` lie
     inside a buffer of ``nbytes`` bytes."""
-    if count <= 0 or not len(layout.off):
+    if count <= 0 or not layout.packed:
         return
     spread = (count - 1) * layout.extent
     low = origin + layout.data_lo + min(spread, 0)
@@ -265,7 +271,7 @@ class DerivedMixin:
                 f"Create_subarray: subsize {sub} at start {start} does not fit in size {size}",
             )
         old = self._base("Create_subarray")
-        layout = tm.subarray(old.layout, sizes_, subsizes_, starts_, order)
+        layout = tg.subarray(old.layout, sizes_, subsizes_, starts_, order)
         contents = ([ndims, *sizes_, *subsizes_, *starts_, order], [], [old])
         return self._derive(layout, COMBINER_SUBARRAY, contents)
 
@@ -297,7 +303,7 @@ class DerivedMixin:
         for gsize, distrib, darg, psize in zip(g, d, a, p):
             _check_distribution(gsize, distrib, darg, psize)
         old = self._base("Create_darray")
-        layout = tm.darray(old.layout, rank, g, d, a, p, order)
+        layout = tg.darray(old.layout, rank, g, d, a, p, order)
         contents = ([size, rank, ndims, *g, *d, *a, *p, order], [], [old])
         return self._derive(layout, COMBINER_DARRAY, contents)
 
@@ -447,11 +453,11 @@ class DerivedMixin:
 
     def _elements_in(self, nbytes: int) -> int:
         """Basic elements in ``nbytes`` of message data, or ``UNDEFINED``."""
-        return tm.elements_in(self._live().layout, nbytes)
+        return tcount.elements_in(self._live().layout, nbytes)
 
     def _bytes_of_elements(self, count: int) -> int:
         """Message bytes of the first ``count`` basic elements."""
-        return tm.bytes_of_elements(self._live().layout, count)
+        return tcount.bytes_of_elements(self._live().layout, count)
 
 
 def _check_distribution(gsize: int, distrib: int, darg: int, psize: int) -> None:
@@ -576,6 +582,9 @@ def Aint_diff(addr1: int, addr2: int) -> int:
 
 # external32 sizes that differ from the native ones (MPI-2.2 Table 13.2).
 _EXT32_SIZES = {"LONG": 4, "UNSIGNED_LONG": 4, "WCHAR": 2, "LONG_INT": 4}
+# Alignments of the types numpy lacks, as C and Fortran compilers give them on 64-bit
+# platforms (a 16-byte integer as __int128; half-precision parts as _Float16).
+_OPAQUE_ALIGN = {"INTEGER16": 16, "LOGICAL16": 16, "COMPLEX4": 2, "BFLOAT16_T": 2}
 
 
 def _leaf_key(dtype: np.dtype[Any]) -> tuple[str, int]:
@@ -584,11 +593,14 @@ def _leaf_key(dtype: np.dtype[Any]) -> tuple[str, int]:
     return (kind or dtype.kind, dtype.itemsize)
 
 
-def _ext32_part(dtype: np.dtype[Any], key: str | None) -> np.dtype[Any] | None:
-    """The big-endian dtype of a basic element in external32 form, if ipympi has one."""
+def _ext32_part(dtype: np.dtype[Any], key: str | None) -> tm.Ext32Part | None:
+    """The big-endian dtype of a basic element in external32 form, or the conversion of
+    long doubles (IEEE binary128), if ipympi has one."""
     kind, size = dtype.kind, dtype.itemsize
-    if kind == "V" or (kind == "f" and size > 8) or (kind == "c" and size > 16):
+    if kind == "V":
         return None
+    if (kind == "f" and size > 8) or (kind == "c" and size > 16):
+        return external_floats(dtype)
     if kind == "b":
         return np.dtype("?")
     size = _EXT32_SIZES.get(key or "", size)
@@ -613,7 +625,7 @@ def predefined_layout(impl: _TypeImpl) -> tm.Layout:
         name=impl.name,
         dtype=dtype,
         size=impl.size,
-        align=dtype.alignment,
+        align=_OPAQUE_ALIGN.get(impl.key or "", dtype.alignment),
         key=key,
         parts=parts,
         ext32=None if None in ext else ext,  # type: ignore[arg-type]

@@ -12,7 +12,12 @@
 * ``Get_value_index`` finds the predefined (value, index) pair type of MINLOC
   and MAXLOC, or ``DATATYPE_NULL`` when there is none (MPI-4.1 §6.9.4).
 * ``typechar`` and ``typestr`` describe a datatype as numpy does (``'i'``,
-  ``'i4'``); types without a numpy equivalent are ``'V'`` and ``'V<extent>'``.
+  ``'i4'``); types without a numpy equivalent are ``'V'`` and ``'V<extent>'``,
+  except the sized Fortran types of sizes numpy lacks, which keep the type string
+  of their kind and size (``'i16'``, ``'c4'``): numpy rejects it with a
+  ``TypeError``, as it rejects those types.
+* :func:`typealign` is mpi4py's private ``MPI._typealign``: the alignment of the
+  elements of a predefined type.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from ._errors import Exception as MPIException
 if TYPE_CHECKING:
     from ._datatype import Datatype, _TypeImpl
 
-__all__ = ["LookupMixin"]
+__all__ = ["LookupMixin", "original", "typealign"]
 
 # Fortran sized types of each type class, smallest first (names in the MPI module).
 _SIZED = {
@@ -62,6 +67,10 @@ _VALUE_INT_PAIRS = {
     "SHORT": "SHORT_INT", "INT": "INT_INT", "LONG": "LONG_INT", "FLOAT": "FLOAT_INT",
     "DOUBLE": "DOUBLE_INT", "LONG_DOUBLE": "LONG_DOUBLE_INT",
 }  # fmt: skip
+
+# typechar of the type codes numpy has no dtype for: no C integer is 16 bytes long, and
+# a complex of two half floats takes the upper case of the half float's 'e'.
+_CHAR_WITHOUT_NUMPY = {"i16": "V", "c4": "E"}
 
 _f90_lock = threading.Lock()
 _f90_types: dict[tuple[int, tuple[int, ...]], _TypeImpl] = {}  # (combiner, args) -> datatype
@@ -99,6 +108,29 @@ def _f90(combiner: int, args: tuple[int, ...], base: Datatype) -> _TypeImpl:
             impl.contents = (list(args), [], [])
             _f90_types[key] = impl
     return impl
+
+
+def original(impl: _TypeImpl) -> _TypeImpl:
+    """The datatype ``impl`` duplicates (through any chain of ``Dup``), or ``impl``."""
+    while impl.combiner == COMBINER_DUP and impl.parent is not None:
+        impl = impl.parent
+    return impl
+
+
+def typealign(datatype: Datatype) -> int | None:
+    """The alignment in bytes of the elements of a predefined datatype (``MPI._typealign``).
+
+    Defined, as in mpi4py, for the types with a type code and their duplicates, and for
+    the (value, index) pair types themselves (the alignment of their C struct); ``None``
+    for every other datatype: derived types, duplicates of pairs, the bound markers and
+    ``DATATYPE_NULL``. mpi4py keeps this helper private (``mpi4py.util.dtlib`` uses it);
+    so does ipympi.
+    """
+    impl = datatype._impl
+    base = original(impl)
+    if base.code is not None or (base is impl and impl.predefined and impl.layout.nelem):
+        return impl.layout.align
+    return None
 
 
 def _no_f90_type(call: str, what: str) -> MPIException:
@@ -194,11 +226,12 @@ class LookupMixin:
         impl = self._impl
         if impl.key == "DATATYPE_NULL":
             return "", ""
-        while impl.combiner == COMBINER_DUP and impl.parent is not None:
-            impl = impl.parent
+        impl = original(impl)
         code = impl.code
         if code is None:
             return "V", f"V{self._live().extent}"
+        if impl.np_dtype is None and code in _CHAR_WITHOUT_NUMPY:
+            return _CHAR_WITHOUT_NUMPY[code], code
         dtype = impl.np_dtype if impl.np_dtype is not None else np.dtype(code)
         char = code if len(code) == 1 else dtype.char
         return char, dtype.str[1:]
@@ -212,5 +245,6 @@ class LookupMixin:
     @property
     def typestr(self) -> str:
         """The numpy type string of the datatype (``'i4'``, ``'f8'``; ``'V<extent>'`` for
-        types numpy has no equivalent of; ``''`` for ``DATATYPE_NULL``)."""
+        types numpy has no equivalent of, but ``'i16'``/``'c4'`` for the sized Fortran
+        types; ``''`` for ``DATATYPE_NULL``)."""
         return self._numpy_code()[1]

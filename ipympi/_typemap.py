@@ -1,69 +1,75 @@
-"""Typemaps: the memory layout of MPI datatypes as numpy arrays (pure, no MPI objects).
+"""Typemaps: the memory layout of MPI datatypes (pure, no MPI objects).
 
 A datatype is a list of (basic type, byte displacement) pairs (MPI-1.1 §3.12). Here the
 basic types are *leaves*, one per predefined datatype (:class:`Leaf`), and a
-:class:`Layout` stores one element of a datatype as three parallel ``int64`` arrays of
-maximal byte *runs* in typemap order:
+:class:`Layout` describes one element of a datatype in two tiers:
 
-* ``off``: where the run starts in memory, relative to the element's origin (the buffer
-  address for element 0; element ``i`` is displaced by ``i * extent``);
-* ``len``: its length in bytes;
-* ``pos``: where it goes in the *packed* form, relative to the element's packed start.
+* Scalars, which every constructor computes at once in a few Python operations per block,
+  so that building, decoding and freeing datatypes stays cheap: the bounds (``lb``/``ub``,
+  ``true_lb``/``true_ub``), the span of the data bytes (``data_lo``/``data_hi``), the
+  size (data bytes), the packed size, the number of basic elements, the alignment and
+  the set of leaves.
+* numpy arrays, built the first time a message, ``Pack`` or an element count needs them
+  and then kept: the maximal byte *runs* in typemap order, as three parallel ``int64``
+  arrays ``off`` (where a run starts in memory, relative to the element's origin; element
+  ``i`` is displaced by ``i * extent``), ``len`` (its length in bytes) and ``pos`` (where
+  it goes in the *packed* form, relative to the element's packed start); and the type
+  signature as a run-length encoded list of leaf ids (``sig_leaf``, ``sig_count``),
+  which Get_elements and external32 need.
+
+The arrays come from the layout's *pieces*: a piece ``(child, starts, counts)`` stands for
+blocks of ``counts[i]`` consecutive copies of the child layout (one child extent apart) at
+byte ``starts[i]``, and a layout's typemap is its pieces' typemaps in order. A struct has
+one piece per block, the other constructors one piece (a resized type: its child at 0,
+whose arrays it shares). Constructors whose pieces are grids of many blocks (vectors,
+subarrays, distributed arrays) give them as a function, called when the arrays are built.
 
 The packed form is the wire format of a message and of ``Pack``: the leaves in typemap
 order without gaps, each leaf taking ``leaf.packed`` bytes. For ordinary leaves that is
 the leaf's size; the (value, int) pair types keep their C struct image (``extent`` bytes
 with zeroed padding), so that a derived type made of pairs and the predefined pair type
-itself carry the same bytes. A Layout also keeps its bounds (``lb``/``ub``, ``true_lb``/
-``true_ub``), its size (data bytes) and its type signature as a run-length encoded list of
-leaf ids (``sig_leaf``, ``sig_count``), which Get_elements and external32 need.
+itself carry the same bytes.
 
 Bounds follow MPICH: every constructor derives them from the bounds of its parts;
 ``Create_struct`` pads the extent to the largest alignment of its parts when the parts
 are not all of one type; zero-length results are the empty type with all bounds 0.
 
-The copy engine (:mod:`ipympi._typemap_copy`) turns layouts into numpy strided views or
+The copy engine (:mod:`ipympi._typemap_copy`) turns the runs into numpy strided views or
 fancy-index gathers; nothing here loops in Python over elements.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
-from ._constants import (
-    DISTRIBUTE_BLOCK,
-    DISTRIBUTE_CYCLIC,
-    DISTRIBUTE_DFLT_DARG,
-    DISTRIBUTE_NONE,
-    ORDER_C,
-    UNDEFINED,
-)
+from ._extfloat import ExternalFloats
 
 __all__ = [
+    "Ext32Part",
     "Layout",
     "Leaf",
-    "bytes_of_elements",
-    "complete_bytes",
+    "Piece",
+    "compose",
     "contiguous",
-    "darray",
-    "darray_indices",
     "element_dtype",
-    "elements_in",
     "hindexed",
     "hvector",
     "leaf_layout",
+    "leaf_table",
     "leaves",
     "marker_layout",
     "register_leaf",
     "resized",
     "struct",
-    "subarray",
     "zerolen",
 ]
+
+# An external32 part: a big-endian numpy dtype, or a conversion of long doubles.
+Ext32Part = Union[np.dtype[Any], ExternalFloats]
 
 _I64 = np.int64
 _NONE = np.zeros(0, dtype=_I64)
@@ -79,8 +85,10 @@ class Leaf:
 
     ``dtype`` is the numpy dtype of one leaf in packed form (itemsize ``packed``);
     ``parts`` its basic elements as (byte offset, numpy dtype), two for the pair types;
-    ``ext32`` the big-endian numpy dtypes of those parts in the external32 representation,
-    or ``None`` when ipympi cannot convert the type. ``key`` groups leaves that MPICH
+    ``ext32`` the big-endian numpy dtypes of those parts in the external32 representation
+    (or, for long doubles, their conversion to IEEE binary128: an
+    :class:`ipympi._extfloat.ExternalFloats`), or ``None`` when ipympi cannot convert
+    the type. ``key`` groups leaves that MPICH
     treats as one type when deciding whether ``Create_struct`` pads (all 4-byte integers,
     for instance).
     """
@@ -91,7 +99,7 @@ class Leaf:
     align: int
     key: Hashable
     parts: tuple[tuple[int, np.dtype[Any]], ...]
-    ext32: tuple[np.dtype[Any], ...] | None
+    ext32: tuple[Ext32Part, ...] | None
     msg_ok: bool = True
 
     @property
@@ -125,32 +133,49 @@ def leaves() -> Sequence[Leaf]:
     return _LEAVES
 
 
+def leaf_table() -> tuple[np.ndarray, np.ndarray]:
+    """Per leaf id: bytes in packed form and number of basic elements (int64 arrays)."""
+    return _PACKED, _PARTS
+
+
 # --- Layouts -----------------------------------------------------------------------------
+
+Runs = tuple[np.ndarray, np.ndarray, np.ndarray]
+Sig = tuple[np.ndarray, np.ndarray]
+# (child, block starts in bytes, block counts): a sequence of ints or an int64 array each.
+Piece = tuple["Layout", Any, Any]
+Pieces = Union[tuple[Piece, ...], Callable[[], tuple[Piece, ...]]]
+
+_EMPTY_RUNS: Runs = (_NONE, _NONE, _NONE)
+_EMPTY_SIG: Sig = (_NO_LEAF, _NONE)
+_NO_LEAVES: frozenset[int] = frozenset()
 
 
 class Layout:
-    """One element of a datatype: runs, bounds, size and signature (see module doc).
+    """One element of a datatype: scalars at once, arrays on demand (see module doc).
 
-    Layouts are immutable and shared (a ``Dup`` shares its parent's). ``key`` identifies
-    "the same type" for struct padding: a leaf's key for predefined types, the layout
-    itself otherwise. ``marker`` is -1/+1 for the MPI-1 bound markers ``LB``/``UB``.
+    Layouts are immutable once shared (a ``Dup`` shares its parent's). ``key``
+    identifies "the same type" for struct padding: a leaf's key for predefined types, the
+    layout itself otherwise. ``marker`` is -1/+1 for the MPI-1 bound markers ``LB``/``UB``.
+    ``leaf_set`` holds the ids of the leaves in the signature, ``msg_ok`` whether all of
+    them may describe message data.
     """
 
     __slots__ = (
         "_cache",
+        "_pieces",
+        "_runs",
+        "_sig",
         "align",
         "data_hi",
         "data_lo",
         "key",
         "lb",
-        "len",
+        "leaf_set",
         "marker",
+        "msg_ok",
         "nelem",
-        "off",
         "packed",
-        "pos",
-        "sig_count",
-        "sig_leaf",
         "size",
         "true_lb",
         "true_ub",
@@ -159,36 +184,87 @@ class Layout:
 
     def __init__(
         self,
-        *,
         size: int,
         packed: int,
+        nelem: int,
         bounds: tuple[int, int, int, int],
+        data: tuple[int, int],
         align: int,
-        runs: tuple[np.ndarray, np.ndarray, np.ndarray],
-        sig: tuple[np.ndarray, np.ndarray],
+        leaf_set: frozenset[int],
+        msg_ok: bool = True,
+        *,
+        pieces: Pieces = (),
+        runs: Runs | None = None,
+        sig: Sig | None = None,
         key: Hashable | None = None,
         marker: int = 0,
     ) -> None:
-        self.size = int(size)
-        self.packed = int(packed)
-        self.lb, self.ub, self.true_lb, self.true_ub = (int(b) for b in bounds)
-        self.align = int(align)
-        self.off, self.len, self.pos = runs
-        self.sig_leaf, self.sig_count = sig
+        self.size = size
+        self.packed = packed
+        self.nelem = nelem
+        self.lb, self.ub, self.true_lb, self.true_ub = bounds
+        self.data_lo, self.data_hi = data
+        self.align = align
+        self.leaf_set = leaf_set
+        self.msg_ok = msg_ok
+        self._pieces = pieces
+        self._runs = runs
+        self._sig = sig
         self.key: Hashable = self if key is None else key
         self.marker = marker
-        if len(self.off):
-            self.data_lo = int(self.off.min())
-            self.data_hi = int((self.off + self.len).max())
-        else:
-            self.data_lo = self.data_hi = 0
-        self.nelem = int((_PARTS[self.sig_leaf] * self.sig_count).sum()) if len(sig[0]) else 0
         self._cache: dict[str, Any] = {}
 
     @property
     def extent(self) -> int:
         """``ub - lb``: the stride between consecutive elements."""
         return self.ub - self.lb
+
+    @property
+    def pieces(self) -> tuple[Piece, ...]:
+        """The blocks of child layouts the typemap is made of (see module doc)."""
+        pieces = self._pieces
+        return pieces() if callable(pieces) else pieces
+
+    @property
+    def runs(self) -> Runs:
+        """``(off, len, pos)``: the maximal byte runs of one element, built once."""
+        runs = self._runs
+        if runs is None:
+            runs = self._runs = _build_runs(self) if self.packed else _EMPTY_RUNS
+        return runs
+
+    @property
+    def off(self) -> np.ndarray:
+        """Memory offset of each run, relative to the element's origin."""
+        return self.runs[0]
+
+    @property
+    def len(self) -> np.ndarray:
+        """Length of each run in bytes."""
+        return self.runs[1]
+
+    @property
+    def pos(self) -> np.ndarray:
+        """Position of each run in the packed form of the element."""
+        return self.runs[2]
+
+    @property
+    def sig(self) -> Sig:
+        """``(sig_leaf, sig_count)``: the run-length encoded type signature, built once."""
+        sig = self._sig
+        if sig is None:
+            sig = self._sig = _build_sig(self) if self.packed else _EMPTY_SIG
+        return sig
+
+    @property
+    def sig_leaf(self) -> np.ndarray:
+        """Leaf id of each signature entry."""
+        return self.sig[0]
+
+    @property
+    def sig_count(self) -> np.ndarray:
+        """Number of consecutive leaves of each signature entry."""
+        return self.sig[1]
 
     @property
     def raw(self) -> bool:
@@ -211,23 +287,21 @@ class Layout:
     def dense(self) -> bool:
         """Whether one element is a single run filling ``[lb, ub)`` exactly."""
         return (
-            len(self.off) == 1
-            and int(self.len[0]) == self.packed == self.extent > 0
-            and int(self.off[0]) == self.lb
+            self.packed == self.extent > 0
+            and self.data_lo == self.lb
+            and len(self.off) == 1
+            and int(self.len[0]) == self.packed
         )
 
     @property
-    def leaf_ids(self) -> np.ndarray:
-        """The distinct leaf ids of the signature."""
-        cached = self._cache.get("leaf_ids")
-        if cached is None:
-            cached = self._cache["leaf_ids"] = np.unique(self.sig_leaf)
-        return cached
+    def leaf_ids(self) -> tuple[int, ...]:
+        """The distinct leaf ids of the signature, in increasing order."""
+        return tuple(sorted(self.leaf_set))
 
     def __repr__(self) -> str:
         return (
             f"<Layout size={self.size} packed={self.packed} lb={self.lb} ub={self.ub} "
-            f"true=({self.true_lb}, {self.true_ub}) runs={len(self.off)}>"
+            f"true=({self.true_lb}, {self.true_ub})>"
         )
 
 
@@ -236,42 +310,95 @@ def leaf_layout(leaf_id: int, extent: int, true_extent: int) -> Layout:
     leaf = _LEAVES[leaf_id]
     off = np.array([p[0] for p in leaf.parts], dtype=_I64)
     length = np.array([p[1].itemsize for p in leaf.parts], dtype=_I64)
-    off, length, pos = _merge(off, length, off.copy())
+    runs = _merge(off, length, off.copy())
     return Layout(
-        size=leaf.size,
-        packed=leaf.packed,
-        bounds=(0, extent, 0, true_extent),
-        align=leaf.align,
-        runs=(off, length, pos),
+        leaf.size,
+        leaf.packed,
+        len(leaf.parts),
+        (0, extent, 0, true_extent),
+        (int(runs[0][0]), int((runs[0] + runs[1]).max())),
+        leaf.align,
+        frozenset((leaf_id,)),
+        leaf.msg_ok,
+        runs=runs,
         sig=(np.array([leaf_id], dtype=np.int32), np.array([1], dtype=_I64)),
         key=leaf.key,
     )
 
 
-def zerolen() -> Layout:
-    """The empty datatype: no data, all bounds 0."""
+def zerolen(marker: int = 0) -> Layout:
+    """The empty datatype: no data, all bounds 0 (a bound marker with ``marker``)."""
+    key = ("marker", marker) if marker else None
     return Layout(
-        size=0,
-        packed=0,
-        bounds=(0, 0, 0, 0),
-        align=1,
-        runs=(_NONE, _NONE, _NONE),
-        sig=(_NO_LEAF, _NONE),
-    )
+        0, 0, 0, (0, 0, 0, 0), (0, 0), 1, _NO_LEAVES, runs=_EMPTY_RUNS, sig=_EMPTY_SIG,
+        key=key, marker=marker,
+    )  # fmt: skip
 
 
 def marker_layout(marker: int) -> Layout:
     """The layout of the MPI-1 pseudo-type ``LB`` (-1) or ``UB`` (+1)."""
-    empty = zerolen()
-    empty.marker = marker
-    empty.key = ("marker", marker)
-    return empty
+    return zerolen(marker)
 
 
-# --- Building blocks ---------------------------------------------------------------------
+# --- Assembling layouts from pieces --------------------------------------------------------
+
+# A part is (child, lowest copy offset, highest copy offset, number of copies): what the
+# scalars of a piece depend on, which each constructor computes in its own cheap way.
+Part = tuple[Layout, int, int, int]
 
 
-Runs = tuple[np.ndarray, np.ndarray, np.ndarray]
+def compose(pieces: Pieces, parts: Sequence[Part]) -> Layout:
+    """The layout whose typemap is ``pieces``, with scalars from their ``parts`` (at
+    least one; offsets are Python ints).
+
+    Bounds follow MPICH's block rule: a block spans its lowest and highest copy, so the
+    bounds are the extreme copies' offsets plus the child's bounds. The data span only
+    counts parts with data. This runs once per derived datatype, so it sticks to plain
+    comparisons.
+    """
+    child, low, high, _ = parts[0]
+    lb, ub = low + child.lb, high + child.ub
+    tlb, tub = low + child.true_lb, high + child.true_ub
+    dlo = dhi = 0
+    size = packed = nelem = 0
+    align = 1
+    leaf_set = _NO_LEAVES
+    msg_ok = True
+    for child, low, high, copies in parts:
+        if low + child.lb < lb:
+            lb = low + child.lb
+        if high + child.ub > ub:
+            ub = high + child.ub
+        if low + child.true_lb < tlb:
+            tlb = low + child.true_lb
+        if high + child.true_ub > tub:
+            tub = high + child.true_ub
+        if child.packed:
+            if not packed or low + child.data_lo < dlo:
+                dlo = low + child.data_lo
+            if not packed or high + child.data_hi > dhi:
+                dhi = high + child.data_hi
+            size += child.size * copies
+            packed += child.packed * copies
+            nelem += child.nelem * copies
+            if not child.leaf_set <= leaf_set:
+                leaf_set = leaf_set | child.leaf_set
+                msg_ok = msg_ok and child.msg_ok
+        if child.align > align:
+            align = child.align
+    bounds = (lb, ub, tlb, tub)
+    data = (dlo, dhi)
+    return Layout(size, packed, nelem, bounds, data, align, leaf_set, msg_ok, pieces=pieces)
+
+
+def _single(piece: Piece) -> bool:
+    """Whether a piece is one copy of its child at offset 0 (the child's typemap)."""
+    _, starts, counts = piece
+    return len(starts) == 1 and starts[0] == 0 and counts[0] == 1
+
+
+def _copies(counts: Any) -> int:
+    return int(counts[0]) if len(counts) == 1 else int(np.sum(counts))
 
 
 def _merge(off: np.ndarray, length: np.ndarray, pos: np.ndarray) -> Runs:
@@ -286,7 +413,7 @@ def _merge(off: np.ndarray, length: np.ndarray, pos: np.ndarray) -> Runs:
     return off[starts], np.add.reduceat(length, starts), pos[starts]
 
 
-def _merge_sig(leaf: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _merge_sig(leaf: np.ndarray, count: np.ndarray) -> Sig:
     """Join adjacent signature entries of the same leaf."""
     if len(leaf) <= 1:
         return leaf, count
@@ -297,79 +424,70 @@ def _merge_sig(leaf: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndar
     return leaf[starts], np.add.reduceat(count, starts)
 
 
-def _tile_sig(child: Layout, copies: int) -> tuple[np.ndarray, np.ndarray]:
-    """The signature of ``copies`` consecutive copies of ``child``."""
-    if len(child.sig_leaf) == 1:
-        return child.sig_leaf, child.sig_count * copies
-    return _merge_sig(np.tile(child.sig_leaf, copies), np.tile(child.sig_count, copies))
-
-
-def _blocks(child: Layout, starts: np.ndarray, counts: np.ndarray) -> Layout:
-    """Blocks of ``counts[i]`` consecutive copies of ``child`` at byte ``starts[i]``.
-
-    Every count must be positive. Bounds follow MPICH's block rule: a block spans its
-    first and last copy (the last is the lowest one for a negative extent).
-    """
+def _piece_runs(child: Layout, starts: Any, counts: Any) -> Runs:
+    """The runs (not yet merged) of blocks of ``counts[i]`` copies of ``child`` at
+    ``starts[i]``, in packed positions from 0."""
+    if len(starts) == 1 and counts[0] == 1:
+        return child.off + int(starts[0]), child.len, child.pos
+    starts, counts = np.asarray(starts, dtype=_I64), np.asarray(counts, dtype=_I64)
     ext = child.extent
-    span = (counts - 1) * ext
-    low, high = np.minimum(span, 0), np.maximum(span, 0)
-    bounds = (
-        int((starts + low).min()) + child.lb,
-        int((starts + high).max()) + child.ub,
-        int((starts + low).min()) + child.true_lb,
-        int((starts + high).max()) + child.true_ub,
-    )
-    total = int(counts.sum())
-    runs: Runs
     if child.dense and ext > 0:
-        pos = np.concatenate(([0], np.cumsum(counts[:-1]))) * child.packed
-        runs = _merge(starts + child.off[0], counts * ext, pos.astype(_I64))
-    elif len(child.off):
-        first = np.repeat(np.cumsum(counts) - counts, counts)
-        disps = np.repeat(starts, counts) + (np.arange(total, dtype=_I64) - first) * ext
-        off = (disps[:, None] + child.off[None, :]).ravel()
-        pos = (np.arange(total, dtype=_I64)[:, None] * child.packed + child.pos[None, :]).ravel()
-        runs = _merge(off, np.tile(child.len, total), pos)
-    else:
-        runs = (_NONE, _NONE, _NONE)
-    return Layout(
-        size=child.size * total,
-        packed=child.packed * total,
-        bounds=bounds,
-        align=child.align,
-        runs=runs,
-        sig=_tile_sig(child, total),
-    )
+        pos = np.concatenate(([0], np.cumsum(counts[:-1]))).astype(_I64) * child.packed
+        return starts + child.lb, counts * ext, pos
+    total = int(counts.sum())
+    first = np.repeat(np.cumsum(counts) - counts, counts)
+    disps = np.repeat(starts, counts) + (np.arange(total, dtype=_I64) - first) * ext
+    off = (disps[:, None] + child.off[None, :]).ravel()
+    pos = (np.arange(total, dtype=_I64)[:, None] * child.packed + child.pos[None, :]).ravel()
+    return off, np.tile(child.len, total), pos
 
 
-def _concat(parts: Sequence[Layout]) -> Layout:
-    """The concatenation of typemaps (the blocks of a struct), bounds min/max."""
-    shifts = np.cumsum([0] + [p.packed for p in parts[:-1]])
-    runs = _merge(
-        np.concatenate([p.off for p in parts]),
-        np.concatenate([p.len for p in parts]),
-        np.concatenate([p.pos + s for p, s in zip(parts, shifts)]),
-    )
-    sig = _merge_sig(
-        np.concatenate([p.sig_leaf for p in parts]), np.concatenate([p.sig_count for p in parts])
-    )
-    return Layout(
-        size=sum(p.size for p in parts),
-        packed=sum(p.packed for p in parts),
-        bounds=(
-            min(p.lb for p in parts),
-            max(p.ub for p in parts),
-            min(p.true_lb for p in parts),
-            max(p.true_ub for p in parts),
-        ),
-        align=max(p.align for p in parts),
-        runs=runs,
-        sig=sig,
-    )
+def _build_runs(layout: Layout) -> Runs:
+    """The merged runs of a layout with data, from its pieces."""
+    pieces = layout.pieces
+    if len(pieces) == 1 and _single(pieces[0]):
+        return pieces[0][0].runs
+    offs, lens, poss = [], [], []
+    shift = 0
+    for child, starts, counts in pieces:
+        if child.packed:
+            off, length, pos = _piece_runs(child, starts, counts)
+            offs.append(off)
+            lens.append(length)
+            poss.append(pos + shift if shift else pos)
+            shift += child.packed * _copies(counts)
+    if len(offs) == 1:
+        return _merge(offs[0], lens[0], poss[0])
+    return _merge(np.concatenate(offs), np.concatenate(lens), np.concatenate(poss))
+
+
+def _build_sig(layout: Layout) -> Sig:
+    """The merged signature of a layout with data, from its pieces."""
+    pieces = layout.pieces
+    if len(pieces) == 1 and _single(pieces[0]):
+        return pieces[0][0].sig
+    leaves_, counts_ = [], []
+    for child, _, counts in pieces:
+        if child.packed:
+            leaf, count = child.sig
+            copies = _copies(counts)
+            if len(leaf) == 1:
+                leaves_.append(leaf)
+                counts_.append(count * copies)
+            else:
+                leaves_.append(np.tile(leaf, copies))
+                counts_.append(np.tile(count, copies))
+    return _merge_sig(np.concatenate(leaves_), np.concatenate(counts_))
 
 
 def _array(values: Sequence[int] | np.ndarray) -> np.ndarray:
     return np.asarray(values, dtype=_I64).reshape(-1)
+
+
+def _span(copies: int, step: int) -> tuple[int, int]:
+    """Lowest and highest of ``0, step, ..., (copies - 1) * step``."""
+    last = (copies - 1) * step
+    return min(last, 0), max(last, 0)
 
 
 # --- Constructors ------------------------------------------------------------------------
@@ -379,31 +497,34 @@ def contiguous(child: Layout, count: int) -> Layout:
     """``count`` copies of ``child``, each one extent after the previous."""
     if count == 0 or child.size == 0:
         return zerolen()
-    return _blocks(child, _array([0]), _array([count]))
+    low, high = _span(count, child.extent)
+    return compose(((child, (0,), (count,)),), ((child, low, high, count),))
 
 
 def hvector(child: Layout, count: int, blocklength: int, stride: int) -> Layout:
     """``count`` blocks of ``blocklength`` copies, block starts ``stride`` bytes apart."""
     if count == 0 or child.size == 0:
         return zerolen()
+    ext = child.extent
     if blocklength == 0:
         # No data, but MPICH still gives the type the bounds of its block grid.
-        ext, last = child.extent, stride * (count - 1)
+        last = stride * (count - 1)
         if ext >= 0:
             lb, ub = child.lb + min(last, 0), child.ub - ext + max(last, 0)
         else:
             lb, ub = child.lb - ext + min(last, 0), child.ub + max(last, 0)
         bounds = (lb, ub, lb + child.true_lb - child.lb, ub + child.true_ub - child.ub)
-        return Layout(
-            size=0,
-            packed=0,
-            bounds=bounds,
-            align=child.align,
-            runs=(_NONE, _NONE, _NONE),
-            sig=(_NO_LEAF, _NONE),
-        )
-    starts = np.arange(count, dtype=_I64) * stride
-    return _blocks(child, starts, np.full(count, blocklength, dtype=_I64))
+        return Layout(0, 0, 0, bounds, (0, 0), child.align, _NO_LEAVES, runs=_EMPTY_RUNS,
+                      sig=_EMPTY_SIG)  # fmt: skip
+    block_low, block_high = _span(count, stride)
+    low, high = _span(blocklength, ext)
+
+    def pieces() -> tuple[Piece, ...]:
+        starts = np.arange(count, dtype=_I64) * stride
+        return ((child, starts, np.full(count, blocklength, dtype=_I64)),)
+
+    part = (child, block_low + low, block_high + high, count * blocklength)
+    return compose(pieces, (part,))
 
 
 def hindexed(
@@ -419,7 +540,10 @@ def hindexed(
         return zerolen()
     if not keep.all():
         counts, starts = counts[keep], starts[keep]
-    return _blocks(child, starts, counts)
+    last = (counts - 1) * child.extent
+    low = int((starts + np.minimum(last, 0)).min())
+    high = int((starts + np.maximum(last, 0)).max())
+    return compose(((child, starts, counts),), ((child, low, high, int(counts.sum())),))
 
 
 def struct(
@@ -433,7 +557,8 @@ def struct(
     ``LB``/``UB`` markers set the bounds of the result (MPI-1.1 §3.12.3). The extent is
     padded to the largest alignment of the parts unless all parts are of one type.
     """
-    parts: list[Layout] = []
+    pieces: list[Piece] = []
+    parts: list[Part] = []
     keys: set[Hashable] = set()
     lb_marks: list[int] = []
     ub_marks: list[int] = []
@@ -443,15 +568,20 @@ def struct(
         if child.marker:
             (lb_marks if child.marker < 0 else ub_marks).append(disp)
             continue
-        parts.append(_blocks(child, _array([disp]), _array([count])))
+        if count == 1:
+            parts.append((child, disp, disp, 1))
+        else:
+            low, high = _span(count, child.extent)
+            parts.append((child, disp + low, disp + high, count))
+        pieces.append((child, (disp,), (count,)))
         keys.add(child.key)
     if not parts:
         result = zerolen()
     else:
-        result = _concat(parts)
+        result = compose(tuple(pieces), parts)
         extent = result.extent
         if len(keys) > 1 and extent > 0 and extent % result.align:
-            result.ub += result.align - extent % result.align
+            result.ub += result.align - extent % result.align  # not shared yet
     if lb_marks or ub_marks:
         lb = min(lb_marks) if lb_marks else result.lb
         ub = max(ub_marks) if ub_marks else result.ub
@@ -462,169 +592,19 @@ def struct(
 def resized(child: Layout, lb: int, extent: int) -> Layout:
     """The same typemap with bounds ``lb`` and ``lb + extent``."""
     return Layout(
-        size=child.size,
-        packed=child.packed,
-        bounds=(lb, lb + extent, child.true_lb, child.true_ub),
-        align=child.align,
-        runs=(child.off, child.len, child.pos),
-        sig=(child.sig_leaf, child.sig_count),
+        child.size,
+        child.packed,
+        child.nelem,
+        (lb, lb + extent, child.true_lb, child.true_ub),
+        (child.data_lo, child.data_hi),
+        child.align,
+        child.leaf_set,
+        child.msg_ok,
+        pieces=((child, (0,), (1,)),),
     )
 
 
-def _grid(child: Layout, dims: Sequence[np.ndarray], strides: Sequence[int], order: int) -> Layout:
-    """Copies of ``child`` at the index grid ``dims`` (sorted indices per dimension) of an
-    array with per-dimension element ``strides``, in the array's storage order."""
-    ext = child.extent
-    if order == ORDER_C:
-        dims, strides = list(dims), list(strides)
-    else:
-        dims, strides = list(dims)[::-1], list(strides)[::-1]
-    if any(len(d) == 0 for d in dims) or child.size == 0:
-        return zerolen()
-    # Runs of consecutive indices in the fastest dimension become blocks.
-    inner = dims[-1]
-    breaks = np.flatnonzero(np.diff(inner) != 1) + 1
-    block_first = inner[np.concatenate(([0], breaks))]
-    block_len = np.diff(np.concatenate(([0], breaks, [len(inner)])))
-    base = np.zeros(1, dtype=_I64)
-    for index, stride in zip(dims[:-1], strides[:-1]):
-        base = (base[:, None] + index[None, :] * stride).ravel()
-    starts = (base[:, None] + block_first[None, :] * strides[-1]).ravel() * ext
-    counts = np.tile(block_len, len(base))
-    return _blocks(child, starts, counts)
-
-
-def _strides(sizes: Sequence[int], order: int) -> list[int]:
-    """Element strides of each dimension of an array of shape ``sizes``."""
-    shape = list(sizes) if order == ORDER_C else list(sizes)[::-1]
-    strides = [int(np.prod(shape[i + 1 :], dtype=_I64)) for i in range(len(shape))]
-    return strides if order == ORDER_C else strides[::-1]
-
-
-def subarray(
-    child: Layout,
-    sizes: Sequence[int],
-    subsizes: Sequence[int],
-    starts: Sequence[int],
-    order: int,
-) -> Layout:
-    """A ``subsizes`` block at ``starts`` of a ``sizes`` array of ``child``; the result
-    spans the whole array (lb 0, extent ``prod(sizes) * extent``)."""
-    dims = [np.arange(s, s + n, dtype=_I64) for s, n in zip(starts, subsizes)]
-    grid = _grid(child, dims, _strides(sizes, order), order)
-    return resized(grid, 0, int(np.prod(sizes, dtype=_I64)) * child.extent)
-
-
-def darray_indices(gsize: int, distrib: int, darg: int, psize: int, coord: int) -> np.ndarray:
-    """The global indices of one dimension that process coordinate ``coord`` owns."""
-    if distrib == DISTRIBUTE_NONE:
-        return np.arange(gsize, dtype=_I64)
-    if distrib == DISTRIBUTE_BLOCK:
-        block = -(-gsize // psize) if darg == DISTRIBUTE_DFLT_DARG else darg
-        return np.arange(coord * block, min((coord + 1) * block, gsize), dtype=_I64)
-    assert distrib == DISTRIBUTE_CYCLIC
-    block = 1 if darg == DISTRIBUTE_DFLT_DARG else darg
-    index = np.arange(gsize, dtype=_I64)
-    return index[(index // block) % psize == coord]
-
-
-def darray(
-    child: Layout,
-    rank: int,
-    gsizes: Sequence[int],
-    distribs: Sequence[int],
-    dargs: Sequence[int],
-    psizes: Sequence[int],
-    order: int,
-) -> Layout:
-    """The part of a ``gsizes`` array of ``child`` that ``rank`` of a row-major process
-    grid ``psizes`` owns; the result spans the whole array."""
-    coords = np.unravel_index(rank, tuple(psizes)) if psizes else ()
-    dims = [
-        darray_indices(g, d, a, p, int(c))
-        for g, d, a, p, c in zip(gsizes, distribs, dargs, psizes, coords)
-    ]
-    grid = _grid(child, dims, _strides(gsizes, order), order)
-    return resized(grid, 0, int(np.prod(gsizes, dtype=_I64)) * child.extent)
-
-
-# --- Counting basic elements -------------------------------------------------------------
-
-
-def _entry_table(layout: Layout) -> tuple[np.ndarray, np.ndarray]:
-    """Cumulative packed bytes and basic elements at the end of each signature entry."""
-    cached = layout._cache.get("entries")
-    if cached is None:
-        cached = (
-            np.cumsum(_PACKED[layout.sig_leaf] * layout.sig_count),
-            np.cumsum(_PARTS[layout.sig_leaf] * layout.sig_count),
-        )
-        layout._cache["entries"] = cached
-    return cached
-
-
-def _prefix(layout: Layout, nbytes: int) -> tuple[int, int, bool]:
-    """For ``0 <= nbytes < layout.packed``: the basic elements complete within the first
-    ``nbytes`` packed bytes of one element, the byte just past the last of them, and
-    whether ``nbytes`` falls on an element boundary (or in padding)."""
-    if nbytes == 0:
-        return 0, 0, True
-    byte_end, elem_end = _entry_table(layout)
-    entry = int(np.searchsorted(byte_end, nbytes, side="right"))
-    byte0 = int(byte_end[entry - 1]) if entry else 0
-    elem0 = int(elem_end[entry - 1]) if entry else 0
-    leaf = _LEAVES[int(layout.sig_leaf[entry])]
-    whole, rest = divmod(nbytes - byte0, leaf.packed)
-    elements = elem0 + whole * len(leaf.parts)
-    start = byte0 + whole * leaf.packed
-    end, exact = start, rest == 0
-    for offset, dtype in leaf.parts:
-        if offset + dtype.itemsize <= rest:
-            elements += 1
-            end = start + offset + dtype.itemsize
-            exact = True
-        elif offset < rest:
-            exact = False
-            break
-    return elements, end, exact
-
-
-def elements_in(layout: Layout, nbytes: int) -> int:
-    """Basic elements in ``nbytes`` of packed data, or ``UNDEFINED`` when ``nbytes`` ends
-    inside a basic element (``Status.Get_elements``)."""
-    if layout.packed == 0:
-        return 0 if nbytes == 0 else UNDEFINED
-    whole, rest = divmod(nbytes, layout.packed)
-    elements, _, exact = _prefix(layout, rest)
-    return whole * layout.nelem + elements if exact else UNDEFINED
-
-
-def complete_bytes(layout: Layout, nbytes: int) -> int:
-    """The longest prefix of ``nbytes`` packed bytes made of whole basic elements."""
-    if layout.packed == 0:
-        return 0
-    whole, rest = divmod(nbytes, layout.packed)
-    return whole * layout.packed + _prefix(layout, rest)[1]
-
-
-def bytes_of_elements(layout: Layout, count: int) -> int:
-    """Packed bytes of the first ``count`` basic elements (``Status.Set_elements``)."""
-    if layout.nelem == 0:
-        return 0
-    whole, rest = divmod(count, layout.nelem)
-    nbytes = whole * layout.packed
-    if rest:
-        byte_end, elem_end = _entry_table(layout)
-        entry = int(np.searchsorted(elem_end, rest, side="right"))
-        byte0 = int(byte_end[entry - 1]) if entry else 0
-        elem0 = int(elem_end[entry - 1]) if entry else 0
-        leaf = _LEAVES[int(layout.sig_leaf[entry])]
-        leaves_done, parts_done = divmod(rest - elem0, len(leaf.parts))
-        nbytes += byte0 + leaves_done * leaf.packed
-        if parts_done:
-            offset, dtype = leaf.parts[parts_done - 1]
-            nbytes += offset + dtype.itemsize
-    return nbytes
+# --- Element types -----------------------------------------------------------------------
 
 
 def element_dtype(layout: Layout) -> np.dtype[Any] | None:

@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from ._typemap import Layout, complete_bytes, leaves
+from ._extfloat import ExternalFloats
+from ._typemap import Layout, leaves
+from ._typemap_count import complete_bytes
 
 __all__ = ["ext32_size", "from_external", "gather", "scatter", "to_external"]
 
@@ -162,9 +164,12 @@ def _native(dtype: np.dtype[Any]) -> np.dtype[Any]:
     return dtype
 
 
-def _ext32_plan(layout: Layout) -> tuple[int, list[tuple[Any, Any, np.ndarray, np.ndarray]]]:
+def _ext32_plan(
+    layout: Layout,
+) -> tuple[int, list[tuple[Any, Any, np.ndarray, np.ndarray, ExternalFloats | None]]]:
     """For one element: its external32 size and, per (leaf, part), the native and
-    external dtypes and byte positions. Raises ValueError naming an unsupported leaf."""
+    external dtypes, byte positions and the conversion of long doubles (``None``: numpy
+    converts by casting). Raises ValueError naming an unsupported leaf."""
     cached = layout._cache.get("ext32")
     if cached is not None:
         return cached  # type: ignore[no-any-return]
@@ -189,9 +194,13 @@ def _ext32_plan(layout: Layout) -> tuple[int, list[tuple[Any, Any, np.ndarray, n
         native_base = np.repeat(native_start[entries], counts) + within * leaf.packed
         ext_base = np.repeat(ext_start[entries], counts) + within * int(ext[leaf_id])
         ext_offset = 0
-        for (offset, dtype), ext_dtype in zip(leaf.parts, leaf.ext32):
-            steps.append((_native(dtype), ext_dtype, native_base + offset, ext_base + ext_offset))
-            ext_offset += ext_dtype.itemsize
+        for (offset, dtype), part in zip(leaf.parts, leaf.ext32):
+            at = (native_base + offset, ext_base + ext_offset)
+            if isinstance(part, ExternalFloats):
+                steps.append((part.native, part.external, *at, part))
+            else:
+                steps.append((_native(dtype), part, *at, None))
+            ext_offset += part.itemsize
     size = int((ext[sig_leaf] * sig_count).sum())
     plan = (size, steps)
     layout._cache["ext32"] = plan
@@ -214,8 +223,10 @@ def to_external(
 ) -> None:
     """Convert ``count`` packed elements into external32 form at ``out[start:]``."""
     size, steps = _ext32_plan(layout)
-    for native, ext, native_at, ext_at in steps:
+    for native, ext, native_at, ext_at, floats in steps:
         values = _read(packed, native, _repeat(native_at, count, layout.packed))
+        if floats is not None:
+            values = floats.encode(values)
         _write(out, ext, _repeat(ext_at, count, size) + start, values)
 
 
@@ -224,6 +235,8 @@ def from_external(
 ) -> None:
     """Convert ``count`` elements in external32 form at ``data[start:]`` to packed form."""
     size, steps = _ext32_plan(layout)
-    for native, ext, native_at, ext_at in steps:
+    for native, ext, native_at, ext_at, floats in steps:
         values = _read(data, ext, _repeat(ext_at, count, size) + start)
+        if floats is not None:
+            values = floats.decode(values)
         _write(packed, native, _repeat(native_at, count, layout.packed), values)

@@ -246,6 +246,7 @@ TOCODE = {
     "INT32_T": "i4", "UINT8_T": "u1", "LONG_DOUBLE": "g", "C_COMPLEX": "F",
     "C_DOUBLE_COMPLEX": "D", "AINT": "p", "COUNT": "p", "OFFSET": "p", "LOGICAL": "i",
     "REAL16": "f16", "COMPLEX16": "c16", "FLOAT16_T": "e",
+    "INTEGER16": "i16", "LOGICAL16": "i16", "COMPLEX4": "c4",
 }  # fmt: skip
 
 
@@ -254,7 +255,7 @@ def test_tocode(name: str) -> None:
     assert getattr(D, name).tocode() == TOCODE[name]
 
 
-@pytest.mark.parametrize("name", ["DOUBLE_INT", "INT_INT", "DATATYPE_NULL", "INTEGER16", "LB"])
+@pytest.mark.parametrize("name", ["DOUBLE_INT", "INT_INT", "DATATYPE_NULL", "BFLOAT16_T", "LB"])
 def test_tocode_without_code(name: str) -> None:
     with pytest.raises(ValueError):
         getattr(D, name).tocode()
@@ -272,6 +273,7 @@ FROMCODE = {
     "f8": "DOUBLE", "c16": "C_DOUBLE_COMPLEX", "U": "WCHAR", "p": "AINT", "n": "COUNT",
     "e": "FLOAT16_T", "int32": "INT32_T", "float64": "DOUBLE", "complex64": "C_COMPLEX",
     "uint16": "UINT16_T", "bool": "C_BOOL", "int8": "INT8_T",
+    "i16": "INTEGER16", "c4": "COMPLEX4",
 }  # fmt: skip
 
 

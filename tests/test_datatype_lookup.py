@@ -120,6 +120,10 @@ def test_get_value_index() -> None:
         (MPI.C_DOUBLE_COMPLEX, "D", "c16"),
         (MPI.INT_INT, "V", "V8"),
         (MPI.DATATYPE_NULL, "", ""),
+        # sizes numpy lacks keep the type string of their kind and size
+        (MPI.INTEGER16, "V", "i16"),
+        (MPI.LOGICAL16, "V", "i16"),
+        (MPI.COMPLEX4, "E", "c4"),
     ],
 )
 def test_type_characters_as_mpi4py(datatype: Any, char: str, string: str) -> None:
@@ -130,3 +134,56 @@ def test_type_characters_of_derived_types() -> None:
     assert MPI.INT.Dup().Dup().typechar == "i"
     vector = MPI.INT.Create_vector(2, 1, 2)
     assert (vector.typechar, vector.typestr) == ("V", "V12")
+
+
+@pytest.mark.parametrize("name", ["INTEGER16", "LOGICAL16", "COMPLEX4"])
+def test_codes_numpy_lacks_round_trip_and_numpy_rejects_them(name: str) -> None:
+    datatype = getattr(MPI, name)
+    back = MPI.Datatype.fromcode(datatype.tocode())
+    assert (back.typechar, back.typestr) == (datatype.typechar, datatype.typestr)
+    dup = datatype.Dup()
+    assert (dup.tocode(), dup.typestr, dup.typechar) == (
+        datatype.tocode(),
+        datatype.typestr,
+        datatype.typechar,
+    )
+    dup.Free()
+    with pytest.raises(TypeError):
+        np.dtype(datatype.typestr)
+
+
+# --- MPI._typealign --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [*"?cbhilqpBHILQPefdgFDG", "i4", "u8", "c8", "c16"])
+def test_typealign_of_typed_datatypes_is_numpys(code: str) -> None:
+    datatype = MPI.Datatype.fromcode(code)
+    assert MPI._typealign(datatype) == np.dtype(code).alignment
+    dup = datatype.Dup()
+    assert MPI._typealign(dup) == np.dtype(code).alignment
+    dup.Free()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("SHORT_INT", "h"), ("INT_INT", "i"), ("LONG_INT", "l"), ("FLOAT_INT", "f"),
+     ("DOUBLE_INT", "d"), ("LONG_DOUBLE_INT", "g")],
+)  # fmt: skip
+def test_typealign_of_pairs_is_their_c_struct(name: str, value: str) -> None:
+    pair = getattr(MPI, name)
+    assert MPI._typealign(pair) == np.dtype(f"{value},i", align=True).alignment
+    dup = pair.Dup()
+    assert MPI._typealign(dup) is None  # as mpi4py: a duplicate of a pair has no type code
+    dup.Free()
+
+
+def test_typealign_of_other_types_is_none() -> None:
+    struct = MPI.Datatype.Create_struct([1, 1], [0, 8], [MPI.INT, MPI.DOUBLE])
+    contiguous = MPI.DOUBLE.Create_contiguous(2)
+    resized = MPI.DOUBLE.Create_resized(0, 8)
+    for datatype in (struct, contiguous, resized, MPI.DATATYPE_NULL, MPI.LB):
+        assert MPI._typealign(datatype) is None
+    for datatype in (struct, contiguous, resized):
+        datatype.Free()
+    assert MPI._typealign(MPI.Datatype.Create_f90_integer(9)) == 4
+    assert MPI._typealign(MPI.INTEGER16) == 16 and MPI._typealign(MPI.COMPLEX4) == 2

@@ -317,9 +317,30 @@ def test_external32_is_big_endian_with_standard_sizes() -> None:
     D.LONG.Pack_external("external32", np.array([1, -2], dtype="l"), out, 0)
     assert bytes(out) == b"\x00\x00\x00\x01\xff\xff\xff\xfe"
     sizes = {"DOUBLE": 8, "WCHAR": 2, "C_BOOL": 1, "AINT": 8, "DOUBLE_INT": 12,
-             "SHORT_INT": 6, "LONG_INT": 8, "C_DOUBLE_COMPLEX": 16, "FLOAT16_T": 2}  # fmt: skip
+             "SHORT_INT": 6, "LONG_INT": 8, "C_DOUBLE_COMPLEX": 16, "FLOAT16_T": 2,
+             "LONG_DOUBLE": 16, "C_LONG_DOUBLE_COMPLEX": 32, "LONG_DOUBLE_INT": 20}  # fmt: skip
     for name, size in sizes.items():
         assert getattr(D, name).Pack_external_size("external32", 1) == size, name
+
+
+def test_external32_long_double_is_ieee_quad() -> None:
+    values = np.array([1, -2.5, np.inf], dtype=np.longdouble)
+    out = bytearray(48)
+    assert D.LONG_DOUBLE.Pack_external("external32", values, out, 0) == 48
+    assert out.hex() == (  # the bytes MPICH writes
+        "3fff0000000000000000000000000000c00040000000000000000000000000007fff" + "0" * 28
+    )
+    back = np.zeros(3, dtype=np.longdouble)
+    assert D.LONG_DOUBLE.Unpack_external("external32", out, 0, back) == 48
+    assert back.tolist() == values.tolist()
+    pairs = np.zeros(2, np.dtype([("value", "g"), ("index", "i")], align=True))
+    pairs["value"], pairs["index"] = [1 / 3, -7], [5, -6]
+    out = bytearray(40)
+    assert D.LONG_DOUBLE_INT.Pack_external("external32", pairs, out, 0) == 40
+    assert bytes(out[16:20]) == bytes([0, 0, 0, 5])
+    back = np.zeros_like(pairs)
+    D.LONG_DOUBLE_INT.Unpack_external("external32", out, 0, back)
+    assert back.tolist() == pairs.tolist()
 
 
 def test_external32_round_trip_of_a_mixed_struct() -> None:
@@ -341,7 +362,7 @@ def test_external32_round_trip_of_a_mixed_struct() -> None:
 def test_external32_errors() -> None:
     a = np.zeros(2)
     assert err_class(lambda: D.DOUBLE.Pack_external("native", a, bytearray(16), 0)) == ERR_ARG
-    assert err_class(lambda: D.LONG_DOUBLE.Pack_external_size("external32", 1)) == ERR_TYPE
+    assert err_class(lambda: D.INTEGER16.Pack_external_size("external32", 1)) == ERR_TYPE
     assert err_class(lambda: D.DOUBLE.Pack_external("external32", a, bytearray(8), 0)) == (
         ERR_TRUNCATE
     )

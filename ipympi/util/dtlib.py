@@ -40,7 +40,9 @@ code, a ``(spec, shape)`` tuple or a dict of ``names``, ``formats``, ``offsets``
 from __future__ import annotations
 
 import ctypes
-from typing import Any, Union
+import functools
+import math
+from typing import Any, NamedTuple, Union
 
 from .. import MPI
 
@@ -131,35 +133,57 @@ def _free(datatype: MPI.Datatype) -> None:
 # -- MPI datatype -> numpy dtype --------------------------------------------------------------
 
 
+class _Dtype(NamedTuple):
+    """A numpy dtype in the making: the ``spec`` ``numpy.dtype()`` takes, with the layout
+    facts a struct around it needs, so that nested types are described only once.
+
+    ``alignment`` is the alignment numpy gives the dtype (1 for an unaligned struct);
+    ``aligned`` tells that it holds no unaligned struct; ``fields`` are a struct's
+    ``(field, offset)`` pairs (``None`` for other dtypes).
+    """
+
+    spec: DTypeSpec
+    itemsize: int
+    alignment: int
+    aligned: bool = True
+    fields: tuple[tuple[_Dtype, int], ...] | None = None
+
+
 def to_numpy_dtype(datatype: MPI.Datatype) -> Any:
     """Convert an MPI datatype to a numpy dtype (or its specification, without numpy)."""
-    spec = _spec(datatype)
+    spec = _describe(datatype).spec
     return spec if _np_dtype is None else _np_dtype(spec)
 
 
-def _spec(datatype: MPI.Datatype) -> DTypeSpec:
+def _describe(datatype: MPI.Datatype) -> _Dtype:
     if datatype == MPI.DATATYPE_NULL:
         raise ValueError("cannot convert MPI.DATATYPE_NULL")
     base, combiner, params = datatype.decode()
     if combiner == "NAMED" or combiner.startswith("F90_"):
         return _named(datatype)
     if combiner == "DUP":
-        return _spec(base)
+        return _describe(base)
     if combiner == "CONTIGUOUS":
-        return (_spec(base), (params["count"],))
+        return _array(_describe(base), (params["count"],))
     if combiner == "SUBARRAY":
         return _subarray(base, params)
     if combiner == "RESIZED":
         return _resized(datatype, base, params)
     if combiner == "STRUCT":
-        blocks = list(zip(params["blocklengths"], params["displacements"], params["datatypes"]))
-        fields = [(_spec(t) if n == 1 else (_spec(t), (n,)), d) for n, d, t in blocks]
+        blocks = zip(params["blocklengths"], params["displacements"], params["datatypes"])
+        fields = [(_array(_describe(t), (n,)) if n != 1 else _describe(t), d) for n, d, t in blocks]
         return _struct(datatype, fields)
     return _struct(datatype, _blocks(base, combiner, params))
 
 
-def _blocks(base: MPI.Datatype, combiner: str, params: dict[str, Any]) -> list[tuple[Any, int]]:
-    """The ``(field spec, byte offset)`` blocks of a vector or indexed datatype."""
+def _array(item: _Dtype, shape: tuple[int, ...]) -> _Dtype:
+    """A subarray of ``shape`` items."""
+    return _Dtype((item.spec, shape), item.itemsize * math.prod(shape), item.alignment,
+                  item.aligned)  # fmt: skip
+
+
+def _blocks(base: MPI.Datatype, combiner: str, params: dict[str, Any]) -> list[tuple[_Dtype, int]]:
+    """The ``(field, byte offset)`` blocks of a vector or indexed datatype."""
     unit = base.extent if combiner in ("VECTOR", "INDEXED", "INDEXED_BLOCK") else 1
     if combiner in ("VECTOR", "HVECTOR"):
         count, length, stride = params["count"], params["blocklength"], params["stride"]
@@ -171,45 +195,44 @@ def _blocks(base: MPI.Datatype, combiner: str, params: dict[str, Any]) -> list[t
         lengths = [params["blocklength"]] * len(offsets)
     else:
         raise ValueError(f"cannot convert an MPI datatype made by {combiner} to a numpy dtype")
-    field = _spec(base)
-    return [((field, (n,)), d * unit) for n, d in zip(lengths, offsets)]
+    item = _describe(base)
+    return [(_array(item, (n,)), d * unit) for n, d in zip(lengths, offsets)]
 
 
-def _subarray(base: MPI.Datatype, params: dict[str, Any]) -> DTypeSpec:
+def _subarray(base: MPI.Datatype, params: dict[str, Any]) -> _Dtype:
     sizes, subsizes, starts = params["sizes"], params["subsizes"], params["starts"]
     if list(sizes) != list(subsizes) or any(starts):
         raise ValueError("cannot convert a subarray datatype that is part of its array")
     shape = tuple(sizes) if params["order"] == MPI.ORDER_C else tuple(reversed(sizes))
-    return (_spec(base), shape)
+    return _array(_describe(base), shape)
 
 
-def _resized(datatype: MPI.Datatype, base: MPI.Datatype, params: dict[str, Any]) -> DTypeSpec:
-    spec = _spec(base)
-    if params["lb"] != 0 or not isinstance(spec, dict):
+def _resized(datatype: MPI.Datatype, base: MPI.Datatype, params: dict[str, Any]) -> _Dtype:
+    inner = _describe(base)
+    if params["lb"] != 0 or inner.fields is None:
         raise ValueError("cannot convert a resized datatype other than a struct with lb 0")
-    fields = list(zip(spec["formats"], spec["offsets"]))
-    return _struct(datatype, fields)
+    return _struct(datatype, list(inner.fields))
 
 
-def _struct(datatype: MPI.Datatype, fields: list[tuple[Any, int]]) -> dict[str, Any]:
-    """The struct spec of ``fields`` (``(spec, offset)``) laid out as ``datatype``."""
+def _struct(datatype: MPI.Datatype, fields: list[tuple[_Dtype, int]]) -> _Dtype:
+    """The struct of ``fields`` (``(field, offset)``) laid out as ``datatype``."""
     if any(offset < 0 for _, offset in fields):
         raise ValueError("cannot convert a datatype with blocks below offset 0")
-    end = max((offset + _itemsize(spec) for spec, offset in fields), default=0)
+    end = max((offset + field.itemsize for field, offset in fields), default=0)
     itemsize = max(datatype.extent, end)
-    alignments = [_alignment(spec) for spec, _ in fields]
+    alignment = max((field.alignment for field, _ in fields), default=1)
     aligned = (
-        all(offset % a == 0 for (_, offset), a in zip(fields, alignments))
-        and itemsize % max(alignments, default=1) == 0
-        and all(_aligned(spec) for spec, _ in fields)  # numpy aligns nested structs too
+        all(offset % field.alignment == 0 and field.aligned for field, offset in fields)
+        and itemsize % alignment == 0  # numpy aligns nested structs too
     )
-    return {
+    spec = {
         "names": [f"f{i}" for i in range(len(fields))],
-        "formats": [spec for spec, _ in fields],
+        "formats": [field.spec for field, _ in fields],
         "offsets": [offset for _, offset in fields],
         "itemsize": itemsize,
         "aligned": aligned,
     }
+    return _Dtype(spec, itemsize, alignment if aligned else 1, aligned, tuple(fields))
 
 
 # -- predefined datatypes ---------------------------------------------------------------------
@@ -225,23 +248,23 @@ _PAIRS = {
 }
 
 
-def _named(datatype: MPI.Datatype) -> DTypeSpec:
-    """The spec of a predefined datatype: its type code, or a value-index pair struct."""
+def _named(datatype: MPI.Datatype) -> _Dtype:
+    """A predefined datatype: its type code, or a value-index pair struct."""
     try:
-        return datatype.tocode()
+        return _scalar(datatype.tocode())
     except ValueError:  # no type code: a pair, or a type numpy has no scalar for
         pass
     for name, value_code in _PAIRS.items():
         pair = getattr(MPI, name, None)
         if pair is not None and pair != MPI.DATATYPE_NULL and datatype == pair:
             # C's struct {value; int}: the index at the first offset aligned for an int
-            index_align = _alignment("i")
-            offset = -(-_itemsize(value_code) // index_align) * index_align
-            return _struct(datatype, [(value_code, 0), ("i", offset)])
+            value, index = _scalar(value_code), _scalar("i")
+            offset = -(-value.itemsize // index.alignment) * index.alignment
+            return _struct(datatype, [(value, 0), (index, offset)])
     typestr = datatype.typestr
     if not typestr or typestr[0] == "V":
         raise ValueError(f"cannot convert {datatype.name} to a numpy dtype")
-    return typestr
+    return _scalar(typestr)
 
 
 # Alignment of numpy's type codes, as the C compiler aligns the matching C types.
@@ -261,17 +284,18 @@ _C_ALIGNMENT = {
 }  # fmt: skip
 
 
-def _code_layout(code: str) -> tuple[int, int]:
-    """``(itemsize, alignment)`` of a type code (``'i'``) or type string (``'i4'``)."""
+@functools.cache
+def _scalar(code: str) -> _Dtype:
+    """A type code (``'i'``) or type string (``'i4'``), with its itemsize and alignment."""
     kind, digits = code[0], code[1:]
     if not digits:
-        return _CODE_SIZES[kind], _C_ALIGNMENT[kind]
+        return _Dtype(code, _CODE_SIZES[kind], _C_ALIGNMENT[kind])
     size = int(digits)
     if kind in "SUV":
-        return size * (4 if kind == "U" else 1), _C_ALIGNMENT[kind]
+        return _Dtype(code, size * (4 if kind == "U" else 1), _C_ALIGNMENT[kind])
     if kind == "c":  # complex of two floats
-        return size, min(size // 2, _C_ALIGNMENT["g"])
-    return size, min(size, _C_ALIGNMENT["g"])
+        return _Dtype(code, size, min(size // 2, _C_ALIGNMENT["g"]))
+    return _Dtype(code, size, min(size, _C_ALIGNMENT["g"]))
 
 
 _CODE_SIZES = {
@@ -287,34 +311,3 @@ _CODE_SIZES = {
     "g": ctypes.sizeof(ctypes.c_longdouble), "G": 2 * ctypes.sizeof(ctypes.c_longdouble),
     "U": ctypes.sizeof(ctypes.c_wchar),
 }  # fmt: skip
-
-
-def _itemsize(spec: DTypeSpec) -> int:
-    if isinstance(spec, str):
-        return _code_layout(spec)[0]
-    if isinstance(spec, tuple):
-        count = 1
-        for n in spec[1]:
-            count *= n
-        return _itemsize(spec[0]) * count
-    return int(spec["itemsize"])
-
-
-def _aligned(spec: DTypeSpec) -> bool:
-    """Whether ``spec`` holds no struct that is not aligned."""
-    if isinstance(spec, str):
-        return True
-    if isinstance(spec, tuple):
-        return _aligned(spec[0])
-    return bool(spec["aligned"])
-
-
-def _alignment(spec: DTypeSpec) -> int:
-    """The alignment numpy gives ``spec`` (1 for an unaligned struct)."""
-    if isinstance(spec, str):
-        return _code_layout(spec)[1]
-    if isinstance(spec, tuple):
-        return _alignment(spec[0])
-    if not spec.get("aligned"):
-        return 1
-    return max((_alignment(f) for f in spec["formats"]), default=1)
