@@ -99,6 +99,9 @@ def test_python_m_mpi4py_aborts_on_an_uncaught_exception(tmp_path: Path) -> None
     assert "rank 0 called Abort with error code 1" in result.stderr
     result = _launch(2, "-m", "mpi4py", "-c", "import sys\nsys.exit(3)")
     assert result.returncode == 3, result.stderr
+    result = _launch(2, "-m", "mpi4py", "-c", "raise KeyboardInterrupt")
+    assert result.returncode == 130, result.stderr
+    assert "KeyboardInterrupt" in result.stderr
 
 
 @pytest.mark.timeout(60)
