@@ -65,11 +65,15 @@ def default_cache() -> str:
     return os.environ.get("IPYMPI_SUITE_CACHE") or os.path.join(base, "ipympi")
 
 
-def fetch_tests(version: str, cache: str) -> str:
-    """The ``test/`` folder of mpi4py ``version``'s sdist, downloaded once into ``cache``."""
-    testdir = os.path.join(cache, f"mpi4py-{version}", "test")
-    if os.path.isfile(os.path.join(testdir, "mpiunittest.py")):
-        return testdir
+def fetch_sdist(version: str, cache: str) -> str:
+    """mpi4py ``version``'s source distribution, downloaded once with pip into ``cache``.
+
+    Kept in the cache so that each of its folders (``test/`` for this script, ``demo/``
+    for ``mpi4py_demos.py``) comes from the same download. A failed download raises.
+    """
+    archive = os.path.join(cache, f"mpi4py-{version}.tar.gz")
+    if os.path.isfile(archive):
+        return archive
     os.makedirs(cache, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache) as download:
         command = [
@@ -86,14 +90,36 @@ def fetch_tests(version: str, cache: str) -> str:
             f"mpi4py=={version}",
         ]
         subprocess.run(command, check=True, timeout=300)
-        (archive,) = glob.glob(os.path.join(download, "*.tar.gz"))
-        prefix = f"mpi4py-{version}/test/"
-        with tarfile.open(archive) as tar:
-            members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.isfile()]
-            tar.extractall(os.path.join(download, "x"), members=members)
-        os.makedirs(os.path.dirname(testdir), exist_ok=True)
-        os.replace(os.path.join(download, "x", f"mpi4py-{version}", "test"), testdir)
-    return testdir
+        (fetched,) = glob.glob(os.path.join(download, "*.tar.gz"))
+        os.replace(fetched, archive)
+    return archive
+
+
+def fetch_folder(version: str, cache: str, folder: str) -> str:
+    """The folder ``folder`` (``test``, ``demo``) of mpi4py ``version``'s sdist.
+
+    Extracted once into ``cache`` (atomically: a folder that is there is whole).
+    """
+    target = os.path.join(cache, f"mpi4py-{version}", folder)
+    if os.path.isdir(target):
+        return target
+    archive = fetch_sdist(version, cache)
+    prefix = f"mpi4py-{version}/{folder}/"
+    with tempfile.TemporaryDirectory(dir=cache) as scratch, tarfile.open(archive) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.isfile()]
+        tar.extractall(scratch, members=members)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        try:
+            os.replace(os.path.join(scratch, f"mpi4py-{version}", folder), target)
+        except OSError:  # another run extracted it meanwhile
+            if not os.path.isdir(target):
+                raise
+    return target
+
+
+def fetch_tests(version: str, cache: str) -> str:
+    """The ``test/`` folder of mpi4py ``version``'s sdist, downloaded once into ``cache``."""
+    return fetch_folder(version, cache, "test")
 
 
 def test_files(testdir: str, pattern: str | None) -> list[str]:
@@ -148,11 +174,16 @@ def read_outcomes(outdir: str, module: str, ranks: int) -> dict[str, str]:
     return merged
 
 
-def launch_command(mpi: str, ranks: int, timeout: float) -> list[str]:
+def launcher(mpi: str, timeout: float) -> list[str]:
+    """``mpi``'s launcher, to be followed by ``-n N``: ipympi's (ending a hung job after
+    ``timeout`` seconds), or the ``mpiexec`` installed beside this Python (MPICH's)."""
     if mpi == "ipympi":
-        return [sys.executable, "-m", "ipympi.run", "-n", str(ranks), "--timeout", str(timeout)]
-    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or "mpiexec"
-    return [mpiexec, "-n", str(ranks)]
+        return [sys.executable, "-m", "ipympi.run", "--timeout", str(timeout)]
+    return [shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or "mpiexec"]
+
+
+def launch_command(mpi: str, ranks: int, timeout: float) -> list[str]:
+    return [*launcher(mpi, timeout), "-n", str(ranks)]
 
 
 def mpi_environment(mpi: str) -> dict[str, str]:

@@ -35,7 +35,7 @@ from . import (
     _topology,
     _unsupported,
 )
-from ._rc import rc as _rc
+from ._rc import settle as _settle_rc
 
 _SOURCES: tuple[ModuleType, ...] = (
     _constants,
@@ -114,5 +114,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'ipympi.MPI' has no attribute {name!r}")
 
 
-if _rc.initialize:
+if _settle_rc()["initialize"]:
     _runtime.Init()

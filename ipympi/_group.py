@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, NoReturn
 
 from . import _errhandling as hooks
+from ._args import c_int
 from ._constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from ._errhandling import world_call
 from ._errors import ERR_ARG, ERR_GROUP, ERR_OTHER, ERR_RANK
@@ -111,7 +112,9 @@ def _expand_ranges(call: str, ranges: Iterable[Any], size: int) -> list[int]:
     """The ranks that ``(first, last, stride)`` triplets denote (MPI-3.0 §6.3.2).
 
     A triplet gives ``first, first + stride, ..., first + floor((last - first) /
-    stride) * stride``. Errors are ``ERR_ARG`` (as MPICH reports them).
+    stride) * stride``. Its three numbers are taken as mpi4py takes them, each like a
+    scalar argument (:func:`~ipympi._args.c_int`: ``(0, size / 2, 1)`` stops at rank
+    ``int(size / 2)``). Errors are ``ERR_ARG`` (as MPICH reports them).
     """
     if isinstance(ranges, (str, bytes)):
         raise TypeError(f"{call}: ranges must be a sequence of (first, last, stride) triplets")
@@ -119,7 +122,7 @@ def _expand_ranges(call: str, ranges: Iterable[Any], size: int) -> list[int]:
     where: dict[int, int] = {}
     for i, triplet in enumerate(ranges):
         try:
-            first, last, stride = (operator.index(v) for v in triplet)
+            first, last, stride = (c_int(v) for v in triplet)
         except TypeError:
             raise TypeError(
                 f"{call}: ranges[{i}] must be a (first, last, stride) triplet of integers, "

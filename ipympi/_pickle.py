@@ -3,7 +3,9 @@
 Users may swap the serializer (``MPI.pickle.__init__(dill.dumps, dill.loads)``)
 as with mpi4py. Protocol 5 keeps large numpy arrays to a single copy.
 ``dumps_oob``/``loads_oob`` keep large buffers out of the stream (pickle protocol 5's
-out-of-band buffers), for :mod:`ipympi.util.pkl5`.
+out-of-band buffers), for :mod:`ipympi.util.pkl5`. The default protocol and out-of-band
+threshold are ``MPI4PY_PICKLE_PROTOCOL`` and ``MPI4PY_PICKLE_THRESHOLD`` as set when MPI
+is imported (else the highest protocol and 256 KiB), as with mpi4py.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from ._memory import buffer
 
 __all__ = ["Pickle", "object_items", "pickle"]
 
-_DEFAULT_THRESHOLD = 256 * 1024  # bytes from which a buffer goes out of band
+# The defaults, read once when MPI is imported, as mpi4py reads them.
+_DEFAULT_PROTOCOL = int(os.environ.get("MPI4PY_PICKLE_PROTOCOL", _stdlib_pickle.HIGHEST_PROTOCOL))
+# bytes from which a buffer goes out of band
+_DEFAULT_THRESHOLD = int(os.environ.get("MPI4PY_PICKLE_THRESHOLD", 256 * 1024))
 
 
 class Pickle:
@@ -32,23 +37,21 @@ class Pickle:
     ) -> None:
         self._dumps = dumps
         self._loads = loads
-        self.PROTOCOL = _stdlib_pickle.HIGHEST_PROTOCOL if protocol is None else protocol
+        self.PROTOCOL = _DEFAULT_PROTOCOL if protocol is None else protocol
         self.THRESHOLD = threshold  # type: ignore[assignment]
 
     @property
     def THRESHOLD(self) -> int:
         """Out-of-band threshold: buffers of at least this many bytes go out of band.
 
-        ``None`` restores the default (``MPI4PY_PICKLE_THRESHOLD``, else 256 KiB); a
-        negative value sends every buffer out of band.
+        ``None`` restores the default (``MPI4PY_PICKLE_THRESHOLD`` when MPI was imported,
+        else 256 KiB); a negative value sends every buffer out of band.
         """
         return self._threshold
 
     @THRESHOLD.setter
     def THRESHOLD(self, value: int | None) -> None:
-        if value is None:
-            value = int(os.environ.get("MPI4PY_PICKLE_THRESHOLD", _DEFAULT_THRESHOLD))
-        self._threshold = int(value)
+        self._threshold = _DEFAULT_THRESHOLD if value is None else int(value)
 
     def dumps(self, obj: Any) -> bytes:
         if self._dumps is _stdlib_pickle.dumps:

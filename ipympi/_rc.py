@@ -1,22 +1,28 @@
-"""Runtime configuration read before MPI starts, like ``mpi4py.rc``.
+"""Runtime configuration read when MPI starts, like ``mpi4py.rc``.
 
 ``ipympi.rc`` holds the options that must be decided before ``ipympi.MPI`` is first
 imported: whether to initialize and finalize automatically, the thread level to request,
-and what errors do by default. Each option can also be preset from the environment with
-``IPYMPI_RC_<NAME>`` (e.g. ``IPYMPI_RC_THREAD_LEVEL=serialized``), which is how a launcher
-configures every rank at once, or with mpi4py's ``MPI4PY_RC_<NAME>`` (the ``IPYMPI_``
-variable wins where both are set). Bad names and bad values fail at once, with the option or
-variable named, rather than being silently ignored. ``mpi4py.rc`` on ipympi's ranks is this
-same object.
+and what errors do by default. ``mpi4py.rc`` on ipympi's ranks is this same object, and
+it behaves as mpi4py's does:
+
+* a name that is not an option fails at once (``TypeError``), but any value may be set;
+* importing ``ipympi.MPI`` settles the options (:func:`settle`): each one set in the
+  environment with ``IPYMPI_RC_<NAME>`` (how a launcher configures every rank at once) or
+  mpi4py's ``MPI4PY_RC_<NAME>`` (the ``IPYMPI_`` variable wins where both are set)
+  replaces what the program set, and a value MPI cannot use is reported with a
+  ``RuntimeWarning`` naming the option (``mpi4py.rc.errors: unexpected value 7``), MPI
+  then using the option's default. What MPI settled on is :func:`setting`'s answer.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import warnings
 from collections.abc import Mapping
 from typing import Any, Callable
 
-__all__ = ["Rc", "rc"]
+__all__ = ["Rc", "rc", "setting", "settle"]
 
 THREAD_LEVELS = ("multiple", "serialized", "funneled", "single")
 ERROR_MODES = ("exception", "default", "abort", "fatal")
@@ -26,37 +32,39 @@ _TRUE = ("true", "yes", "on", "1", "y")
 _FALSE = ("false", "no", "off", "0", "n")
 
 
-def _check_bool(name: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
+class _Invalid(Exception):
+    """A value an option cannot take."""
+
+
+def _check_bool(value: Any) -> bool:
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    if not isinstance(value, str) and value in (True, False):
         return bool(value)
-    raise TypeError(f"rc.{name} must be True or False, not {value!r}")
+    raise _Invalid
 
 
-def _check_optional_bool(name: str, value: Any) -> bool | None:
-    return None if value is None else _check_bool(name, value)
+def _check_optional_bool(value: Any) -> bool | None:
+    return None if value is None else _check_bool(value)
 
 
-def _check_choice(choices: tuple[str, ...]) -> Callable[[str, Any], str]:
-    def check(name: str, value: Any) -> str:
+def _check_choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
+    def check(value: Any) -> str:
         if isinstance(value, str) and value.lower() in choices:
             return value.lower()
-        raise ValueError(f"rc.{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+        raise _Invalid
 
     return check
 
 
-def _check_size(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"rc.{name} must be an int, not {type(value).__name__}")
-    if value < 0:
-        raise ValueError(f"rc.{name} must not be negative; got {value}")
-    return value
+def _check_size(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise _Invalid
 
 
-# Option name -> (default, validator). Order is the order of repr().
-_OPTIONS: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
+# Option name -> (default, check: the value MPI uses, or _Invalid). Order is repr()'s.
+_OPTIONS: dict[str, tuple[Any, Callable[[Any], Any]]] = {
     "initialize": (True, _check_bool),
     "threads": (True, _check_bool),
     "thread_level": ("multiple", _check_choice(THREAD_LEVELS)),
@@ -69,22 +77,23 @@ _OPTIONS: dict[str, tuple[Any, Callable[[str, Any], Any]]] = {
 
 
 def _parse_env(name: str, text: str) -> Any:
-    """Convert the text of ``IPYMPI_RC_<NAME>`` to a value for option ``name``."""
+    """The value of option ``name`` that the text of its environment variable gives.
+
+    Booleans from words such as "true", "no", "off" (any case; "none" too for
+    ``finalize``), integers from digits, names in lower case; text that does not parse
+    is returned as it is, for :func:`settle` to report.
+    """
     default, _ = _OPTIONS[name]
     word = text.strip().lower()
-    if name == "finalize" and word in ("none", ""):
+    if name == "finalize" and word == "none":
         return None
     if isinstance(default, bool) or name == "finalize":
-        if word in _TRUE:
-            return True
-        if word in _FALSE:
-            return False
-        raise ValueError(f"expected a boolean such as 'true' or 'false'; got {text!r}")
+        return word in _TRUE if word in _TRUE + _FALSE else text
     if isinstance(default, int):
         try:
             return int(word)
         except ValueError:
-            raise ValueError(f"expected an integer; got {text!r}") from None
+            return text
     return word
 
 
@@ -92,36 +101,25 @@ class Rc:
     """Runtime configuration options.
 
     Options (defaults in brackets): ``initialize`` [True] start MPI when ``ipympi.MPI`` is
-    imported; ``threads`` [True] request a thread level; ``thread_level`` ["multiple"]
-    one of "multiple", "serialized", "funneled", "single"; ``finalize`` [None] finalize
-    at exit (None: when MPI was initialized automatically); ``fast_reduce`` [True] tree
-    reductions for objects; ``recv_mprobe`` [True] matched probes for object receives;
-    ``irecv_bufsz`` [32768] default buffer size of ``irecv``; ``errors`` ["exception"]
-    default error handler: "exception" (``ERRORS_RETURN``, errors raise
-    ``MPI.Exception``), "default"/"fatal" (``ERRORS_ARE_FATAL``) or "abort"
-    (``ERRORS_ABORT``).
+    imported; ``threads`` [True] request a thread level (else ``THREAD_SINGLE``);
+    ``thread_level`` ["multiple"] one of "multiple", "serialized", "funneled", "single";
+    ``finalize`` [None] finalize at exit (None: when MPI was initialized automatically);
+    ``fast_reduce`` [True] tree reductions for objects; ``recv_mprobe`` [True] matched
+    probes for object receives; ``irecv_bufsz`` [32768] default buffer size of ``irecv``;
+    ``errors`` ["exception"] default error handler: "exception" (``ERRORS_RETURN``,
+    errors raise ``MPI.Exception``), "default"/"fatal" (``ERRORS_ARE_FATAL``) or "abort"
+    (``ERRORS_ABORT``). Values are checked when ``ipympi.MPI`` is imported.
     """
 
-    def __init__(self, environ: Mapping[str, str] | None = None, **kwargs: Any) -> None:
-        env = os.environ if environ is None else environ
+    def __init__(self, **kwargs: Any) -> None:
         for name, (default, _) in _OPTIONS.items():
             object.__setattr__(self, name, default)
-        for name in _OPTIONS:
-            variable = next((p + name.upper() for p in ENV_PREFIXES if p + name.upper() in env), "")
-            if not variable:
-                continue
-            try:
-                setattr(self, name, _parse_env(name, env[variable]))
-            except (TypeError, ValueError) as exc:
-                message = f"invalid value in environment variable {variable}: {exc}"
-                raise ValueError(message) from None
         self(**kwargs)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        option = _OPTIONS.get(name)
-        if option is None:  # TypeError, as mpi4py.rc raises
+        if name not in _OPTIONS:  # TypeError, as mpi4py.rc raises
             raise TypeError(f"rc has no option {name!r}; options: {', '.join(_OPTIONS)}")
-        object.__setattr__(self, name, option[1](name, value))
+        object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str) -> Any:  # only for names that are not options
         raise AttributeError(f"rc has no option {name!r}; options: {', '.join(_OPTIONS)}")
@@ -140,3 +138,42 @@ class Rc:
 
 
 rc = Rc()
+
+_settled: dict[str, Any] = {}
+
+
+def settle(options: Rc | None = None, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Fix the options MPI runs with, as mpi4py does when its ``MPI`` is imported.
+
+    Each option set in ``environ`` (default ``os.environ``) is first stored in
+    ``options`` (default :data:`rc`); then every value is checked, a ``RuntimeWarning``
+    reports each one MPI cannot use, and the option's default stands in for it. Returns
+    the values MPI uses; for :data:`rc`, :func:`setting` answers them from then on.
+    """
+    options = rc if options is None else options
+    env = os.environ if environ is None else environ
+    for name in _OPTIONS:
+        variable = next((p + name.upper() for p in ENV_PREFIXES if p + name.upper() in env), "")
+        if variable:
+            setattr(options, name, _parse_env(name, env[variable]))
+    # On a rank where the program imported ``mpi4py``, rc is known by that name.
+    owner = "mpi4py" if sys.modules.get("mpi4py.rc") is options else "ipympi"
+    values = {}
+    for name, (default, check) in _OPTIONS.items():
+        value = getattr(options, name)
+        try:
+            values[name] = check(value)
+        except _Invalid:
+            message = f"{owner}.rc.{name}: unexpected value {value!r}"
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            values[name] = default
+    if options is rc:
+        _settled.update(values)
+    return values
+
+
+def setting(name: str) -> Any:
+    """The value MPI uses for option ``name``: as settled when ``ipympi.MPI`` was imported."""
+    if not _settled:
+        settle()
+    return _settled[name]

@@ -115,22 +115,19 @@ def _require_live(call: str) -> Engine:
 
 # -- initialization -----------------------------------------------------------
 def Init() -> None:
-    """Start MPI (done automatically on import unless ``ipympi.rc.initialize`` is off)."""
-    from ._rc import rc
+    """Start MPI (done automatically on import unless ``ipympi.rc.initialize`` is off),
+    at the thread level ``rc.thread_level`` (``THREAD_SINGLE`` if ``rc.threads`` is off)."""
+    from ._rc import setting
 
-    Init_thread(_level_from_rc(rc.thread_level))
+    Init_thread(_THREAD_LEVELS[setting("thread_level")] if setting("threads") else THREAD_SINGLE)
 
 
-def _level_from_rc(name: Any) -> int:
-    levels = {
-        "single": THREAD_SINGLE,
-        "funneled": THREAD_FUNNELED,
-        "serialized": THREAD_SERIALIZED,
-        "multiple": THREAD_MULTIPLE,
-    }
-    if isinstance(name, int):
-        return name
-    return levels.get(str(name).lower(), THREAD_MULTIPLE)
+_THREAD_LEVELS = {
+    "single": THREAD_SINGLE,
+    "funneled": THREAD_FUNNELED,
+    "serialized": THREAD_SERIALIZED,
+    "multiple": THREAD_MULTIPLE,
+}
 
 
 def Init_thread(required: int = THREAD_MULTIPLE) -> int:
@@ -190,9 +187,9 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
     _thread_level = min(required, THREAD_SERIALIZED)
     _main_thread = threading.current_thread()
     _initialized = True
-    from ._rc import rc
+    from ._rc import setting
 
-    if rc.finalize is None or rc.finalize:
+    if setting("finalize") in (None, True):
         atexit.register(_finalize_at_exit)
     return _thread_level
 
@@ -226,9 +223,9 @@ def _wait_for_peers(transport: Any, size: int) -> list[str]:
 
 
 def _default_errhandler() -> Errhandler:
-    from ._rc import rc
+    from ._rc import setting
 
-    errors = str(rc.errors)
+    errors = setting("errors")
     if errors in ("fatal", "default"):
         return ERRORS_ARE_FATAL
     if errors == "abort":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
+import re
 import subprocess
 import sys
 import time
@@ -181,3 +182,41 @@ def test_bench_commands(tmp_path: Path) -> None:
     assert "(3 processes, 64 bytes)" in bench(3, "ringtest", "-n", "64", "-l", "5")
     pingpong = bench(2, "pingpong", "-n", "64", "-l", "5", "-s", "1", "-p")
     assert pingpong.splitlines()[0] == "# MPI PingPong Test" and len(pingpong.splitlines()) == 9
+
+
+SHARED_POOL_PROGRAM = """
+import traceback
+from mpi4py import MPI
+from mpi4py.futures import MPICommExecutor
+
+def fails(x):
+    raise KeyError(x)
+
+if __name__ == "__main__":
+    with MPICommExecutor(MPI.COMM_WORLD, root=0) as executor:
+        print("workers", executor.num_workers, sorted(executor.map(abs, [-1, -2, -3])))
+        error = executor.submit(fails, "k").exception()
+        print("cause", type(error.__cause__).__name__)
+        print(str(error.__cause__).splitlines()[1])
+        print([line for line in str(error.__cause__).splitlines() if "raise KeyError" in line])
+"""
+
+
+@pytest.mark.timeout(60)
+def test_under_python_m_mpi4py_futures_a_comm_executor_uses_the_serving_workers(
+    tmp_path: Path,
+) -> None:
+    """Only rank 0 runs the program there: entering must not wait for the other ranks.
+
+    A task's exception comes back with the worker's traceback as its cause.
+    """
+    prog = tmp_path / "prog.py"
+    prog.write_text(SHARED_POOL_PROGRAM)
+    command = [sys.executable, "-m", "ipympi.run", "-n", "3", "--timeout", "30",
+               sys.executable, "-m", "mpi4py.futures", str(prog)]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=50, env=_env())
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:2] == ["workers 2 [1, 2, 3]", "cause RemoteTraceback"]
+    assert re.fullmatch(r"### Worker [01] of 2 on .+", lines[2])
+    assert lines[3] == "['    raise KeyError(x)']"

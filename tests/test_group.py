@@ -266,11 +266,23 @@ def test_range_malformed_triplet() -> None:
     with pytest.raises(ValueError):
         grp(0, 1).Range_incl([(0, 1)])  # type: ignore[list-item]
     with pytest.raises(TypeError):
-        grp(0, 1).Range_incl([(0, 1.0, 1)])  # type: ignore[list-item]
+        grp(0, 1).Range_incl([(0, None, 1)])  # type: ignore[list-item]
+    with pytest.raises(TypeError):
+        grp(0, 1).Range_excl([5])  # type: ignore[list-item]
+    with pytest.raises(OverflowError):  # not a C int, as with mpi4py
+        grp(0, 1).Range_incl([(0, 10**15, 1)])
+
+
+def test_range_numbers_are_taken_as_scalar_arguments() -> None:
+    """As mpi4py does: a course's ``(0, (size - 1) / 3, 1)`` works; floats truncate."""
+    g = grp(*range(6))
+    assert members(g.Range_incl([[0, 5 / 3, 1]])) == [0, 1]
+    assert members(g.Range_incl([(5 / 3 + 1, 5, 1.0)])) == [2, 3, 4, 5]
+    assert members(g.Range_excl([(0, 0.9, 1)])) == [1, 2, 3, 4, 5]
 
 
 def test_huge_range_is_rejected_without_enumerating() -> None:
-    assert error_class(grp(0, 1).Range_incl, [(0, 10**15, 1)]) == MPI.ERR_ARG
+    assert error_class(grp(0, 1).Range_incl, [(0, 2**31 - 1, 1)]) == MPI.ERR_ARG
 
 
 # --- GROUP_EMPTY, GROUP_NULL, Dup, Free, handles -----------------------------------------

@@ -76,6 +76,18 @@ def test_python_m_mpi4py_forms() -> None:
 
 
 @pytest.mark.timeout(60)
+def test_python_m_mpi4py_run_is_python_m_mpi4py() -> None:
+    """mpi4py's own launcher tests run ``python -m mpi4py.run -rc threads=False ...``."""
+    code = (
+        "from mpi4py import MPI; import sys\n"
+        "print(MPI.COMM_WORLD.rank, sys.argv, MPI.Query_thread())"
+    )
+    result = _launch(2, "-m", "mpi4py.run", "-rc", "threads=False", "-c", code)
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.splitlines()) == ["0 ['-c'] 0", "1 ['-c'] 0"]
+
+
+@pytest.mark.timeout(60)
 def test_python_m_mpi4py_aborts_on_an_uncaught_exception(tmp_path: Path) -> None:
     """Rank 0 fails while rank 1 waits for it: the job ends at once, with Abort's status."""
     prog = tmp_path / "fail.py"
@@ -87,6 +99,9 @@ def test_python_m_mpi4py_aborts_on_an_uncaught_exception(tmp_path: Path) -> None
     assert "rank 0 called Abort with error code 1" in result.stderr
     result = _launch(2, "-m", "mpi4py", "-c", "import sys\nsys.exit(3)")
     assert result.returncode == 3, result.stderr
+    result = _launch(2, "-m", "mpi4py", "-c", "raise KeyboardInterrupt")
+    assert result.returncode == 130, result.stderr
+    assert "KeyboardInterrupt" in result.stderr
 
 
 @pytest.mark.timeout(60)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import MPI
-from ._executor import MPIPoolExecutor, ThreadPoolExecutor
+from ._executor import MPIPoolExecutor, ThreadPoolExecutor, shared_pool
 from ._pools import MPIPool
 from ._worker import serve
 
@@ -20,6 +20,9 @@ class MPICommExecutor:
     intercommunicator) and serve its tasks inside ``__enter__``, which returns ``None``
     to them once the master's executor has shut down (when the master leaves the
     ``with`` block). Over a single process, the executor runs its tasks in one thread.
+    Under ``python -m mpi4py.futures``, where only the master runs the program and the
+    other ranks already serve it, entering is not collective: the executor uses those
+    workers, as any ``MPIPoolExecutor`` there does.
 
     Example::
 
@@ -52,6 +55,9 @@ class MPICommExecutor:
         if self._executor is not None:
             raise RuntimeError("MPICommExecutor is not reentrant")
         comm, root = self._comm, self._root
+        if shared_pool:
+            self._executor = MPIPoolExecutor(**self._options)
+            return self._executor
         if comm.Get_size() == 1:
             self._executor = ThreadPoolExecutor(1, **self._options)
             return self._executor

@@ -5,7 +5,9 @@ message from the master (rank 0 of that remote group) and answers each with one
 message: the outcome of the task ``("task", fn, args, kwargs)``, or of the preparation
 ``("init", number, options)`` for an executor's tasks; ``("stop",)`` ends it. An outcome
 is ``(True, result)`` or ``(False, exception)``; one that cannot be pickled is replaced
-by an exception saying so.
+by an exception saying so. The exception reaches the master with the worker's traceback
+as its cause (a :class:`RemoteTraceback`), so that what the master prints when the task's
+result is asked for shows where in the worker the task failed.
 
 While a worker serves, :func:`get_comm_workers` returns the intracommunicator of all the
 workers, for tasks that communicate among themselves.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import pickle
 import runpy
 import sys
+import traceback
 import types
 from collections.abc import Sequence
 from typing import Any
@@ -27,7 +30,7 @@ from typing import Any
 from .. import MPI
 from ._pools import RESULT_TAG, TASK_TAG, run_initializer
 
-__all__ = ["get_comm_workers", "import_main", "serve"]
+__all__ = ["RemoteTraceback", "get_comm_workers", "import_main", "serve"]
 
 _comm_workers: list[MPI.Intracomm] = []
 
@@ -56,10 +59,39 @@ def serve(comm: MPI.Intercomm, workers: MPI.Intracomm) -> None:
                     _, fn, args, kwargs = message
                     outcome = (True, fn(*args, **kwargs))
             except BaseException as exc:
-                outcome = (False, exc)
+                outcome = (False, _Raised(exc, workers))
             _answer(comm, outcome)
     finally:
         _comm_workers.pop()
+
+
+class RemoteTraceback(Exception):
+    """The traceback, as text, of an exception that a task raised in a worker."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class _Raised:
+    """An exception raised by a task, on its way to the master with its traceback.
+
+    Tracebacks cannot be pickled, nor is an exception's ``__cause__``: the traceback
+    travels as text and is attached again where the exception is unpickled.
+    """
+
+    def __init__(self, exc: BaseException, workers: MPI.Intracomm) -> None:
+        where = f"Worker {workers.Get_rank()} of {workers.Get_size()} on {MPI.Get_processor_name()}"
+        text = "".join(traceback.format_exception(exc))
+        self.exc = exc
+        self.text = f'\n### {where}\n"""\n{text}"""'
+
+    def __reduce__(self) -> tuple[Any, tuple[BaseException, str]]:
+        return _with_cause, (self.exc, self.text)
+
+
+def _with_cause(exc: BaseException, text: str) -> BaseException:
+    exc.__cause__ = RemoteTraceback(text)
+    return exc
 
 
 def _answer(comm: MPI.Intercomm, outcome: tuple[bool, Any]) -> None:

@@ -4,9 +4,10 @@ mpi4py's answer to a classic deadlock: when one rank dies of an exception while 
 wait for it (in a ``recv``, a collective, or the synchronisation of ``Finalize``), the job
 hangs. Run through ``python -m mpi4py``, an uncaught exception prints its traceback and then
 ends the whole job with ``MPI.COMM_WORLD.Abort`` (status 1; a ``SystemExit`` with a status
-aborts with that status). ipympi's launcher already ends a job whose rank fails, so under
-``python -m ipympi.run`` the difference is only which status is reported; the command line
-is the same as mpi4py's, for scripts and job files that use it::
+aborts with that status, a ``KeyboardInterrupt`` with 130, as death by SIGINT would).
+ipympi's launcher already ends a job whose rank fails, so under ``python -m ipympi.run``
+the difference is only which status is reported; the command line is the same as
+mpi4py's, for scripts and job files that use it::
 
     python -m mpi4py [options] <pyfile> [arg] ...
     python -m mpi4py [options] -m <mod> [arg] ...
@@ -19,6 +20,7 @@ from __future__ import annotations
 import atexit
 import os
 import runpy
+import signal
 import sys
 import types
 from collections.abc import Sequence
@@ -183,6 +185,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         run_command_line(args)
     except SystemExit as exc:
         set_abort_status(exc.code)
+        raise
+    except KeyboardInterrupt:  # the status of a death by SIGINT, as mpi4py gives
+        set_abort_status(128 + signal.SIGINT)
         raise
     except BaseException:
         set_abort_status(1)

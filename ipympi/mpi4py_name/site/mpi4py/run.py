@@ -1,5 +1,10 @@
-"""``mpi4py.run``: ipympi's ``python -m mpi4py``."""
+"""``mpi4py.run``: ipympi's ``python -m mpi4py`` (and ``python -m mpi4py.run``)."""
 
-from ipympi.mpi4py_name import alias
+if __name__ == "__main__":
+    from ipympi.mpi4py_name.run import main
 
-alias(__name__, "ipympi.mpi4py_name.run")
+    main()
+else:
+    from ipympi.mpi4py_name import alias
+
+    alias(__name__, "ipympi.mpi4py_name.run")
