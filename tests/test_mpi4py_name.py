@@ -155,3 +155,17 @@ def test_every_module_of_the_name_has_a_type_stub() -> None:
     modules = [path for path in site.rglob("*.py") if "__pycache__" not in path.parts]
     assert {"bench.py", "typing.py", "pkl5.py", "server.py"} <= {path.name for path in modules}
     assert [path for path in modules if not path.with_suffix(".pyi").exists()] == []
+
+
+@pytest.mark.timeout(30)
+def test_a_python_without_ipympi_is_told_which_python_to_use() -> None:
+    """The launcher gives its ranks' programs the name; a program started with another
+    Python (one where ipympi is not installed) learns why ``import mpi4py`` fails."""
+    code = "import sys; sys.modules['ipympi'] = None; import mpi4py"  # ipympi not importable
+    env = {**_env(), "PYTHONPATH": mpi4py_name.SITE}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            env=env, timeout=20)  # fmt: skip
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("ModuleNotFoundError: 'import mpi4py' found ipympi's mpi4py name")
+    assert sys.executable in last and "--no-mpi4py-name" in last
