@@ -19,7 +19,8 @@ from trace_samples import (
 )
 
 from ipympi.teach.timescale import TimeScale, event_times
-from ipympi.teach.trace import Trace, format_bytes, format_time
+from ipympi.teach.trace import Trace
+from ipympi.teach.units import format_bytes, format_time
 
 SVG = "{http://www.w3.org/2000/svg}"
 

@@ -16,11 +16,15 @@ from __future__ import annotations
 
 import math
 import re
+from typing import TYPE_CHECKING
 from xml.sax.saxutils import escape
 
 from .textchart import render_text
 from .timescale import TimeScale, event_times
-from .trace import Trace, TracedCollective, TracedMessage, format_bytes, format_time
+from .units import format_bytes, format_time
+
+if TYPE_CHECKING:
+    from .trace import Trace, TracedCollective, TracedMessage
 
 __all__ = ["render_svg", "render_text"]
 

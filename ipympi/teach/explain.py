@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from .trace import Trace, TracedCollective, TracedMessage, format_bytes, plural
+from .trace import Trace, TracedCollective, TracedMessage
+from .units import format_bytes, plural
 
 __all__ = ["Explanation", "Frame", "describe_value"]
 

@@ -11,9 +11,13 @@ and each point-to-point message on its own line.
 from __future__ import annotations
 
 import textwrap
+from typing import TYPE_CHECKING
 
 from .timescale import TimeScale, event_times
-from .trace import Trace, TracedCollective, TracedMessage, format_bytes, format_time, plural
+from .units import format_bytes, format_time, plural
+
+if TYPE_CHECKING:
+    from .trace import Trace, TracedCollective, TracedMessage
 
 __all__ = ["render_text"]
 

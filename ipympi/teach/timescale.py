@@ -16,8 +16,12 @@ import bisect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .trace import Trace, format_time
+from .units import format_time
+
+if TYPE_CHECKING:
+    from .trace import Trace
 
 __all__ = ["Segment", "Tick", "TimeScale", "event_times"]
 
