@@ -130,6 +130,25 @@ def test_the_name_can_be_turned_off(run_mpi: RunMPI, how: str) -> None:
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.timeout(60)
+def test_a_rank_python_without_ipympi_is_told_why(tmp_path: Path) -> None:
+    # `... ipympi.run -n 2 python prog.py` runs the `python` on PATH: here one that
+    # cannot import ipympi (no site-packages), as an unactivated environment's would be.
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    python.chmod(0o755)
+    prog = tmp_path / "prog.py"
+    prog.write_text("from mpi4py import MPI\nprint(MPI.COMM_WORLD.Get_rank())\n")
+    env = {k: v for k, v in _env().items() if k != "PYTHONPATH"}
+    result = _launch(2, "--tag-output", str(python), str(prog), env=env)
+    assert result.returncode == 1, result.stderr
+    for rank in range(2):
+        assert f"[{rank}] ModuleNotFoundError: No module named 'ipympi': this Python " in (
+            result.stderr
+        ), result.stderr
+    assert "cannot import ipympi. `python -m ipympi.run -n N prog.py` runs" in result.stderr
+
+
 def test_nothing_is_shadowed_outside_the_ranks() -> None:
     code = "import importlib.util as u; s = u.find_spec('mpi4py'); print(s and s.origin)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

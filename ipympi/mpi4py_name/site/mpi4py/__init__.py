@@ -7,7 +7,18 @@ mpi4py release whose API ipympi implements. ``MPI.get_vendor()`` and
 
 import sys as _sys
 
-from ipympi import rc
+try:
+    from ipympi import rc
+except ModuleNotFoundError as _exc:  # a rank run with a Python that has no ipympi
+    if _exc.name != "ipympi":
+        raise
+    raise ModuleNotFoundError(
+        f"No module named 'ipympi': this Python ({_sys.executable}) runs a rank of ipympi, "
+        "where `mpi4py` is ipympi's, but cannot import ipympi. `python -m ipympi.run -n N "
+        "prog.py` runs prog.py with the launcher's own Python; `... python prog.py` runs the "
+        "`python` found on PATH.",
+        name="ipympi",
+    ) from None
 from ipympi.mpi4py_name.run import MPI4PY_VERSION as __version__  # noqa: F401
 from ipympi.mpi4py_name.toplevel import get_config, get_include, profile
 
