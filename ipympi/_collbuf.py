@@ -229,8 +229,9 @@ def vector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Fini
     if counts is None:
         counts = [_split_evenly(_entries(mem, 0, datatype), size)] * size
     displs = _displs(displs_item, counts, size)
-    specs = [
-        elements(mem, count, displ, datatype, writable, 0) for count, displ in zip(counts, displs)
+    specs = [  # a block of no data is empty wherever its displacement points
+        elements(mem, count, displ if count else 0, datatype, writable, 0)
+        for count, displ in zip(counts, displs)
     ]
     return [s.mem for s in specs], _finish_all(specs) if writable else None
 
@@ -240,7 +241,8 @@ def _placed(
 ) -> tuple[list[memoryview], Finish | None]:
     """Blocks of an empty buffer (None) or of absolute addresses (``BOTTOM``).
 
-    ``places`` holds each block's count, byte offset and datatype.
+    ``places`` holds each block's count, byte offset and datatype. A block of no data
+    (count 0) is empty wherever its displacement points: programs often leave it 0.
     """
     if buf is None:
         if any(count for count, _, datatype in places):
@@ -258,7 +260,9 @@ def _placed(
     high = max(off + hi for off, (_, hi) in zip(offsets, spans))
     mem = absolute_memory(low, high)
     specs = [
-        elements(mem, count, 0, datatype if count else BYTE, writable, offset - low)
+        elements(mem, count, 0, datatype, writable, offset - low)
+        if count
+        else elements(mem, 0, 0, BYTE, writable, 0)
         for count, offset, datatype in places
     ]
     return [s.mem for s in specs], _finish_all(specs) if writable else None
@@ -307,7 +311,10 @@ def wvector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Fin
     mem = acquire(buf, writable)[0]
     specs = []
     for count, displ, datatype in places:
+        if not count:  # no data: the displacement is not used
+            specs.append(elements(mem, 0, 0, BYTE, writable, 0))
+            continue
         if displ < 0 or displ > mem.nbytes:
             raise ValueError(f"message: displacement {displ} out of bounds of {mem.nbytes} bytes")
-        specs.append(elements(mem, count, 0, datatype if count else BYTE, writable, displ))
+        specs.append(elements(mem, count, 0, datatype, writable, displ))
     return [s.mem for s in specs], _finish_all(specs) if writable else None

@@ -24,6 +24,8 @@ from ipympi._buffers import (
     recv_buffer,
     send_buffer,
 )
+from ipympi._collbuf import vector, wvector
+from ipympi._datatype_derived import Get_address
 from ipympi._errors import ERR_ARG, ERR_BASE, ERR_BUFFER, ERR_INFO, ERR_TYPE
 from ipympi._errors import Exception as MPIException
 from ipympi._info import INFO_ENV, INFO_NULL
@@ -363,6 +365,30 @@ def test_as_ndarray_of_pairs_packed_and_empty() -> None:
     assert packed.dtype == np.uint8 and packed.tobytes() == b"xyz"
     empty = as_ndarray(send_buffer([None, 0, D.DOUBLE]))
     assert empty.shape == (0,) and empty.dtype == np.float64
+
+
+# --- blocks of the v and w collectives -----------------------------------------------------
+
+
+def test_zero_count_blocks_ignore_their_displacement() -> None:
+    """A block of no data is empty wherever its displacement points, as in C, where the
+    displacement of an empty block is never used: with MPI.BOTTOM programs leave it 0
+    (far below the absolute addresses of the others), with a buffer it may lie outside."""
+    mine = np.array([5], dtype=np.intc)
+    address = Get_address(mine)
+    blocks, _ = wvector([BOTTOM, [0, 1], [0, address], [D.INT, D.INT]], 2, False)
+    assert [bytes(b) for b in blocks] == [b"", mine.tobytes()]
+    blocks, _ = wvector([BOTTOM, [1, 0], [address, 0], [D.INT, D.INT]], 2, True)
+    assert [b.nbytes for b in blocks] == [4, 0]
+    two = np.zeros(2, dtype="i")
+    blocks, _ = wvector([two, [0, 1], [10**6, 4], [D.INT, D.INT]], 2, False)
+    assert [b.nbytes for b in blocks] == [0, 4]
+    blocks, _ = vector([two, [0, 2], [99, 0], D.INT], 2, False)
+    assert [b.nbytes for b in blocks] == [0, 8]
+    blocks, _ = vector([BOTTOM, [0, 1], [0, address // 4], D.INT], 2, False)
+    assert [b.nbytes for b in blocks] == [0, 4]
+    with pytest.raises(ValueError, match="displacement 1000000 out of bounds"):
+        wvector([two, [1, 1], [10**6, 4], [D.INT, D.INT]], 2, False)
 
 
 # --- sentinels -----------------------------------------------------------------------------

@@ -481,6 +481,37 @@ def test_neighbor_collectives_cart(run_mpi, n):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_neighbor_alltoallw_ring_at_absolute_addresses(run_mpi, n):
+    # The ring of the HLRS course done with Neighbor_alltoallw: each rank sends its value
+    # right and receives from the left, at addresses from Get_address relative to
+    # MPI.BOTTOM; the unused directions have count 0 and displacement 0.
+    run(
+        run_mpi,
+        n,
+        """
+        ring = comm.Create_cart([size], [True], reorder=True)
+        me = ring.Get_rank()
+        snd, rcv = np.array(me, dtype="i"), np.array(-1000, dtype="i")
+        counts_s, displs_s = [0, 1], [0, MPI.Get_address(snd)]
+        counts_r, displs_r = [1, 0], [MPI.Get_address(rcv), 0]
+        total = 0
+        for _ in range(size):
+            ring.Neighbor_alltoallw((MPI.BOTTOM, counts_s, displs_s, [MPI.INT] * 2),
+                                    (MPI.BOTTOM, counts_r, displs_r, [MPI.INT] * 2))
+            np.copyto(snd, rcv)
+            total += int(rcv)
+        assert total == size * (size - 1) // 2, total
+        # the same with buffers and byte displacements, the unused ones out of range
+        got = np.full(2, -7, dtype="i")
+        ring.Neighbor_alltoallw([np.array([me, me], dtype="i"), [0, 1], [999, 4], [MPI.INT] * 2],
+                                [got, [1, 0], [0, -8], [MPI.INT] * 2])
+        assert list(got) == [(me - 1) % size, -7], got
+        """,
+    )
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("n", [1, 3, 4])
 def test_neighbor_collectives_graph(run_mpi, n):
     run(

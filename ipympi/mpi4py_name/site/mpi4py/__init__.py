@@ -9,14 +9,14 @@ import sys as _sys
 
 try:
     from ipympi import rc
-except ModuleNotFoundError as _missing:  # ipympi's launcher started a Python without ipympi
-    if _missing.name != "ipympi":
+except ModuleNotFoundError as _exc:  # a rank run with a Python that has no ipympi
+    if _exc.name != "ipympi":
         raise
     raise ModuleNotFoundError(
-        f"'import mpi4py' found ipympi's mpi4py name (on PYTHONPATH, set by ipympi's "
-        f"launcher), but this Python ({_sys.executable}) has no ipympi installed: run the "
-        "program with the Python that has ipympi, e.g. 'python -m ipympi.run -n 2 "
-        "python prog.py' with that environment activated, or pass --no-mpi4py-name",
+        f"No module named 'ipympi': this Python ({_sys.executable}) runs a rank of ipympi, "
+        "where `mpi4py` is ipympi's, but cannot import ipympi. `python -m ipympi.run -n N "
+        "prog.py` runs prog.py with the launcher's own Python; `... python prog.py` runs the "
+        "`python` found on PATH.",
         name="ipympi",
     ) from None
 from ipympi.mpi4py_name.run import MPI4PY_VERSION as __version__  # noqa: F401
