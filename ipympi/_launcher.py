@@ -720,7 +720,12 @@ def run_job(
     the program cannot be found (run). The ranks' environment is ``env`` (default:
     this process's).
     """
-    options: dict[str, Any] = {"tag_output": tag_output, "name": name, "deadlock_check": deadlock_check, "env": env}
+    options: dict[str, Any] = {
+        "tag_output": tag_output,
+        "name": name,
+        "deadlock_check": deadlock_check,
+        "env": env,
+    }
     job = Job(argv, n, **options) if make_job is None else make_job(argv, n, **options)
     with _stop_on_signals(job), job:
         try:
