@@ -238,7 +238,7 @@ class Lane:
             engine.fill_from_frame(op, frame)
         if op.rsig != self.sig or op.error or (target is not None and op.count != target.nbytes):
             self._fail([op])
-        return op.data if target is None else target  # type: ignore[no-any-return]
+        return op.data if target is None else target
 
     # -- failing ----------------------------------------------------------------------------
     def check_round(self) -> None:

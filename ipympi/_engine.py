@@ -637,7 +637,7 @@ class Engine:
                     if payload[1] != EAGER:
                         return None
                     del queue[i]
-                    return payload[0]  # type: ignore[no-any-return]
+                    return payload[0]
         transport = self.transport
         assert transport is not None
         readable, data_recv = transport.readable, transport.data.recv

@@ -357,7 +357,7 @@ def sizeof(arg: Any) -> int:
     if issubclass(cls, Handle):
         return _HANDLE_SIZE
     if issubclass(cls, _status_class()):
-        return cls._C_SIZE  # type: ignore[attr-defined,no-any-return]
+        return cls._C_SIZE  # type: ignore[attr-defined]
     raise TypeError(f"expecting an MPI type or instance, got {arg!r}")
 
 
@@ -370,7 +370,7 @@ def addressof(arg: Any) -> int:
     if isinstance(arg, Handle):
         return id(arg)
     if isinstance(arg, _status_class()):
-        return arg._address()  # type: ignore[no-any-return]
+        return arg._address()
     raise TypeError(f"expecting an MPI instance, got {arg!r}")
 
 
@@ -380,5 +380,5 @@ def handleof(arg: Any) -> int:
     if isinstance(arg, Handle):
         return arg.handle
     if isinstance(arg, _status_class()):
-        return arg._address()  # type: ignore[no-any-return]
+        return arg._address()
     raise TypeError(f"expecting an MPI instance, got {arg!r}")

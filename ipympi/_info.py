@@ -305,7 +305,7 @@ def info_items(info: Any, call: str) -> dict[str, str]:
 
 def new_info(pairs: Mapping[str, str]) -> Info:
     """A new ``Info`` holding ``pairs`` (what ``Get_info`` calls return)."""
-    return Info._of(dict(pairs))  # type: ignore[no-any-return]
+    return Info._of(dict(pairs))
 
 
 def Get_hw_resource_info() -> Info:

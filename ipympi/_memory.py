@@ -121,7 +121,7 @@ class buffer(np.ndarray):
 
     # -- description ----------------------------------------------------------------------
     @property
-    def address(self) -> int:  # type: ignore[override]
+    def address(self) -> int:
         """The address of the first byte (0 once released)."""
         return 0 if self._released else int(self.__array_interface__["data"][0])
 
@@ -131,7 +131,7 @@ class buffer(np.ndarray):
         return None if self._released else self._owner
 
     @property
-    def nbytes(self) -> int:  # type: ignore[override]
+    def nbytes(self) -> int:
         """The length in bytes (0 once released)."""
         return 0 if self._released else self.size
 
@@ -151,10 +151,10 @@ class buffer(np.ndarray):
     def __bool__(self) -> bool:
         return self.nbytes > 0
 
-    def __eq__(self, other: object) -> bool:  # type: ignore[override]
+    def __eq__(self, other: object) -> bool:
         return self is other
 
-    def __ne__(self, other: object) -> bool:  # type: ignore[override]
+    def __ne__(self, other: object) -> bool:
         return self is not other
 
     __hash__ = object.__hash__  # type: ignore[assignment]
@@ -223,7 +223,7 @@ class buffer(np.ndarray):
         view = memoryview(self._host_view())
         return view.cast(format) if shape is None else view.cast(format, shape)
 
-    def tobytes(self, order: Any = None) -> bytes:  # type: ignore[override]
+    def tobytes(self, order: Any = None) -> bytes:
         """The bytes as a ``bytes`` object (``order`` is accepted for compatibility)."""
         return self._host_view().tobytes()
 

@@ -173,7 +173,7 @@ class Request(MultipleCompletion, Handle):
         if op is None:
             raise MPIException(ERR_REQUEST, "Cancel: the request is REQUEST_NULL")
         if op.kind == GREQ:
-            op.cancel()  # type: ignore[attr-defined]
+            op.cancel()
             return
         if op.done:
             return
@@ -243,7 +243,7 @@ class Prequest(PartitionedFeatures, Request):
     def _copy(self, other: Handle) -> None:
         self._persist = other._target()
 
-    @property  # type: ignore[override]
+    @property
     def _op(self) -> Op | None:
         """The current operation of the persistent request (``None``: inactive)."""
         persist = self._persist

@@ -43,35 +43,35 @@ class SendrecvOp(Op):
         self.recv = recv
         self.send = send
 
-    @property  # type: ignore[override]
+    @property
     def done(self) -> bool:
         return self.recv.done and self.send.done
 
-    @property  # type: ignore[override]
+    @property
     def cancelled(self) -> bool:
         return self.recv.cancelled
 
-    @property  # type: ignore[override]
+    @property
     def error(self) -> int:
         return self.recv.error or self.send.error
 
-    @property  # type: ignore[override]
+    @property
     def error_detail(self) -> str:
         return self.recv.error_detail if self.recv.error else self.send.error_detail
 
-    @property  # type: ignore[override]
+    @property
     def source(self) -> int:
         return self.recv.source
 
-    @property  # type: ignore[override]
+    @property
     def tag(self) -> int:
         return self.recv.tag
 
-    @property  # type: ignore[override]
+    @property
     def count(self) -> int:
         return self.recv.count
 
-    @property  # type: ignore[override]
+    @property
     def data(self) -> Any:
         return self.recv.data
 

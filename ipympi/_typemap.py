@@ -612,4 +612,4 @@ def element_dtype(layout: Layout) -> np.dtype[Any] | None:
     if "dtype" not in layout._cache:
         dtypes = {_LEAVES[int(i)].dtype for i in layout.leaf_ids}
         layout._cache["dtype"] = dtypes.pop() if len(dtypes) == 1 else None
-    return layout._cache["dtype"]  # type: ignore[no-any-return]
+    return layout._cache["dtype"]

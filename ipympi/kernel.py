@@ -92,7 +92,7 @@ class IpympiKernel(IPythonKernel):
         """
         body = self.parallel.autopx.straight_body(code)
         if body is None:
-            return await super().do_execute(  # type: ignore[no-any-return]
+            return await super().do_execute(
                 code,
                 silent,
                 store_history,

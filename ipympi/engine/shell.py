@@ -137,7 +137,7 @@ class EngineIO:
 class RankDisplayPublisher(DisplayPublisher):
     """Rich displays (``display()``, inline figures) become ``display_data`` messages."""
 
-    def publish(  # type: ignore[override]
+    def publish(
         self,
         data: dict[str, Any],
         metadata: dict[str, Any] | None = None,
@@ -147,12 +147,12 @@ class RankDisplayPublisher(DisplayPublisher):
         update: bool = False,
         **kwargs: Any,
     ) -> None:
-        io: EngineIO = self.shell.engine_io  # type: ignore[union-attr]
+        io: EngineIO = self.shell.engine_io
         content = {"data": data, "metadata": metadata or {}, "transient": transient or {}}
         io.send_after_output("update_display_data" if update else "display_data", content)
 
     def clear_output(self, wait: bool = False) -> None:
-        io: EngineIO = self.shell.engine_io  # type: ignore[union-attr]
+        io: EngineIO = self.shell.engine_io
         io.send_after_output("clear_output", {"wait": bool(wait)})
 
 
@@ -547,8 +547,8 @@ def open_io(
     ``pipes`` and ``watch``: see :class:`FdCapture`.
     """
     io = EngineIO(ctx, address, rank, gen, key)
-    sys.stdout = io.streams["stdout"]  # type: ignore[assignment]
-    sys.stderr = io.streams["stderr"]  # type: ignore[assignment]
+    sys.stdout = io.streams["stdout"]
+    sys.stderr = io.streams["stderr"]
     streams = {1: io.streams["stdout"], 2: io.streams["stderr"]}
     io.fd_capture = FdCapture(streams, pipes, watch)
     flusher = threading.Thread(target=_flush_forever, args=(io,), name="ipympi-flush", daemon=True)
