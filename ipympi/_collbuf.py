@@ -236,7 +236,7 @@ def vector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Fini
 
 
 def _placed(
-    buf: Any, places: list[tuple[int, int, Datatype]], writable: bool
+    buf: Any, places: list[tuple[int, int, Datatype | None]], writable: bool
 ) -> tuple[list[memoryview], Finish | None]:
     """Blocks of an empty buffer (None) or of absolute addresses (``BOTTOM``).
 
