@@ -29,7 +29,7 @@ the calls to decide: :func:`in_place` is the test they share.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._buffers import (
@@ -236,7 +236,7 @@ def vector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Fini
 
 
 def _placed(
-    buf: Any, places: list[tuple[int, int, Datatype | None]], writable: bool
+    buf: Any, places: Sequence[tuple[int, int, Datatype | None]], writable: bool
 ) -> tuple[list[memoryview], Finish | None]:
     """Blocks of an empty buffer (None) or of absolute addresses (``BOTTOM``).
 
@@ -258,7 +258,7 @@ def _placed(
     high = max(off + hi for off, (_, hi) in zip(offsets, spans))
     mem = absolute_memory(low, high)
     specs = [
-        elements(mem, count, 0, datatype if count else BYTE, writable, offset - low)
+        elements(mem, count, 0, datatype if count else BYTE, writable, offset - low)  # type: ignore[arg-type]
         for count, offset, datatype in places
     ]
     return [s.mem for s in specs], _finish_all(specs) if writable else None
@@ -309,5 +309,5 @@ def wvector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Fin
     for count, displ, datatype in places:
         if displ < 0 or displ > mem.nbytes:
             raise ValueError(f"message: displacement {displ} out of bounds of {mem.nbytes} bytes")
-        specs.append(elements(mem, count, 0, datatype if count else BYTE, writable, displ))
+        specs.append(elements(mem, count, 0, datatype if count else BYTE, writable, displ))  # type: ignore[arg-type]
     return [s.mem for s in specs], _finish_all(specs) if writable else None

@@ -467,7 +467,7 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
         for partner in plan.partners:
             if arrays:
                 other, target = values.target(acc, spare)
-                lane.exchange(partner, partner, wire(acc), target.nbytes, target)
+                lane.exchange(partner, partner, wire(acc), target.nbytes, target)  # type: ignore[union-attr]
             else:
                 other = values.decode(lane.exchange(partner, partner, wire(acc), nbytes))
             if partner < rank:

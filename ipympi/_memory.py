@@ -25,7 +25,7 @@ from __future__ import annotations
 import ctypes
 import operator
 import threading
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -59,7 +59,7 @@ class buffer(np.ndarray):
 
     @classmethod
     def _make(cls, array: np.ndarray, owner: Any, host: bool) -> buffer:
-        self = array.view(cls)
+        self = cast(buffer, array.view(cls))
         self._owner = owner
         self._host = host
         return self
@@ -172,7 +172,7 @@ class buffer(np.ndarray):
     def _host_view(self) -> np.ndarray:
         if not self._host:
             raise BufferError("the buffer is device memory: it cannot be accessed from Python")
-        plain = self.view(np.ndarray)
+        plain: np.ndarray = self.view(np.ndarray)
         return plain[:0] if self._released else plain
 
     def _range(self, item: Any) -> Any:
@@ -197,7 +197,7 @@ class buffer(np.ndarray):
         where = self._range(item)
         data = self._host_view()
         if isinstance(where, slice):
-            part = data[where].view(buffer)
+            part = cast(buffer, data[where].view(buffer))
             part._owner, part._host = self._owner, self._host
             return part
         return int(data[where])
@@ -220,8 +220,8 @@ class buffer(np.ndarray):
     # -- conversions ----------------------------------------------------------------------
     def cast(self, format: str, shape: Any = None) -> memoryview:
         """A memoryview of the bytes as items of ``format`` (and ``shape``)."""
-        view = memoryview(self._host_view())
-        return view.cast(format) if shape is None else view.cast(format, shape)
+        view = memoryview(self._host_view())  # type: ignore[arg-type]
+        return view.cast(format) if shape is None else view.cast(format, shape)  # type: ignore[call-overload]
 
     def tobytes(self, order: Any = None) -> bytes:
         """The bytes as a ``bytes`` object (``order`` is accepted for compatibility)."""
@@ -229,7 +229,7 @@ class buffer(np.ndarray):
 
     def toreadonly(self) -> buffer:
         """A read-only buffer of the same memory and owner."""
-        view = self.view(np.ndarray)[: self.nbytes]
+        view: np.ndarray = self.view(np.ndarray)[: self.nbytes]
         if view.flags.writeable:
             view = view.view()
             view.flags.writeable = False

@@ -198,7 +198,7 @@ class Request(MultipleCompletion, Handle):
         # it completes, so dropping the handle is all that is needed here.
         self._op = None
         if op.kind == GREQ:
-            op.release_handle()  # type: ignore[attr-defined]  # runs free_fn, now or later
+            op.release_handle()  # runs free_fn, now or later
 
     # -- lower case: objects -------------------------------------------------
     def wait(self, status: Status | None = None) -> Any:

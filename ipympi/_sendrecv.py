@@ -31,7 +31,9 @@ class SendrecvOp(Op):
     """The operation behind an ``Isendrecv`` request: its receive and its send.
 
     It is done when both halves are, and reads as the receive otherwise (status
-    fields, received data, errors), so requests treat it as a receive.
+    fields, received data, errors), so requests treat it as a receive. Those fields
+    are read-only properties here, where ``Op`` has plain attributes (hence the
+    ``override`` ignores).
     """
 
     def __init__(self, recv: Op, send: Op, call: str) -> None:
@@ -44,31 +46,31 @@ class SendrecvOp(Op):
         self.send = send
 
     @property
-    def done(self) -> bool:
+    def done(self) -> bool:  # type: ignore[override]
         return self.recv.done and self.send.done
 
     @property
-    def cancelled(self) -> bool:
+    def cancelled(self) -> bool:  # type: ignore[override]
         return self.recv.cancelled
 
     @property
-    def error(self) -> int:
+    def error(self) -> int:  # type: ignore[override]
         return self.recv.error or self.send.error
 
     @property
-    def error_detail(self) -> str:
+    def error_detail(self) -> str:  # type: ignore[override]
         return self.recv.error_detail if self.recv.error else self.send.error_detail
 
     @property
-    def source(self) -> int:
+    def source(self) -> int:  # type: ignore[override]
         return self.recv.source
 
     @property
-    def tag(self) -> int:
+    def tag(self) -> int:  # type: ignore[override]
         return self.recv.tag
 
     @property
-    def count(self) -> int:
+    def count(self) -> int:  # type: ignore[override]
         return self.recv.count
 
     @property

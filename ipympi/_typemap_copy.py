@@ -183,7 +183,7 @@ def _ext32_plan(
     sig_leaf, sig_count = layout.sig_leaf, layout.sig_count
     native_start = np.cumsum(packed[sig_leaf] * sig_count) - packed[sig_leaf] * sig_count
     ext_start = np.cumsum(ext[sig_leaf] * sig_count) - ext[sig_leaf] * sig_count
-    steps = []
+    steps: list[tuple[Any, Any, np.ndarray, np.ndarray, ExternalFloats | None]] = []
     for leaf_id in layout.leaf_ids:
         leaf = table[int(leaf_id)]
         assert leaf.ext32 is not None
