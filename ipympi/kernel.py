@@ -137,6 +137,7 @@ class IpympiKernel(IPythonKernel):
     ) -> dict[str, Any]:
         """The content of the execute reply, as ipykernel builds it."""
         shell = self.shell
+        assert shell is not None  # replies follow executions, which need the shell
         reply: dict[str, Any] = {"execution_count": shell.execution_count - 1}
         error = result.error_in_exec
         if error is None:

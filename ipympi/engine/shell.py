@@ -195,7 +195,9 @@ class RankShell(InteractiveShell):
 
     def _page(self, text: Any, start: int = 0, **unused: Any) -> None:
         data = text if isinstance(text, dict) else {"text/plain": text}
-        self.payload_manager.write_payload({"source": "page", "data": data, "start": max(0, start)})
+        payloads = self.payload_manager
+        assert payloads is not None  # made at the shell's start
+        payloads.write_payload({"source": "page", "data": data, "start": max(0, start)})
 
     def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
         io = self.engine_io
@@ -346,9 +348,11 @@ class Engine:
         content: dict[str, Any] = {"execution_count": shell.execution_count - 1}
         if not store_history:
             content["execution_count"] = shell.execution_count
-        payload = shell.payload_manager.read_payload()
+        payloads = shell.payload_manager
+        assert payloads is not None  # made at the shell's start
+        payload = payloads.read_payload()
         if payload:
-            shell.payload_manager.clear_payload()
+            payloads.clear_payload()
             content["payload"] = payload
         error = result.error_before_exec or result.error_in_exec or mismatch
         if mismatch is not None:
@@ -594,9 +598,11 @@ def run_engine(rank: int, spec: Mapping[str, Any], key: bytes) -> int:
 
     from .. import MPI, rc
 
-    MPI.Init()
+    # MPI's names are made when it is imported (MPI._collect): untyped here.
+    mpi: Any = MPI
+    mpi.Init()
     rc.initialize = True
-    comm = MPI.COMM_WORLD
+    comm = mpi.COMM_WORLD
     shell = make_shell(io, {"MPI": MPI, "comm": comm, "rank": rank, "size": comm.Get_size()})
     engine = Engine(io, shell)
     from .. import _progress
