@@ -35,14 +35,18 @@ class StreamingResult(unittest.TestResult):
         self.out.write(json.dumps(record) + "\n")
         self.out.flush()
 
+    def _err_text(self, err: Any, test: Any) -> str:
+        """The traceback as unittest's own results show it (a private helper of theirs)."""
+        return self._exc_info_to_string(err, test)  # type: ignore[attr-defined]
+
     def addSuccess(self, test: Any) -> None:
         self._write(test, "pass")
 
     def addFailure(self, test: Any, err: Any) -> None:
-        self._write(test, "fail", self._exc_info_to_string(err, test))
+        self._write(test, "fail", self._err_text(err, test))
 
     def addError(self, test: Any, err: Any) -> None:
-        self._write(test, "error", self._exc_info_to_string(err, test))
+        self._write(test, "error", self._err_text(err, test))
 
     def addSkip(self, test: Any, reason: str) -> None:
         self._write(test, "skip", reason)
@@ -59,7 +63,7 @@ class StreamingResult(unittest.TestResult):
             return
         self.failed_subtests.add(test.id())
         kind = "fail" if issubclass(err[0], test.failureException) else "error"
-        self._write(test, kind, f"{subtest}\n{self._exc_info_to_string(err, test)}")
+        self._write(test, kind, f"{subtest}\n{self._err_text(err, test)}")
 
 
 def main(outdir: str, testdir: str, module: str) -> None:

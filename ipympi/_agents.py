@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import os
 import shlex
 import signal
@@ -35,7 +36,7 @@ from . import _control as ctl
 from ._forwarding import OutputStream
 from ._hosts import Host, controller_address, environment_is_local, nodes_of, start_method
 from ._jsonlines import JsonLinesProcess
-from ._launcher import GRACE, Job, Rank, rank_environment
+from ._launcher import GRACE, Job, RankHandle, rank_environment
 
 __all__ = [
     "LAUNCHERS",
@@ -234,9 +235,9 @@ class HostsJob(Job):
             # A local agent inherits the job's environment; others get it with "start".
             agent = AgentProcess(host, argv, preexec, self.env if local else None)
             self.agents.append(agent)
-            self._watch(agent.fd, lambda agent=agent: self._read_agent(agent))
+            self._watch(agent.fd, functools.partial(self._read_agent, agent))
             assert agent.err_fd is not None
-            self._watch(agent.err_fd, lambda agent=agent: self._report_errors(agent))
+            self._watch(agent.err_fd, functools.partial(self._report_errors, agent))
             for rank in ranks:
                 self.ranks.append(AgentRank(rank, agent))
             agent.command(
@@ -318,16 +319,16 @@ class HostsJob(Job):
             for fd in (1, 2):
                 self._close_stream(_stream_key(handle.rank, fd))
 
-    def _describe_failure(self, rank: Rank) -> str:
+    def _describe_failure(self, rank: RankHandle) -> str:
         if isinstance(rank, AgentRank) and rank.error:
             return f"rank {rank.rank} on host {rank.agent.host.name}: {rank.error}"
         return f"{super()._describe_failure(rank)} on host {self._host_of(rank)}"
 
-    def _host_of(self, rank: Rank) -> str:
+    def _host_of(self, rank: RankHandle) -> str:
         return self.node_hosts[self.nodes[rank.rank]].name
 
     def _needs_tick(self) -> bool:
-        return super()._needs_tick() or self._starting()
+        return super()._needs_tick() or bool(self._starting())
 
     def _starting(self) -> list[AgentProcess]:
         """The agents that have not answered yet."""
@@ -364,7 +365,7 @@ class HostsJob(Job):
         for agent in self.agents:
             agent.command({"type": "signal", "signal": int(sig)})
 
-    def _on_hello(self, rank: Rank, msg: dict[str, Any]) -> None:
+    def _on_hello(self, rank: RankHandle, msg: dict[str, Any]) -> None:
         super()._on_hello(rank, msg)
         if self._peers_sent or not all(handle.hello for handle in self.ranks):
             return

@@ -41,7 +41,7 @@ from __future__ import annotations
 import itertools
 import sys
 import traceback
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from . import _constants as K
 from . import _errors, _finalize_hooks
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from ._comm import CommImpl
     from ._datatype import Datatype, _TypeImpl
 
-    AttrHolder = CommImpl | _TypeImpl
+    AttrHolder = Union[CommImpl, _TypeImpl]
 
 __all__ = ["CommAttributes", "TypeAttributes", "copy_attributes", "delete_attributes"]
 

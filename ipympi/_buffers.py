@@ -260,7 +260,7 @@ def send_buffer(spec: Any) -> BufferSpec:
         # The common case, kept to a few hundred nanoseconds.
         datatype = _ndarray_datatype(spec.dtype)
         if datatype is not None:
-            return BufferSpec(memoryview(spec).cast("B"), spec.size, datatype, array=spec)
+            return BufferSpec(memoryview(spec).cast("B"), spec.size, datatype, array=spec)  # type: ignore[arg-type]
     if type(spec) is list or type(spec) is tuple:
         return _parse_sequence(spec, False)
     return message(spec, None, None, None, False)
@@ -271,7 +271,7 @@ def recv_buffer(spec: Any) -> BufferSpec:
     if type(spec) is np.ndarray and spec.flags.c_contiguous and spec.flags.writeable and spec.ndim:
         datatype = _ndarray_datatype(spec.dtype)
         if datatype is not None:
-            return BufferSpec(memoryview(spec).cast("B"), spec.size, datatype, array=spec)
+            return BufferSpec(memoryview(spec).cast("B"), spec.size, datatype, array=spec)  # type: ignore[arg-type]
     if type(spec) is list or type(spec) is tuple:
         return _parse_sequence(spec, True)
     return message(spec, None, None, None, True)

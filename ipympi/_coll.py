@@ -252,7 +252,7 @@ class Collectives:
                 return algo.scatterv_linear(rank, size, root, views, block), finish
             # With IN_PLACE the root's own block stays where it is; the tree
             # still hands it a copy, which goes to scratch space.
-            own = block if block is not None else memoryview(bytearray(views[root].nbytes))
+            own = block if block is not None else memoryview(bytearray(views[root].nbytes))  # type: ignore[index]
             return algo.scatter_binomial(rank, size, root, src, own), finish
 
         return self._collective(call, "Scatterv" if v else "Scatter", root, plan, mode)

@@ -104,7 +104,8 @@ class _Reduction:
         """Copy a result into the receive buffer (and scatter derived types)."""
         if result is None or self.out is None:
             return
-        out = self._out_array if self.scalar else _typed(self.out)
+        # Not None: a scalar reduction with an output has its array (see __init__).
+        out: np.ndarray = self._out_array if self.scalar else _typed(self.out)  # type: ignore[assignment]
         size = 1 if self.scalar else result.size
         if out.size != size:
             raise MPIException(
@@ -204,7 +205,8 @@ class Reductions:
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             if ring:
-                gen = red.allreduce_ring(rank, size, args.values, args.fresh())
+                # A ring is for large buffers only: their values are ArrayValues.
+                gen = red.allreduce_ring(rank, size, args.values, args.fresh())  # type: ignore[arg-type]
             else:
                 gen = red.allreduce_recursive_doubling(rank, size, args.values, args.fresh())
             return gen, args.store

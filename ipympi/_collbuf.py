@@ -29,7 +29,7 @@ the calls to decide: :func:`in_place` is the test they share.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._buffers import (
@@ -237,7 +237,7 @@ def vector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Fini
 
 
 def _placed(
-    buf: Any, places: list[tuple[int, int, Datatype]], writable: bool
+    buf: Any, places: Sequence[tuple[int, int, Datatype | None]], writable: bool
 ) -> tuple[list[memoryview], Finish | None]:
     """Blocks of an empty buffer (None) or of absolute addresses (``BOTTOM``).
 
@@ -260,7 +260,7 @@ def _placed(
     high = max(off + hi for off, (_, hi) in zip(offsets, spans))
     mem = absolute_memory(low, high)
     specs = [
-        elements(mem, count, 0, datatype, writable, offset - low)
+        elements(mem, count, 0, datatype, writable, offset - low)  # type: ignore[arg-type]
         if count
         else elements(mem, 0, 0, BYTE, writable, 0)
         for count, offset, datatype in places
@@ -316,5 +316,5 @@ def wvector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Fin
             continue
         if displ < 0 or displ > mem.nbytes:
             raise ValueError(f"message: displacement {displ} out of bounds of {mem.nbytes} bytes")
-        specs.append(elements(mem, count, 0, datatype, writable, displ))
+        specs.append(elements(mem, count, 0, datatype, writable, displ))  # type: ignore[arg-type]
     return [s.mem for s in specs], _finish_all(specs) if writable else None

@@ -238,7 +238,7 @@ class Lane:
             engine.fill_from_frame(op, frame)
         if op.rsig != self.sig or op.error or (target is not None and op.count != target.nbytes):
             self._fail([op])
-        return op.data if target is None else target  # type: ignore[no-any-return]
+        return op.data if target is None else target
 
     # -- failing ----------------------------------------------------------------------------
     def check_round(self) -> None:
@@ -467,7 +467,7 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
         for partner in plan.partners:
             if arrays:
                 other, target = values.target(acc, spare)
-                lane.exchange(partner, partner, wire(acc), target.nbytes, target)
+                lane.exchange(partner, partner, wire(acc), target.nbytes, target)  # type: ignore[union-attr]
             else:
                 other = values.decode(lane.exchange(partner, partner, wire(acc), nbytes))
             if partner < rank:

@@ -275,7 +275,7 @@ class CollOp(Op):
                         self.tracer.round_done(trace, received)
                     self._check(received)
                 rnd = (
-                    self.algorithm.send(received) if received is not None else next(self.algorithm)
+                    self.algorithm.send(received) if received is not None else next(self.algorithm)  # type: ignore[union-attr,arg-type]
                 )
                 if trace is not None:
                     self.tracer.round_started(trace, rnd, self.round)

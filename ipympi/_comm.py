@@ -307,7 +307,7 @@ class Comm(PointToPoint, CommAttributes, CommConstructors, CommFeatures, Handle)
     def Get_parent(cls) -> Intercomm:
         """The intercommunicator to the job that spawned this one: ``COMM_NULL``, since
         ipympi starts no processes dynamically (``Spawn`` is not available)."""
-        return Intercomm._from_impl(None, "COMM_NULL")
+        return Intercomm._from_impl(None, "COMM_NULL")  # type: ignore[return-value]
 
     @mpi_call
     def Disconnect(self) -> None:

@@ -246,7 +246,7 @@ class CommConstructors:
             new.remote_world_ranks = list(impl.remote_world_ranks)
         if getattr(impl, "topo", None) is not None:
             new.topo = impl.topo  # type: ignore[attr-defined]  # as Dup: the topology stays
-        newcomm = type(self)._from_impl(_Unready(call, impl))
+        newcomm = type(self)._from_impl(_Unready(call, impl))  # type: ignore[arg-type]
         key: list[ctx.Key] = []
         failed: list[BaseException] = []
 
@@ -483,7 +483,7 @@ def _keep_pending(comm: Any, impl: CommImpl) -> None:
         for op in _pending_ops(engine):
             if getattr(op, "comm", None) is comm:
                 if private is None:
-                    private = type(comm)._from_impl(impl)
+                    private = type(comm)._from_impl(impl)  # type: ignore[union-attr]
                 op.comm = private
     finally:
         engine.leave()

@@ -20,7 +20,7 @@ another sequence (a tuple) receives as many as it holds.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from ._constants import UNDEFINED
 from ._engine import WaitInfo
@@ -249,7 +249,7 @@ def _some(
 
 
 Requests = Sequence[Any]
-Statuses = Sequence[Status] | None
+Statuses = Optional[Sequence[Status]]
 
 
 class MultipleCompletion:

@@ -333,7 +333,7 @@ class Datatype(TypeAttributes, DerivedMixin, LookupMixin, Handle):
         except MPIException:
             pass
         try:  # numpy reads some control characters ('\0') as type codes: not a name
-            dtype = np.dtype(code) if code.isprintable() else None
+            dtype: np.dtype | None = np.dtype(code) if code.isprintable() else None
         except (TypeError, ValueError, AttributeError):
             dtype = None
         if dtype is not None and dtype.kind in "biufc":
@@ -378,7 +378,7 @@ _NAMED: dict[str, Datatype] = {}
 
 def _basic(key: str, name: str, dtype: str | None, code: str | None, size: int = 0) -> Datatype:
     """Define a predefined datatype; ``size`` is used only when ``dtype`` is None."""
-    np_dtype = None if dtype is None else np.dtype(dtype)
+    np_dtype: np.dtype | None = None if dtype is None else np.dtype(dtype)
     nbytes = size if np_dtype is None else np_dtype.itemsize
     handle = Datatype._from_impl(_TypeImpl(key, name, nbytes, nbytes, np_dtype, code))
     _NAMED[key] = handle
@@ -396,9 +396,11 @@ def _opaque(key: str, name: str, size: int, *, msg_ok: bool, code: str | None = 
 
 def _pair(key: str, name: str, value: str) -> Datatype:
     """Define a (value, int index) pair type with C struct layout, for MINLOC/MAXLOC."""
-    dtype = np.dtype([("value", value), ("index", "i")], align=True)
-    value_size = dtype.fields["value"][0].itemsize
-    index_offset = dtype.fields["index"][1]
+    dtype: np.dtype = np.dtype([("value", value), ("index", "i")], align=True)
+    fields = dtype.fields
+    assert fields is not None  # a structured dtype
+    value_size = fields["value"][0].itemsize
+    index_offset = fields["index"][1]
     size = value_size + 4
     impl = _TypeImpl(key, name, size, dtype.itemsize, dtype, None, true_extent=index_offset + 4)
     handle = Datatype._from_impl(impl)

@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Aint_add", "Aint_diff", "DerivedMixin", "Get_address", "check_span"]
 
+# A derived type's contents (Get_contents): integers, addresses, datatypes.
+Contents = tuple[list[int], list[int], list[Any]]
+
 _COMBINER_NAMES = {
     COMBINER_NAMED: "NAMED", COMBINER_DUP: "DUP", COMBINER_CONTIGUOUS: "CONTIGUOUS",
     COMBINER_VECTOR: "VECTOR", COMBINER_HVECTOR: "HVECTOR", COMBINER_INDEXED: "INDEXED",
@@ -146,9 +149,7 @@ class DerivedMixin:
         def _live(self) -> _TypeImpl: ...
 
         @classmethod
-        def _derive(
-            cls, layout: tm.Layout, combiner: int, contents: tuple[list[int], list[int], list[Any]]
-        ) -> Datatype: ...
+        def _derive(cls, layout: tm.Layout, combiner: int, contents: Contents) -> Datatype: ...
 
         @classmethod
         def _handle(cls, impl: _TypeImpl) -> Datatype: ...
@@ -216,7 +217,7 @@ class DerivedMixin:
         n = len(disps)
         starts = np.asarray(disps, dtype=np.int64) * old.extent
         layout = tm.hindexed(old.layout, [blocklength] * n, starts)
-        contents = ([n, blocklength, *disps], [], [old])
+        contents: Contents = ([n, blocklength, *disps], [], [old])
         return self._derive(layout, COMBINER_INDEXED_BLOCK, contents)
 
     def Create_hindexed_block(self, blocklength: int, displacements: Sequence[int]) -> Datatype:
@@ -272,7 +273,11 @@ class DerivedMixin:
             )
         old = self._base("Create_subarray")
         layout = tg.subarray(old.layout, sizes_, subsizes_, starts_, order)
-        contents = ([ndims, *sizes_, *subsizes_, *starts_, order], [], [old])
+        contents: Contents = (
+            [ndims, *sizes_, *subsizes_, *starts_, order],
+            [],
+            [old],
+        )
         return self._derive(layout, COMBINER_SUBARRAY, contents)
 
     def Create_darray(
@@ -304,7 +309,11 @@ class DerivedMixin:
             _check_distribution(gsize, distrib, darg, psize)
         old = self._base("Create_darray")
         layout = tg.darray(old.layout, rank, g, d, a, p, order)
-        contents = ([size, rank, ndims, *g, *d, *a, *p, order], [], [old])
+        contents: Contents = (
+            [size, rank, ndims, *g, *d, *a, *p, order],
+            [],
+            [old],
+        )
         return self._derive(layout, COMBINER_DARRAY, contents)
 
     def Create_resized(self, lb: int, extent: int) -> Datatype:
@@ -618,7 +627,10 @@ def predefined_layout(impl: _TypeImpl) -> tm.Layout:
         value, index = dtype.fields["value"][0], dtype.fields["index"]  # type: ignore[index]
         parts: tuple[tuple[int, np.dtype[Any]], ...] = ((0, value), (index[1], index[0]))
         key: Any = ("pair", impl.key)
-        ext = (_ext32_part(value, impl.key), _ext32_part(index[0], None))
+        ext: tuple[tm.Ext32Part | None, ...] = (
+            _ext32_part(value, impl.key),
+            _ext32_part(index[0], None),
+        )
     else:
         parts, key, ext = ((0, dtype),), _leaf_key(dtype), (_ext32_part(dtype, impl.key),)
     leaf = tm.Leaf(

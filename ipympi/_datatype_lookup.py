@@ -79,7 +79,7 @@ _f90_types: dict[tuple[int, tuple[int, ...]], _TypeImpl] = {}  # (combiner, args
 def _named(name: str) -> Datatype:
     from . import _datatype
 
-    return getattr(_datatype, name)  # type: ignore[no-any-return]
+    return getattr(_datatype, name)
 
 
 def _int_arg(value: Any, what: str) -> int:

@@ -26,7 +26,7 @@ import itertools
 import os
 import threading
 import time
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable, NoReturn, cast
 
 from . import _trace
 from . import _wire as wire
@@ -101,7 +101,10 @@ class Engine:
         self.size = size
         self.pid = os.getpid()
         self.transport = transport
-        self._send = transport.send if transport is not None else None
+        # None only without a transport: then every message is to this rank itself.
+        self._send = cast(
+            "Callable[[int, bytes], None]", transport.send if transport is not None else None
+        )
         # Whether a rank shares this host (its memory can be read directly).
         self._same_host = transport.same_host if transport is not None else _everywhere
         self.matcher = Matcher()
@@ -207,7 +210,7 @@ class Engine:
         if wdest == self.rank:
             self._send_to_self(op, bytes(mem), context, source, tag, sync, sig)
             return
-        nbytes = len(mem) if type(mem) is bytes else mem.nbytes
+        nbytes = mem.nbytes if type(mem) is memoryview else len(mem)
         msgid = next(self._msgids)
         op.msgid = msgid
         if not context & 1:
@@ -232,7 +235,7 @@ class Engine:
                 op.done = True
             return
         # Large: announce it; the receiver reads our buffer and answers FIN.
-        if type(mem) is bytes:
+        if type(mem) is not memoryview:
             mem = memoryview(mem)
         op.mem = mem  # keeps the buffer alive until FIN
         header = _pack_header(
@@ -259,7 +262,7 @@ class Engine:
         """
         if wdest == self.rank or self.tracer is not None:
             return False
-        nbytes = len(mem) if type(mem) is bytes else mem.nbytes
+        nbytes = mem.nbytes if type(mem) is memoryview else len(mem)
         if nbytes > EAGER_LIMIT:
             return False
         if not context & 1:
@@ -514,9 +517,9 @@ class Engine:
         if type(frame) is tuple:  # a chunk from another host: (header frame, data)
             self.on_data(*frame)
         elif frame[0] == DATA:
-            self.on_data(frame)
+            self.on_data(frame)  # type: ignore[arg-type]  # not a tuple: bytes
         else:
-            self.on_frame(frame)
+            self.on_frame(frame)  # type: ignore[arg-type]
 
     # -- progress ------------------------------------------------------------
     def poll_once(self, block: bool = False) -> bool:
@@ -637,7 +640,7 @@ class Engine:
                     if payload[1] != EAGER:
                         return None
                     del queue[i]
-                    return payload[0]  # type: ignore[no-any-return]
+                    return payload[0]
         transport = self.transport
         assert transport is not None
         readable, data_recv = transport.readable, transport.data.recv

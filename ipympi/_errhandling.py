@@ -11,7 +11,7 @@ error and ``Abort`` do, and why a predefined communicator is unusable before
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NoReturn, TypeVar
+from typing import Any, Callable, NoReturn, TypeVar, cast
 
 from ._errors import Exception as MPIException
 
@@ -47,7 +47,7 @@ def mpi_call(fn: F) -> F:
         except MPIException as exc:
             self._raise(exc, name)
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)
 
 
 def world_call(fn: F) -> F:
@@ -66,4 +66,4 @@ def world_call(fn: F) -> F:
                 raise
             COMM_WORLD._raise(exc, name)
 
-    return wrapper  # type: ignore[return-value]
+    return cast(F, wrapper)

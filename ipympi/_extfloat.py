@@ -156,8 +156,8 @@ class ExternalFloats:
     def __init__(self, native_size: int, count: int) -> None:
         assert NATIVE is not None
         self.count = count
-        self.native = np.dtype((np.void, native_size))
-        self.external = np.dtype((np.void, 16 * count))
+        self.native: np.dtype = np.dtype((np.void, native_size))
+        self.external: np.dtype = np.dtype((np.void, 16 * count))
         self.itemsize = 16 * count
         self._stride = native_size // count
 

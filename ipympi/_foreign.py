@@ -81,7 +81,7 @@ def _raw_view(address: int, nbytes: int, readonly: bool, owner: Any) -> memoryvi
         view = memoryview(b"" if readonly else bytearray())
         return view
     raw = (ctypes.c_ubyte * nbytes).from_address(address)
-    raw._owner = owner  # ctypes instances take attributes: the view keeps the owner alive
+    raw._owner = owner  # type: ignore[attr-defined]  # ctypes instances take attributes: the view keeps the owner alive
     view = memoryview(raw).cast("B")
     return view.toreadonly() if readonly else view
 
@@ -162,7 +162,7 @@ def _device(obj: Any) -> tuple[int, int]:
     method = getattr(obj, "__dlpack_device__", None)
     if method is None and not hasattr(obj, "__dlpack_device__"):
         return KDL_CPU, 0
-    device_type, device_id = method()  # TypeError/ValueError for a malformed answer
+    device_type, device_id = method()  # type: ignore[misc]  # TypeError/ValueError: None, or a malformed answer
     return operator.index(device_type), operator.index(device_id)
 
 

@@ -207,7 +207,7 @@ class Grequest(Request):
         impl = self._op
         if impl is None:
             raise MPIException(ERR_REQUEST, "Complete: the request is REQUEST_NULL")
-        impl.complete(obj)  # type: ignore[attr-defined]
+        impl.complete(obj)
 
     def __repr__(self) -> str:
         if not self:

@@ -39,7 +39,10 @@ import copyreg
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from ._status import Status
 
 __all__ = ["Handle", "Kind", "UserLimit", "addressof", "constant", "handleof", "register", "sizeof"]
 
@@ -242,7 +245,7 @@ class Handle:
         # as in mpi4py, a class of this package, not the program's subclass; the one
         # the object needs (``Comm.fromhandle(COMM_WORLD.handle)`` is an ``Intracomm``)
         null = target is cls._mpi_kind.null
-        obj = object.__new__(mpi_class(cls) if null else cls._class_for(target))
+        obj: Handle = object.__new__(mpi_class(cls) if null else cls._class_for(target))
         obj._become(target)
         return obj
 
@@ -276,7 +279,7 @@ class Handle:
             return (constant, (name,))
         predefined = self._mpi_kind.constant_for(self._target())
         if predefined is not None:
-            return (copyreg.__newobj__, (type(self), predefined))
+            return (copyreg.__newobj__, (type(self), predefined))  # type: ignore[attr-defined]
         return self._reduce_created()
 
 
@@ -340,7 +343,7 @@ class UserLimit:
 # --- mpi4py's low-level accessors --------------------------------------------------------
 
 
-def _status_class() -> type:
+def _status_class() -> type[Status]:
     from ._status import Status
 
     return Status
@@ -357,7 +360,7 @@ def sizeof(arg: Any) -> int:
     if issubclass(cls, Handle):
         return _HANDLE_SIZE
     if issubclass(cls, _status_class()):
-        return cls._C_SIZE  # type: ignore[attr-defined,no-any-return]
+        return cls._C_SIZE
     raise TypeError(f"expecting an MPI type or instance, got {arg!r}")
 
 
@@ -370,7 +373,7 @@ def addressof(arg: Any) -> int:
     if isinstance(arg, Handle):
         return id(arg)
     if isinstance(arg, _status_class()):
-        return arg._address()  # type: ignore[no-any-return]
+        return arg._address()
     raise TypeError(f"expecting an MPI instance, got {arg!r}")
 
 
@@ -380,5 +383,5 @@ def handleof(arg: Any) -> int:
     if isinstance(arg, Handle):
         return arg.handle
     if isinstance(arg, _status_class()):
-        return arg._address()  # type: ignore[no-any-return]
+        return arg._address()
     raise TypeError(f"expecting an MPI instance, got {arg!r}")

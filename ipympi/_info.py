@@ -27,7 +27,7 @@ import platform
 import socket
 import sys
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Union, cast
 
 from ._constants import MAX_INFO_KEY, MAX_INFO_VAL
 from ._errhandling import world_call
@@ -41,7 +41,7 @@ _START_DIRECTORY = os.getcwd()
 _THREAD_LEVELS = ("MPI_THREAD_SINGLE", "MPI_THREAD_FUNNELED", "MPI_THREAD_SERIALIZED",
                   "MPI_THREAD_MULTIPLE")  # fmt: skip
 
-Items = Mapping[str, str] | Iterable[tuple[str, str]] | None
+Items = Union[Mapping[str, str], Iterable[tuple[str, str]], None]
 
 
 class _InfoImpl:
@@ -105,7 +105,8 @@ def _pairs_of(items: Items, call: str) -> list[tuple[str, str]]:
     if items is None:
         return []
     if hasattr(items, "keys"):
-        items = [(k, items[k]) for k in items]  # type: ignore[index]
+        mapping = cast("Mapping[str, str]", items)
+        items = [(k, mapping[k]) for k in mapping]
     elif isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
         raise TypeError(f"{call}: expected a mapping or pairs, not {type(items).__name__}")
     return [(_key(k, call), _value(v, call)) for k, v in items]
@@ -305,7 +306,7 @@ def info_items(info: Any, call: str) -> dict[str, str]:
 
 def new_info(pairs: Mapping[str, str]) -> Info:
     """A new ``Info`` holding ``pairs`` (what ``Get_info`` calls return)."""
-    return Info._of(dict(pairs))  # type: ignore[no-any-return]
+    return Info._of(dict(pairs))
 
 
 def Get_hw_resource_info() -> Info:

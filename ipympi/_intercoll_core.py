@@ -120,7 +120,7 @@ class InterCollOp(CollOp):
         )
         if getattr(algorithm, "__name__", "") in _WRAPPERS:
             # Traces name the algorithm: the intercommunicator form of the call.
-            algorithm.__name__ = f"intercomm_{call.lower()}"
+            algorithm.__name__ = f"intercomm_{call.lower()}"  # type: ignore[attr-defined]
         super().__init__(shadow, call, algorithm, sig, finish)
         self.comm = comm
 

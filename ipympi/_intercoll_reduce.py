@@ -147,7 +147,7 @@ class InterReductions(InterCollBase):
                         sends=[(ro, values.wire(mine))],
                         recvs=[(ro, target)],
                     )
-                yield from shifted(algo.bcast_binomial(rank, n, 0, target), lo)
+                yield from shifted(algo.bcast_binomial(rank, n, 0, target), lo)  # type: ignore[arg-type]
                 return holder
 
             return run(), args.store

@@ -23,7 +23,7 @@ class _IoVec(ctypes.Structure):
     _fields_ = (("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t))
 
 
-def _load_readv():  # type: ignore[no-untyped-def]
+def _load_readv():
     if not sys.platform.startswith("linux"):
         return None
     try:

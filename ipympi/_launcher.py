@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import math
 import os
 import secrets
@@ -46,7 +47,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Protocol
 
 import zmq
 
@@ -164,6 +165,30 @@ class Rank:
         self.send_signal(signal.SIGKILL)
 
 
+class RankHandle(Protocol):
+    """What a job needs of a rank's handle: a :class:`Rank` here, or an
+    ``ipympi._agents.AgentRank`` on another host."""
+
+    hello: dict[str, Any] | None
+    pidfd: int | None
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def local(self) -> bool: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def returncode(self) -> int | None: ...
+    @property
+    def mpi_pid(self) -> int | None: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+
+
 # -- the job ---------------------------------------------------------------------------
 class Job:
     """N ranks of one MPI program, from start to a single exit status.
@@ -197,7 +222,7 @@ class Job:
         self.env = dict(os.environ if env is None else env)
         mpi4py_name.rank_environment(self.env)  # ``import mpi4py`` gives ipympi on the ranks
         self.name = name
-        self.ranks: list[Rank] = []
+        self.ranks: list[RankHandle] = []
         self.session_dir: str | None = None
         self.ctl_address: str | None = None
         self.key = secrets.token_hex(16)
@@ -215,7 +240,7 @@ class Job:
         self._closed = False
         self._ending = False
         self._stops: list[int] = []
-        self._failure: Rank | None = None
+        self._failure: RankHandle | None = None
         self._abort: dict[str, Any] | None = None
         self._states: dict[int, dict[str, Any]] = {}
         self._reaped: set[int] = set()  # ranks whose exit has been noticed
@@ -225,13 +250,13 @@ class Job:
         # verdict with every rank's state once no rank can progress.
         self.deadlock_check = deadlock_check
         self._next_look = 0.0
-        self._looking: list[Rank] | None = None
+        self._looking: list[RankHandle] | None = None
         self._query_id = 0  # numbers state queries, so that late answers are dropped
         self._look_due = 0.0
         self._previous: dict[int, dict[str, Any]] = {}
         self._deadlock: str | None = None
         self._deadlock_states: list[dict[str, Any]] = []
-        self._on_message: dict[str, Callable[[Rank, dict[str, Any]], None]] = {
+        self._on_message: dict[str, Callable[[RankHandle, dict[str, Any]], None]] = {
             ctl.HELLO: self._on_hello,
             ctl.ABORT: self._on_abort,
             ctl.STATE: self._on_state,
@@ -301,7 +326,7 @@ class Job:
         for pipe, sink in ((popen.stdout, self._stdout), (popen.stderr, self._stderr)):
             stream = OutputStream(pipe, sink, prefix)
             self._streams[stream.fd] = stream
-            self._watch(stream.fd, lambda fd=stream.fd: self._read_output(fd))
+            self._watch(stream.fd, functools.partial(self._read_output, stream.fd))
         with contextlib.suppress(AttributeError, OSError):  # no pidfd: _pump ticks
             handle.pidfd = os.pidfd_open(popen.pid)
             self._watch(handle.pidfd, lambda: None)
@@ -400,9 +425,9 @@ class Job:
             self._ctl.close(linger=0)
         if self._ctx is not None:
             self._ctx.term()
-        for fd in (self._wake_r, self._wake_w):
-            if fd is not None:
-                os.close(fd)
+        for wake_fd in (self._wake_r, self._wake_w):
+            if wake_fd is not None:
+                os.close(wake_fd)
         self._wake_r = self._wake_w = None
         if self.session_dir is not None:
             shutil.rmtree(self.session_dir, ignore_errors=True)
@@ -420,7 +445,7 @@ class Job:
         self._pump(time.monotonic() + timeout, lambda: self._answered(asked))
         return [self._state_of(rank) for rank in self.ranks]
 
-    def _ask(self) -> list[Rank]:
+    def _ask(self) -> list[RankHandle]:
         """Send a state query to every running rank; return the ranks asked.
 
         Answers collected so far are dropped. A rank whose control socket is
@@ -441,10 +466,10 @@ class Job:
                 asked.append(rank)
         return asked
 
-    def _answered(self, asked: Sequence[Rank]) -> bool:
+    def _answered(self, asked: Sequence[RankHandle]) -> bool:
         return all(r.rank in self._states or r.returncode is not None for r in asked)
 
-    def _state_of(self, rank: Rank) -> dict[str, Any]:
+    def _state_of(self, rank: RankHandle) -> dict[str, Any]:
         if rank.returncode is not None:
             return ctl.launcher_state(rank.rank, rank.mpi_pid, rank.returncode)
         if rank.rank in self._states:
@@ -546,7 +571,7 @@ class Job:
         codes = [ctl.exit_status(r.returncode) for r in self.ranks if r.returncode]
         return codes[0] if ended_by_caller and codes else 0
 
-    def _describe_failure(self, rank: Rank) -> str:
+    def _describe_failure(self, rank: RankHandle) -> str:
         """``rank 2 exited with status 3``: the failed rank, for the job's last report."""
         assert rank.returncode is not None
         return f"rank {rank.rank} {ctl.describe_exit(rank.returncode)}"
@@ -600,7 +625,7 @@ class Job:
             if returncode != 0 and not self._ending and self._failure is None:
                 self._failure = rank
 
-    def _close_pidfd(self, rank: Rank) -> None:
+    def _close_pidfd(self, rank: RankHandle) -> None:
         if rank.pidfd is not None:
             self._unwatch(rank.pidfd)
             os.close(rank.pidfd)
@@ -644,14 +669,14 @@ class Job:
                 continue
             handler(self.ranks[rank], msg)
 
-    def _on_hello(self, rank: Rank, msg: dict[str, Any]) -> None:
+    def _on_hello(self, rank: RankHandle, msg: dict[str, Any]) -> None:
         rank.hello = msg
 
-    def _on_abort(self, rank: Rank, msg: dict[str, Any]) -> None:
+    def _on_abort(self, rank: RankHandle, msg: dict[str, Any]) -> None:
         if self._abort is None and not self._ending:
             self._abort = msg
 
-    def _on_state(self, rank: Rank, msg: dict[str, Any]) -> None:
+    def _on_state(self, rank: RankHandle, msg: dict[str, Any]) -> None:
         if ctl.answers(msg, self._query_id):  # not a late answer to an earlier look
             self._states[rank.rank] = msg
 
@@ -695,7 +720,12 @@ def run_job(
     the program cannot be found (run). The ranks' environment is ``env`` (default:
     this process's).
     """
-    options = {"tag_output": tag_output, "name": name, "deadlock_check": deadlock_check, "env": env}
+    options: dict[str, Any] = {
+        "tag_output": tag_output,
+        "name": name,
+        "deadlock_check": deadlock_check,
+        "env": env,
+    }
     job = Job(argv, n, **options) if make_job is None else make_job(argv, n, **options)
     with _stop_on_signals(job), job:
         try:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ctypes
 import operator
 import threading
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -59,7 +59,7 @@ class buffer(np.ndarray):
 
     @classmethod
     def _make(cls, array: np.ndarray, owner: Any, host: bool) -> buffer:
-        self = array.view(cls)
+        self = cast(buffer, array.view(cls))
         self._owner = owner
         self._host = host
         return self
@@ -121,7 +121,7 @@ class buffer(np.ndarray):
 
     # -- description ----------------------------------------------------------------------
     @property
-    def address(self) -> int:  # type: ignore[override]
+    def address(self) -> int:
         """The address of the first byte (0 once released)."""
         return 0 if self._released else int(self.__array_interface__["data"][0])
 
@@ -131,7 +131,7 @@ class buffer(np.ndarray):
         return None if self._released else self._owner
 
     @property
-    def nbytes(self) -> int:  # type: ignore[override]
+    def nbytes(self) -> int:
         """The length in bytes (0 once released)."""
         return 0 if self._released else self.size
 
@@ -151,10 +151,10 @@ class buffer(np.ndarray):
     def __bool__(self) -> bool:
         return self.nbytes > 0
 
-    def __eq__(self, other: object) -> bool:  # type: ignore[override]
+    def __eq__(self, other: object) -> bool:
         return self is other
 
-    def __ne__(self, other: object) -> bool:  # type: ignore[override]
+    def __ne__(self, other: object) -> bool:
         return self is not other
 
     __hash__ = object.__hash__  # type: ignore[assignment]
@@ -172,7 +172,7 @@ class buffer(np.ndarray):
     def _host_view(self) -> np.ndarray:
         if not self._host:
             raise BufferError("the buffer is device memory: it cannot be accessed from Python")
-        plain = self.view(np.ndarray)
+        plain: np.ndarray = self.view(np.ndarray)
         return plain[:0] if self._released else plain
 
     def _range(self, item: Any) -> Any:
@@ -197,7 +197,7 @@ class buffer(np.ndarray):
         where = self._range(item)
         data = self._host_view()
         if isinstance(where, slice):
-            part = data[where].view(buffer)
+            part = cast(buffer, data[where].view(buffer))
             part._owner, part._host = self._owner, self._host
             return part
         return int(data[where])
@@ -220,16 +220,16 @@ class buffer(np.ndarray):
     # -- conversions ----------------------------------------------------------------------
     def cast(self, format: str, shape: Any = None) -> memoryview:
         """A memoryview of the bytes as items of ``format`` (and ``shape``)."""
-        view = memoryview(self._host_view())
-        return view.cast(format) if shape is None else view.cast(format, shape)
+        view = memoryview(self._host_view())  # type: ignore[arg-type]
+        return view.cast(format) if shape is None else view.cast(format, shape)  # type: ignore[call-overload]
 
-    def tobytes(self, order: Any = None) -> bytes:  # type: ignore[override]
+    def tobytes(self, order: Any = None) -> bytes:
         """The bytes as a ``bytes`` object (``order`` is accepted for compatibility)."""
         return self._host_view().tobytes()
 
     def toreadonly(self) -> buffer:
         """A read-only buffer of the same memory and owner."""
-        view = self.view(np.ndarray)[: self.nbytes]
+        view: np.ndarray = self.view(np.ndarray)[: self.nbytes]
         if view.flags.writeable:
             view = view.view()
             view.flags.writeable = False

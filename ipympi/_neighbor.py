@@ -271,7 +271,7 @@ class Cartcomm(Topocomm):
     _kinds = (K.CART,)
 
     def _cart(self, call: str) -> CartTopo:
-        return self._topo(call)  # type: ignore[no-any-return]
+        return self._topo(call)
 
     @mpi_call
     def Get_dim(self) -> int:
@@ -375,7 +375,7 @@ class Graphcomm(Topocomm):
     _kinds = (K.GRAPH,)
 
     def _graph(self, call: str) -> GraphTopo:
-        return self._topo(call)  # type: ignore[no-any-return]
+        return self._topo(call)
 
     @mpi_call
     def Get_dims(self) -> tuple[int, int]:
@@ -441,7 +441,7 @@ class Distgraphcomm(Topocomm):
     _kinds = (K.DIST_GRAPH,)
 
     def _dist(self, call: str) -> DistGraphTopo:
-        return self._topo(call)  # type: ignore[no-any-return]
+        return self._topo(call)
 
     @mpi_call
     def Get_dist_neighbors_count(self) -> tuple[int, int, bool]:

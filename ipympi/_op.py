@@ -118,9 +118,9 @@ def _describe_groups(groups: frozenset[str]) -> str:
 
 try:  # numpy 2 keeps its floating-point error state in a context variable; setting
     # it to a prebuilt "ignore everything" state costs half of entering np.errstate.
-    from numpy._core.umath import _extobj_contextvar as _fp_errors
-    from numpy._core.umath import _make_extobj
+    from numpy._core.umath import _extobj_contextvar, _make_extobj
 
+    _fp_errors: Any = _extobj_contextvar
     _QUIET: Any = _make_extobj(all="ignore")
 except (ImportError, AttributeError, TypeError):  # other numpy versions: np.errstate
     _fp_errors = None

@@ -38,7 +38,7 @@ class Pickle:
         self._dumps = dumps
         self._loads = loads
         self.PROTOCOL = _DEFAULT_PROTOCOL if protocol is None else protocol
-        self.THRESHOLD = threshold  # type: ignore[assignment]
+        self.THRESHOLD = threshold
 
     @property
     def THRESHOLD(self) -> int:

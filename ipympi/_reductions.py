@@ -97,7 +97,7 @@ class ArrayValues(Values):
         self._datatype = datatype
 
     def wire(self, value: np.ndarray) -> memoryview:
-        return memoryview(value).cast("B") if value.size else memoryview(b"")
+        return memoryview(value).cast("B") if value.size else memoryview(b"")  # type: ignore[arg-type]
 
     def target(
         self, like: np.ndarray, reuse: np.ndarray | None = None
@@ -105,7 +105,7 @@ class ArrayValues(Values):
         """A receive array shaped like ``like`` (``reuse`` when given: large
         arrays are recycled across rounds, sparing fresh pages each time)."""
         arr = np.empty_like(like) if reuse is None else reuse
-        return arr, (memoryview(arr).cast("B") if arr.size else memoryview(bytearray()))
+        return arr, (memoryview(arr).cast("B") if arr.size else memoryview(bytearray()))  # type: ignore[arg-type]
 
     def received(self, op: Any, holder: np.ndarray) -> np.ndarray:
         return holder
@@ -131,6 +131,7 @@ class ScalarValues(Values):
     """
 
     __slots__ = ("_mask", "_offset", "_pack", "_reduce", "_unpack", "codec", "nbytes")
+    nbytes: int  # one element
 
     def __init__(self, reduce_scalars: Callable[[Any, Any], Any], dtype: np.dtype) -> None:
         self._reduce = reduce_scalars

@@ -173,7 +173,7 @@ class Request(MultipleCompletion, Handle):
         if op is None:
             raise MPIException(ERR_REQUEST, "Cancel: the request is REQUEST_NULL")
         if op.kind == GREQ:
-            op.cancel()  # type: ignore[attr-defined]
+            op.cancel()
             return
         if op.done:
             return
@@ -198,7 +198,7 @@ class Request(MultipleCompletion, Handle):
         # it completes, so dropping the handle is all that is needed here.
         self._op = None
         if op.kind == GREQ:
-            op.release_handle()  # type: ignore[attr-defined]  (runs free_fn, now or later)
+            op.release_handle()  # runs free_fn, now or later
 
     # -- lower case: objects -------------------------------------------------
     def wait(self, status: Status | None = None) -> Any:
@@ -243,7 +243,7 @@ class Prequest(PartitionedFeatures, Request):
     def _copy(self, other: Handle) -> None:
         self._persist = other._target()
 
-    @property  # type: ignore[override]
+    @property
     def _op(self) -> Op | None:
         """The current operation of the persistent request (``None``: inactive)."""
         persist = self._persist

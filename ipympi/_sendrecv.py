@@ -31,7 +31,9 @@ class SendrecvOp(Op):
     """The operation behind an ``Isendrecv`` request: its receive and its send.
 
     It is done when both halves are, and reads as the receive otherwise (status
-    fields, received data, errors), so requests treat it as a receive.
+    fields, received data, errors), so requests treat it as a receive. Those fields
+    are read-only properties here, where ``Op`` has plain attributes (hence the
+    ``override`` ignores).
     """
 
     def __init__(self, recv: Op, send: Op, call: str) -> None:
@@ -43,35 +45,35 @@ class SendrecvOp(Op):
         self.recv = recv
         self.send = send
 
-    @property  # type: ignore[override]
-    def done(self) -> bool:
+    @property
+    def done(self) -> bool:  # type: ignore[override]
         return self.recv.done and self.send.done
 
-    @property  # type: ignore[override]
-    def cancelled(self) -> bool:
+    @property
+    def cancelled(self) -> bool:  # type: ignore[override]
         return self.recv.cancelled
 
-    @property  # type: ignore[override]
-    def error(self) -> int:
+    @property
+    def error(self) -> int:  # type: ignore[override]
         return self.recv.error or self.send.error
 
-    @property  # type: ignore[override]
-    def error_detail(self) -> str:
+    @property
+    def error_detail(self) -> str:  # type: ignore[override]
         return self.recv.error_detail if self.recv.error else self.send.error_detail
 
-    @property  # type: ignore[override]
-    def source(self) -> int:
+    @property
+    def source(self) -> int:  # type: ignore[override]
         return self.recv.source
 
-    @property  # type: ignore[override]
-    def tag(self) -> int:
+    @property
+    def tag(self) -> int:  # type: ignore[override]
         return self.recv.tag
 
-    @property  # type: ignore[override]
-    def count(self) -> int:
+    @property
+    def count(self) -> int:  # type: ignore[override]
         return self.recv.count
 
-    @property  # type: ignore[override]
+    @property
     def data(self) -> Any:
         return self.recv.data
 

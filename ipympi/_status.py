@@ -57,6 +57,7 @@ class Status:
     """
 
     __slots__ = ("__weakref__", "_mem")
+    _mem: array[int]  # the C struct's five ints
     _C_SIZE = 4 * len(_EMPTY)  # bytes of the C struct (MPI._sizeof)
 
     def __new__(cls, status: Status | None = None) -> Status:
@@ -244,7 +245,7 @@ class Status:
             "count": self.count,
             "cancelled": self.cancelled,
         }
-        return (copyreg.__newobj__, (type(self),), state)
+        return (copyreg.__newobj__, (type(self),), state)  # type: ignore[attr-defined]
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         for name in ("source", "tag", "error", "count", "cancelled"):

@@ -143,24 +143,27 @@ class TcpLink:
 
     def _verify(self, parts: list[zmq.Frame]) -> Received | None:
         if len(parts) not in (2, 3) or len(parts[0]) != _HEAD.size + _MAC:
-            return self._refuse("a malformed tcp message")
+            self._refuse("a malformed tcp message")
+            return None
         prefix = parts[0].bytes
         frame = parts[1].bytes
         data = parts[2].buffer if len(parts) == 3 else None
         head = prefix[: _HEAD.size]
         source, dest, seq = _HEAD.unpack(head)
         if not hmac.compare_digest(prefix[_HEAD.size :], _mac(self.key, head, frame, data)):
-            return self._refuse("a tcp frame with a bad signature (not from this session)")
+            self._refuse("a tcp frame with a bad signature (not from this session)")
+            return None
         if dest != self.rank:
-            return self._refuse(f"a tcp frame for rank {dest}")
+            self._refuse(f"a tcp frame for rank {dest}")
+            return None
         expected = self._expected.get(source, 0)
         if seq != expected:
-            return self._refuse(
-                f"tcp frame {seq} from rank {source} out of order (expected {expected})"
-            )
+            self._refuse(f"tcp frame {seq} from rank {source} out of order (expected {expected})")
+            return None
         self._expected[source] = seq + 1
         if len(frame) > self.max_frame:
-            return self._refuse(f"a tcp frame of {len(frame)} bytes from rank {source}")
+            self._refuse(f"a tcp frame of {len(frame)} bytes from rank {source}")
+            return None
         return frame if data is None else (frame, data)
 
     def _refuse(self, what: str) -> None:

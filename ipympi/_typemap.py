@@ -72,8 +72,8 @@ __all__ = [
 Ext32Part = Union[np.dtype[Any], ExternalFloats]
 
 _I64 = np.int64
-_NONE = np.zeros(0, dtype=_I64)
-_NO_LEAF = np.zeros(0, dtype=np.int32)
+_NONE: np.ndarray = np.zeros(0, dtype=_I64)
+_NO_LEAF: np.ndarray = np.zeros(0, dtype=np.int32)
 
 
 # --- Leaves ------------------------------------------------------------------------------
@@ -115,8 +115,8 @@ class Leaf:
 
 _LEAVES: list[Leaf] = []
 # Per leaf id: packed bytes and number of basic elements.
-_PACKED = np.zeros(0, dtype=_I64)
-_PARTS = np.zeros(0, dtype=_I64)
+_PACKED: np.ndarray = np.zeros(0, dtype=_I64)
+_PARTS: np.ndarray = np.zeros(0, dtype=_I64)
 
 
 def register_leaf(leaf: Leaf) -> int:
@@ -435,7 +435,7 @@ def _piece_runs(child: Layout, starts: Any, counts: Any) -> Runs:
         pos = np.concatenate(([0], np.cumsum(counts[:-1]))).astype(_I64) * child.packed
         return starts + child.lb, counts * ext, pos
     total = int(counts.sum())
-    first = np.repeat(np.cumsum(counts) - counts, counts)
+    first: np.ndarray = np.repeat(np.cumsum(counts) - counts, counts)
     disps = np.repeat(starts, counts) + (np.arange(total, dtype=_I64) - first) * ext
     off = (disps[:, None] + child.off[None, :]).ravel()
     pos = (np.arange(total, dtype=_I64)[:, None] * child.packed + child.pos[None, :]).ravel()
@@ -466,7 +466,8 @@ def _build_sig(layout: Layout) -> Sig:
     pieces = layout.pieces
     if len(pieces) == 1 and _single(pieces[0]):
         return pieces[0][0].sig
-    leaves_, counts_ = [], []
+    leaves_: list[np.ndarray] = []
+    counts_: list[Any] = []
     for child, _, counts in pieces:
         if child.packed:
             leaf, count = child.sig
@@ -540,7 +541,7 @@ def hindexed(
         return zerolen()
     if not keep.all():
         counts, starts = counts[keep], starts[keep]
-    last = (counts - 1) * child.extent
+    last: np.ndarray = (counts - 1) * child.extent
     low = int((starts + np.minimum(last, 0)).min())
     high = int((starts + np.maximum(last, 0)).max())
     return compose(((child, starts, counts),), ((child, low, high, int(counts.sum())),))
@@ -612,4 +613,4 @@ def element_dtype(layout: Layout) -> np.dtype[Any] | None:
     if "dtype" not in layout._cache:
         dtypes = {_LEAVES[int(i)].dtype for i in layout.leaf_ids}
         layout._cache["dtype"] = dtypes.pop() if len(dtypes) == 1 else None
-    return layout._cache["dtype"]  # type: ignore[no-any-return]
+    return layout._cache["dtype"]

@@ -98,7 +98,7 @@ def _plan(layout: Layout, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
         return layout.off, layout.len, layout.pos
     cached = layout._cache.get("plan")
     if cached is not None and cached[0] == count:
-        return cached[1]  # type: ignore[no-any-return]
+        return cached[1]
     index = np.arange(count, dtype=_I64)[:, None]
     off = (layout.off[None, :] + index * layout.extent).ravel()
     pos = (layout.pos[None, :] + index * layout.packed).ravel()
@@ -172,7 +172,7 @@ def _ext32_plan(
     converts by casting). Raises ValueError naming an unsupported leaf."""
     cached = layout._cache.get("ext32")
     if cached is not None:
-        return cached  # type: ignore[no-any-return]
+        return cached
     table = leaves()
     packed = np.array([leaf.packed for leaf in table], dtype=_I64)
     ext = np.array([leaf.ext32_size or 0 for leaf in table], dtype=_I64)
@@ -183,7 +183,7 @@ def _ext32_plan(
     sig_leaf, sig_count = layout.sig_leaf, layout.sig_count
     native_start = np.cumsum(packed[sig_leaf] * sig_count) - packed[sig_leaf] * sig_count
     ext_start = np.cumsum(ext[sig_leaf] * sig_count) - ext[sig_leaf] * sig_count
-    steps = []
+    steps: list[tuple[Any, Any, np.ndarray, np.ndarray, ExternalFloats | None]] = []
     for leaf_id in layout.leaf_ids:
         leaf = table[int(leaf_id)]
         assert leaf.ext32 is not None

@@ -54,7 +54,7 @@ def _grid(
         breaks = np.flatnonzero(np.diff(inner) != 1) + 1
         block_first = inner[np.concatenate(([0], breaks))]
         block_len = np.diff(np.concatenate(([0], breaks, [len(inner)])))
-        base = np.zeros(1, dtype=_I64)
+        base: np.ndarray = np.zeros(1, dtype=_I64)
         for index, stride in fast[:-1]:
             base = (base[:, None] + index[None, :] * stride).ravel()
         starts = (base[:, None] + block_first[None, :] * inner_stride).ravel() * ext

@@ -92,7 +92,7 @@ class IpympiKernel(IPythonKernel):
         """
         body = self.parallel.autopx.straight_body(code)
         if body is None:
-            return await super().do_execute(  # type: ignore[no-any-return]
+            return await super().do_execute(
                 code,
                 silent,
                 store_history,
@@ -137,6 +137,7 @@ class IpympiKernel(IPythonKernel):
     ) -> dict[str, Any]:
         """The content of the execute reply, as ipykernel builds it."""
         shell = self.shell
+        assert shell is not None  # replies follow executions, which need the shell
         reply: dict[str, Any] = {"execution_count": shell.execution_count - 1}
         error = result.error_in_exec
         if error is None:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
@@ -43,6 +43,9 @@ from ipympi.controller.status import StatusTable
 from ipympi.controller.watch import ON_ERROR
 
 from ._autopx import AutoParallel
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
 
 __all__ = ["ParallelMagics"]
 
@@ -127,9 +130,16 @@ class ParallelMagics(Magics):
 
     def __init__(self, shell: Any, autopx: AutoParallel) -> None:
         super().__init__(shell)
-        self.autopx = autopx
+        # The instance attribute hides the %autopx method, registered above.
+        self.autopx = autopx  # type: ignore[assignment,misc]
         self.defaults: dict[str, Any] = {}
         self.pending: CellResult | None = None
+
+    @property
+    def _shell(self) -> InteractiveShell:
+        shell = self.shell
+        assert shell is not None  # registered magics have their shell
+        return shell
 
     # -- the session -------------------------------------------------------------------
     def _cluster(self) -> Cluster:
@@ -327,7 +337,7 @@ class ParallelMagics(Magics):
         parser.add_argument("names", nargs="+", metavar="NAME")
         parser.add_argument("-t", "--targets")
         args = parser.parse(rest)
-        ns = self.shell.user_ns
+        ns = self._shell.user_ns
         missing = [name for name in args.names if name not in ns]
         if missing:
             raise UsageError(f"%mpi push: {missing[0]!r} is not defined in the controller")
@@ -479,15 +489,17 @@ class ParallelMagics(Magics):
         except (ClusterError, ValueError) as exc:
             raise UsageError(str(exc)) from None
         if save_name:
-            self.shell.user_ns[save_name] = result
+            self._shell.user_ns[save_name] = result
         if local:
-            self.shell.run_cell(code, store_history=False)
+            self._shell.run_cell(code, store_history=False)
         if not options.block:
             self.pending = result
             return result
         self._show_trace(result, options.silent)
+        payloads = self._shell.payload_manager
+        assert payloads is not None  # made at the shell's start
         for item in result.payload:  # the pager's text of obj?, as the kernel's own
-            self.shell.payload_manager.write_payload(item)
+            payloads.write_payload(item)
         result.raise_for_error()
         return None
 
@@ -526,14 +538,15 @@ class ParallelMagics(Magics):
     @line_magic
     def autopx(self, line: str) -> None:
         """Toggle parallel mode: every cell runs on the ranks (``%%local`` cells excepted)."""
-        self.autopx.enabled = not self.autopx.enabled
-        state = "on: cells run on the ranks" if self.autopx.enabled else "off"
+        autopx: AutoParallel = self.__dict__["autopx"]  # the attribute, not this method
+        autopx.enabled = not autopx.enabled
+        state = "on: cells run on the ranks" if autopx.enabled else "off"
         print(f"%autopx {state}")
 
     @cell_magic
     def local(self, line: str, cell: str) -> None:
         """Run this cell in the controller only (meaningful in parallel mode)."""
-        self.shell.run_cell(cell, store_history=False)
+        self._shell.run_cell(cell, store_history=False)
 
 
 # The CellOptions fields that %%px options and %pxconfig set.

@@ -270,7 +270,7 @@ class Cluster(ClusterAPI):
             return f"ipc://{self.session_dir}/engines"
         if self._tcp_engines is None:
             self._router.bind(f"tcp://{self.launcher.address()}:0")
-            self._tcp_engines = self._router.getsockopt(zmq.LAST_ENDPOINT).decode()
+            self._tcp_engines = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
         return self._tcp_engines
 
     def _bind_control(self) -> str:
@@ -281,7 +281,7 @@ class Cluster(ClusterAPI):
             self._ctl.bind(address)
             return address
         self._ctl.bind(f"tcp://{self.launcher.address()}:0")
-        return self._ctl.getsockopt(zmq.LAST_ENDPOINT).decode()
+        return self._ctl.getsockopt_string(zmq.LAST_ENDPOINT)
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
         """Wait until every engine of the current world has said hello."""

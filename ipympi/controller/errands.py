@@ -117,4 +117,4 @@ def driven(errands: Errands, work: Callable[[], T], timeout: float = DRIVEN_TIME
         raise TimeoutError(f"the thread driving the MPI session did not answer in {timeout:g} s")
     if "error" in outcome:
         raise outcome["error"]
-    return outcome["value"]  # type: ignore[no-any-return]
+    return outcome["value"]

@@ -93,7 +93,7 @@ def build_report(
         state = dict(states.get(rank, {}))
         error = errors.get(rank)
         peer, tag = state.get("peer"), state.get("tag")
-        common = {
+        common: dict[str, Any] = {
             "call": str(state.get("call") or ""),
             "comm": str(state.get("comm") or ""),
             "peer": peer if isinstance(peer, int) else None,

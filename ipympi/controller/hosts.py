@@ -23,6 +23,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .._agents import LAUNCHERS, agent_argv, forwarded_environment, placed_rank_environment
 from .._hosts import Host, controller_address, nodes_of, start_method
@@ -162,7 +163,8 @@ class HostsLauncher(Launcher):
             ]
         current = []
         for event in events:
-            rank, pid = event.get("rank"), event.get("pid")
+            rank: Any = event.get("rank")  # JSON values
+            pid: Any = event.get("pid")
             if not isinstance(rank, int) or not 0 <= rank < len(self._nodes):
                 continue
             if event.get("type") == "spawned":

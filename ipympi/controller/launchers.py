@@ -208,7 +208,7 @@ class SupervisorLauncher(Launcher):
             return [*died, {"type": "ended", "reason": reason, "known": True}]
         current = []  # events about engines of the current world
         for event in events:
-            rank = event.get("rank")
+            rank: Any = event.get("rank")  # a JSON value
             if event.get("type") == "spawned" and rank is not None:
                 self._pids[int(rank)] = int(event["pid"])
                 current.append(event)

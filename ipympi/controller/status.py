@@ -19,13 +19,13 @@ COLUMNS = ("rank", "pid", "host", "state", "call", "where", "memory")
 _HEADINGS = {"call": "MPI call / wait", "where": "at"}
 
 
-def format_memory(nbytes: int | None) -> str:
+def format_memory(nbytes: float | None) -> str:
     if nbytes is None:
         return ""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if nbytes < 1024 or unit == "GiB":
             return f"{nbytes:.0f} {unit}" if unit == "B" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024  # type: ignore[assignment]
+        nbytes /= 1024
     return ""
 
 

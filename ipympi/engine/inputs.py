@@ -47,4 +47,4 @@ class RankTransformerManager(TransformerManager):
             may_hold_special_syntax("".join(lines))
         ):
             return lines
-        return super().do_token_transforms(lines)  # type: ignore[no-any-return]
+        return super().do_token_transforms(lines)

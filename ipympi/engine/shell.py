@@ -137,7 +137,7 @@ class EngineIO:
 class RankDisplayPublisher(DisplayPublisher):
     """Rich displays (``display()``, inline figures) become ``display_data`` messages."""
 
-    def publish(  # type: ignore[override]
+    def publish(
         self,
         data: dict[str, Any],
         metadata: dict[str, Any] | None = None,
@@ -147,12 +147,12 @@ class RankDisplayPublisher(DisplayPublisher):
         update: bool = False,
         **kwargs: Any,
     ) -> None:
-        io: EngineIO = self.shell.engine_io  # type: ignore[union-attr]
+        io: EngineIO = self.shell.engine_io
         content = {"data": data, "metadata": metadata or {}, "transient": transient or {}}
         io.send_after_output("update_display_data" if update else "display_data", content)
 
     def clear_output(self, wait: bool = False) -> None:
-        io: EngineIO = self.shell.engine_io  # type: ignore[union-attr]
+        io: EngineIO = self.shell.engine_io
         io.send_after_output("clear_output", {"wait": bool(wait)})
 
 
@@ -195,7 +195,9 @@ class RankShell(InteractiveShell):
 
     def _page(self, text: Any, start: int = 0, **unused: Any) -> None:
         data = text if isinstance(text, dict) else {"text/plain": text}
-        self.payload_manager.write_payload({"source": "page", "data": data, "start": max(0, start)})
+        payloads = self.payload_manager
+        assert payloads is not None  # made at the shell's start
+        payloads.write_payload({"source": "page", "data": data, "start": max(0, start)})
 
     def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
         io = self.engine_io
@@ -346,9 +348,11 @@ class Engine:
         content: dict[str, Any] = {"execution_count": shell.execution_count - 1}
         if not store_history:
             content["execution_count"] = shell.execution_count
-        payload = shell.payload_manager.read_payload()
+        payloads = shell.payload_manager
+        assert payloads is not None  # made at the shell's start
+        payload = payloads.read_payload()
         if payload:
-            shell.payload_manager.clear_payload()
+            payloads.clear_payload()
             content["payload"] = payload
         error = result.error_before_exec or result.error_in_exec or mismatch
         if mismatch is not None:
@@ -547,8 +551,8 @@ def open_io(
     ``pipes`` and ``watch``: see :class:`FdCapture`.
     """
     io = EngineIO(ctx, address, rank, gen, key)
-    sys.stdout = io.streams["stdout"]  # type: ignore[assignment]
-    sys.stderr = io.streams["stderr"]  # type: ignore[assignment]
+    sys.stdout = io.streams["stdout"]
+    sys.stderr = io.streams["stderr"]
     streams = {1: io.streams["stdout"], 2: io.streams["stderr"]}
     io.fd_capture = FdCapture(streams, pipes, watch)
     flusher = threading.Thread(target=_flush_forever, args=(io,), name="ipympi-flush", daemon=True)
@@ -594,9 +598,11 @@ def run_engine(rank: int, spec: Mapping[str, Any], key: bytes) -> int:
 
     from .. import MPI, rc
 
-    MPI.Init()
+    # MPI's names are made when it is imported (MPI._collect): untyped here.
+    mpi: Any = MPI
+    mpi.Init()
     rc.initialize = True
-    comm = MPI.COMM_WORLD
+    comm = mpi.COMM_WORLD
     shell = make_shell(io, {"MPI": MPI, "comm": comm, "rank": rank, "size": comm.Get_size()})
     engine = Engine(io, shell)
     from .. import _progress

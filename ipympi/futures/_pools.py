@@ -105,7 +105,7 @@ class _Queue:
     def cancel(self, client: Client | None = None) -> None:
         """Cancel the queued items (of ``client`` only, if given)."""
         with self.cond:
-            kept = collections.deque()
+            kept: collections.deque[tuple[Client, WorkItem]] = collections.deque()
             for entry in self.items:
                 if client is None or entry[0] is client:
                     future = entry[1].future

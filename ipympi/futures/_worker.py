@@ -81,7 +81,7 @@ class _Raised:
 
     def __init__(self, exc: BaseException, workers: MPI.Intracomm) -> None:
         where = f"Worker {workers.Get_rank()} of {workers.Get_size()} on {MPI.Get_processor_name()}"
-        text = "".join(traceback.format_exception(exc))
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         self.exc = exc
         self.text = f'\n### {where}\n"""\n{text}"""'
 

@@ -432,8 +432,8 @@ def render_svg(trace: Trace, width: int = 900) -> str:
     drawn = trace.messages[:MAX_ARROWS]
     collective_of = _collective_of(trace)
     for message in drawn:
-        coll = None if message.coll is None else collective_of.get(message.coll)
-        _svg_message(lay, trace, message, coll, colours, body)
+        owner = None if message.coll is None else collective_of.get(message.coll)
+        _svg_message(lay, trace, message, owner, colours, body)
     for record in trace.unmatched_receives[: max(MAX_ARROWS - len(drawn), 0)]:
         _svg_orphan(lay, trace, record, body)
     _svg_axis(lay, body)

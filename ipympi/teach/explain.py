@@ -355,7 +355,7 @@ class Explanation:
         if not isinstance(call, str) or not call.strip():
             raise ValueError("call: the text of the collective call, e.g. 'comm.Allreduce(a, b)'")
         try:
-            numpy_dtype = None if dtype is None else np.dtype(dtype)
+            numpy_dtype: np.dtype | None = None if dtype is None else np.dtype(dtype)
         except TypeError as exc:
             raise ValueError(f"dtype {dtype!r} is not a numpy dtype: {exc}") from None
         for name, buffers in (("before", before), ("after", after)):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import copy
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -201,16 +201,17 @@ def explain_call(text: str, setup: str = "") -> dict[str, Any]:
     from .._request import Request
 
     call = parse_collective_call(text)
+    func = cast(ast.Attribute, call.func)  # parse_collective_call checked it
     shell = get_ipython()
     namespace = shell.user_ns if shell is not None else {}
     if setup:
         namespace = {**namespace, "np": np}
         exec(compile(setup, "<explain>", "exec"), namespace)
 
-    def evaluate(node: ast.AST) -> Any:
+    def evaluate(node: ast.expr) -> Any:
         return eval(compile(ast.Expression(node), "<explain>", "eval"), namespace)
 
-    target = evaluate(call.func.value)
+    target = evaluate(func.value)
     args = [evaluate(node) for node in call.args]
     kwargs = {kw.arg: evaluate(kw.value) for kw in call.keywords if kw.arg is not None}
     # The data arguments, by their text: not constants (a root), ops or datatypes.
@@ -220,7 +221,9 @@ def explain_call(text: str, setup: str = "") -> dict[str, Any]:
         if not isinstance(node, ast.Constant)
     ]
     labelled += [
-        (kw.arg, kwargs[kw.arg]) for kw in call.keywords if kw.arg not in (None, "op", "root")
+        (kw.arg, kwargs[kw.arg])
+        for kw in call.keywords
+        if kw.arg is not None and kw.arg not in ("op", "root")
     ]
     data = [(label, value) for label, value in labelled if not _is_handle(value)]
     arrays = [a for a in (_buffer_of(value) for _, value in data) if a is not None]
@@ -229,14 +232,14 @@ def explain_call(text: str, setup: str = "") -> dict[str, Any]:
     before = {label: _snapshot(value) for label, value in data}
     _trace.start(payloads=True)
     try:
-        result = getattr(target, call.func.attr)(*args, **kwargs)
+        result = getattr(target, func.attr)(*args, **kwargs)
         if isinstance(result, Request):
             result.Wait()
             result = None
     finally:
         records = _trace.stop()
     after = {label: _snapshot(value) for label, value in data if _buffer_of(value) is not None}
-    if call.func.attr in _OBJECT_CALLS and call.func.attr != "barrier":
+    if func.attr in _OBJECT_CALLS and func.attr != "barrier":
         after["result"] = _snapshot(result)
     return {"records": records, "dtype": dtype, "before": before, "after": after}
 

@@ -195,8 +195,8 @@ def fetch(
     if unreadable:  # rare (a class defined only on the ranks): one more request for reprs
         asked = sorted({name for why in unreadable.values() for name in why})
         texts = apply(cluster, reprs_on_rank, asked, targets=sorted(unreadable))
-        for (rank, why), text in zip(sorted(unreadable.items()), texts):
-            for name, reason in why.items():
+        for (rank, reasons), text in zip(sorted(unreadable.items()), texts):
+            for name, reason in reasons.items():
                 shown = text[name]
                 values[name][rank] = NOT_DEFINED if shown is None else ReprOnly(shown, reason)
     nowhere = [n for n in wanted if all(v is NOT_DEFINED for v in values[n].values())]
@@ -205,7 +205,7 @@ def fetch(
         said = "name {} is" if len(nowhere) == 1 else "names {} are"
         where = "any rank" if len(ranks) == cluster.n else _ranks_label(ranks)
         error = NameError(f"{said.format(listed)} not defined on {where}")
-        error.name = nowhere[0]
+        error.name = nowhere[0]  # type: ignore[attr-defined]  # read from Python 3.10 on
         raise error
     return values
 
@@ -391,7 +391,9 @@ def _array_stats(array: np.ndarray) -> str:
         nans = int(np.count_nonzero(np.isnan(array))) if kind == "f" else 0
         if nans == array.size:
             return "all NaN"
-        low, mean, high = np.nanmin(array), np.nanmean(array), np.nanmax(array)
+        low: Any = np.nanmin(array)
+        mean: Any = np.nanmean(array)
+        high: Any = np.nanmax(array)
     except (TypeError, ValueError, ArithmeticError):
         return ""
     nan_note = f"  ({nans} NaN)" if nans else ""

@@ -17,7 +17,7 @@ import math
 from collections import defaultdict, deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from .diagram import render_svg, render_text
 from .units import format_time, plural
@@ -186,8 +186,9 @@ def assign_steps(messages: Sequence[TracedMessage]) -> None:
             received[message.dst].append(message)
     rounds_of: dict[int, list[int]] = {}
     for rank, inbox in received.items():
-        inbox.sort(key=lambda m: m.recv_round)
-        rounds_of[rank] = [m.recv_round for m in inbox]
+        # Only received messages are here: each has its round.
+        inbox.sort(key=lambda m: cast(int, m.recv_round))
+        rounds_of[rank] = [cast(int, m.recv_round) for m in inbox]
 
     def inputs(message: TracedMessage) -> list[TracedMessage]:
         """What the sender had received before the round it sent ``message`` in."""

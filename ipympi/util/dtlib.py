@@ -47,7 +47,9 @@ from typing import Any, NamedTuple, Union
 from .. import MPI
 
 try:
-    from numpy import dtype as _np_dtype
+    from numpy import dtype as _numpy_dtype
+
+    _np_dtype: Any = _numpy_dtype
 except ImportError:  # pragma: no cover - numpy is a dependency of ipympi
     _np_dtype = None
 
