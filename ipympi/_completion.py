@@ -27,6 +27,7 @@ from ._engine import WaitInfo
 from ._errors import ERR_IN_STATUS, SUCCESS
 from ._errors import Exception as MPIException
 from ._ops import RECV, Op
+from ._pickle import pickle
 from ._status import Status
 
 __all__: list[str] = []  # nothing for the MPI module to export
@@ -42,8 +43,6 @@ def loads(op: Op) -> Any:
         return op.value if kind == GREQ else None  # type: ignore[attr-defined]
     if op.cancelled or not op.data:
         return None  # nothing received, or an empty message
-    from ._pickle import pickle
-
     return pickle.loads(op.data)
 
 

@@ -20,7 +20,9 @@ from ._constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
 from ._engine import WaitInfo
 from ._errhandling import mpi_call as _mpi_call
 from ._errors import Exception as MPIException
+from ._message import Message
 from ._ops import RECV, SEND, Op
+from ._pickle import pickle
 from ._request import Prequest, Request
 from ._sendrecv import SendRecv
 from ._status import Status
@@ -363,8 +365,6 @@ class PointToPoint(SendRecv):
         self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
     ) -> Any:
         """Matched probe: the message is set aside for ``Message.Recv``."""
-        from ._message import Message
-
         env = self._probe("Mprobe", source, tag, status, block=True, take=True)
         return Message._of(self, env)
 
@@ -373,8 +373,6 @@ class PointToPoint(SendRecv):
         self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
     ) -> Any:
         """Nonblocking matched probe: a ``Message`` or ``None``."""
-        from ._message import Message
-
         env = self._probe("Improbe", source, tag, status, block=False, take=True)
         return None if env is None else Message._of(self, env)
 
@@ -459,8 +457,6 @@ class PointToPoint(SendRecv):
     def mprobe(
         self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
     ) -> Any:
-        from ._message import Message
-
         env = self._probe("mprobe", source, tag, status, block=True, take=True)
         return Message._of(self, env)
 
@@ -468,8 +464,6 @@ class PointToPoint(SendRecv):
     def improbe(
         self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
     ) -> Any:
-        from ._message import Message
-
         env = self._probe("improbe", source, tag, status, block=False, take=True)
         return None if env is None else Message._of(self, env)
 
@@ -477,8 +471,6 @@ class PointToPoint(SendRecv):
 def _dumps(obj: Any, dest: int) -> bytes:
     if dest == PROC_NULL:
         return b""
-    from ._pickle import pickle
-
     return pickle.dumps(obj)
 
 
@@ -497,6 +489,4 @@ def _loads(op: Op) -> Any:
     """The object a receive got; an empty message (``Send`` of no bytes) is ``None``."""
     if not op.data:
         return None
-    from ._pickle import pickle
-
     return pickle.loads(op.data)
