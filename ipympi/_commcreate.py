@@ -31,9 +31,9 @@ from . import _contexts as ctx
 from . import _errors
 from ._args import c_int
 from ._errhandling import mpi_call
-from ._errors import ERR_ARG, ERR_COMM, ERR_GROUP, ERR_OTHER
+from ._errors import ERR_ARG, ERR_COMM, ERR_OTHER
 from ._errors import Exception as MPIException
-from ._groupcreate import GroupConstructors, group_ranks
+from ._groupcreate import GroupConstructors, subgroup_ranks
 from ._info import info_items, new_info
 
 if TYPE_CHECKING:
@@ -294,15 +294,7 @@ class CommConstructors:
         groups. Callers not in their group get ``COMM_NULL``.
         """
         impl = self._intra("Create")
-        members = group_ranks(group, "Create")
-        parent = set(impl.world_ranks)
-        outside = [r for r in members if r not in parent]
-        if outside:
-            raise MPIException(
-                ERR_GROUP,
-                f"Create: the group is not a subgroup of the communicator "
-                f"(world ranks {outside} are not members)",
-            )
+        members = subgroup_ranks(group, impl.world_ranks, "Create", "the communicator")
         parts = _allgather(self, "Create", ctx.contribution(impl.engine))
         me = impl.world_ranks[impl.rank]
         if me not in members:

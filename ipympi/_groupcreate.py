@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from . import _constants as K
 from . import _contexts as ctx
 from . import _errors
-from ._args import c_int
+from ._args import c_int, send_tag
 from ._errhandling import mpi_call, world_call
-from ._errors import ERR_GROUP, ERR_RANK, ERR_TAG
+from ._errors import ERR_GROUP, ERR_RANK
 from ._errors import Exception as MPIException
 
 if TYPE_CHECKING:
@@ -47,6 +47,21 @@ def group_ranks(group: Any, call: str) -> tuple[int, ...]:
             ERR_GROUP, f"{call}: invalid group {group!r} (GROUP_NULL or not a group)"
         )
     return tuple(ranks)
+
+
+def subgroup_ranks(group: Any, world_ranks: Any, call: str, whose: str) -> tuple[int, ...]:
+    """The world ranks of ``group``, which must be a subgroup of ``world_ranks`` (the
+    processes of ``whose``, for the message); else ``ERR_GROUP``."""
+    members = group_ranks(group, call)
+    parent = set(world_ranks)
+    outside = [r for r in members if r not in parent]
+    if outside:
+        raise MPIException(
+            ERR_GROUP,
+            f"{call}: the group is not a subgroup of {whose} "
+            f"(world ranks {outside} are not members)",
+        )
+    return members
 
 
 def agree_among(
@@ -215,18 +230,8 @@ class GroupConstructors:
 
         call = "Create_group"
         impl = self._live()
-        members = group_ranks(group, call)
-        tag = c_int(tag)
-        if not 0 <= tag <= K.TAG_UB_VALUE:
-            raise MPIException(ERR_TAG, f"{call}: invalid tag {tag} (0..{K.TAG_UB_VALUE})")
-        parent = set(impl.world_ranks)
-        outside = [r for r in members if r not in parent]
-        if outside:
-            raise MPIException(
-                ERR_GROUP,
-                f"{call}: the group is not a subgroup of the communicator "
-                f"(world ranks {outside} are not members)",
-            )
+        members = subgroup_ranks(group, impl.world_ranks, call, "the communicator")
+        tag = send_tag(tag, call)
         engine = impl.engine
         if engine.rank not in members:
             return _null()

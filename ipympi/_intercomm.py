@@ -27,13 +27,13 @@ from . import _algorithms as algo
 from . import _constants as K
 from . import _contexts as ctx
 from . import _errors
-from ._args import c_int
+from ._args import c_int, send_tag
 from ._collsched import Algorithm
 from ._commcreate import _agree, _allgather, _new_impl
 from ._errhandling import mpi_call
-from ._errors import ERR_COMM, ERR_RANK, ERR_TAG
+from ._errors import ERR_COMM, ERR_RANK
 from ._errors import Exception as MPIException
-from ._groupcreate import group_ranks
+from ._groupcreate import subgroup_ranks
 from ._intercoll import InterCollectives
 from ._intercoll_core import layout
 from ._pickle import pickle
@@ -122,8 +122,7 @@ def create_intercomm(
         raise MPIException(
             ERR_RANK, f"{call}: local_leader {local_leader} is not a rank (size {impl.size})"
         )
-    if not 0 <= tag <= K.TAG_UB_VALUE:
-        raise MPIException(ERR_TAG, f"{call}: invalid tag {tag} (0..{K.TAG_UB_VALUE})")
+    tag = send_tag(tag, call)
     engine = impl.engine
     parts = _allgather(local, call, ctx.contribution(engine))
     result: Any
@@ -268,14 +267,7 @@ class InterMethods(InterCollectives):
         subgroup the remote processes pass; ``COMM_NULL`` if the caller is not in its
         group or either group is empty."""
         impl = self._live()
-        members = group_ranks(group, "Create")
-        outside = [r for r in members if r not in set(impl.world_ranks)]
-        if outside:
-            raise MPIException(
-                _errors.ERR_GROUP,
-                f"Create: the group is not a subgroup of the local group "
-                f"(world ranks {outside} are not members)",
-            )
+        members = subgroup_ranks(group, impl.world_ranks, "Create", "the local group")
         parts, _, ro = self._union_allgather("Create", (members, ctx.contribution(impl.engine)))
         remote = list(parts[ro][0])
         me = impl.world_ranks[impl.rank]
