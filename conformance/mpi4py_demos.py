@@ -290,7 +290,7 @@ def environment_of(demo: Demo, mpi: str) -> dict[str, str]:
     if demo.driver:
         env["MPIEXEC"] = shlex.join(launcher(mpi, demo.timeout))
         if mpi == "ipympi":
-            from ipympi import mpi4py_name
+            from ipympi import mpi4py as mpi4py_name
 
             mpi4py_name.rank_environment(env)
     return env

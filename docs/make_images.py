@@ -21,8 +21,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from ipympi.controller.cluster import Cluster  # noqa: E402
-from ipympi.controller.execute import CellOptions, run_cell  # noqa: E402
+from ipympi.notebook.controller.cluster import Cluster  # noqa: E402
+from ipympi.notebook.controller.execute import CellOptions, run_cell  # noqa: E402
 
 OUTPUT_CELL = """\
 import numpy as np

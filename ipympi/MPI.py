@@ -12,34 +12,69 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from . import (
-    _buffers,
-    _comm,
-    _constants,
-    _datatype,
-    _datatype_lookup,
-    _errhandling,
-    _errors,
-    _grequest,
-    _group,
-    _handle,
-    _info,
-    _memory,
-    _message,
-    _neighbor,
-    _op,
-    _pickle,
-    _request,
-    _runtime,
-    _status,
-    _topology,
-    _unsupported,
+from .core import constants as _constants
+from .core import errors as _errors
+from .mpi import accessors as _accessors
+from .mpi import (
+    buffers as _buffers,
 )
-from ._rc import settle as _settle_rc
+from .mpi import (
+    comm as _comm,
+)
+from .mpi import (
+    datatype as _datatype,
+)
+from .mpi import (
+    datatype_lookup as _datatype_lookup,
+)
+from .mpi import (
+    errhandling as _errhandling,
+)
+from .mpi import (
+    grequest as _grequest,
+)
+from .mpi import (
+    group as _group,
+)
+from .mpi import (
+    info as _info,
+)
+from .mpi import (
+    memory as _memory,
+)
+from .mpi import (
+    message as _message,
+)
+from .mpi import (
+    neighbor as _neighbor,
+)
+from .mpi import (
+    op as _op,
+)
+from .mpi import (
+    pickling as _pickle,
+)
+from .mpi import (
+    request as _request,
+)
+from .mpi import (
+    runtime as _runtime,
+)
+from .mpi import (
+    status as _status,
+)
+from .mpi import (
+    topology as _topology,
+)
+from .mpi import (
+    unsupported as _unsupported,
+)
+from .mpi.rc import settle as _settle_rc
 
 _SOURCES: tuple[ModuleType, ...] = (
     _constants,
     _errors,
+    _errhandling,
     _datatype,
     _buffers,
     _status,
@@ -102,10 +137,10 @@ for _name in _WORLD_CALLS:
     globals()[_name] = _errhandling.world_call(globals()[_name])
 del _name
 
-# mpi4py's low-level accessors of MPI objects (see _handle).
-_addressof = _handle.addressof
-_handleof = _handle.handleof
-_sizeof = _handle.sizeof
+# mpi4py's low-level accessors of MPI objects (see mpi/accessors.py).
+_addressof = _accessors.addressof
+_handleof = _accessors.handleof
+_sizeof = _accessors.sizeof
 # mpi4py's private alignment helper, which mpi4py.util.dtlib uses (see _datatype_lookup).
 _typealign = _datatype_lookup.typealign
 

@@ -8,18 +8,17 @@ of ``ipympi.MPI``, like ``mpi4py.rc``.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from typing import Any
 
-from ._rc import rc as rc
+from ._version import __version__ as __version__
+from .mpi.rc import rc as rc
 
 __all__ = ["__version__", "current", "last_trace", "load_ipython_extension", "on_error", "rc"]
 
 
 def current() -> Any:
     """The notebook session's cluster of ranks (``push``, ``pull``, ``execute``, ...)."""
-    from .controller.session import current as _current
+    from .notebook.controller.session import current as _current
 
     return _current()
 
@@ -30,14 +29,17 @@ def last_trace() -> Any:
     A :class:`~ipympi.teach.trace.Trace`: its ``records`` are every rank's
     sends, receives and collective calls; it draws itself as a diagram.
     """
-    from .controller.session import last_trace as _last_trace
+    from .notebook.controller.session import last_trace as _last_trace
 
     return _last_trace()
 
 
 def on_error(callback: Any) -> Any:
-    """Call ``callback(report)`` whenever a parallel cell fails (``ipympi.controller.hooks``)."""
-    from .controller.hooks import on_error as _on_error
+    """Call ``callback(report)`` whenever a parallel cell fails.
+
+    See :mod:`ipympi.notebook.controller.hooks`.
+    """
+    from .notebook.controller.hooks import on_error as _on_error
 
     return _on_error(callback)
 

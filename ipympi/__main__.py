@@ -18,10 +18,10 @@ __all__ = ["SUBCOMMANDS", "main"]
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "run": ("ipympi.run", "run an MPI program on N ranks, like mpiexec -n N"),
     "install": (
-        "ipympi._kernelspec",
+        "ipympi.notebook.kernelspec",
         "register the ipympi kernel spec (active environment by default)",
     ),
-    "lab": ("ipympi._lab", "install the kernel spec and open JupyterLab on the examples"),
+    "lab": ("ipympi.notebook.lab", "install the kernel spec and open JupyterLab on the examples"),
 }
 
 

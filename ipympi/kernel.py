@@ -18,7 +18,7 @@ import contextlib
 import sys
 from typing import Any
 
-from .controller import session
+from .notebook.controller import session
 
 if __name__ == "__main__":
     # Started as the kernel: the engines' supervisor imports what it needs while
@@ -31,9 +31,9 @@ from IPython.core.inputtransformer2 import cell_magic
 from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult
 from traitlets import default
 
-from . import __version__
-from .controller.cluster import ClusterError, interrupts_at_waits
-from .controller.urgent import UrgentMagics
+from ._version import __version__
+from .notebook.controller.cluster import ClusterError, interrupts_at_waits
+from .notebook.controller.urgent import UrgentMagics
 
 __all__ = ["IpympiKernel", "main"]
 
@@ -128,7 +128,7 @@ class IpympiKernel(IPythonKernel):
 
     async def shell_channel_thread_main(self, msg: Any) -> None:
         """ipykernel's, but ``%mpi status``/``stop``/``restart`` get past a running
-        parallel cell (:mod:`ipympi.controller.urgent`)."""
+        parallel cell (:mod:`ipympi.notebook.controller.urgent`)."""
         if not self._urgent.take(msg):
             await super().shell_channel_thread_main(msg)
 
@@ -300,7 +300,7 @@ class IpympiKernelApp(IPKernelApp):
 
     @default("outstream_class")
     def _default_outstream_class(self) -> str:
-        return "ipympi._outstream.OutStream"
+        return "ipympi.notebook.outstream.OutStream"
 
 
 def main() -> None:

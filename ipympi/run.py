@@ -1,7 +1,7 @@
 """``python -m ipympi.run -n N PROGRAM [ARGS...]``: run an MPI program on N ranks.
 
 The same command as ``ipympi run`` and ``python -m ipympi run``, and used like
-``mpiexec -n N``. This module only reads the command line; :mod:`ipympi._launcher`
+``mpiexec -n N``. This module only reads the command line; :mod:`ipympi.launch.launcher`
 runs the job.
 """
 
@@ -13,10 +13,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any, Callable
 
-from . import mpi4py_name
-from ._agents import LAUNCHERS, HostsJob
-from ._hosts import HostError, parse_hosts, read_hostfile, slurm_hosts
-from ._launcher import DEADLOCK_STATUS, PROG, TIMEOUT_STATUS, Job, run_job
+from . import mpi4py as mpi4py_name
+from .launch.agents import LAUNCHERS, HostsJob
+from .launch.hosts import HostError, parse_hosts, read_hostfile, slurm_hosts
+from .launch.launcher import DEADLOCK_STATUS, PROG, TIMEOUT_STATUS, Job, run_job
 
 __all__ = ["main", "program_argv"]
 
@@ -172,7 +172,7 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
 def _job_factory(args: argparse.Namespace) -> tuple[int, Callable[..., Job] | None]:
     """The number of ranks and how to build the job, from the host options.
 
-    Raises :class:`~ipympi._hosts.HostError` for hosts that cannot be used.
+    Raises :class:`~ipympi.launch.hosts.HostError` for hosts that cannot be used.
     """
     if args.hosts and args.hostfile:
         raise HostError("give --hosts or --hostfile, not both")

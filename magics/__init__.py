@@ -38,7 +38,7 @@ def unload_ipython_extension(shell: Any) -> None:
 
 
 def _close_session() -> None:
-    from ipympi.controller import session
+    from ipympi.notebook.controller import session
 
     try:
         cluster = session.current()

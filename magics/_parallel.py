@@ -2,9 +2,9 @@
 ``%autopx`` and ``%%local``.
 
 Each magic parses its options and delegates: cells run through
-:func:`ipympi.controller.execute.run_cell`, data moves through
-:mod:`ipympi.controller.session`, and output is published by
-:func:`ipympi.controller.publish.publisher_for`. Docstrings are the help
+:func:`ipympi.notebook.controller.execute.run_cell`, data moves through
+:mod:`ipympi.notebook.controller.session`, and output is published by
+:func:`ipympi.notebook.controller.publish.publisher_for`. Docstrings are the help
 (``%%px?``).
 """
 
@@ -24,11 +24,12 @@ from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, 
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from ipympi._hosts import HostError, parse_hosts, read_hostfile
-from ipympi.controller import session
-from ipympi.controller.cluster import Cluster, ClusterError
-from ipympi.controller.errands import driven
-from ipympi.controller.execute import (
+from ipympi.launch.hosts import HostError, parse_hosts, read_hostfile
+from ipympi.launch.watch import ON_ERROR
+from ipympi.notebook.controller import session
+from ipympi.notebook.controller.cluster import Cluster, ClusterError
+from ipympi.notebook.controller.errands import driven
+from ipympi.notebook.controller.execute import (
     CellOptions,
     CellResult,
     RankError,
@@ -36,11 +37,10 @@ from ipympi.controller.execute import (
     follow,
     run_cell,
 )
-from ipympi.controller.launchers import BACKENDS, LAUNCHERS, make_launcher
-from ipympi.controller.publish import cell_number, publisher_for, request_is_silent
-from ipympi.controller.render import GROUPS
-from ipympi.controller.status import StatusTable
-from ipympi.controller.watch import ON_ERROR
+from ipympi.notebook.controller.launchers import BACKENDS, LAUNCHERS, make_launcher
+from ipympi.notebook.controller.publish import cell_number, publisher_for, request_is_silent
+from ipympi.notebook.controller.render import GROUPS
+from ipympi.notebook.controller.status import StatusTable
 
 from ._autopx import AutoParallel
 

@@ -32,8 +32,8 @@ import pytest
 from conftest import alive, wait_gone
 from jupyter_client.manager import KernelManager
 
-from ipympi import _kernelspec
-from ipympi.controller.render import strip_ansi
+from ipympi.notebook import kernelspec as _kernelspec
+from ipympi.notebook.controller.render import strip_ansi
 
 __all__ = [
     "ENGINE_MODULE",
@@ -56,7 +56,7 @@ __all__ = [
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
-ENGINE_MODULE = "ipympi.engine"  # the command line of the supervisor and of every engine
+ENGINE_MODULE = "ipympi.notebook.engine"  # the command line of the supervisor and of every engine
 STARTUP_TIMEOUT = 60.0  # seconds for a kernel to answer kernel_info (a loaded CI machine)
 
 

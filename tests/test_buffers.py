@@ -12,8 +12,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ipympi import _datatype as D
-from ipympi._buffers import (
+from ipympi.core.errors import ERR_ARG, ERR_BASE, ERR_BUFFER, ERR_INFO, ERR_TYPE
+from ipympi.core.errors import Exception as MPIException
+from ipympi.mpi import datatype as D
+from ipympi.mpi.buffers import (
     BOTTOM,
     BUFFER_AUTOMATIC,
     IN_PLACE,
@@ -24,12 +26,10 @@ from ipympi._buffers import (
     recv_buffer,
     send_buffer,
 )
-from ipympi._collbuf import vector, wvector
-from ipympi._datatype_derived import Get_address
-from ipympi._errors import ERR_ARG, ERR_BASE, ERR_BUFFER, ERR_INFO, ERR_TYPE
-from ipympi._errors import Exception as MPIException
-from ipympi._info import INFO_ENV, INFO_NULL
-from ipympi._memory import Alloc_mem, Free_mem, buffer
+from ipympi.mpi.coll.bufforms import vector, wvector
+from ipympi.mpi.datatype_derived import Get_address
+from ipympi.mpi.info import INFO_ENV, INFO_NULL
+from ipympi.mpi.memory import Alloc_mem, Free_mem, buffer
 
 
 def error_of(spec: Any, parse: Any = send_buffer) -> Any:

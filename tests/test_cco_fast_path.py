@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
-from ipympi._algorithms import binomial_peers, dissemination_peers
-from ipympi._reductions import doubling_plan
+from ipympi.core.algorithms import binomial_peers, dissemination_peers
+from ipympi.core.reductions import doubling_plan
 
 SIZES = range(1, 18)
 
@@ -63,7 +63,7 @@ def test_recursive_doubling_partners_agree(size: int) -> None:
 
 
 MIXED = """
-from ipympi import _collfast
+from ipympi.mpi.coll import fast as _collfast
 if rank % 2 == {general_parity}:  # these ranks always take the general path
     _collfast._held = lambda impl: None
 for root in range(size):

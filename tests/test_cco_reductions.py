@@ -401,7 +401,7 @@ ONE_ELEMENT = program(
     # must be bit for bit what the array kernel gives on a two-element buffer holding
     # the same value twice (same algorithm, same order of combining): floats keep NaN,
     # -0.0 and inf; integers wrap, and also match numpy's fold in rank order.
-    from ipympi._coll_reduce import _one_element, _Reduction
+    from ipympi.mpi.coll.reduce import _one_element, _Reduction
 
     UFUNC = {"MAX": np.maximum, "MIN": np.minimum, "SUM": np.add, "PROD": np.multiply}
     TYPES = ["f8", "i1", "i2", "i4", "i8", "u1", "u8", "f4"]  # f4 keeps numpy's way

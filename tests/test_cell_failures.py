@@ -1,6 +1,6 @@
 """Cells that fail, hang or end the world: each ends promptly with a clear report.
 
-Driven through :func:`ipympi.controller.execute.run_cell` on real engines,
+Driven through :func:`ipympi.notebook.controller.execute.run_cell` on real engines,
 with a publish callback that records what the notebook would show.
 """
 
@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from ipympi.controller.cluster import Cluster, ClusterError
-from ipympi.controller.execute import CellOptions, CellResult, run_cell
-from ipympi.controller.render import strip_ansi
+from ipympi.notebook.controller.cluster import Cluster, ClusterError
+from ipympi.notebook.controller.execute import CellOptions, CellResult, run_cell
+from ipympi.notebook.controller.render import strip_ansi
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -170,7 +170,7 @@ def test_on_error_abort_ends_a_stuck_world() -> None:
 
 def test_on_error_hooks_get_a_report_per_rank(cluster) -> None:
     import ipympi
-    from ipympi.controller.hooks import remove_error_hook
+    from ipympi.notebook.controller.hooks import remove_error_hook
 
     reports = []
     hook = ipympi.on_error(reports.append)
@@ -200,7 +200,7 @@ def test_on_error_hooks_get_a_report_per_rank(cluster) -> None:
 
 def test_a_failing_hook_does_not_break_the_session(cluster, capsys) -> None:
     import ipympi
-    from ipympi.controller.hooks import remove_error_hook
+    from ipympi.notebook.controller.hooks import remove_error_hook
 
     def broken(report):
         raise RuntimeError("hook bug")

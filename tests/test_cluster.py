@@ -18,9 +18,9 @@ import pytest
 import zmq
 from conftest import wait_gone
 
-from ipympi.controller import session
-from ipympi.controller.cluster import Cluster, ClusterError, Request, interrupts_at_waits
-from ipympi.engine.protocol import MAGIC, Message, Signer
+from ipympi.notebook.controller import session
+from ipympi.notebook.controller.cluster import Cluster, ClusterError, Request, interrupts_at_waits
+from ipympi.notebook.engine.protocol import MAGIC, Message, Signer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -200,7 +200,7 @@ def test_data_api_round_trips(cluster: Cluster) -> None:
 
 
 def test_pull_of_an_undefined_name_raises_naming_the_rank(cluster: Cluster) -> None:
-    from ipympi.controller.execute import RankError
+    from ipympi.notebook.controller.execute import RankError
 
     with pytest.raises(RankError) as info:
         cluster.pull("nowhere_defined")

@@ -19,7 +19,7 @@ from conftest import MPI_PRELUDE, assert_ok, mpi_program
 PRELUDE = (
     MPI_PRELUDE
     + '''
-from ipympi import _contexts
+from ipympi.core import contexts as _contexts
 
 
 def check_comm(c, members):
@@ -408,8 +408,8 @@ def test_a_new_context_keeps_early_mismatch_news_and_drops_stale_news() -> None:
     # creating it (its other members ran and failed a collective already); that news
     # must survive the context's installation, while news about the context's former
     # communicator (sequence numbers before the new base) must not.
-    from ipympi import _contexts
-    from ipympi._engine import Engine
+    from ipympi.core import contexts as _contexts
+    from ipympi.progress.engine import Engine
 
     engine = Engine(0, 1, None)
     context = 40

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from ipympi import _control as ctl
-from ipympi._constants import ANY_SOURCE, ANY_TAG
+from ipympi.core import control as ctl
+from ipympi.core.constants import ANY_SOURCE, ANY_TAG
 
 VALID = [
     {"type": "hello", "rank": 0, "pid": 4241, "host": "node1"},

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ipympi.controller.render import GROUPS, OutputRenderer, compose_error, strip_ansi
+from ipympi.notebook.controller.render import GROUPS, OutputRenderer, compose_error, strip_ansi
 
 RED, RESET = "\x1b[0;31m", "\x1b[0m"
 

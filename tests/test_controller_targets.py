@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ipympi.controller.targets import TargetError, format_ranks, parse_targets
+from ipympi.core.ranksets import TargetError, format_ranks, parse_targets
 
 
 @pytest.mark.parametrize(

@@ -8,11 +8,11 @@ import pickle
 import numpy as np
 import pytest
 
-from ipympi import _datatype as D
-from ipympi._constants import COMBINER_DUP, COMBINER_NAMED, MAX_OBJECT_NAME
-from ipympi._datatype import Datatype, datatype_for_format
-from ipympi._errors import ERR_TYPE
-from ipympi._errors import Exception as MPIException
+from ipympi.core.constants import COMBINER_DUP, COMBINER_NAMED, MAX_OBJECT_NAME
+from ipympi.core.errors import ERR_TYPE
+from ipympi.core.errors import Exception as MPIException
+from ipympi.mpi import datatype as D
+from ipympi.mpi.datatype import Datatype, datatype_for_format
 
 NAMES = [n for n in D.__all__ if n.isupper()]
 LIVE = [n for n in NAMES if n != "DATATYPE_NULL"]

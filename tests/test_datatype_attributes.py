@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from ipympi import MPI
-from ipympi._errors import ERR_KEYVAL, ERR_OTHER, ERR_TYPE
-from ipympi._errors import Exception as MPIException
+from ipympi.core.errors import ERR_KEYVAL, ERR_OTHER, ERR_TYPE
+from ipympi.core.errors import Exception as MPIException
 
 Datatype = MPI.Datatype
 

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ipympi import _constants as C
-from ipympi import _datatype as D
-from ipympi._buffers import recv_buffer, send_buffer
-from ipympi._errors import ERR_ARG, ERR_COUNT, ERR_RANK, ERR_TYPE
-from ipympi._errors import Exception as MPIException
+from ipympi.core import constants as C
+from ipympi.core.errors import ERR_ARG, ERR_COUNT, ERR_RANK, ERR_TYPE
+from ipympi.core.errors import Exception as MPIException
+from ipympi.mpi import datatype as D
+from ipympi.mpi.buffers import recv_buffer, send_buffer
 
 ROOT = Path(__file__).resolve().parent.parent
 HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None

@@ -6,7 +6,7 @@ import pytest
 from IPython.core import inputtransformer2
 from IPython.core.inputtransformer2 import TransformerManager
 
-from ipympi.engine.inputs import RankTransformerManager, may_hold_special_syntax
+from ipympi.notebook.engine.inputs import RankTransformerManager, may_hold_special_syntax
 
 CELLS = [
     # plain Python, including characters the special syntax uses elsewhere

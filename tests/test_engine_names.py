@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ipympi.engine.names import UserNames
+from ipympi.notebook.engine.names import UserNames
 
 
 def shell() -> SimpleNamespace:

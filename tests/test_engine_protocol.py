@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ipympi.engine.protocol import MAGIC, Message, ProtocolError, Signer
+from ipympi.notebook.engine.protocol import MAGIC, Message, ProtocolError, Signer
 
 KEY = b"k" * 32
 

@@ -7,8 +7,9 @@ import pickle
 
 import pytest
 
-from ipympi import _constants, _errors
-from ipympi._errors import (
+from ipympi.core import constants as _constants
+from ipympi.core import errors as _errors
+from ipympi.core.errors import (
     ERR_ARG,
     ERR_BUFFER,
     ERR_COUNT,
@@ -18,15 +19,10 @@ from ipympi._errors import (
     ERR_RANK,
     ERR_TRUNCATE,
     ERR_UNKNOWN,
-    ERRHANDLER_NULL,
-    ERRORS_ABORT,
-    ERRORS_ARE_FATAL,
-    ERRORS_RETURN,
     SUCCESS,
     Add_error_class,
     Add_error_code,
     Add_error_string,
-    Errhandler,
     Get_error_class,
     Get_error_string,
     Remove_error_class,
@@ -34,7 +30,14 @@ from ipympi._errors import (
     Remove_error_string,
     last_used_code,
 )
-from ipympi._errors import Exception as MPIException
+from ipympi.core.errors import Exception as MPIException
+from ipympi.mpi.errhandling import (
+    ERRHANDLER_NULL,
+    ERRORS_ABORT,
+    ERRORS_ARE_FATAL,
+    ERRORS_RETURN,
+    Errhandler,
+)
 
 PREDEFINED = {
     name: getattr(_errors, name)

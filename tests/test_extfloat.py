@@ -1,5 +1,5 @@
 """The exact conversion between floating-point formats used for external32 long doubles
-(:mod:`ipympi._extfloat`), checked bit by bit without processes."""
+(:mod:`ipympi.core.extfloat`), checked bit by bit without processes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import struct
 import numpy as np
 import pytest
 
-from ipympi._extfloat import BINARY64, BINARY128, NATIVE, X87, ExternalFloats, convert
+from ipympi.core.extfloat import BINARY64, BINARY128, NATIVE, X87, ExternalFloats, convert
 
 X87_ONE = 0x3FFF_8000_0000_0000_0000
 Q_ONE = 0x3FFF << 112

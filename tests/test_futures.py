@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from conftest import RunMPI, _env
 
-from ipympi.futures import MPIPoolExecutor, ThreadPoolExecutor, collect, compose
-from ipympi.util.pool import ThreadPool
+from ipympi.mpi4py.futures import MPIPoolExecutor, ThreadPoolExecutor, collect, compose
+from ipympi.mpi4py.util.pool import ThreadPool
 
 
 def _square(x: int) -> int:

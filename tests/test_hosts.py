@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ipympi._agents import agent_argv, forwarded_environment
-from ipympi._hosts import (
+from ipympi.launch.agents import agent_argv, forwarded_environment
+from ipympi.launch.hosts import (
     Host,
     HostError,
     bind_address_for,
@@ -124,11 +124,11 @@ def test_ranks_bind_the_interface_asked_for_else_the_listed_address() -> None:
 def test_how_agents_start() -> None:
     host = Host("node7", 4)
     local = agent_argv(host, "local", None, "/py/bin/python", "/work")
-    assert local == ["/py/bin/python", "-m", "ipympi._node"]
+    assert local == ["/py/bin/python", "-m", "ipympi.launch.node"]
     ssh = agent_argv(host, "ssh", "ssh -p 2222", "/py/bin/python", "/my work")
     assert ssh[:6] == ["ssh", "-p", "2222", "-o", "BatchMode=yes", "-x"]
     assert ssh[6] == "node7"
-    assert ssh[7] == "cd '/my work' 2>/dev/null; exec /py/bin/python -m ipympi._node"
+    assert ssh[7] == "cd '/my work' 2>/dev/null; exec /py/bin/python -m ipympi.launch.node"
     srun = agent_argv(host, "srun", None, "/py/bin/python", "/work")
     assert srun[0] == "srun"
     assert {"--nodes=1", "--ntasks=1", "--nodelist=node7", "--cpus-per-task=4"} <= set(srun)

@@ -31,12 +31,12 @@ from kernel_helpers import (
     wait_gone,
 )
 
-from ipympi.controller.render import strip_ansi
+from ipympi.notebook.controller.render import strip_ansi
 
 HOSTS = "127.0.0.2:2,127.0.0.3:2"
 FAKES = Path(__file__).resolve().parent / "fakes"
 GONE_WITHIN = 10.0
-WHERE = "from ipympi import _runtime\n"
+WHERE = "from ipympi.mpi import runtime as _runtime\n"
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +156,7 @@ def test_supervisors_start_through_ssh(kernel_specs: Path, tmp_path: Path) -> No
         assert all(f"[stdout:{rank}] {rank} forwarded" in out for rank in range(4)), out
         calls = [json.loads(line) for line in log.read_text().splitlines()]
         assert sorted(call["host"] for call in calls) == ["127.0.0.2", "127.0.0.3"]
-        assert all(call["command"].endswith("-m ipympi.engine") for call in calls)
+        assert all(call["command"].endswith("-m ipympi.notebook.engine") for call in calls)
         supervisors, engines = session_processes(kernel.pid)
         assert len(supervisors) == 2 and len(engines) == 4
         os.kill(kernel.pid, signal.SIGKILL)  # the notebook server dies: nothing may stay

@@ -22,7 +22,7 @@ from conftest import MPI_PRELUDE, assert_ok, mpi_program
 PRELUDE = (
     MPI_PRELUDE
     + '''
-from ipympi import _contexts
+from ipympi.core import contexts as _contexts
 
 
 def check_dup(new, parent):

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from ipympi import MPI
-from ipympi._info import info_items, new_info
+from ipympi.mpi.info import info_items, new_info
 
 
 def error_class(fn: Any, *args: Any) -> int:

@@ -539,7 +539,7 @@ def test_rooted_calls_go_through_the_leader(run_mpi, n, k):
         mine, theirs = members(k, low)
         r, m = ic.rank, ic.remote_size
         # count the messages of each round this process runs
-        import ipympi._intercoll_core as core
+        import ipympi.mpi.coll.inter_core as core
         counted = {{"send": 0, "recv": 0}}
         plain_init = core.InterCollOp.__init__
 

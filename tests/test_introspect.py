@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import ipympi
-from ipympi._introspect import describe_location, running, source_line
+from ipympi.progress.introspect import describe_location, running, source_line
 
 PACKAGE = os.path.dirname(os.path.abspath(ipympi.__file__))
 LIBRARY = os.path.join(sysconfig.get_paths()["purelib"], "somelib", "poll.py")

@@ -38,7 +38,7 @@ from kernel_helpers import (
     wait_gone,
 )
 
-from ipympi.controller.render import strip_ansi
+from ipympi.notebook.controller.render import strip_ansi
 
 NP = 3
 RANKS = list(range(NP))
@@ -379,7 +379,7 @@ def test_kernel_output_still_precedes_the_reply(kernel: KernelSession) -> None:
     _, inner = run(kernel, code)
     stdout = "".join(m["content"]["text"] for m in inner if m["content"].get("name") == "stdout")
     stderr = "".join(m["content"]["text"] for m in inner if m["content"].get("name") == "stderr")
-    assert stdout == "ipympi._outstream\nfrom a thread\n"
+    assert stdout == "ipympi.notebook.outstream\nfrom a thread\n"
     assert stderr == "late"
 
 

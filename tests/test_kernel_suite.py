@@ -27,7 +27,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from ipympi import _kernelspec
+from ipympi.notebook import kernelspec as _kernelspec
 
 jupyter_kernel_test = pytest.importorskip("jupyter_kernel_test")
 

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 
-from ipympi import _kernelspec, _lab
+from ipympi.notebook import kernelspec as _kernelspec
+from ipympi.notebook import lab as _lab
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNELS = Path("share", "jupyter", "kernels")

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from conftest import alive
 
-from ipympi._launcher import Job, rank_environment
+from ipympi.launch.launcher import Job, rank_environment
 from ipympi.run import _split, program_argv
 
 _SPEC = importlib.util.find_spec("ipympi")
@@ -35,7 +35,7 @@ RUN_TIMEOUT = 30
 FAKE_RANK = r"""
 import json, os, signal, socket, subprocess, sys, threading, time
 import zmq
-from ipympi import _control
+from ipympi.core import control as _control
 
 rank, size = int(os.environ["IPYMPI_RANK"]), int(os.environ["IPYMPI_SIZE"])
 ready_dir = os.environ["FAKE_DIR"]

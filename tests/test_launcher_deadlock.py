@@ -16,8 +16,8 @@ import time
 import pytest
 from conftest import MPI_PRELUDE, alive, assert_ok, mpi_program
 
-from ipympi._launcher import DEADLOCK_STATUS, TIMEOUT_STATUS
-from ipympi.controller.watch import describe_stuck_job
+from ipympi.launch.launcher import DEADLOCK_STATUS, TIMEOUT_STATUS
+from ipympi.launch.watch import describe_stuck_job
 
 # The launcher's own --timeout: a safety net far beyond the detection time.
 SAFETY = 30

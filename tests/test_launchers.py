@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from ipympi._hosts import Host
-from ipympi.controller import session
-from ipympi.controller.cluster import Cluster, ClusterError
-from ipympi.controller.launchers import (
+from ipympi.launch.hosts import Host
+from ipympi.notebook.controller import session
+from ipympi.notebook.controller.cluster import Cluster, ClusterError
+from ipympi.notebook.controller.launchers import (
     MPILauncher,
     SupervisorLauncher,
     make_launcher,
     routable_address,
 )
-from ipympi.engine.keeper import launcher_rank, parse_report, report_line
-from ipympi.engine.mpi4py_engine import abort_in
+from ipympi.notebook.engine.keeper import launcher_rank, parse_report, report_line
+from ipympi.notebook.engine.mpi4py_engine import abort_in
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -107,7 +107,7 @@ def test_command_lines_carry_no_secret(tmp_path: Path) -> None:
         program.chmod(0o755)
     env = {"PATH": str(tmp_path)}
     mpiexec = MPILauncher("mpiexec", env)
-    engine = [sys.executable, "-m", "ipympi.engine.mpi4py_engine"]
+    engine = [sys.executable, "-m", "ipympi.notebook.engine.mpi4py_engine"]
     assert mpiexec.command(3) == [str(tmp_path / "mpiexec"), "-n", "3", *engine]
     assert not mpiexec.remote
     srun = MPILauncher("srun", env)
@@ -141,7 +141,7 @@ def test_hosts_go_to_the_mpi_launcher(tmp_path: Path) -> None:
 
 
 def test_the_built_in_mpi_on_hosts_has_a_supervisor_per_host() -> None:
-    from ipympi.controller.hosts import HostsLauncher
+    from ipympi.notebook.controller.hosts import HostsLauncher
 
     launcher = make_launcher("builtin", None, {}, hosts=[Host("127.0.0.2", 2), Host("x", 1)])
     assert isinstance(launcher, HostsLauncher) and launcher.remote

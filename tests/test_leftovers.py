@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ipympi.engine.leftovers import Leftovers, in_flight
+from ipympi.notebook.engine.leftovers import Leftovers, in_flight
 
 
 @dataclass

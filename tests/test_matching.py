@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from ipympi._constants import ANY_SOURCE, ANY_TAG
-from ipympi._matching import Envelope, Matcher, PostedReceive
+from ipympi.core.constants import ANY_SOURCE, ANY_TAG
+from ipympi.core.matching import Envelope, Matcher, PostedReceive
 
 CTX = 0
 

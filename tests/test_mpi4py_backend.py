@@ -314,7 +314,7 @@ def test_srun_starts_the_ranks_connected_over_tcp(kernel: KernelSession, fake_sr
     assert wait_gone(old, GONE_WITHIN) == []
     n, engines, control, command = (fake_srun / "srun.log").read_text().splitlines()
     assert n == str(NP)
-    assert command == f"{sys.executable} -m ipympi.engine.mpi4py_engine"
+    assert command == f"{sys.executable} -m ipympi.notebook.engine.mpi4py_engine"
     for address in (engines, control):
         host = re.fullmatch(r"tcp://([0-9.]+):[0-9]+", address)
         assert host and host[1] != "0.0.0.0", address

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import RunMPI, _env
 
-from ipympi import mpi4py_name
+from ipympi import mpi4py as mpi4py_name
 
 REAL_MPI4PY = importlib.util.find_spec("mpi4py")  # where pip installed it, if anywhere
 

@@ -3,8 +3,8 @@
 Each test starts a Python process of one MPI rank (mpi4py's singleton
 initialisation, no launcher) whose main thread blocks in a real MPI call that
 can never complete, while a second thread asks
-:func:`ipympi.engine.mpicall.current_call` (or a
-:class:`~ipympi.engine.mpicall.StayProbe`) about it and prints the answer;
+:func:`ipympi.notebook.engine.mpicall.current_call` (or a
+:class:`~ipympi.notebook.engine.mpicall.StayProbe`) about it and prints the answer;
 the process then ends itself. Skipped where mpi4py is missing.
 """
 
@@ -36,7 +36,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = """\
 import json, os, sys, threading, time
 from mpi4py import MPI
-from ipympi.engine.mpicall import current_call
+from ipympi.notebook.engine.mpicall import current_call
 
 comm = MPI.COMM_WORLD
 main = threading.main_thread().ident
@@ -61,7 +61,7 @@ time.sleep(0.3)
 PROBE_SCRIPT = """\
 import json, os, sys, threading, time
 from mpi4py import MPI
-from ipympi.engine.mpicall import StayProbe
+from ipympi.notebook.engine.mpicall import StayProbe
 
 comm = MPI.COMM_WORLD
 probe = StayProbe()

@@ -42,7 +42,7 @@ def test_ranks_on_two_hosts_compute_together(run_mpi) -> None:
     slots wrap around to the first host; each host's ranks share a COMM_TYPE_SHARED."""
     body = """
     import os
-    from ipympi import _runtime
+    from ipympi.mpi import runtime as _runtime
     host = _runtime.host_name()
     assert host == ("127.0.0.3" if rank in (2, 3) else "127.0.0.2"), (rank, host)
     transport = _runtime._engine.transport
@@ -244,7 +244,7 @@ def test_agents_start_through_ssh(run_mpi, tmp_path: Path) -> None:
     assert sorted(call["host"] for call in calls) == ["127.0.0.2", "127.0.0.3"]
     for call in calls:
         assert call["options"][:3] == ["-o", "BatchMode=yes", "-x"]
-        assert call["command"].endswith(f"exec {sys.executable} -m ipympi._node")
+        assert call["command"].endswith(f"exec {sys.executable} -m ipympi.launch.node")
         assert "IPYMPI_KEY" not in call["command"]  # the key travels on stdin only
 
 
@@ -302,7 +302,7 @@ def test_agents_start_as_srun_steps_inside_an_allocation(run_mpi, tmp_path: Path
     steps = [json.loads(line) for line in log.read_text().splitlines()]
     assert sorted(step["options"]["nodelist"] for step in steps) == ["127.0.0.2", "127.0.0.3"]
     assert all(step["options"]["cpus-per-task"] == "2" for step in steps)
-    assert all(step["command"][-2:] == ["-m", "ipympi._node"] for step in steps)
+    assert all(step["command"][-2:] == ["-m", "ipympi.launch.node"] for step in steps)
 
 
 def test_srun_outside_an_allocation_says_so(tmp_path: Path) -> None:
@@ -343,7 +343,7 @@ def test_bad_host_options_get_a_usage_error(args: tuple[str, ...], why: str) -> 
 def test_an_interface_binds_every_tcp_socket(run_mpi) -> None:
     """--iface lo: the launcher and every rank listen on 127.0.0.1 only."""
     body = """
-    from ipympi import _runtime
+    from ipympi.mpi import runtime as _runtime
     assert _runtime._engine.transport.tcp.endpoint.startswith("tcp://127.0.0.1:")
     assert comm.allreduce(1) == size
     """
@@ -354,7 +354,7 @@ def test_an_interface_binds_every_tcp_socket(run_mpi) -> None:
 def test_no_agent_or_rank_outlives_a_killed_launcher(tmp_path: Path) -> None:
     with _running_job(tmp_path, "time.sleep(60)\n") as (launcher, pids):
         agents = subprocess.run(
-            ["pgrep", "-f", "ipympi._node", "-P", str(launcher.pid)],
+            ["pgrep", "-f", "ipympi.launch.node", "-P", str(launcher.pid)],
             capture_output=True,
             text=True,
             check=False,

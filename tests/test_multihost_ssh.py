@@ -99,7 +99,7 @@ def ssh_command(tmp_path: Path) -> Iterator[str]:
 def test_a_job_starts_on_two_hosts_through_ssh(run_mpi, ssh_command: str) -> None:
     body = """
     import os
-    from ipympi import _runtime
+    from ipympi.mpi import runtime as _runtime
     assert os.environ.get("SSH_CONNECTION"), "not started through ssh"
     assert os.environ["MY_SETTING"] == "forwarded"
     host = _runtime.host_name()

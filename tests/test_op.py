@@ -11,11 +11,11 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from ipympi import _datatype as D
-from ipympi._buffers import IN_PLACE
-from ipympi._errors import ERR_BUFFER, ERR_OP, ERR_TYPE
-from ipympi._errors import Exception as MPIException
-from ipympi._op import (
+from ipympi.core.errors import ERR_BUFFER, ERR_OP, ERR_TYPE
+from ipympi.core.errors import Exception as MPIException
+from ipympi.mpi import datatype as D
+from ipympi.mpi.buffers import IN_PLACE
+from ipympi.mpi.op import (
     BAND,
     BOR,
     BXOR,
@@ -499,7 +499,7 @@ def test_user_operations_pickle_by_function() -> None:
 
 
 def test_exports() -> None:
-    from ipympi import _op
+    from ipympi.mpi import op as _op
 
     assert sorted(_op.__all__) == sorted([*OPS, "OP_NULL", "Op"])
     for name in _op.__all__:
@@ -649,7 +649,7 @@ def _operands(dtype: np.dtype) -> list[Any]:
 @pytest.mark.parametrize("op", [SUM, PROD, MAX, MIN], ids=["SUM", "PROD", "MAX", "MIN"])
 @pytest.mark.parametrize("code", _SCALAR_TYPES)
 def test_scalar_kernel_matches_the_array_kernel_bit_for_bit(op: Op, code: str) -> None:
-    from ipympi._reductions import ScalarValues
+    from ipympi.core.reductions import ScalarValues
 
     dtype = np.dtype(code)
     probe = np.zeros(1, dtype)
@@ -667,7 +667,7 @@ def test_scalar_kernel_matches_the_array_kernel_bit_for_bit(op: Op, code: str) -
 
 
 def test_scalar_values_only_where_they_give_the_same_result() -> None:
-    from ipympi._reductions import ScalarValues
+    from ipympi.core.reductions import ScalarValues
 
     def scalar(op: Op, arr: np.ndarray, out: np.ndarray | None = None) -> bool:
         return ScalarValues.for_array(op._impl, arr, out) is not None

@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ipympi import _constants as C
-from ipympi import _datatype as D
-from ipympi._buffers import BOTTOM, as_ndarray, recv_buffer, send_buffer
-from ipympi._errors import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_TRUNCATE, ERR_TYPE
-from ipympi._errors import Exception as MPIException
+from ipympi.core import constants as C
+from ipympi.core.errors import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_TRUNCATE, ERR_TYPE
+from ipympi.core.errors import Exception as MPIException
+from ipympi.mpi import datatype as D
+from ipympi.mpi.buffers import BOTTOM, as_ndarray, recv_buffer, send_buffer
 
 Entry = tuple[int, int, int]  # (byte offset, byte size, packed padding after) of an element
 

@@ -7,7 +7,7 @@ import warnings
 import pytest
 from conftest import RunMPI
 
-from ipympi._rc import Rc, rc, settle
+from ipympi.mpi.rc import Rc, rc, settle
 
 DEFAULTS = {
     "initialize": True,

@@ -2,7 +2,7 @@
 
 Each test feeds :class:`RealMPIWatch` the looks a controller would take every
 quarter of a second, with the states an engine on mpi4py reports
-(:mod:`ipympi.engine.mpicall`), and checks when it gives a verdict: after a
+(:mod:`ipympi.notebook.engine.mpicall`), and checks when it gives a verdict: after a
 failure once the others sit in MPI calls, for a probable deadlock once every
 rank has sat silent in calls that cannot work together; never for a long
 collective, a long transfer, a loop of short waits, a rank that computes or
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ipympi.controller.realwatch import FAILED_AFTER, RealMPIWatch, could_be_working, waits
+from ipympi.notebook.controller.realwatch import FAILED_AFTER, RealMPIWatch, could_be_working, waits
 
 EVERY = 0.25  # seconds between looks
 AFTER = 3.0  # the watch's deadlock_after

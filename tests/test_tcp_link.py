@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import zmq
 
-from ipympi._tcp import CHUNK, TcpLink
+from ipympi.progress.tcp import CHUNK, TcpLink
 
 KEY = b"k" * 16
 MAX_FRAME = 64 * 1024 + 256

@@ -216,6 +216,8 @@ def test_tracing_stops_with_the_traced_cell(kernel: KernelSession) -> None:
     """Tracing costs nothing afterwards: each rank's tracer is off again after the cell."""
     kernel.ok("%%px --trace\ncomm.Barrier()")
     assert (
-        kernel.value("from ipympi import _trace\nipympi.current().apply(_trace.active)")
+        kernel.value(
+            "from ipympi.progress import tracing as _trace\nipympi.current().apply(_trace.active)"
+        )
         == [False] * RANKS
     )

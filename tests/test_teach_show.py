@@ -12,8 +12,8 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
-from ipympi.controller import session
-from ipympi.controller.cluster import Cluster
+from ipympi.notebook.controller import session
+from ipympi.notebook.controller.cluster import Cluster
 from ipympi.teach.show import NOT_DEFINED, SMALL_ARRAY, RankView, ReprOnly, fetch, show
 
 pytestmark = pytest.mark.timeout(60)

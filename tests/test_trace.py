@@ -1,4 +1,4 @@
-"""Message traces recorded on each rank (``ipympi._trace``), checked on real multi-rank runs.
+"""Message traces recorded on each rank (``ipympi.progress.tracing``), checked on real runs.
 
 Every point-to-point path leaves one send and one receive record that pair up
 by (world source, world destination, context, tag) in non-overtaking order,
@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
-from ipympi import _trace
+from ipympi.progress import tracing as _trace
 
 NPROCS = [1, 2, 3, 4, 5]
 
@@ -26,7 +26,7 @@ TRACE_PRELUDE = (
 import math
 import pickle
 from collections import defaultdict
-from ipympi import _trace
+from ipympi.progress import tracing as _trace
 
 
 def collectives(recs):
@@ -594,7 +594,7 @@ def test_start_before_init(run_mpi) -> None:
 import numpy as np
 import ipympi
 ipympi.rc.initialize = False
-from ipympi import MPI, _trace
+from ipympi import MPI; from ipympi.progress import tracing as _trace
 
 _trace.start()
 assert _trace.active() and _trace.records() == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ipympi._transport import Transport
+from ipympi.progress.transport import Transport
 
 pytestmark = pytest.mark.timeout(30)
 

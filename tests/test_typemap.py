@@ -1,4 +1,4 @@
-"""Typemaps (:mod:`ipympi._typemap`): the scalars every constructor computes at once agree
+"""Typemaps (:mod:`ipympi.core.typemap`): the scalars every constructor computes at once agree
 with the arrays built later from the pieces, and building a datatype builds no arrays.
 
 The arrays themselves are checked against hand-computed typemaps and MPICH in
@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from ipympi import _datatype as D
-from ipympi import _typemap as tm
-from ipympi._constants import DISTRIBUTE_BLOCK, DISTRIBUTE_CYCLIC, ORDER_C, ORDER_F
+from ipympi.core import typemap as tm
+from ipympi.core.constants import DISTRIBUTE_BLOCK, DISTRIBUTE_CYCLIC, ORDER_C, ORDER_F
+from ipympi.mpi import datatype as D
 
 BASES = ["CHAR", "SHORT", "INT", "DOUBLE", "LONG_DOUBLE", "DOUBLE_INT", "SHORT_INT", "C_BOOL",
          "INTEGER16"]  # fmt: skip

@@ -10,7 +10,7 @@ from typing import Any, Callable
 import pytest
 
 from ipympi import MPI
-from ipympi import _unsupported as U
+from ipympi.mpi import unsupported as U
 
 FEATURES = {
     "Win": "one-sided communication",

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ipympi import MPI
-from ipympi.util import dtlib
-from ipympi.util.dtlib import from_numpy_dtype, to_numpy_dtype
+from ipympi.mpi4py.util import dtlib
+from ipympi.mpi4py.util.dtlib import from_numpy_dtype, to_numpy_dtype
 
 
 def _round_trip(spec: object, align: bool = False) -> np.dtype:

@@ -10,7 +10,7 @@ from ipympi import MPI
 
 
 def test_dumps_oob_keeps_large_buffers_out_of_band() -> None:
-    from ipympi.util.pkl5 import Pickle
+    from ipympi.mpi4py.util.pkl5 import Pickle
 
     pickle = Pickle()
     pickle.THRESHOLD = 64
@@ -25,7 +25,7 @@ def test_dumps_oob_keeps_large_buffers_out_of_band() -> None:
 
 
 def test_big_buffers_are_described_in_blocks() -> None:
-    from ipympi.util.pkl5 import _BigMPI
+    from ipympi.mpi4py.util.pkl5 import _BigMPI
 
     with _BigMPI() as big:
         big.blocksize = 64

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import RunMPI
 
-from ipympi.util._syncservice import CondState, CounterState, MutexState
+from ipympi.mpi4py.util._syncservice import CondState, CounterState, MutexState
 
 
 def test_counter_state_answers_then_adds_with_the_c_type() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ipympi.controller.watch import STUCK_AFTER, describe_stuck, is_stuck
+from ipympi.launch.watch import STUCK_AFTER, describe_stuck, is_stuck
 
 
 def blocked(call="recv", peer=1, tag=7, since=STUCK_AFTER + 0.1, progressed=5):

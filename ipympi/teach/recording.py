@@ -4,7 +4,7 @@ The controller checks the call text with :func:`parse_collective_call` and
 sends it to every rank, where :func:`explain_call` evaluates the call's
 communicator and arguments in the rank's namespace, copies the buffers it was
 given, runs the call with the tracer keeping payloads and algorithm states
-(:mod:`ipympi._trace`), and returns everything the explanation needs. The call
+(:mod:`ipympi.progress.tracing`), and returns everything the explanation needs. The call
 really runs: afterwards the rank's buffers hold its results, as they would
 after running the cell.
 
@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from .._collsched import KINDS
+from ..core.schedule import KINDS
 
 __all__ = ["COLLECTIVES", "default_call", "explain_call", "parse_collective_call"]
 
@@ -197,8 +197,8 @@ def explain_call(text: str, setup: str = "") -> dict[str, Any]:
     """
     from IPython import get_ipython
 
-    from .. import _trace
-    from .._request import Request
+    from ..mpi.request import Request
+    from ..progress import tracing as _trace
 
     call = parse_collective_call(text)
     func = cast(ast.Attribute, call.func)  # parse_collective_call checked it

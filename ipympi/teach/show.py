@@ -25,7 +25,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from ..controller.targets import format_ranks
+from ..core.ranksets import format_ranks, parse_targets
 
 __all__ = [
     "NOT_DEFINED",
@@ -171,12 +171,9 @@ def fetch(
     value that cannot be pickled there (or unpickled here) is a
     :class:`ReprOnly`. A name undefined on every target rank raises NameError.
     """
-    from ..controller.session import apply
-    from ..controller.targets import parse_targets
-
     wanted = _check_names(names)
     ranks = parse_targets(targets, cluster.n)
-    replies = apply(cluster, collect_on_rank, wanted, targets=ranks)
+    replies = cluster.apply(collect_on_rank, wanted, targets=ranks)
     values: dict[str, dict[int, Any]] = {name: {} for name in wanted}
     unreadable: dict[int, dict[str, str]] = {}  # rank -> name -> why it cannot be read here
     for rank, reply in zip(ranks, replies):
@@ -194,7 +191,7 @@ def fetch(
                     unreadable.setdefault(rank, {})[name] = why
     if unreadable:  # rare (a class defined only on the ranks): one more request for reprs
         asked = sorted({name for why in unreadable.values() for name in why})
-        texts = apply(cluster, reprs_on_rank, asked, targets=sorted(unreadable))
+        texts = cluster.apply(reprs_on_rank, asked, targets=sorted(unreadable))
         for (rank, reasons), text in zip(sorted(unreadable.items()), texts):
             for name, reason in reasons.items():
                 shown = text[name]

@@ -1,7 +1,7 @@
 """The merged message trace of one cell: every rank's records paired into messages.
 
 Each rank records its own sends, receives and collective calls (see
-:mod:`ipympi._trace` for the record format). :class:`Trace` merges them:
+:mod:`ipympi.progress.tracing` for the record format). :class:`Trace` merges them:
 sends are paired with receives by MPI's non-overtaking rule (the k-th send
 from s to d on a context and tag matches the k-th receive at d from s on the
 same context and tag), collectives are gathered by their ``(context, seq)``

@@ -1,8 +1,0 @@
-"""``python -m ipympi.engine``: the supervisor that forks a session's engines."""
-
-import sys
-
-from .supervisor import main
-
-if __name__ == "__main__":
-    sys.exit(main())

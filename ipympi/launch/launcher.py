@@ -1,0 +1,743 @@
+"""Run N rank processes as one MPI job: start them, forward output, watch, end.
+
+A :class:`Job` owns its ranks from start to finish. It makes a private session
+directory (mode 0700), binds the control ROUTER of :mod:`ipympi.core.control` in it
+and starts each rank in its own process group, with the ``IPYMPI_*``
+environment and, on Linux, ``PR_SET_PDEATHSIG=SIGKILL`` so that no rank
+outlives a killed launcher. One ``zmq.Poller`` loop in the calling thread
+watches the control socket, every rank's stdout/stderr pipe, a pidfd per rank
+and a wake-up pipe for signals: output is forwarded line by line as it comes
+(:mod:`ipympi.launch.forwarding`), exits and control messages are seen at once, and
+every wait has a deadline.
+The first failure (a non-zero exit, a death by signal, an ``abort`` message, a
+stop request) ends the job: every rank's process group gets [SIGINT →] SIGTERM
+→ SIGKILL, with a bounded wait between the steps. :class:`Rank` is a
+Popen-shaped handle, so the notebook controller can drive engines the same way.
+
+With ``deadlock_check`` (on in :func:`run_job`, so in ``ipympi.run``), a job
+also ends when no rank can progress, by the stuck-cell rule of notebooks
+(:mod:`ipympi.launch.watch`): from :data:`LOOK_AFTER` seconds after the
+start, every :data:`LOOK_EVERY` seconds, the loop asks the running ranks what
+they are doing and collects the answers for at most :data:`LOOK_WAIT` seconds,
+forwarding output and seeing exits meanwhile. When two looks in a row find
+every running rank blocked in the same MPI wait, for at least ``STUCK_AFTER``
+seconds, having handled no incoming message in between and (where ``/proc``
+tells) used less than ``BUSY_CPU`` seconds of CPU time in between (a rank
+copying a large message straight out of its peer's memory handles no message
+meanwhile), the ranks wait on each other or on ranks that have exited. The
+launcher then reports the wait-for graph and every rank's state, ends the
+ranks with SIGTERM → SIGKILL and exits with :data:`DEADLOCK_STATUS`
+(125). A rank that computes, a long transfer, a loop of short waits and a rank
+that has not started its MPI runtime yet all keep the job running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import math
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import IO, Any, Callable, Protocol
+
+import zmq
+
+from .. import mpi4py as mpi4py_name
+from ..core import control as ctl
+from .forwarding import OutputStream, Sink
+from .watch import LOOK_AFTER, LOOK_EVERY, describe_stuck_job, is_stuck, with_cpu
+
+__all__ = ["DEADLOCK_STATUS", "TIMEOUT_STATUS", "Job", "Rank", "rank_environment", "run_job"]
+
+PROG = "ipympi.run"
+GRACE = 2.0  # seconds between the steps of the shutdown sequence
+ABORT_GRACE = 0.25  # how long a failed rank's abort message may lag behind its exit
+DRAIN_GRACE = 1.0  # how long output may lag behind the end of the last process
+QUERY_TIMEOUT = 1.0  # how long ranks get to answer a state query in a hang report
+LOOK_WAIT = 0.2  # how long ranks get to answer one look for a deadlock
+TIMEOUT_STATUS = 124  # like timeout(1)
+# When no rank can progress: next to the timeout's 124, below the 126/127 of a
+# program that cannot run and the 128+n of deaths by signal; mpiexec has none.
+DEADLOCK_STATUS = 125
+THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+_TICK = 0.05  # poll period for exits when the platform has no pidfd
+_PR_SET_PDEATHSIG = 1
+_MAX_IPC_PATH = 100  # sun_path is 108 bytes on Linux, 104 on macOS
+
+
+# -- how to start a rank ---------------------------------------------------------
+def rank_environment(
+    base: Mapping[str, str], rank: int, size: int, session_dir: str, key: str, cpus: int | None
+) -> dict[str, str]:
+    """The environment of ``rank``: ``base`` plus the ``IPYMPI_*`` variables.
+
+    When ranks fill every core (``size >= cpus``), BLAS/OpenMP thread pools
+    default to one thread, unless ``base`` sets them: oversubscribed pools make
+    numpy-heavy jobs several times slower.
+    """
+    env = dict(base)
+    env[ctl.ENV_RANK], env[ctl.ENV_SIZE] = str(rank), str(size)
+    env[ctl.ENV_SESSION_DIR], env[ctl.ENV_CTL] = session_dir, ctl.control_address(session_dir)
+    env[ctl.ENV_KEY], env["PYTHONUNBUFFERED"] = key, "1"
+    if cpus is not None and size >= cpus:
+        for var in THREAD_VARS:
+            env.setdefault(var, "1")
+    return env
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that SIGKILLs the child when its parent thread dies (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+def _make_session_dir() -> str:
+    """A private (0700) directory short enough to hold ipc socket paths."""
+    path = tempfile.mkdtemp(prefix="ipympi-")
+    if len(path) + 8 > _MAX_IPC_PATH and os.path.isdir("/tmp"):
+        os.rmdir(path)
+        path = tempfile.mkdtemp(prefix="ipympi-", dir="/tmp")
+    os.chmod(path, 0o700)
+    return path
+
+
+# -- one rank ------------------------------------------------------------------------
+class Rank:
+    """A Popen-shaped handle on one rank; signals go to its whole process group."""
+
+    local = True  # a process of this machine (see ipympi.launch.agents.AgentRank for others)
+
+    def __init__(self, rank: int, popen: subprocess.Popen[bytes]) -> None:
+        self.rank = rank
+        self.popen = popen
+        self.pid = popen.pid
+        self.hello: dict[str, Any] | None = None  # the rank's hello message, once seen
+        self.pidfd: int | None = None
+
+    @property
+    def returncode(self) -> int | None:
+        """Popen's return code: None while running, -n after death by signal n."""
+        return self.popen.returncode
+
+    @property
+    def mpi_pid(self) -> int:
+        """The pid of the MPI process (differs from ``pid`` behind a wrapper)."""
+        if self.hello is not None:
+            return int(self.hello["pid"])
+        return self.pid
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.popen.wait(timeout)
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the rank's process group (its children included)."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class RankHandle(Protocol):
+    """What a job needs of a rank's handle: a :class:`Rank` here, or an
+    ``ipympi.launch.agents.AgentRank`` on another host."""
+
+    hello: dict[str, Any] | None
+    pidfd: int | None
+
+    @property
+    def rank(self) -> int: ...
+    @property
+    def local(self) -> bool: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def returncode(self) -> int | None: ...
+    @property
+    def mpi_pid(self) -> int | None: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def send_signal(self, sig: int) -> None: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+
+
+# -- the job ---------------------------------------------------------------------------
+class Job:
+    """N ranks of one MPI program, from start to a single exit status.
+
+    ``wait()`` returns 0 when every rank exits 0; the first non-zero status
+    (128 + n for death by signal n) when a rank fails; ``code % 256`` when a
+    rank aborts; 128 + n after ``request_stop(n)``; with ``deadlock_check``,
+    :data:`DEADLOCK_STATUS` when no rank can progress (see the module
+    docstring). The other ranks are ended first. Drive a job from one thread,
+    which should live as long as the ranks (Linux delivers the parent-death
+    signal when the starting *thread* exits).
+    """
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        n: int = 1,
+        *,
+        tag_output: bool = False,
+        env: Mapping[str, str] | None = None,
+        stdout: IO[bytes] | None = None,
+        stderr: IO[bytes] | None = None,
+        name: str = PROG,
+        deadlock_check: bool = False,
+    ) -> None:
+        if n < 1:
+            raise ValueError(f"a job needs at least one rank, not {n}")
+        self.argv = list(argv)
+        self.n = n
+        self.tag_output = tag_output
+        self.env = dict(os.environ if env is None else env)
+        mpi4py_name.rank_environment(self.env)  # ``import mpi4py`` gives ipympi on the ranks
+        self.name = name
+        self.ranks: list[RankHandle] = []
+        self.session_dir: str | None = None
+        self.ctl_address: str | None = None
+        self.key = secrets.token_hex(16)
+        self.status: int | None = None
+        self._stdout = Sink(stdout if stdout is not None else sys.stdout.buffer)
+        self._stderr = Sink(stderr if stderr is not None else sys.stderr.buffer)
+        self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
+        self._ctl: zmq.Socket[bytes] | None = None
+        self._poller = zmq.Poller()
+        self._handlers: dict[Any, Callable[[], None]] = {}
+        self._streams: dict[int, OutputStream] = {}
+        self._wake_r: int | None = None
+        self._wake_w: int | None = None
+        self._started = False
+        self._closed = False
+        self._ending = False
+        self._stops: list[int] = []
+        self._failure: RankHandle | None = None
+        self._abort: dict[str, Any] | None = None
+        self._states: dict[int, dict[str, Any]] = {}
+        self._reaped: set[int] = set()  # ranks whose exit has been noticed
+        # Looking for a deadlock: when the next look starts, the ranks asked in
+        # the look under way (None between looks) and when it stops waiting for
+        # answers, the running ranks' states at the previous look, and the
+        # verdict with every rank's state once no rank can progress.
+        self.deadlock_check = deadlock_check
+        self._next_look = 0.0
+        self._looking: list[RankHandle] | None = None
+        self._query_id = 0  # numbers state queries, so that late answers are dropped
+        self._look_due = 0.0
+        self._previous: dict[int, dict[str, Any]] = {}
+        self._deadlock: str | None = None
+        self._deadlock_states: list[dict[str, Any]] = []
+        self._on_message: dict[str, Callable[[RankHandle, dict[str, Any]], None]] = {
+            ctl.HELLO: self._on_hello,
+            ctl.ABORT: self._on_abort,
+            ctl.STATE: self._on_state,
+        }
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- life cycle -------------------------------------------------------------------
+    def start(self) -> None:
+        """Make the session, bind the control socket and start every rank."""
+        if self._started:
+            raise RuntimeError("the job was already started")
+        self._started = True
+        self.session_dir = _make_session_dir()
+        self._ctx = zmq.Context()
+        self._ctl = self._ctx.socket(zmq.ROUTER)
+        self._ctl.setsockopt(zmq.LINGER, 0)
+        self._ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._ctl.setsockopt(zmq.MAXMSGSIZE, ctl.MAX_FRAME + 64)
+        self.ctl_address = self._bind_control(self._ctl)
+        self._watch(self._ctl, self._read_control)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._watch(self._wake_r, self._read_wakeup)
+        try:
+            self._start_ranks(_die_with_parent())
+        except BaseException:
+            self._ending = True
+            self.kill()
+            self._pump(time.monotonic() + GRACE, self._all_exited)
+            raise
+        self._next_look = time.monotonic() + LOOK_AFTER
+
+    def _bind_control(self, sock: zmq.Socket[bytes]) -> str:
+        """Bind the control ROUTER and return its address (ipc in the session directory)."""
+        assert self.session_dir is not None
+        address = ctl.control_address(self.session_dir)
+        sock.bind(address)
+        return address
+
+    def _start_ranks(self, preexec: Callable[[], None] | None) -> None:
+        """Start every rank (here, on this machine)."""
+        for rank in range(self.n):
+            self._spawn(rank, preexec)
+
+    def _spawn(self, rank: int, preexec: Callable[[], None] | None) -> None:
+        assert self.session_dir is not None and self.ctl_address is not None
+        env = rank_environment(self.env, rank, self.n, self.session_dir, self.key, os.cpu_count())
+        popen = subprocess.Popen(
+            self.argv,
+            stdin=None if rank == 0 else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+        handle = Rank(rank, popen)
+        self.ranks.append(handle)
+        prefix = b"[%d] " % rank if self.tag_output else None
+        assert popen.stdout is not None and popen.stderr is not None
+        for pipe, sink in ((popen.stdout, self._stdout), (popen.stderr, self._stderr)):
+            stream = OutputStream(pipe, sink, prefix)
+            self._streams[stream.fd] = stream
+            self._watch(stream.fd, functools.partial(self._read_output, stream.fd))
+        with contextlib.suppress(AttributeError, OSError):  # no pidfd: _pump ticks
+            handle.pidfd = os.pidfd_open(popen.pid)
+            self._watch(handle.pidfd, lambda: None)
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Run the job until it is over and return its exit status.
+
+        Raises ``subprocess.TimeoutExpired`` when ``timeout`` seconds pass with
+        the job still running (it keeps running: call ``terminate()``).
+        """
+        if self.status is not None:
+            return self.status
+        self._require_started()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._run(deadline):
+            raise subprocess.TimeoutExpired(self.argv, timeout or 0.0)
+        self.status = self._conclude()
+        return self.status
+
+    def poll(self) -> int | None:
+        """The exit status if the job is over, else None (forwards pending output)."""
+        try:
+            return self.wait(0)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def request_stop(self, signum: int = signal.SIGINT) -> None:
+        """Ask the job to end because the launcher got ``signum``.
+
+        Safe to call from a signal handler. ``wait()`` then sends SIGINT to
+        every rank, then SIGTERM, then SIGKILL, and returns 128 + ``signum``; a
+        second request while ranks are being ended kills them at once.
+        """
+        self._stops.append(signum)
+        if self._wake_w is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._wake_w, b"\0")
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to every rank's process group."""
+        for rank in self.ranks:
+            rank.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL every rank's process group, without waiting."""
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self, grace: float = GRACE, first_signal: int = signal.SIGTERM) -> None:
+        """End every rank: ``first_signal``, then SIGTERM, then SIGKILL.
+
+        Each step waits up to ``grace`` seconds for every rank to exit and its
+        output to end, forwarding output meanwhile; a stop request during the
+        wait skips to SIGKILL. Returns once every rank has been reaped (or
+        could not be within bounded waits) and its output drained.
+        """
+        self._end(grace, first_signal, len(self._stops))
+
+    def _end(self, grace: float, first_signal: int, stops: int) -> None:
+        """``terminate()``, hurried to SIGKILL by any stop request beyond the first ``stops``."""
+        self._require_started()
+        self._ending = True
+
+        def settled() -> bool:
+            return self._all_exited() and not self._streams
+
+        def settled_or_hurried() -> bool:
+            return settled() or len(self._stops) > stops
+
+        steps = [first_signal] if first_signal == signal.SIGTERM else [first_signal, signal.SIGTERM]
+        for sig in steps:
+            self.send_signal(sig)
+            if self._pump(time.monotonic() + grace, settled_or_hurried):
+                break
+        self.kill()
+        self._pump(time.monotonic() + DRAIN_GRACE, settled)
+        for rank in self.ranks:
+            if rank.returncode is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    rank.wait(DRAIN_GRACE)
+        self._reap()
+        for fd in list(self._streams):
+            self._close_stream(fd)
+
+    def close(self) -> None:
+        """End any running rank and release the sockets and the session directory."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._started and not self._ending:
+            self.terminate()
+        for fd in list(self._streams):
+            self._close_stream(fd)
+        for rank in self.ranks:
+            self._close_pidfd(rank)
+        if self._ctl is not None:
+            self._ctl.close(linger=0)
+        if self._ctx is not None:
+            self._ctx.term()
+        for wake_fd in (self._wake_r, self._wake_w):
+            if wake_fd is not None:
+                os.close(wake_fd)
+        self._wake_r = self._wake_w = None
+        if self.session_dir is not None:
+            shutil.rmtree(self.session_dir, ignore_errors=True)
+
+    # -- observation -------------------------------------------------------------------
+    def query_states(self, timeout: float = QUERY_TIMEOUT) -> list[dict[str, Any]]:
+        """What every rank is doing: one ``state`` dict per rank, in rank order.
+
+        Running ranks are asked and get ``timeout`` seconds to answer; the
+        silent ones are reported as ``"no answer"``, exited ones as ``"exited"``.
+        """
+        self._require_started()
+        asked = self._ask()
+        self._looking = None  # the answers to a look under way were just dropped
+        self._pump(time.monotonic() + timeout, lambda: self._answered(asked))
+        return [self._state_of(rank) for rank in self.ranks]
+
+    def _ask(self) -> list[RankHandle]:
+        """Send a state query to every running rank; return the ranks asked.
+
+        Answers collected so far are dropped. A rank whose control socket is
+        not connected yet cannot be asked (it stays ``"no answer"``).
+        """
+        assert self._ctl is not None
+        self._reap()
+        self._states = {}
+        self._query_id += 1
+        frame = ctl.encode({"type": ctl.QUERY, "id": self._query_id}, ctl.session_key(self.key))
+        asked = []
+        for rank in self.ranks:
+            if rank.returncode is None:
+                try:
+                    self._ctl.send_multipart([ctl.identity(rank.rank), frame], zmq.NOBLOCK)
+                except zmq.ZMQError:  # not connected (yet): it cannot answer
+                    continue
+                asked.append(rank)
+        return asked
+
+    def _answered(self, asked: Sequence[RankHandle]) -> bool:
+        return all(r.rank in self._states or r.returncode is not None for r in asked)
+
+    def _state_of(self, rank: RankHandle) -> dict[str, Any]:
+        if rank.returncode is not None:
+            return ctl.launcher_state(rank.rank, rank.mpi_pid, rank.returncode)
+        if rank.rank in self._states:
+            return self._states[rank.rank]
+        return ctl.launcher_state(rank.rank, rank.mpi_pid, None)
+
+    def report(self, text: str, *, prefix: bool = True) -> None:
+        """Write one line of the launcher's own to stderr, after ``<name>: ``."""
+        line = f"{self.name}: {text}\n" if prefix else f"{text}\n"
+        self._stderr.write(line.encode(errors="replace"))
+
+    # -- outcome -----------------------------------------------------------------------
+    def _require_started(self) -> None:
+        if not self._started:
+            raise RuntimeError("the job was not started")
+
+    def _all_exited(self) -> bool:
+        return all(rank.returncode is not None for rank in self.ranks)
+
+    def _has_outcome(self) -> bool:
+        failed = self._abort is not None or self._failure is not None
+        stuck = self._deadlock is not None
+        return failed or stuck or bool(self._stops) or self._all_exited()
+
+    # -- looking for a deadlock ---------------------------------------------------------
+    def _run(self, deadline: float | None) -> bool:
+        """``_pump`` until the job has an outcome (True) or ``deadline`` passes (False).
+
+        With ``deadlock_check`` the loop also wakes for the looks: one starts
+        when ``_next_look`` comes, and is judged once every rank asked has
+        answered or ``LOOK_WAIT`` seconds have passed.
+        """
+        if not self.deadlock_check:
+            return self._pump(deadline, self._has_outcome)
+
+        def done() -> bool:
+            looking = self._looking
+            return self._has_outcome() or (looking is not None and self._answered(looking))
+
+        while True:
+            wake = self._next_look if self._looking is None else self._look_due
+            self._pump(wake if deadline is None else min(wake, deadline), done)
+            if self._has_outcome():
+                return True
+            now = time.monotonic()
+            if self._looking is not None:
+                if now >= self._look_due or self._answered(self._looking):
+                    self._looking = None
+                    self._judge()
+                    self._next_look = time.monotonic() + LOOK_EVERY
+                    if self._has_outcome():
+                        return True
+            elif now >= self._next_look:
+                self._looking = self._ask()
+                self._look_due = now + LOOK_WAIT
+            if deadline is not None and now >= deadline:
+                return False
+
+    def _judge(self) -> None:
+        """Compare this look's answers with the previous look's: can any rank progress?"""
+        self._reap()
+        states = [self._state_of(rank) for rank in self.ranks]
+        pending = [rank.rank for rank in self.ranks if rank.returncode is None]
+        current = {rank: with_cpu(states[rank], self.ranks[rank].mpi_pid) for rank in pending}
+        if is_stuck(self._previous, current, pending):
+            self._deadlock = describe_stuck_job(states, pending)
+            self._deadlock_states = states
+        self._previous = current
+
+    def _conclude(self) -> int:
+        """Report why the job ends, end the ranks and return the exit status."""
+        # From here on, a stop request (a further one, for a stop) kills at once.
+        if self._stops:
+            signum = self._stops[0]
+            self.report(f"received {ctl.signal_name(signum)}; ending the ranks")
+            self._end(GRACE, signal.SIGINT, 1)
+            return 128 + signum
+        if self._failure is not None and self._abort is None:
+            self._pump(time.monotonic() + ABORT_GRACE, lambda: self._abort is not None)
+        if self._abort is not None:
+            self.report(ctl.format_abort(self._abort))
+            self._end(GRACE, signal.SIGTERM, 0)
+            return int(self._abort["code"]) % 256
+        if self._failure is not None:
+            rank = self._failure
+            assert rank.returncode is not None
+            others = "" if self._all_exited() else "; ending the other ranks"
+            self.report(f"{self._describe_failure(rank)}{others}")
+            self._end(GRACE, signal.SIGTERM, 0)
+            return ctl.exit_status(rank.returncode)
+        if self._deadlock is not None:
+            self.report(self._deadlock)
+            for state in self._deadlock_states:
+                self.report(f"  {ctl.format_state(state)}", prefix=False)
+            self._end(GRACE, signal.SIGTERM, 0)  # the report says where each rank was
+            return DEADLOCK_STATUS
+        ended_by_caller = self._ending  # terminate() ended the ranks before wait() ran
+        self._end(GRACE, signal.SIGTERM, 0)  # end leftover children, drain output
+        codes = [ctl.exit_status(r.returncode) for r in self.ranks if r.returncode]
+        return codes[0] if ended_by_caller and codes else 0
+
+    def _describe_failure(self, rank: RankHandle) -> str:
+        """``rank 2 exited with status 3``: the failed rank, for the job's last report."""
+        assert rank.returncode is not None
+        return f"rank {rank.rank} {ctl.describe_exit(rank.returncode)}"
+
+    # -- the event loop ----------------------------------------------------------------
+    def _watch(self, obj: Any, handler: Callable[[], None]) -> None:
+        self._poller.register(obj, zmq.POLLIN)
+        self._handlers[obj] = handler
+
+    def _unwatch(self, obj: Any) -> None:
+        if obj in self._handlers:
+            self._poller.unregister(obj)
+            del self._handlers[obj]
+
+    def _pump(self, deadline: float | None, done: Callable[[], bool]) -> bool:
+        """Handle events until ``done()`` (True) or ``deadline`` passes (False).
+
+        ``done`` must depend only on what the loop watches: exits, output,
+        control messages and stop requests.
+        """
+        while True:
+            self._reap()
+            if done():
+                return True
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                return False
+            if self._needs_tick():
+                wait = _TICK if wait is None else min(wait, _TICK)
+            ms = -1 if wait is None else max(1, math.ceil(wait * 1000))
+            for obj, _event in self._poller.poll(ms):
+                handler = self._handlers.get(obj)
+                if handler is not None:
+                    handler()
+
+    def _needs_tick(self) -> bool:
+        """Whether the event loop must wake up regularly: a rank's exit cannot be
+        watched (no pidfd on this platform), so it is polled."""
+        return any(r.local and r.pidfd is None and r.returncode is None for r in self.ranks)
+
+    def _reap(self) -> None:
+        """Notice ranks that have exited; the first to fail is the job's failure."""
+        for rank in self.ranks:
+            if rank.rank in self._reaped:
+                continue
+            returncode = rank.poll()
+            if returncode is None:
+                continue
+            self._reaped.add(rank.rank)
+            self._close_pidfd(rank)
+            if returncode != 0 and not self._ending and self._failure is None:
+                self._failure = rank
+
+    def _close_pidfd(self, rank: RankHandle) -> None:
+        if rank.pidfd is not None:
+            self._unwatch(rank.pidfd)
+            os.close(rank.pidfd)
+            rank.pidfd = None
+
+    def _read_wakeup(self) -> None:
+        if self._wake_r is not None:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._wake_r, 4096)
+
+    def _read_output(self, fd: int) -> None:
+        stream = self._streams.get(fd)
+        if stream is not None and not stream.read():
+            self._close_stream(fd)
+
+    def _close_stream(self, fd: int) -> None:
+        stream = self._streams.pop(fd, None)
+        if stream is not None:
+            self._unwatch(fd)
+            stream.close()
+
+    def _read_control(self) -> None:
+        assert self._ctl is not None
+        while True:
+            try:
+                frames = self._ctl.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            try:
+                if len(frames) != 2:
+                    raise ctl.ControlProtocolError(f"{len(frames)} frames instead of 2")
+                rank = ctl.rank_of(frames[0])
+                msg = ctl.decode(frames[1], ctl.session_key(self.key))
+                if msg.get("rank", rank) != rank or not 0 <= rank < len(self.ranks):
+                    raise ctl.ControlProtocolError(f"rank {msg.get('rank')} from {frames[0]!r}")
+                handler = self._on_message.get(msg["type"])
+                if handler is None:
+                    raise ctl.ControlProtocolError(f"unexpected {msg['type']} from rank {rank}")
+            except ctl.ControlProtocolError as exc:
+                self.report(f"ignoring a bad control message: {exc}")
+                continue
+            handler(self.ranks[rank], msg)
+
+    def _on_hello(self, rank: RankHandle, msg: dict[str, Any]) -> None:
+        rank.hello = msg
+
+    def _on_abort(self, rank: RankHandle, msg: dict[str, Any]) -> None:
+        if self._abort is None and not self._ending:
+            self._abort = msg
+
+    def _on_state(self, rank: RankHandle, msg: dict[str, Any]) -> None:
+        if ctl.answers(msg, self._query_id):  # not a late answer to an earlier look
+            self._states[rank.rank] = msg
+
+
+# -- the launcher's command ------------------------------------------------------------
+@contextlib.contextmanager
+def _stop_on_signals(job: Job) -> Iterator[None]:
+    """Turn SIGINT/SIGTERM/SIGHUP into ``job.request_stop`` while the job runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        previous[signum] = signal.signal(signum, lambda sig, _frame: job.request_stop(sig))
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def run_job(
+    argv: Sequence[str],
+    n: int,
+    *,
+    tag_output: bool = False,
+    timeout: float | None = None,
+    name: str = PROG,
+    deadlock_check: bool = True,
+    make_job: Callable[..., Job] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> int:
+    """Run ``argv`` on ``n`` ranks like ``mpiexec`` and return the exit status.
+
+    ``make_job(argv, n, **options)`` builds the job (default: :class:`Job`,
+    every rank on this machine; :class:`ipympi.launch.agents.HostsJob` places them on hosts).
+
+    After ``timeout`` seconds the ranks' states are reported, the ranks ended,
+    and the status is 124. With ``deadlock_check``, a job where no rank can
+    progress is reported and ended at once, with status 125. 127 (126) when
+    the program cannot be found (run). The ranks' environment is ``env`` (default:
+    this process's).
+    """
+    options: dict[str, Any] = {
+        "tag_output": tag_output,
+        "name": name,
+        "deadlock_check": deadlock_check,
+        "env": env,
+    }
+    job = Job(argv, n, **options) if make_job is None else make_job(argv, n, **options)
+    with _stop_on_signals(job), job:
+        try:
+            job.start()
+        except OSError as exc:
+            job.report(f"cannot run {argv[0]!r}: {exc.strerror or exc}")
+            return 126 if isinstance(exc, PermissionError) else 127
+        try:
+            return job.wait(timeout)
+        except subprocess.TimeoutExpired:
+            job.report(f"timeout after {timeout:g} s; rank states:")
+            for state in job.query_states(QUERY_TIMEOUT):
+                job.report(f"  {ctl.format_state(state)}", prefix=False)
+            job.terminate()
+            return TIMEOUT_STATUS

@@ -1,0 +1,200 @@
+"""Telling a cell that cannot progress from one that is slow: the stuck-cell rule.
+
+While a cell runs, the controller asks its ranks every :data:`LOOK_EVERY`
+seconds what they are doing (:mod:`ipympi.core.control` ``state`` answers). The
+cell is *stuck* when every rank still running it has been blocked in one MPI
+wait for at least :data:`STUCK_AFTER` seconds and handled no incoming message
+since the previous look, nor used :data:`BUSY_CPU` seconds of CPU time (where
+the state dicts carry ``cpu``, see :func:`cpu_seconds`: a rank copying a large
+message straight out of its peer's memory handles no frame meanwhile), nor was
+found running at either look (``busy``: on a loaded machine such a copy may
+get little CPU time, but the rank is not asleep). No rank
+is computing then, and no message is moving:
+the ranks wait on each other (a deadlock), on a rank that failed, or on one
+that finished the cell without doing its part. A long transfer is not stuck
+(its receiver keeps handling frames), nor is a loop of short waits (each wait
+is new).
+
+Pure functions over state dicts, and :class:`BuiltinWatch`, which applies
+them to a cell's successive looks; :func:`ipympi.notebook.controller.execute.follow`
+applies the session's ``on_error`` policy to a stuck cell. A real MPI shows
+less: :mod:`ipympi.notebook.controller.realwatch` has its rule.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..core import control as ctl
+from ..core.ranksets import format_ranks, ranks_phrase
+
+__all__ = [
+    "BUSY_CPU",
+    "LOOK_AFTER",
+    "LOOK_EVERY",
+    "ON_ERROR",
+    "STUCK_AFTER",
+    "BuiltinWatch",
+    "Verdict",
+    "cpu_seconds",
+    "describe_stuck",
+    "describe_stuck_job",
+    "is_stuck",
+    "with_cpu",
+]
+
+LOOK_AFTER = 0.5  # seconds into a cell before the first look
+LOOK_EVERY = 0.25  # seconds between looks
+STUCK_AFTER = 0.5  # seconds a wait must have lasted
+BUSY_CPU = 0.05  # CPU seconds between looks that mean a rank is working (a big copy)
+ON_ERROR = ("interrupt", "wait", "abort")  # what to do with a stuck cell
+
+State = Mapping[str, Any]
+
+try:
+    _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+except (AttributeError, ValueError, OSError):
+    _CLOCK_TICKS = 100
+
+
+def _key(state: State) -> tuple[Any, ...]:
+    return (state.get("call"), state.get("comm"), state.get("peer"), state.get("tag"))
+
+
+def is_stuck(
+    previous: Mapping[int, State], current: Mapping[int, State], pending: Iterable[int]
+) -> bool:
+    """Whether no rank in ``pending`` can progress (see the module docstring).
+
+    ``previous`` and ``current`` are two successive looks: rank -> state.
+    """
+    ranks = list(pending)
+    if not ranks:
+        return False
+    for rank in ranks:
+        now, before = current.get(rank), previous.get(rank)
+        if now is None or before is None:
+            return False
+        if now.get("state") != "blocked" or before.get("state") != "blocked":
+            return False
+        if float(now.get("since") or 0.0) < STUCK_AFTER:
+            return False
+        if _key(now) != _key(before) or now.get("progressed") != before.get("progressed"):
+            return False
+        if now.get("busy") or before.get("busy"):
+            return False
+        cpu_now, cpu_before = now.get("cpu"), before.get("cpu")
+        if cpu_now is not None and cpu_before is not None and cpu_now - cpu_before >= BUSY_CPU:
+            return False
+    return True
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why a cell should end: ``kind`` (``"stuck"``; on a real MPI ``"failed"`` or
+    ``"deadlock"``) and ``text``, the reason in one line."""
+
+    kind: str
+    text: str
+
+
+class BuiltinWatch:
+    """The built-in MPI's rule (:func:`is_stuck`) over one cell's successive looks."""
+
+    def __init__(self) -> None:
+        self._previous: dict[int, State] = {}
+
+    def look(
+        self,
+        now: float,
+        states: Mapping[int, State],
+        pending: Iterable[int],
+        finished: Iterable[int],
+        failed: Iterable[int],
+        said: Mapping[int, int],
+    ) -> Verdict | None:
+        """Take one look (the arguments of :meth:`.realwatch.RealMPIWatch.look`); the
+        wait-for graph when the cell is stuck, else None."""
+        pending = list(pending)
+        stuck = is_stuck(self._previous, states, pending)
+        self._previous = dict(states)
+        if not stuck:
+            return None
+        return Verdict("stuck", describe_stuck(states, pending, finished, failed))
+
+
+def with_cpu(state: State, pid: int | None) -> dict[str, Any]:
+    """``state`` with ``cpu`` set: as the rank reported it, else read from /proc by ``pid``.
+
+    Ranks report their own CPU time, which also works on another host; /proc
+    is the fallback for processes that do not.
+    """
+    if state.get("cpu") is not None:
+        return dict(state)
+    return dict(state, cpu=cpu_seconds(pid))
+
+
+def cpu_seconds(pid: int | None) -> float | None:
+    """The CPU time (user + system) process ``pid`` has used; None where /proc cannot tell."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            fields = stat.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def describe_stuck(
+    states: Mapping[int, State],
+    pending: Iterable[int],
+    finished: Iterable[int] = (),
+    failed: Iterable[int] = (),
+) -> str:
+    """The wait-for graph in one line.
+
+    ``deadlock: rank 0 waits in recv(source=1, tag=7); rank 1 waits in
+    recv(source=0, tag=7)``; waits on a rank that failed or finished the cell
+    say so (``rank 0 waits in Barrier on MPI_COMM_WORLD; rank 1 has finished
+    the cell``).
+    """
+    failed = sorted(set(failed))
+    finished = sorted(set(finished) - set(failed))
+    parts = []
+    for rank in pending:
+        state = states.get(rank, {})
+        parts.append(f"rank {rank} waits in {ctl.format_call(state) or 'an MPI call'}")
+    if failed:
+        parts.append(f"{ranks_phrase(failed)} failed")
+    if finished:
+        verb = "has" if len(finished) == 1 else "have"
+        parts.append(f"{ranks_phrase(finished)} {verb} finished the cell")
+    head = "deadlock" if not failed and not finished else "no rank can progress"
+    return f"{head}: " + "; ".join(parts)
+
+
+def describe_stuck_job(states: Sequence[Mapping[str, Any]], pending: Sequence[int]) -> str:
+    """:func:`describe_stuck` for a launched job: ranks not pending have exited, with a status.
+
+    ``deadlock: rank 0 waits in recv(source=1, tag=7) on MPI_COMM_WORLD; rank 1
+    waits in ...``, or, when some ranks have exited, ``no rank can progress:
+    rank 0 waits in Barrier ... on MPI_COMM_WORLD; rank 1 has exited (status 0)``.
+    """
+    text = describe_stuck(dict(enumerate(states)), pending)
+    exited: dict[object, list[int]] = {}  # status -> ranks
+    for rank, state in enumerate(states):
+        if rank not in pending:
+            exited.setdefault(state.get("status"), []).append(rank)
+    if not exited:
+        return text
+    parts = [text.partition(": ")[2]]
+    for status, ranks in exited.items():
+        if len(ranks) == 1:
+            parts.append(f"rank {ranks[0]} has exited (status {status})")
+        else:
+            parts.append(f"ranks {format_ranks(ranks)} have exited (status {status})")
+    return "no rank can progress: " + "; ".join(parts)

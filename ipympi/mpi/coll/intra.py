@@ -1,0 +1,443 @@
+"""Collective operations of ``MPI.Intracomm`` (the standard's collective chapter).
+
+Every collective exists in up to four forms with mpi4py's names: blocking
+(``Bcast``), nonblocking (``Ibcast``, returning a request), persistent
+(``Bcast_init``, a request started with ``Start``), and lower case for Python
+objects (``bcast``). Each form checks its arguments (root, ``IN_PLACE`` where
+the standard allows it, op and datatype), picks an algorithm by message size
+and number of ranks (``_algorithms``; reductions are in ``_coll_reduce``) and
+runs it through ``_collsched``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Callable
+
+from ...core import algorithms as algo
+from ...core.errors import ERR_BUFFER, ERR_COUNT
+from ...core.errors import Exception as MPIException
+from ...core.schedule import Algorithm, signature
+from ..args import root_rank
+from ..buffers import IN_PLACE, recv_buffer, send_buffer
+from ..errhandling import mpi_call
+from ..pickling import object_items, pickle
+from ..request import Prequest, Request
+from . import fast
+from .bufforms import blocks, in_place, unpack_after, vector, wvector
+from .runner import CollOp, check_reported, run_blocking, run_in_mode
+
+if TYPE_CHECKING:
+    from ..comm import CommImpl
+
+__all__ = ["Collectives"]
+
+# Above these sizes (bytes) the bandwidth-efficient algorithms take over.
+LARGE_BCAST = 256 * 1024
+LARGE_ALLGATHER = 64 * 1024
+
+# A plan builds (algorithm, finish) for one run; persistent requests rerun it.
+Plan = Callable[[int, int], "tuple[Algorithm, Callable[[Any], Any] | None]"]
+
+
+class Collectives:
+    """Mixin with every collective operation; ``self`` is an ``MPI.Intracomm``."""
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:
+
+        def _live(self) -> CommImpl: ...
+
+    # -- machinery ----------------------------------------------------------------
+    def _check_root(self, impl: CommImpl, root: Any, call: str) -> int:
+        """``root`` as a rank of the communicator (see :func:`ipympi.mpi.args.root_rank`)."""
+        if type(root) is int and 0 <= root < impl.size:
+            return root
+        return root_rank(impl, root, call)
+
+    def _collective(self, call: str, kind: str, root: int, plan: Plan, mode: str) -> Any:
+        """Run ``plan`` as a blocking call, or return its (persistent) request."""
+        impl = self._live()
+        engine = impl.engine
+        sig = signature(kind, root, mode)
+
+        def launch() -> CollOp:
+            check_reported(engine, impl.context + 1, call)
+            gen, finish = plan(impl.rank, impl.size)
+            return CollOp(self, call, gen, sig, finish, root)
+
+        if mode == "blocking":  # the common case, with as few layers as possible
+            engine.enter()
+            try:
+                return run_blocking(launch())
+            finally:
+                engine.leave()
+        return run_in_mode(engine, launch, mode)
+
+    # -- barrier ------------------------------------------------------------------
+    def _barrier(self, call: str, mode: str) -> Any:
+        if mode == "blocking":
+            impl = self._live()
+            if fast.barrier(self, impl, call) is not fast.GENERAL:
+                return None
+        return self._collective(
+            call, "Barrier", 0, lambda r, p: (algo.barrier_dissemination(r, p), None), mode
+        )
+
+    @mpi_call
+    def Barrier(self) -> None:
+        """Block until every rank of the communicator has called it."""
+        self._barrier("Barrier", "blocking")
+
+    @mpi_call
+    def barrier(self) -> None:
+        self._barrier("barrier", "blocking")
+
+    @mpi_call
+    def Ibarrier(self) -> Request:
+        return self._barrier("Ibarrier", "nonblocking")
+
+    @mpi_call
+    def Barrier_init(self, info: Any = None) -> Prequest:
+        return self._barrier("Barrier_init", "persistent")
+
+    # -- bcast --------------------------------------------------------------------
+    def _bcast(self, call: str, buf: Any, root: int, mode: str) -> Any:
+        impl = self._live()
+        root = self._check_root(impl, root, call)
+        if buf is IN_PLACE:
+            raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is not allowed in Bcast")
+        spec = send_buffer(buf) if impl.rank == root else recv_buffer(buf)
+        mem = spec.mem
+        finish = None if impl.rank == root else unpack_after(spec)
+        large = mem.nbytes >= LARGE_BCAST and impl.size > 2
+        if (
+            mode == "blocking"
+            and not large
+            and fast.bcast(self, impl, call, root, mem) is not fast.GENERAL
+        ):
+            if finish is not None:
+                finish(None)
+            return None
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            if large:
+                return algo.bcast_scatter_allgather(rank, size, root, mem), finish
+            return algo.bcast_binomial(rank, size, root, mem), finish
+
+        return self._collective(call, "Bcast", root, plan, mode)
+
+    @mpi_call
+    def Bcast(self, buf: Any, root: int = 0) -> None:
+        """Broadcast ``buf`` from ``root`` to every rank."""
+        self._bcast("Bcast", buf, root, "blocking")
+
+    @mpi_call
+    def Ibcast(self, buf: Any, root: int = 0) -> Request:
+        return self._bcast("Ibcast", buf, root, "nonblocking")
+
+    @mpi_call
+    def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> Prequest:
+        return self._bcast("Bcast_init", buf, root, "persistent")
+
+    @mpi_call
+    def bcast(self, obj: Any = None, root: int = 0) -> Any:
+        """Broadcast a Python object from ``root``; every rank returns it."""
+        impl = self._live()
+        root = self._check_root(impl, root, "bcast")
+        data = pickle.dumps(obj) if impl.rank == root else None
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            return algo.bcast_objects(rank, size, root, data), None
+
+        wire = self._collective("bcast", "bcast", root, plan, "blocking")
+        return obj if impl.rank == root else pickle.loads(wire)
+
+    # -- gather / scatter ---------------------------------------------------------------
+    def _gather(self, call: str, sendbuf: Any, recvbuf: Any, root: int, mode: str, v: bool) -> Any:
+        impl = self._live()
+        root = self._check_root(impl, root, call)
+        rank, size = impl.rank, impl.size
+        at_root = rank == root
+        if sendbuf is IN_PLACE and not at_root:
+            raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is allowed at the root only")
+        block = None if at_root and in_place(sendbuf) else send_buffer(sendbuf).mem
+        whole, views, finish = None, None, None
+        if at_root:
+            if v:
+                views, finish = vector(recvbuf, size, writable=True)
+            else:
+                whole, views, finish = blocks(recvbuf, size, writable=True)
+            if block is not None and block.nbytes != views[root].nbytes:
+                raise MPIException(
+                    ERR_COUNT,
+                    f"{call}: the root sends {block.nbytes} bytes but expects "
+                    f"{views[root].nbytes} from itself",
+                )
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            if v:
+                return algo.gatherv_linear(rank, size, root, block, views), finish
+            own = block if block is not None else views[root]  # type: ignore[index]
+            out = whole.mem[: own.nbytes * size] if whole is not None else None
+            return algo.gather_binomial(rank, size, root, own, out), finish
+
+        return self._collective(call, "Gatherv" if v else "Gather", root, plan, mode)
+
+    @mpi_call
+    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Gather equal blocks from every rank into ``recvbuf`` at ``root``, in rank order."""
+        self._gather("Gather", sendbuf, recvbuf, root, "blocking", v=False)
+
+    @mpi_call
+    def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        return self._gather("Igather", sendbuf, recvbuf, root, "nonblocking", v=False)
+
+    @mpi_call
+    def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
+        return self._gather("Gather_init", sendbuf, recvbuf, root, "persistent", v=False)
+
+    @mpi_call
+    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Gather blocks of per-rank sizes: ``recvbuf = [buf, counts, displs, datatype]``."""
+        self._gather("Gatherv", sendbuf, recvbuf, root, "blocking", v=True)
+
+    @mpi_call
+    def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        return self._gather("Igatherv", sendbuf, recvbuf, root, "nonblocking", v=True)
+
+    @mpi_call
+    def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
+        return self._gather("Gatherv_init", sendbuf, recvbuf, root, "persistent", v=True)
+
+    @mpi_call
+    def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
+        """Gather one Python object per rank; the root returns the list, others None."""
+        impl = self._live()
+        root = self._check_root(impl, root, "gather")
+        data = pickle.dumps(sendobj)
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            return algo.gather_objects(rank, size, root, data), None
+
+        wires = self._collective("gather", "gather", root, plan, "blocking")
+        return None if wires is None else [pickle.loads(w) for w in wires]
+
+    def _scatter(self, call: str, sendbuf: Any, recvbuf: Any, root: int, mode: str, v: bool) -> Any:
+        impl = self._live()
+        root = self._check_root(impl, root, call)
+        rank, size = impl.rank, impl.size
+        at_root = rank == root
+        if recvbuf is IN_PLACE and not at_root:
+            raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is allowed at the root only")
+        spec = None if at_root and in_place(recvbuf) else recv_buffer(recvbuf)
+        block = spec.mem if spec is not None else None
+        finish = unpack_after(spec) if spec is not None else None
+        src, views = None, None
+        if at_root:
+            if v:
+                views, _ = vector(sendbuf, size, writable=False)
+            else:
+                whole_src, views, _ = blocks(sendbuf, size, writable=False)
+                src = whole_src.mem[: views[0].nbytes * size]
+            if block is not None and block.nbytes != views[root].nbytes:
+                raise MPIException(
+                    ERR_COUNT,
+                    f"{call}: the root sends {views[root].nbytes} bytes to itself but "
+                    f"expects {block.nbytes}",
+                )
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            if v:
+                return algo.scatterv_linear(rank, size, root, views, block), finish
+            # With IN_PLACE the root's own block stays where it is; the tree
+            # still hands it a copy, which goes to scratch space.
+            own = block if block is not None else memoryview(bytearray(views[root].nbytes))  # type: ignore[index]
+            return algo.scatter_binomial(rank, size, root, src, own), finish
+
+        return self._collective(call, "Scatterv" if v else "Scatter", root, plan, mode)
+
+    @mpi_call
+    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Send the i-th block of ``sendbuf`` at ``root`` to rank i."""
+        self._scatter("Scatter", sendbuf, recvbuf, root, "blocking", v=False)
+
+    @mpi_call
+    def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        return self._scatter("Iscatter", sendbuf, recvbuf, root, "nonblocking", v=False)
+
+    @mpi_call
+    def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
+        return self._scatter("Scatter_init", sendbuf, recvbuf, root, "persistent", v=False)
+
+    @mpi_call
+    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        """Scatter blocks of per-rank sizes: ``sendbuf = [buf, counts, displs, datatype]``."""
+        self._scatter("Scatterv", sendbuf, recvbuf, root, "blocking", v=True)
+
+    @mpi_call
+    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        return self._scatter("Iscatterv", sendbuf, recvbuf, root, "nonblocking", v=True)
+
+    @mpi_call
+    def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
+        return self._scatter("Scatterv_init", sendbuf, recvbuf, root, "persistent", v=True)
+
+    @mpi_call
+    def scatter(self, sendobj: Sequence[Any] | None = None, root: int = 0) -> Any:
+        """Send the i-th object of ``sendobj`` (a sequence of size items) at root to rank i."""
+        impl = self._live()
+        root = self._check_root(impl, root, "scatter")
+        pickles = None
+        if impl.rank == root:
+            pickles = [pickle.dumps(item) for item in object_items(sendobj, impl.size)]
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            return algo.scatter_objects(rank, size, root, pickles), None
+
+        return pickle.loads(self._collective("scatter", "scatter", root, plan, "blocking"))
+
+    # -- allgather / alltoall --------------------------------------------------------------
+    def _allgather(self, call: str, sendbuf: Any, recvbuf: Any, mode: str, v: bool) -> Any:
+        impl = self._live()
+        rank, size = impl.rank, impl.size
+        whole = None
+        if v:
+            views, finish = vector(recvbuf, size, writable=True)
+        else:
+            whole, views, finish = blocks(recvbuf, size, writable=True)
+        block = None if in_place(sendbuf) else send_buffer(sendbuf).mem
+        if block is not None and block.nbytes != views[rank].nbytes:
+            raise MPIException(
+                ERR_COUNT,
+                f"{call}: this rank sends {block.nbytes} bytes but its block in the receive "
+                f"buffer has {views[rank].nbytes}",
+            )
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            if v or views[rank].nbytes >= LARGE_ALLGATHER:
+                if block is not None:
+                    views[rank][:] = block
+                whole_out = None if whole is None else whole.mem[: views[rank].nbytes * size]
+                return algo.allgatherv_ring(rank, size, views, whole_out), finish
+            own = block if block is not None else bytes(views[rank])
+            assert whole is not None
+            out = whole.mem[: views[rank].nbytes * size]
+            return algo.allgather_bruck(rank, size, memoryview(own), out), finish
+
+        return self._collective(call, "Allgatherv" if v else "Allgather", 0, plan, mode)
+
+    @mpi_call
+    def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Every rank receives every rank's block, in rank order."""
+        self._allgather("Allgather", sendbuf, recvbuf, "blocking", v=False)
+
+    @mpi_call
+    def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
+        return self._allgather("Iallgather", sendbuf, recvbuf, "nonblocking", v=False)
+
+    @mpi_call
+    def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+        return self._allgather("Allgather_init", sendbuf, recvbuf, "persistent", v=False)
+
+    @mpi_call
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
+        self._allgather("Allgatherv", sendbuf, recvbuf, "blocking", v=True)
+
+    @mpi_call
+    def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
+        return self._allgather("Iallgatherv", sendbuf, recvbuf, "nonblocking", v=True)
+
+    @mpi_call
+    def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+        return self._allgather("Allgatherv_init", sendbuf, recvbuf, "persistent", v=True)
+
+    @mpi_call
+    def allgather(self, sendobj: Any) -> list[Any]:
+        """Every rank returns the list of every rank's object."""
+        data = pickle.dumps(sendobj)
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            return algo.allgather_objects(rank, size, data), None
+
+        wires = self._collective("allgather", "allgather", 0, plan, "blocking")
+        return [pickle.loads(w) for w in wires]
+
+    def _alltoall(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: str) -> Any:
+        impl = self._live()
+        size = impl.size
+        if kind == "Alltoall":
+            _, recvs, finish = blocks(recvbuf, size, writable=True)
+            if in_place(sendbuf):
+                sends = [memoryview(bytes(view)) for view in recvs]
+            else:
+                _, sends, _ = blocks(sendbuf, size, writable=False)
+                if sends[0].nbytes != recvs[0].nbytes:
+                    raise MPIException(
+                        ERR_COUNT,
+                        f"{call}: blocks of {sends[0].nbytes} bytes are sent but blocks of "
+                        f"{recvs[0].nbytes} bytes are expected",
+                    )
+        else:
+            parse = wvector if kind == "Alltoallw" else vector
+            recvs, finish = parse(recvbuf, size, writable=True)
+            if in_place(sendbuf):
+                sends = [memoryview(bytes(view)) for view in recvs]
+            else:
+                sends, _ = parse(sendbuf, size, writable=False)
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            return algo.alltoallw_pairwise(rank, size, sends, recvs), finish
+
+        return self._collective(call, kind, 0, plan, mode)
+
+    @mpi_call
+    def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Rank i sends its j-th block to rank j, which stores it as its i-th block."""
+        self._alltoall("Alltoall", "Alltoall", sendbuf, recvbuf, "blocking")
+
+    @mpi_call
+    def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
+        return self._alltoall("Ialltoall", "Alltoall", sendbuf, recvbuf, "nonblocking")
+
+    @mpi_call
+    def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+        return self._alltoall("Alltoall_init", "Alltoall", sendbuf, recvbuf, "persistent")
+
+    @mpi_call
+    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
+        self._alltoall("Alltoallv", "Alltoallv", sendbuf, recvbuf, "blocking")
+
+    @mpi_call
+    def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
+        return self._alltoall("Ialltoallv", "Alltoallv", sendbuf, recvbuf, "nonblocking")
+
+    @mpi_call
+    def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+        return self._alltoall("Alltoallv_init", "Alltoallv", sendbuf, recvbuf, "persistent")
+
+    @mpi_call
+    def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
+        """Alltoall with per-peer counts, byte displacements and datatypes."""
+        self._alltoall("Alltoallw", "Alltoallw", sendbuf, recvbuf, "blocking")
+
+    @mpi_call
+    def Ialltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:
+        return self._alltoall("Ialltoallw", "Alltoallw", sendbuf, recvbuf, "nonblocking")
+
+    @mpi_call
+    def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+        return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, "persistent")
+
+    @mpi_call
+    def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
+        """Rank i sends ``sendobj[j]`` to rank j; returns the objects received, by rank."""
+        impl = self._live()
+        pickles = [pickle.dumps(item) for item in object_items(sendobj, impl.size)]
+
+        def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
+            return algo.alltoall_objects(rank, size, pickles), None
+
+        wires = self._collective("alltoall", "alltoall", 0, plan, "blocking")
+        return [pickle.loads(w) for w in wires]

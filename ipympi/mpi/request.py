@@ -1,0 +1,294 @@
+"""``MPI.Request`` and ``MPI.Prequest``: handles of nonblocking operations.
+
+A request points at an :class:`~ipympi.progress.operation.Op` while it is active. Completing
+it (``Wait``, or ``Test`` returning true) frees a non-persistent request (the
+handle becomes equal to ``REQUEST_NULL``) and makes a persistent one inactive.
+Null and inactive requests complete at once with an empty status;
+``Get_status`` reports without completing anything (MPI-4.1 §3.7.6). The
+calls over several requests (``Waitall``, ...) are in :mod:`ipympi.mpi.completion`.
+
+A persistent request is a :class:`_Persistent` that its handles share, so a
+copy (``Prequest(req)``) sees it started and completed. A generalized request
+(:mod:`ipympi.mpi.grequest`) stands in for an operation of kind ``GREQ``: its
+status comes from the program's callbacks, and waiting for it does not need
+the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Callable
+
+from ..core.errors import ERR_REQUEST
+from ..core.errors import Exception as MPIException
+from ..core.handle import Handle, Kind, register
+from ..progress.operation import RECV, SEND, Op
+from .completion import (
+    GREQ,
+    MultipleCompletion,
+    fill_status,
+    handler_comm,
+    loads,
+    peek_status,
+    poll,
+    wait_for,
+    wait_info,
+)
+from .status import Status
+from .unsupported import PartitionedFeatures
+
+__all__ = ["REQUEST_NULL", "Prequest", "Request"]
+
+
+class _Persistent:
+    """A persistent request, shared by its handles: how to start it (``start()``
+    returns the new operation) and its current operation (``None``: inactive)."""
+
+    __slots__ = ("__weakref__", "op", "start")
+
+    def __init__(self, start: Callable[[], Op]) -> None:
+        self.start = start
+        self.op: Op | None = None
+
+
+class Request(MultipleCompletion, Handle):
+    """Handle of a nonblocking communication.
+
+    ``Request(req)`` is a new handle to ``req``'s operation; for a persistent
+    ``req``, to its current activation.
+    """
+
+    __slots__ = ("_op",)
+    _mpi_kind = Kind("Request", 11, ERR_REQUEST, None)
+
+    @classmethod
+    def _of(cls, op: Op) -> Request:
+        req = object.__new__(cls)
+        req._op = op
+        return req
+
+    # -- identity ------------------------------------------------------------
+    def _target(self) -> Any:
+        return self._op
+
+    def _become(self, target: Any) -> None:
+        self._op = target
+
+    def _copy(self, other: Handle) -> None:
+        self._op = other._op  # type: ignore[attr-defined]
+
+    @classmethod
+    def _class_for(cls, target: Any) -> type:
+        """``Prequest`` for a persistent request, ``Grequest`` for a generalized one."""
+        if isinstance(target, _Persistent):
+            return Prequest
+        if target.kind == GREQ:
+            from .grequest import Grequest
+
+            return Grequest
+        return Request
+
+    def __bool__(self) -> bool:
+        return self._op is not None
+
+    def __repr__(self) -> str:
+        if not self:
+            return "<MPI.REQUEST_NULL>"
+        return f"<MPI.{type(self).__name__} {self._op!r}>"
+
+    # -- completion internals ------------------------------------------------
+    def _completed(self) -> None:
+        """After completion: free a plain request, deactivate a persistent one."""
+        self._op = None
+
+    def _raise_if_failed(self, op: Op) -> None:
+        if op.error and not op.cancelled:
+            exc = MPIException(
+                op.error, f"{op.call}: {op.error_detail}" if op.error_detail else op.call
+            )
+            handler_comm(op)._raise(exc, op.call)
+
+    def _finish(self, op: Op, status: Status | None) -> None:
+        fill_status(op, status)
+        self._completed()
+        self._raise_if_failed(op)
+
+    # -- single completion ---------------------------------------------------
+    def Wait(self, status: Status | None = None) -> bool:
+        """Block until the operation completes; fills ``status``."""
+        op = self._op
+        if op is None:
+            if status is not None:
+                status._set_empty()
+            return True
+        if not op.done:
+            comm = op.comm
+            if comm is None:  # a generalized request
+                wait_for((op,), lambda: op.done, "Wait")
+            else:
+                engine = comm._engine
+                engine.enter()
+                try:
+                    engine.wait(op, wait_info((op,), "Wait"))
+                finally:
+                    engine.leave()
+        self._finish(op, status)
+        return True
+
+    def Test(self, status: Status | None = None) -> bool:
+        """Complete the operation if it is done; never blocks."""
+        op = self._op
+        if op is None:
+            if status is not None:
+                status._set_empty()
+            return True
+        poll((op,))
+        if not op.done:
+            return False
+        self._finish(op, status)
+        return True
+
+    def Get_status(self, status: Status | None = None) -> bool:
+        """Like ``Test`` but the request stays as it is (not freed or deactivated)."""
+        op = self._op
+        if op is None:
+            if status is not None:
+                status._set_empty()
+            return True
+        poll((op,))
+        if op.done:
+            peek_status(op, status)
+        return op.done
+
+    def Cancel(self) -> None:
+        """Mark the operation for cancellation; a later Wait/Test completes it.
+
+        A receive that has not been matched is cancelled at once. A send that
+        still waits for its receiver (synchronous, or large) is withdrawn if
+        the receiver has not matched it yet; a send whose data has already
+        left completes normally (cancelling sends is deprecated and may fail).
+        Either way, a Wait after Cancel returns without the user's peer acting.
+        """
+        op = self._op
+        if op is None:
+            raise MPIException(ERR_REQUEST, "Cancel: the request is REQUEST_NULL")
+        if op.kind == GREQ:
+            op.cancel()
+            return
+        if op.done:
+            return
+        engine = op.comm._engine
+        engine.enter()
+        try:
+            if op.kind == RECV:
+                if engine.withdraw(op):
+                    op.cancelled = True
+                    op.done = True
+            elif op.kind == SEND:
+                engine.cancel_send(op, op.comm._live().remote_world_ranks[op.peer])
+        finally:
+            engine.leave()
+
+    def Free(self) -> None:
+        """Release the handle; the communication itself still completes."""
+        op = self._op
+        if op is None:
+            raise MPIException(ERR_REQUEST, "Free: the request is REQUEST_NULL")
+        # A started send or posted receive stays referenced by the engine until
+        # it completes, so dropping the handle is all that is needed here.
+        self._op = None
+        if op.kind == GREQ:
+            op.release_handle()  # runs free_fn, now or later
+
+    # -- lower case: objects -------------------------------------------------
+    def wait(self, status: Status | None = None) -> Any:
+        op = self._op
+        self.Wait(status)
+        return None if op is None else loads(op)
+
+    def test(self, status: Status | None = None) -> tuple[bool, Any]:
+        op = self._op
+        flag = self.Test(status)
+        return flag, (loads(op) if flag and op is not None else None)
+
+    def get_status(self, status: Status | None = None) -> bool:
+        return self.Get_status(status)
+
+    def cancel(self) -> None:
+        self.Cancel()
+
+
+class Prequest(PartitionedFeatures, Request):
+    """A persistent request: inactive until ``Start``; reusable after completion.
+
+    Its handles share the :class:`_Persistent` request, so ``Prequest(req)`` sees
+    ``req`` started and completed; ``Free`` releases one handle (an active
+    operation still completes).
+    """
+
+    __slots__ = ("_persist",)
+
+    @classmethod
+    def _persistent(cls, start: Callable[[], Op]) -> Prequest:
+        req = object.__new__(cls)
+        req._persist = _Persistent(start)
+        return req
+
+    def _target(self) -> Any:
+        return self._persist
+
+    def _become(self, target: Any) -> None:
+        self._persist = target
+
+    def _copy(self, other: Handle) -> None:
+        self._persist = other._target()
+
+    @property
+    def _op(self) -> Op | None:
+        """The current operation of the persistent request (``None``: inactive)."""
+        persist = self._persist
+        return None if persist is None else persist.op
+
+    @_op.setter
+    def _op(self, op: Op | None) -> None:
+        self._persist.op = op
+
+    def __bool__(self) -> bool:
+        return self._persist is not None
+
+    def Start(self) -> None:
+        """Activate the request (like the matching nonblocking call)."""
+        persist = self._persist
+        if persist is None:
+            raise MPIException(ERR_REQUEST, "Start: the request is null")
+        if persist.op is not None:
+            raise MPIException(ERR_REQUEST, "Start: the request is already active")
+        persist.op = persist.start()
+
+    def start(self) -> None:
+        self.Start()
+
+    @classmethod
+    def Startall(cls, requests: Sequence[Prequest]) -> None:
+        for req in requests:
+            req.Start()
+
+    @classmethod
+    def startall(cls, requests: Sequence[Prequest]) -> None:
+        cls.Startall(requests)
+
+    def Free(self) -> None:
+        """Release the handle, also while active: the communication still completes."""
+        if self._persist is None:
+            raise MPIException(ERR_REQUEST, "Free: the request is REQUEST_NULL")
+        self._persist = None
+
+    def __repr__(self) -> str:
+        if not self:
+            return "<MPI.REQUEST_NULL>"
+        state = "active" if self._op is not None else "inactive"
+        return f"<MPI.Prequest {state}>"
+
+
+REQUEST_NULL = Request()
+register(globals(), __all__)  # the module's constants (see _handle)

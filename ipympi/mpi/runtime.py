@@ -1,0 +1,423 @@
+"""Environment management: Init, Finalize, the world, timers, Abort.
+
+A process started by the launcher (``python -m ipympi.run``) finds its rank,
+the world size and the private session directory in ``IPYMPI_*`` environment
+variables; any other process is a world of one rank. ``Init`` builds the
+engine, binds the rank's socket and starts the progress thread; ``Finalize``
+waits for outgoing messages, synchronises with the other ranks and closes
+everything. Both run automatically (on import and at exit) unless
+``ipympi.rc`` says otherwise, as with mpi4py.
+
+The environment variables are consumed (removed from ``os.environ``) at
+``Init``, so a subprocess a rank starts is not mistaken for that rank.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, NoReturn
+
+from .._version import __version__
+from ..core import control as _control
+from ..core.constants import (
+    SUBVERSION,
+    THREAD_FUNNELED,
+    THREAD_MULTIPLE,
+    THREAD_SERIALIZED,
+    THREAD_SINGLE,
+    VERSION,
+)
+from ..core.errors import ERR_OTHER
+from ..core.errors import Exception as MPIException
+from ..core.handle import register
+from ..progress.engine import Engine, WaitInfo
+from ..progress.largebuf import allow_peer_reads
+from ..progress.operation import RECV, SEND, Op
+from . import bsend as _bsend
+from . import errhandling as hooks
+from .comm import CommImpl, Intracomm
+from .errhandling import ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler
+
+__all__ = [
+    "COMM_SELF",
+    "COMM_WORLD",
+    "Finalize",
+    "Get_library_version",
+    "Get_processor_name",
+    "Get_version",
+    "Init",
+    "Init_thread",
+    "Is_finalized",
+    "Is_initialized",
+    "Is_thread_main",
+    "Query_thread",
+    "Wtick",
+    "Wtime",
+    "get_vendor",
+]
+
+PEERS_TIMEOUT = 120.0  # seconds a rank of a multi-host world waits for the peer table
+
+# Context ids: COMM_WORLD uses 0/1, COMM_SELF 2/3 (point-to-point/collective);
+# Finalize synchronises on its own context so it cannot meet user messages.
+WORLD_CONTEXT, SELF_CONTEXT, FINALIZE_CONTEXT = 0, 2, 0xFFFFFFF0
+
+COMM_WORLD = Intracomm._from_impl(None, "COMM_WORLD")
+COMM_SELF = Intracomm._from_impl(None, "COMM_SELF")
+register(globals(), ("COMM_WORLD", "COMM_SELF"))  # constants (see _handle)
+
+_initialized = False
+_finalized = False
+_failed = False  # an uncaught exception: skip the collective part of Finalize
+_thread_level = THREAD_SINGLE
+_main_thread: threading.Thread | None = None
+_engine: Engine | None = None
+_progress: Any = None
+_launched = False
+
+
+# -- queries allowed at any time ------------------------------------------------
+def Get_version() -> tuple[int, int]:
+    """The version of the MPI standard implemented: (3, 1)."""
+    return (VERSION, SUBVERSION)
+
+
+def Get_library_version() -> str:
+    return f"ipympi {__version__} (MPI {VERSION}.{SUBVERSION}, Python {sys.version.split()[0]})"
+
+
+def get_vendor() -> tuple[str, tuple[int, ...]]:
+    """``("ipympi", version tuple)``, like ``mpi4py.MPI.get_vendor()``."""
+    return ("ipympi", tuple(int(p) for p in __version__.split(".")[:3] if p.isdigit()))
+
+
+def Is_initialized() -> bool:
+    return _initialized
+
+
+def Is_finalized() -> bool:
+    return _finalized
+
+
+def _state() -> str:
+    if _finalized:
+        return "MPI has been finalized; no MPI call is allowed after Finalize"
+    return "MPI is not initialized; call MPI.Init() first (or leave ipympi.rc.initialize on)"
+
+
+def _require_live(call: str) -> Engine:
+    if not _initialized or _finalized or _engine is None:
+        raise MPIException(ERR_OTHER, f"{call}: {_state()}")
+    return _engine
+
+
+# -- initialization -----------------------------------------------------------
+def Init() -> None:
+    """Start MPI (done automatically on import unless ``ipympi.rc.initialize`` is off),
+    at the thread level ``rc.thread_level`` (``THREAD_SINGLE`` if ``rc.threads`` is off)."""
+    from .rc import setting
+
+    Init_thread(_THREAD_LEVELS[setting("thread_level")] if setting("threads") else THREAD_SINGLE)
+
+
+_THREAD_LEVELS = {
+    "single": THREAD_SINGLE,
+    "funneled": THREAD_FUNNELED,
+    "serialized": THREAD_SERIALIZED,
+    "multiple": THREAD_MULTIPLE,
+}
+
+
+def Init_thread(required: int = THREAD_MULTIPLE) -> int:
+    """Start MPI; returns the thread level provided.
+
+    Calls from several threads are serialized by the engine's lock, so up to
+    ``THREAD_SERIALIZED`` is provided: two threads must not block in MPI calls
+    on each other at the same time.
+    """
+    global _initialized, _thread_level, _main_thread, _engine, _progress, _launched
+    if _finalized:
+        raise MPIException(ERR_OTHER, "Init: MPI has been finalized and cannot be restarted")
+    if _initialized:
+        raise MPIException(ERR_OTHER, "Init: MPI is already initialized (Init may be called once)")
+    env = os.environ
+    rank = int(env.pop(_control.ENV_RANK, "0"))
+    size = int(env.pop(_control.ENV_SIZE, "1"))
+    session_dir = env.pop(_control.ENV_SESSION_DIR, "")
+    ctl = env.pop(_control.ENV_CTL, "")
+    key = _control.session_key(env.pop(_control.ENV_KEY, ""))
+    nodes = _control.decode_nodes(env.pop(_control.ENV_NODES, ""), size)
+    bind_address = env.pop(_control.ENV_BIND, "") or None
+    host = env.pop(_control.ENV_HOST, "")
+    _launched = bool(session_dir)
+    transport = None
+    if session_dir:
+        from ..progress.transport import Transport
+
+        transport = Transport(rank, session_dir, ctl or None, key, nodes, bind_address)
+        _set_host_name(host)
+    engine = Engine(rank, size, transport)
+    _engine = engine
+    handler = _default_errhandler()
+    COMM_WORLD._impl = CommImpl(
+        engine, WORLD_CONTEXT, list(range(size)), rank, "MPI_COMM_WORLD", handler, True
+    )
+    COMM_SELF._impl = CommImpl(engine, SELF_CONTEXT, [rank], 0, "MPI_COMM_SELF", handler, True)
+    hooks.fatal = _fatal
+    hooks.abort = _abort
+    hooks.state = _state
+    if transport is not None:
+        from ..progress.thread import ProgressThread
+
+        sys.setswitchinterval(0.0005)  # background progress answers within ~0.6 ms
+        allow_peer_reads()
+        if ctl:
+            hello = {"type": "hello", "rank": rank, "pid": os.getpid(), "host": host_name()}
+            if transport.tcp is not None:
+                hello["data"] = transport.tcp.endpoint
+            transport.send_control(hello)
+            if transport.tcp is not None:
+                transport.tcp.set_peers(_wait_for_peers(transport, size))
+        _progress = ProgressThread(engine, abort=_abort)
+        engine.progress = _progress
+        _progress.start()
+        _install_excepthook()
+    _thread_level = min(required, THREAD_SERIALIZED)
+    _main_thread = threading.current_thread()
+    _initialized = True
+    from .rc import setting
+
+    if setting("finalize") in (None, True):
+        atexit.register(_finalize_at_exit)
+    return _thread_level
+
+
+def _wait_for_peers(transport: Any, size: int) -> list[str]:
+    """Every rank's tcp endpoint: the launcher sends them once all ranks have said hello.
+
+    Signals the launcher forwards meanwhile (Ctrl-C) are delivered; a launcher
+    that never answers ends the wait after ``PEERS_TIMEOUT`` seconds.
+    """
+    from ..progress.thread import signal_self
+
+    deadline = time.monotonic() + PEERS_TIMEOUT
+    while (left := deadline - time.monotonic()) > 0:
+        if not transport.ctl.poll(int(left * 1000) + 1):
+            continue
+        msg = transport.recv_control()
+        if msg is None:
+            continue
+        if msg["type"] == _control.PEERS:
+            endpoints = [str(e) for e in msg["endpoints"]]
+            if len(endpoints) == size:
+                return endpoints
+        elif msg["type"] == _control.SIGNAL:
+            signal_self(int(msg["signal"]))
+    raise MPIException(
+        ERR_OTHER,
+        f"Init: the other ranks' addresses did not arrive within {PEERS_TIMEOUT:g} s "
+        "(did every host start its ranks?)",
+    )
+
+
+def _default_errhandler() -> Errhandler:
+    from .rc import setting
+
+    errors = setting("errors")
+    if errors in ("fatal", "default"):
+        return ERRORS_ARE_FATAL
+    if errors == "abort":
+        from .errhandling import ERRORS_ABORT
+
+        return ERRORS_ABORT
+    return ERRORS_RETURN
+
+
+def Query_thread() -> int:
+    return _thread_level
+
+
+def Is_thread_main() -> bool:
+    return threading.current_thread() is _main_thread
+
+
+# -- finalization -------------------------------------------------------------
+def Finalize() -> None:
+    """Shut MPI down: wait for outgoing messages, synchronise with every rank, close."""
+    global _finalized
+    engine = _require_live("Finalize")
+    from . import finalize_hooks as _finalize_hooks
+
+    _finalize_hooks.run()  # e.g. COMM_SELF attribute delete callbacks
+    _bsend.detach(engine, _bsend.PROCESS)
+    if engine.transport is not None:
+        if not _failed:
+            engine.enter()
+            try:
+                engine.wait_until(
+                    lambda: engine.pending_sends() == 0,
+                    lambda: WaitInfo("Finalize (waiting for sends)", "MPI_COMM_WORLD", -1, -1),
+                )
+                _finalize_barrier(engine)
+            finally:
+                engine.leave()
+        engine.finalized = True
+        if _progress is not None:
+            _progress.stop()
+        # Correct programs have received every message before Finalize; the
+        # linger only matters for frames to ranks that already ended in error.
+        engine.transport.close(linger_ms=0 if _failed else 1000)
+    engine.finalized = True
+    _finalized = True
+    COMM_WORLD._impl = None
+    COMM_SELF._impl = None
+
+
+def _finalize_barrier(engine: Engine) -> None:
+    """Everyone reports to rank 0, which then releases everyone."""
+    rank, size = engine.rank, engine.size
+    if size == 1:
+        return
+
+    def send(dest: int) -> None:
+        engine.start_send(
+            Op(SEND, None, "Finalize", dest, 0), b"", dest, FINALIZE_CONTEXT, rank, 0, False
+        )
+
+    def recv(source: int) -> None:
+        op = Op(RECV, None, "Finalize", source, 0)
+        engine.start_recv(op, FINALIZE_CONTEXT, source, 0)
+        engine.wait(op, lambda: WaitInfo("Finalize", "MPI_COMM_WORLD", source, 0))
+
+    if rank == 0:
+        for source in range(1, size):
+            recv(source)
+        for dest in range(1, size):
+            send(dest)
+    else:
+        send(0)
+        recv(0)
+
+
+def _finalize_at_exit() -> None:
+    if _initialized and not _finalized:
+        try:
+            Finalize()
+        except BaseException as exc:  # at exit there is nobody left to raise to
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            print(f"ipympi: Finalize at exit failed: {reason}", file=sys.stderr)
+
+
+def _install_excepthook() -> None:
+    """An uncaught exception skips the synchronising part of Finalize.
+
+    The launcher sees the non-zero exit and ends the other ranks, instead of
+    them waiting in Finalize for a rank that has died.
+    """
+    previous = sys.excepthook
+
+    def hook(exc_type: Any, exc: Any, tb: Any) -> None:
+        global _failed
+        _failed = True
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
+
+
+# -- ending the job -------------------------------------------------------------
+def _abort(code: int, reason: str) -> NoReturn:
+    """End every rank: tell the launcher, then exit with ``code``."""
+    engine = _engine
+    rank = engine.rank if engine is not None else 0
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    transport = engine.transport if engine is not None else None
+    if transport is not None and transport.ctl is not None:
+        transport.send_control({"type": "abort", "rank": rank, "code": code, "reason": reason})
+        time.sleep(3.0)  # the launcher ends us; exit on our own if it does not
+    else:
+        print(f"ipympi: rank {rank}: {reason}", file=sys.stderr, flush=True)
+    os._exit(code & 0xFF)
+
+
+def _fatal(obj: Any, call: str, exc: MPIException) -> NoReturn:
+    """ERRORS_ARE_FATAL: name rank, call and error, then end the job."""
+    name = ""
+    impl = getattr(obj, "_impl", None)
+    if impl is not None:
+        name = f" on {getattr(impl, 'label', None) or impl.name}"
+    reason = f"fatal error in {call}{name}: {exc}"
+    _abort(exc.Get_error_class() or 1, reason)  # the launcher (or _abort) reports it
+
+
+# -- timers, names, buffers ----------------------------------------------------------
+_T0 = time.perf_counter()
+
+
+def Wtime() -> float:
+    """Wall-clock seconds since an arbitrary origin fixed for the process's life."""
+    return time.perf_counter() - _T0 + 1.0
+
+
+def Wtick() -> float:
+    return time.get_clock_info("perf_counter").resolution
+
+
+def Get_processor_name() -> str:
+    return socket.gethostname()
+
+
+_host_name = ""
+
+
+def _set_host_name(name: str) -> None:
+    global _host_name
+    _host_name = name
+
+
+def host_name() -> str:
+    """The name of this rank's host as the launcher knows it (else the machine's name).
+
+    Ranks with the same name share a host: its memory, its data sockets, and
+    ``Split_type(COMM_TYPE_SHARED)``.
+    """
+    return _host_name or socket.gethostname()
+
+
+def Attach_buffer(buf: Any) -> None:
+    """Attach the process's buffer for buffered sends (a buffer or ``BUFFER_AUTOMATIC``)."""
+    _bsend.attach(_bsend.PROCESS, buf)
+
+
+def Detach_buffer() -> Any:
+    """Wait until the buffered messages have left, then return the process's buffer."""
+    return _bsend.detach(_engine, _bsend.PROCESS)
+
+
+def Flush_buffer() -> None:
+    """Wait until every message in the process's buffer has left (MPI 4.1)."""
+    _bsend.flush(_engine, _bsend.PROCESS)
+
+
+def Iflush_buffer() -> Any:
+    """Nonblocking ``Flush_buffer``: a request completing once the buffer is empty."""
+    from .request import Request
+
+    return Request._of(_bsend.iflush(_bsend.PROCESS, COMM_WORLD, "Iflush_buffer"))
+
+
+def Pcontrol(level: int) -> None:
+    """Profiling control: accepted and ignored, as the standard allows."""
+    return None
+
+
+def world_engine() -> Engine:
+    return _require_live("MPI call")

@@ -1,0 +1,3 @@
+# Types of ``mpi4py.futures``: those of :mod:`ipympi.mpi4py.futures`.
+
+from ipympi.mpi4py.futures import *

@@ -1,5 +1,0 @@
-"""``mpi4py.MPI``: ipympi's MPI module."""
-
-from ipympi.mpi4py_name import alias
-
-alias(__name__, "ipympi.MPI")

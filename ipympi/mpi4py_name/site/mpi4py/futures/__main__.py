@@ -1,6 +1,0 @@
-"""``python -m mpi4py.futures [options] PROGRAM [ARGS...]`` on ipympi's ranks."""
-
-if __name__ == "__main__":
-    from ipympi.futures.__main__ import main
-
-    main()

@@ -1,0 +1,823 @@
+"""A session's engines, seen from the controller: start, run, observe, stop.
+
+A :class:`Cluster` owns one private session directory, one engine-protocol
+ROUTER (``ipc://<dir>/engines``, signed messages, see
+:mod:`ipympi.notebook.engine.protocol`) and one launcher
+(:mod:`ipympi.notebook.controller.launchers`) that starts the engines: by default a
+supervisor process that forks engines of the built-in MPI
+(:mod:`ipympi.notebook.engine.supervisor`), or ``mpiexec``/``srun`` starting engines
+on mpi4py (``backend="mpi4py"``). Each *world* (a set of N engines that form
+one ``COMM_WORLD``) gets its own directory ``<dir>/w<gen>`` holding the
+ranks' data sockets and the MPI control ROUTER (``ipc://<dir>/w<gen>/ctl``,
+see :mod:`ipympi.core.control`) through which ranks say hello, abort, and answer
+state queries even while blocked in MPI. When the launcher may start engines
+on other hosts, both ROUTERs are also bound to a tcp address on one
+interface.
+
+Everything happens in the calling thread: :meth:`Cluster.pump` polls the two
+ROUTERs and the launcher's file descriptors until a condition holds or a
+deadline passes, so every wait is bounded and interruptible (Ctrl-C in the
+controller interrupts the running ranks, see :meth:`Cluster.wait`). Other
+threads hand it work through :attr:`Cluster.errands`, run at its next wait.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable
+
+import zmq
+
+from ...core import control as ctl
+from ...launch.launcher import _make_session_dir
+from ...launch.watch import with_cpu
+from ..engine.protocol import Message, ProtocolError, Signer
+from .api import ClusterAPI
+from .errands import Errands
+from .launchers import ClusterError, Launcher, World, make_launcher
+from .realwatch import DEADLOCK_AFTER
+from .records import EngineRecord, Output, Request
+from .render import WORLD_ENDED
+from .status import status_rows
+
+__all__ = [
+    "DEFAULT_NP",
+    "UNINTERRUPTIBLE",
+    "WORLD_WAS_ENDED",
+    "Cluster",
+    "ClusterError",
+    "EngineRecord",
+    "Request",
+]
+
+DEFAULT_NP = 4
+START_TIMEOUT = 60.0  # seconds for a world to say hello (a loaded CI machine is slow)
+INTERRUPT_GRACE = 5.0  # seconds interrupted ranks get to reply before they are reported
+STOP_GRACE = 3.0  # seconds between the steps of stopping a world
+QUERY_TIMEOUT = 1.0
+ABORT_GRACE = 2.0  # seconds an abort message may lag behind the end of an MPI launcher's job
+STOPPED = "the engines were stopped"  # the error of requests a stop ends
+# What a cell's error says when ipympi ends a world of a real MPI.
+UNINTERRUPTIBLE = "a rank inside a call of a real MPI cannot be interrupted"
+WORLD_WAS_ENDED = "so the MPI world was ended (the next cell starts a fresh one)"
+_OUTPUT_TYPES = frozenset(
+    {"stream", "display_data", "update_display_data", "clear_output", "execute_result", "error"}
+)
+
+
+class InterruptGate:
+    """Ctrl-C while the controller follows a cell, raised only where it waits.
+
+    Python raises KeyboardInterrupt wherever the main thread is when SIGINT
+    arrives. Following a cell, the controller passes an interrupt on to the
+    ranks, collects their replies and realigns them; a second Ctrl-C, or one
+    that comes while the stuck-cell rule stops the ranks, cut that handling
+    short at any line and left the cell without a reply. While a gate is in
+    place (:func:`interrupts_at_waits`), SIGINT raises only inside the
+    wait of :meth:`Cluster.pump`, whose callers handle it; one that arrives
+    elsewhere is raised at the next such wait, or dropped with the gate.
+    """
+
+    def __init__(self) -> None:
+        self.pending = False  # an interrupt arrived outside a wait
+        self.open = False  # inside a wait: raise at once
+
+    def on_sigint(self, signum: int, frame: Any) -> None:
+        if self.open:
+            self.open = False
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def enter_wait(self) -> None:
+        """Open for the wait to come; raise an interrupt that arrived before it."""
+        if self.pending:
+            self.pending = False
+            raise KeyboardInterrupt
+        self.open = True
+
+
+_gate: InterruptGate | None = None  # the gate in place, if any
+
+
+@contextlib.contextmanager
+def interrupts_at_waits() -> Iterator[None]:
+    """While the controller runs a parallel cell: Ctrl-C raises only in
+    :meth:`Cluster.pump`'s wait (see :class:`InterruptGate`). Only the main thread
+    can catch signals; elsewhere, and inside another such block, this changes
+    nothing."""
+    global _gate
+    if _gate is not None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    gate = InterruptGate()
+    previous = signal.signal(signal.SIGINT, gate.on_sigint) or signal.default_int_handler
+    _gate = gate
+    try:
+        yield
+    finally:
+        _gate = None
+        signal.signal(signal.SIGINT, previous)
+
+
+class Cluster(ClusterAPI):
+    """N engines (ranks) for one notebook session.
+
+    ``backend`` is ``"builtin"`` (ipympi's own MPI, the default) or
+    ``"mpi4py"`` (a real MPI, started by ``launcher``: ``"mpiexec"``, the
+    default, or ``"srun"``). ``placement`` (``hosts``, ``launcher_exec``,
+    ``iface``) puts the ranks on several hosts; see
+    :func:`~ipympi.notebook.controller.launchers.make_launcher`.
+    """
+
+    def __init__(
+        self,
+        n: int = DEFAULT_NP,
+        *,
+        env: Mapping[str, str] | None = None,
+        backend: str = "builtin",
+        launcher: str | None = None,
+        **placement: Any,
+    ) -> None:
+        if n < 1:
+            raise ValueError(f"a session needs at least one rank, not {n}")
+        self.n = n
+        self.env = dict(os.environ if env is None else env)
+        self.launcher: Launcher = make_launcher(backend, launcher, self.env, **placement)
+        self.session_dir = _make_session_dir()
+        self.key = secrets.token_bytes(32)
+        self.signer = Signer(self.key)
+        self.gen = 0
+        self.engines: list[EngineRecord] = []
+        self.requests: dict[str, Request] = {}
+        self.dropped = 0  # engine messages dropped for a bad signature
+        self.aborted: dict[str, Any] | None = None  # the abort message that ended the world
+        self.ended: str | None = None  # why the controller ended the world
+        self.on_error = "interrupt"  # what to do with a stuck cell: see watch.ON_ERROR
+        # seconds without visible progress that make a probable deadlock on a real MPI
+        self.deadlock_after = DEADLOCK_AFTER
+        self.stopped = False  # True after stop(), until the next start()
+        self._stopping = False  # engines exit on purpose: no peer_exit notices
+        self._ctx: zmq.Context[Any] = zmq.Context()
+        self._router = self._ctx.socket(zmq.ROUTER)
+        self._router.setsockopt(zmq.LINGER, 0)
+        self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._router.bind(f"ipc://{self.session_dir}/engines")
+        self._tcp_engines: str | None = None  # the ROUTER's tcp address, once bound
+        self._ctl: zmq.Socket[bytes] | None = None
+        self._mpi_key = b""  # signs the current world's control messages
+        self._endpoints: dict[int, str] = {}  # rank -> tcp endpoint (a world on several hosts)
+        self._world_dir: str | None = None
+        self._poller = zmq.Poller()
+        self._poller.register(self._router, zmq.POLLIN)
+        self.errands = Errands()  # work other threads hand to the one that drives this
+        self._poller.register(self.errands.fd, zmq.POLLIN)
+        self._watched: set[int] = set()  # the launcher's file descriptors in the poller
+        self._closed = False
+        self._query_id = 0  # numbers state queries (see query_states)
+
+    # -- life cycle ------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return any(engine.alive for engine in self.engines)
+
+    @property
+    def backend(self) -> str:
+        """The MPI the engines run: ``"builtin"`` or ``"mpi4py"``."""
+        return self.launcher.backend
+
+    def use(self, backend: str, launcher: str | None = None, **placement: Any) -> None:
+        """Run the next worlds on ``backend`` (started by ``launcher``, on the hosts of
+        ``placement``: see :func:`~ipympi.notebook.controller.launchers.make_launcher`); no world
+        may be running."""
+        if self.running:
+            raise ClusterError("stop the engines first (%mpi restart does)")
+        chosen = make_launcher(backend, launcher, self.env, **placement)
+        self.launcher.close(STOP_GRACE)
+        self.launcher = chosen
+        self._watch_launcher()
+
+    def describe(self) -> str:
+        """The backend, its MPI library and how the engines were started, in words.
+
+        ``mpi4py backend (MPICH 5.0.2), started by mpiexec``
+        """
+        library = ", ".join(sorted({e.mpi for e in self.engines if e.mpi})) or (
+            self.launcher.library
+        )
+        return f"{self.backend} backend ({library}), {self.launcher.started_by}"
+
+    def start(self, n: int | None = None, *, wait: bool = True) -> None:
+        """Start a world of ``n`` ranks (default: the last size); wait until all are ready."""
+        if self._closed:
+            raise ClusterError("this session was shut down")
+        if self.running:
+            raise ClusterError(
+                f"{self.n} engines are already running: %mpi restart to replace them"
+            )
+        if n is not None:
+            if n < 1:
+                raise ValueError(f"a session needs at least one rank, not {n}")
+            self.n = n
+        self._close_world()  # what is left of a world whose engines all died
+        self.gen += 1
+        self.aborted = None
+        self.ended = None
+        self.stopped = False
+        self._world_dir = os.path.join(self.session_dir, f"w{self.gen}")
+        os.mkdir(self._world_dir, 0o700)
+        self._ctl = self._ctx.socket(zmq.ROUTER)
+        self._ctl.setsockopt(zmq.LINGER, 0)
+        self._ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        # A rank's last word (an abort) may come on a new socket of its own, while its
+        # old one is still being closed: the new one takes the rank's identity over.
+        self._ctl.setsockopt(zmq.ROUTER_HANDOVER, 1)
+        self._poller.register(self._ctl, zmq.POLLIN)
+        self.engines = [EngineRecord(rank) for rank in range(self.n)]
+        self._endpoints = {}
+        self._mpi_key = secrets.token_bytes(16)
+        try:
+            world = World(
+                n=self.n,
+                gen=self.gen,
+                directory=self._world_dir,
+                address=self._engine_address(),
+                control=self._bind_control(),
+                key=self.key,
+                control_key=self._mpi_key,
+                env=self.env,
+            )
+            events = self.launcher.start(world)
+        except BaseException:
+            self._close_world()
+            raise
+        finally:
+            self._watch_launcher()
+        self._handle_launcher_events(events)
+        if wait:
+            self.wait_ready()
+
+    def _engine_address(self) -> str:
+        """Where this world's engines connect: the session's ipc socket, or tcp."""
+        if not self.launcher.remote:
+            return f"ipc://{self.session_dir}/engines"
+        if self._tcp_engines is None:
+            self._router.bind(f"tcp://{self.launcher.address()}:0")
+            self._tcp_engines = self._router.getsockopt_string(zmq.LAST_ENDPOINT)
+        return self._tcp_engines
+
+    def _bind_control(self) -> str:
+        """Bind the world's control ROUTER (ipc in the world's directory, or tcp)."""
+        assert self._ctl is not None and self._world_dir is not None
+        if not self.launcher.remote:
+            address = ctl.control_address(self._world_dir)
+            self._ctl.bind(address)
+            return address
+        self._ctl.bind(f"tcp://{self.launcher.address()}:0")
+        return self._ctl.getsockopt_string(zmq.LAST_ENDPOINT)
+
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
+        """Wait until every engine of the current world has said hello."""
+        ok = self.pump(time.monotonic() + timeout, self._world_settled)
+        dead = [e for e in self.engines if e.returncode is not None]
+        if dead or not ok:
+            failed = [
+                f"rank {e.rank} {ctl.describe_exit(e.returncode)}"
+                for e in dead
+                if e.returncode and not e.ended_by
+            ]
+            ended = sorted({e.ended_by for e in dead if e.ended_by})
+            problems = failed + ended or [
+                f"no hello from rank(s) {[e.rank for e in self.engines if not e.ready]}"
+            ]
+            said = self.launcher.diagnosis()
+            self._kill_world()
+            said = f"\n{self.launcher.name} said:\n{said}" if said else ""
+            raise ClusterError("the engines did not start: " + "; ".join(problems) + said)
+
+    def _world_settled(self) -> bool:
+        return all(e.ready or e.returncode is not None for e in self.engines)
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.engines) and all(e.ready and e.alive for e in self.engines)
+
+    def stop(self, grace: float = STOP_GRACE) -> None:
+        """End the world: ask every engine to finalize and exit, then TERM, then KILL."""
+        alive = [e for e in self.engines if e.alive]
+        self._stopping = True
+        broken = any(e.returncode is not None for e in self.engines)
+
+        def gone() -> bool:  # the engines, and the launcher process that started them
+            return not self.running and not self.launcher.active
+
+        if alive and all(e.ready for e in alive) and not self._busy() and not broken:
+            # A world with a dead rank cannot finalize (its barrier would wait
+            # for the dead one): it gets SIGTERM at once.
+            req = self.submit("shutdown", {}, [e.rank for e in alive])
+            self.pump(time.monotonic() + grace, gone)
+            self.requests.pop(req.id, None)
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if gone():
+                break
+            self.launcher.end(sig)
+            self.pump(time.monotonic() + grace, gone)
+        for req in self.requests.values():
+            self._fail_pending(req, "EngineStopped", STOPPED)
+        self.requests.clear()
+        self._close_world()
+        self.stopped = True
+        self._stopping = False
+
+    def restart(self, n: int | None = None) -> None:
+        self.stop()
+        self.start(n)
+
+    def close(self) -> None:
+        """Stop the engines and the supervisor; remove the session directory."""
+        if self._closed:
+            return
+        try:
+            self.stop()
+        finally:
+            self._closed = True
+            self.launcher.close(STOP_GRACE)
+            self._watch_launcher()
+            self._router.close(0)
+            self._poller.unregister(self.errands.fd)
+            self.errands.close()
+            self._ctx.term()
+            shutil.rmtree(self.session_dir, ignore_errors=True)
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _kill_world(self) -> None:
+        self.launcher.end(signal.SIGKILL)
+        self.pump(time.monotonic() + STOP_GRACE, lambda: not self.running)
+        self._close_world()
+
+    def _close_world(self) -> None:
+        if self._ctl is not None:
+            self._poller.unregister(self._ctl)
+            self._ctl.close(0)
+            self._ctl = None
+        if self._world_dir is not None:
+            shutil.rmtree(self._world_dir, ignore_errors=True)
+            self._world_dir = None
+
+    # -- the launcher ------------------------------------------------------------------
+    def _watch_launcher(self) -> None:
+        """Poll exactly the file descriptors the launcher has now."""
+        fds = set(self.launcher.fds())
+        for fd in self._watched - fds:
+            self._poller.unregister(fd)
+        for fd in fds - self._watched:
+            self._poller.register(fd, zmq.POLLIN)
+        self._watched = fds
+
+    def _read_launcher(self, fd: int) -> None:
+        events = self.launcher.read(fd)
+        self._watch_launcher()
+        self._handle_launcher_events(events)
+
+    def _handle_launcher_events(self, events: list[dict[str, Any]]) -> None:
+        """Record what the launcher says about the engines' processes (see launchers)."""
+        for event in events:
+            kind = event.get("type")
+            if kind == "ended":
+                self._on_world_end(event)
+                continue
+            engine = self._engine_of(event)
+            if engine is None:
+                continue
+            if kind == "spawned":
+                engine.launched = True
+                engine.pid = event.get("pid") or engine.pid
+            elif kind == "exited" and engine.returncode is None:
+                pid = event.get("pid")
+                if pid is None or engine.pid is None or engine.pid == pid:
+                    self._on_exit(engine.rank, int(event["returncode"]))
+
+    def _engine_of(self, event: Mapping[str, Any]) -> EngineRecord | None:
+        """The engine an event is about: by rank, else by pid and host."""
+        rank = event.get("rank")
+        if isinstance(rank, int):
+            return self.engines[rank] if 0 <= rank < len(self.engines) else None
+        for engine in self.engines:
+            if engine.pid == event.get("pid") and engine.host == event.get("host"):
+                return engine
+        return None
+
+    def _on_world_end(self, event: Mapping[str, Any]) -> None:
+        """The launcher ended every engine still running (a failed rank ends an MPI job)."""
+        if event.get("abort") and self.aborted is None and not self._stopping:
+            self.aborted = dict(event["abort"])
+        # "known": the launcher knows why (a host was lost); no abort can be on its way.
+        unexplained = not event.get("known") and all(e.returncode is None for e in self.engines)
+        if unexplained and not self._stopping and self.aborted is None and not self.ended:
+            # No rank said how it ended: an Abort ends every process at once, and
+            # the aborting rank's message may still be on its way.
+            self.pump(time.monotonic() + ABORT_GRACE, lambda: self.aborted is not None)
+        reason = str(event.get("reason", ""))
+        if event.get("said"):
+            reason += f" ({self.launcher.name}: {event['said']})"
+        if not self._stopping and self.aborted is None and not self.ended:
+            failed = [
+                f"rank {e.rank} {ctl.describe_exit(e.returncode)}"
+                for e in self.engines
+                if e.returncode is not None
+            ]
+            self.ended = "; ".join([*failed, reason])
+        for engine in self.engines:
+            if engine.returncode is None:  # running, or never started: it will not now
+                engine.ended_by = reason
+                ended_by = None if self._stopping else reason
+                self._on_exit(engine.rank, -int(signal.SIGKILL), ended_by=ended_by)
+
+    def _on_exit(self, rank: int, returncode: int, ended_by: str | None = None) -> None:
+        """Rank ``rank``'s engine has exited (``ended_by``: the launcher ended it, saying so)."""
+        engine = self.engines[rank]
+        engine.returncode = returncode
+        if not self._stopping and self.aborted is None and not self.ended:
+            self._tell_peers(rank, ctl.describe_exit(returncode) if returncode else "exited")
+        for req in self.requests.values():
+            if rank in req.targets and rank not in req.replies:
+                if self._stopping:
+                    self._synthesize_reply(req, rank, "EngineStopped", STOPPED)
+                elif self.aborted is not None:
+                    # The same words for every rank: the cell's error shows them once.
+                    self._synthesize_reply(req, rank, "MPIAbort", self.world_ended())
+                elif ended_by is not None:
+                    self._synthesize_reply(req, rank, WORLD_ENDED, ended_by)
+                else:
+                    what = ctl.describe_exit(returncode) if returncode else "exited"
+                    died = f"rank {rank} has died ({what})"
+                    self._synthesize_reply(req, rank, "EngineDied", died)
+
+    def _tell_peers(self, rank: int, reason: str) -> None:
+        """Tell every live rank that ``rank`` died: what waits on it fails at once."""
+        if self._ctl is None:
+            return
+        frame = ctl.encode({"type": ctl.PEER_EXIT, "rank": rank, "reason": reason}, self._mpi_key)
+        for engine in self.engines:
+            if engine.alive and engine.rank != rank:
+                with contextlib.suppress(zmq.ZMQError):
+                    self._ctl.send_multipart([ctl.identity(engine.rank), frame], zmq.NOBLOCK)
+
+    def variables(self) -> list[str]:
+        """The names the user defined on any rank of the current world, sorted."""
+        return sorted({name for engine in self.engines for name in engine.names})
+
+    def world_ended(self) -> str:
+        """Why the current world is over (an abort, or dead ranks), in one line."""
+        if self.aborted is not None:
+            return f"{ctl.format_abort(self.aborted)}; every rank of the world was ended"
+        if self.ended:
+            return self.ended
+        dead = [e for e in self.engines if e.returncode is not None]
+        return "; ".join(f"rank {e.rank} {ctl.describe_exit(e.returncode or 0)}" for e in dead)
+
+    # -- requests --------------------------------------------------------------------
+    def submit(
+        self,
+        kind: str,
+        content: dict[str, Any],
+        targets: Iterable[int],
+        buffers: Sequence[bytes] = (),
+        on_output: Output | None = None,
+    ) -> Request:
+        """Send one request to ``targets``; its replies and output collect in the Request."""
+        msg = Message(kind, content, buffers=tuple(buffers))
+        req = Request(msg.id, kind, sorted(set(targets)), on_output=on_output)
+        frames = self.signer.encode(msg)
+        self.requests[req.id] = req
+        for rank in req.targets:
+            engine = self.engines[rank] if rank < len(self.engines) else None
+            if engine is None or not engine.alive or not engine.ready:
+                self._synthesize_reply(req, rank, "EngineDied", f"rank {rank} is not running")
+                continue
+            try:
+                self._router.send_multipart([b"in%d.%d" % (self.gen, rank), *frames])
+            except zmq.ZMQError as exc:
+                self._synthesize_reply(req, rank, "EngineDied", f"rank {rank}: {exc}")
+        return req
+
+    def _synthesize_reply(
+        self, req: Request, rank: int, ename: str, evalue: str, where: str | None = None
+    ) -> None:
+        content: dict[str, Any] = {
+            "status": "error",
+            "ename": ename,
+            "evalue": evalue,
+            "traceback": [],
+        }
+        if where is not None:
+            content["where"] = where
+        req.messages.append((rank, "error", content))
+        if req.on_output is not None:
+            req.on_output([(rank, "error", content)])
+        req.replies[rank] = Message("reply", content, req.id)
+
+    def _fail_pending(self, req: Request, ename: str, evalue: str) -> None:
+        for rank in req.pending:
+            self._synthesize_reply(req, rank, ename, evalue)
+
+    def _busy(self) -> bool:
+        return any(not req.done for req in self.requests.values())
+
+    def wait(self, req: Request, timeout: float | None = None) -> bool:
+        """Pump until ``req`` is done; False when ``timeout`` passes first.
+
+        KeyboardInterrupt (the notebook's interrupt) is passed on to the ranks
+        still running ``req``; they get ``INTERRUPT_GRACE`` seconds to reply,
+        after which they are reported as not responding. The interrupt is then
+        re-raised only if the ranks did not answer.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            return self.pump(deadline, lambda: req.done)
+        except KeyboardInterrupt:
+            self.interrupt(req)
+            return True
+
+    def interrupt(self, req: Request, resynchronize: bool = True) -> None:
+        """Interrupt the ranks still running ``req``, collect their replies, realign them.
+
+        A second Ctrl-C while waiting stops waiting: the silent ranks are
+        reported as not responding.
+        """
+        req.interrupted = True
+        self.signal(req.pending, signal.SIGINT)
+        self._pump_through_interrupts(time.monotonic() + INTERRUPT_GRACE, lambda: req.done)
+        if req.pending and not self.launcher.interrupts_mpi_calls:
+            self._end_uninterruptible(req)
+            return
+        for rank in req.pending:
+            self._synthesize_reply(
+                req, rank, "KeyboardInterrupt", f"rank {rank} did not respond to the interrupt"
+            )
+        if resynchronize:
+            self.resynchronize()
+
+    def _end_uninterruptible(self, req: Request) -> None:
+        """End the world of ranks that an interrupt cannot reach (inside a real MPI call).
+
+        Each silent rank's error says where it was; the request (and the
+        notice of the next cell, which starts a fresh world) says why the
+        world was ended.
+        """
+        pending = req.pending
+        with contextlib.suppress(KeyboardInterrupt):
+            self.query_states(timeout=QUERY_TIMEOUT)
+        places = []
+        for rank in pending:
+            state = self.engines[rank].state
+            where = f"at {state['where']}" if state.get("where") else "somewhere"
+            if state.get("line"):
+                where += f" ({state['line']})"
+            places.append(f"rank {rank} {where}")
+            self._synthesize_reply(
+                req,
+                rank,
+                "KeyboardInterrupt",
+                f"rank {rank} could not be interrupted",
+                f"{where}, which could not be interrupted",
+            )
+        req.ended = f"{UNINTERRUPTIBLE}, {WORLD_WAS_ENDED}"
+        self.end_world(f"ipympi ended it when an interrupt could not reach {'; '.join(places)}")
+
+    def _pump_through_interrupts(self, deadline: float, done: Callable[[], bool]) -> bool:
+        """``pump``, where a Ctrl-C (the user asking to interrupt) does not cut the wait."""
+        while True:
+            try:
+                return self.pump(deadline, done)
+            except KeyboardInterrupt:
+                continue
+
+    def end_world(self, reason: str) -> None:
+        """Kill every engine of the world now; the next cell starts a fresh one."""
+        self.ended = reason
+        self.launcher.end(signal.SIGKILL)
+        with contextlib.suppress(KeyboardInterrupt):
+            self.pump(time.monotonic() + STOP_GRACE, lambda: not self.running)
+
+    def resynchronize(self, timeout: float = INTERRUPT_GRACE) -> bool:
+        """Realign the ranks' collectives after an interrupt; False if a rank did not answer.
+
+        Interrupted ranks may have stopped in different collectives (rank 0 in
+        its 3rd, rank 1 in its 4th): every rank abandons what it was in, then
+        all continue from the largest sequence number any rank reached, so the
+        next cell's collectives match again. A real MPI's collectives are its
+        own business: with the mpi4py backend there is nothing to realign.
+        """
+        if self.backend != "builtin":
+            return True
+        ranks = [e.rank for e in self.engines if e.alive and e.ready]
+        first = self.submit("recover", {}, ranks)
+        ok = self._pump_through_interrupts(time.monotonic() + timeout, lambda: first.done)
+        self.forget(first)
+        bases: dict[str, int] = {}
+        for reply in first.replies.values():
+            for context, position in reply.content.get("positions", {}).items():
+                bases[context] = max(bases.get(context, 0), int(position))
+        second = self.submit("recover", {"bases": bases}, ranks)
+        ok = self._pump_through_interrupts(time.monotonic() + timeout, lambda: second.done) and ok
+        self.forget(second)
+        return ok
+
+    def signal(self, ranks: Iterable[int], sig: int) -> None:
+        """Send ``sig`` to each rank's engine and its children (its process group).
+
+        The launcher delivers it where it can (an engine it forked on this
+        host); any other engine is asked to send it to itself, through the
+        control channel (:func:`ipympi.progress.introspect.signal_self`).
+        """
+        for rank in ranks:
+            engine = self.engines[rank]
+            if not engine.alive or self.launcher.signal(rank, engine.pid, sig):
+                continue
+            if self._ctl is not None:
+                frame = ctl.encode({"type": ctl.SIGNAL, "signal": int(sig)}, self._mpi_key)
+                with contextlib.suppress(zmq.ZMQError):
+                    self._ctl.send_multipart([ctl.identity(rank), frame], zmq.NOBLOCK)
+
+    def forget(self, req: Request) -> None:
+        self.requests.pop(req.id, None)
+
+    # -- the event loop ----------------------------------------------------------------
+    def pump(self, deadline: float | None, done: Callable[[], bool]) -> bool:
+        """Handle events until ``done()`` (True) or ``deadline`` passes (False)."""
+        while True:
+            if done():
+                return True
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                return False
+            ms = -1 if wait is None else max(1, math.ceil(wait * 1000))
+            gate = _gate
+            if gate is None:
+                events = dict(self._poller.poll(ms))
+            else:
+                gate.enter_wait()
+                try:
+                    events = dict(self._poller.poll(ms))
+                finally:
+                    gate.open = False
+            if self._router in events:
+                self._read_engines()
+            if self._ctl is not None and self._ctl in events:
+                self._read_control()
+            for fd in self._watched & events.keys():
+                if fd in self._watched:  # an earlier read may have closed it
+                    self._read_launcher(fd)
+            if self.errands.fd in events:
+                self.errands.run()
+
+    def _read_engines(self) -> None:
+        batches: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
+        for _ in range(10000):
+            try:
+                frames = self._router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            ident, frames = frames[0], frames[1:]
+            try:
+                msg = self.signer.decode(frames)
+                rank = _rank_of(ident, self.gen)
+            except ProtocolError:
+                self.dropped += 1
+                continue
+            if rank is None or rank >= len(self.engines):
+                continue  # a message from an engine of an earlier world
+            if msg.type == "hello":
+                engine = self.engines[rank]
+                engine.ready = engine.launched = True
+                engine.pid = int(msg.content.get("pid", engine.pid or 0)) or engine.pid
+                engine.host = str(msg.content.get("host", ""))
+                engine.mpi = str(msg.content.get("mpi", ""))
+                continue
+            req = self.requests.get(msg.parent or "")
+            if req is None:
+                continue
+            if msg.type == "reply":
+                self._flush_batch(req, batches.pop(req.id, []))
+                req.replies[rank] = msg
+                self._note_reply(self.engines[rank], msg.content)
+            elif msg.type in _OUTPUT_TYPES:
+                item = (rank, msg.type, msg.content)
+                req.messages.append(item)
+                req.said[rank] = req.said.get(rank, 0) + 1
+                batches.setdefault(req.id, []).append(item)
+        for req_id, batch in batches.items():
+            req = self.requests.get(req_id)
+            if req is not None:
+                self._flush_batch(req, batch)
+
+    @staticmethod
+    def _note_reply(engine: EngineRecord, content: Mapping[str, Any]) -> None:
+        """What a reply says about its engine: the user's variables, message counts."""
+        names, p2p = content.get("names"), content.get("p2p")
+        if isinstance(names, list):
+            engine.names = tuple(map(str, names))
+        if isinstance(p2p, dict):
+            engine.sent = tuple(map(int, p2p.get("sent") or ()))
+            engine.arrived = tuple(map(int, p2p.get("arrived") or ()))
+
+    @staticmethod
+    def _flush_batch(req: Request, batch: list[tuple[int, str, dict[str, Any]]]) -> None:
+        if batch and req.on_output is not None:
+            req.on_output(batch)
+
+    def _read_control(self) -> None:
+        assert self._ctl is not None
+        while True:
+            try:
+                ident, data = self._ctl.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except ValueError:
+                continue
+            try:
+                rank = ctl.rank_of(ident)
+                msg = ctl.decode(data, self._mpi_key)
+            except ctl.ControlProtocolError:
+                continue
+            if not 0 <= rank < len(self.engines):
+                continue
+            if msg["type"] == ctl.STATE:
+                if ctl.answers(msg, self._query_id):  # not a late answer to an earlier query
+                    self.engines[rank].state = msg
+            elif msg["type"] == ctl.HELLO and msg.get("data"):
+                self._note_endpoint(rank, str(msg["data"]))
+            elif msg["type"] == ctl.ABORT and self.aborted is None:
+                self.aborted = msg
+                self.signal([e.rank for e in self.engines], signal.SIGKILL)
+
+    def _note_endpoint(self, rank: int, endpoint: str) -> None:
+        """A rank of a world on several hosts announced its tcp endpoint; once every
+        rank has, each gets the table (``peers``) and its ``MPI.Init`` returns."""
+        self._endpoints[rank] = endpoint
+        if len(self._endpoints) < len(self.engines) or self._ctl is None:
+            return
+        table = [self._endpoints[r] for r in range(len(self.engines))]
+        frame = ctl.encode({"type": ctl.PEERS, "endpoints": table}, self._mpi_key)
+        for engine in self.engines:
+            with contextlib.suppress(zmq.ZMQError):
+                self._ctl.send_multipart([ctl.identity(engine.rank), frame], zmq.NOBLOCK)
+
+    # -- observation -------------------------------------------------------------------
+    def query_states(self, timeout: float = QUERY_TIMEOUT, wait: bool = True) -> list[dict]:
+        """Ask every live rank what it is doing; one state dict per rank, in rank order."""
+        asked = []
+        self._query_id += 1
+        query = ctl.encode({"type": ctl.QUERY, "id": self._query_id}, self._mpi_key)
+        for engine in self.engines:
+            engine.state = {}
+            if engine.alive and self._ctl is not None:
+                try:
+                    self._ctl.send_multipart([ctl.identity(engine.rank), query], zmq.NOBLOCK)
+                    asked.append(engine)
+                except zmq.ZMQError:
+                    pass
+        if wait:
+            self.pump(time.monotonic() + timeout, lambda: all(e.state for e in asked))
+        return [self.state_of(engine) for engine in self.engines]
+
+    def state_of(self, engine: EngineRecord) -> dict[str, Any]:
+        """The rank's last state answer, with the CPU time its process has used."""
+        if engine.returncode is not None:
+            return ctl.launcher_state(engine.rank, engine.pid, engine.returncode)
+        if engine.state:
+            return with_cpu(engine.state, self.local_pid(engine))
+        return ctl.launcher_state(engine.rank, engine.pid, None)
+
+    def local_pid(self, engine: EngineRecord) -> int | None:
+        """The engine's pid where ``/proc`` may be read about it: never on another host."""
+        return None if self.launcher.remote else engine.pid
+
+    def status(self) -> list[dict[str, Any]]:
+        """One row per rank: rank, pid, host, state, call (what it waits for), memory."""
+        return status_rows(self)
+
+
+def _rank_of(ident: bytes, gen: int) -> int | None:
+    """The rank of an engine's ``out``/``in`` identity of world ``gen``, else None."""
+    for prefix in (b"out", b"in"):
+        if ident.startswith(prefix):
+            world, _, rank = ident[len(prefix) :].partition(b".")
+            try:
+                return int(rank) if int(world) == gen else None
+            except ValueError:
+                return None
+    return None

@@ -1,0 +1,82 @@
+"""What a cluster keeps about its engines and its requests.
+
+:class:`EngineRecord` is one rank's engine process as the controller knows
+it; :class:`Request` is one request sent to some ranks with everything they
+said about it (:mod:`ipympi.notebook.controller.cluster` fills both in).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from ..engine.protocol import Message
+
+__all__ = ["EngineRecord", "Output", "Request"]
+
+Output = Callable[[list[tuple[int, str, dict[str, Any]]]], None]
+
+
+@dataclass
+class EngineRecord:
+    """What the controller knows about one rank's engine process."""
+
+    rank: int
+    pid: int | None = None  # known once spawned locally, or from the engine's hello
+    host: str = ""
+    ready: bool = False
+    launched: bool = False  # its process has been started
+    returncode: int | None = None  # Popen style, once the engine has exited
+    state: dict[str, Any] = field(default_factory=dict)  # the last MPI state answer
+    mpi: str = ""  # the MPI library it runs on, when it is not ipympi's own
+    ended_by: str = ""  # why the launcher ended it with its world, if it did
+    names: tuple[str, ...] = ()  # the variables its user defined, as its last reply said
+    # Point-to-point messages it sent to / received from each world rank, as it last said.
+    sent: tuple[int, ...] = ()
+    arrived: tuple[int, ...] = ()
+
+    @property
+    def alive(self) -> bool:
+        return self.launched and self.returncode is None
+
+
+@dataclass
+class Request:
+    """One request sent to some ranks, and everything they said about it."""
+
+    id: str
+    kind: str
+    targets: list[int]
+    replies: dict[int, Message] = field(default_factory=dict)
+    messages: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
+    said: dict[int, int] = field(default_factory=dict)  # rank -> output messages so far
+    on_output: Output | None = None
+    interrupted: bool = False
+    ended: str | None = None  # why the world was ended while this request ran
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def done(self) -> bool:
+        return all(rank in self.replies for rank in self.targets)
+
+    @property
+    def pending(self) -> list[int]:
+        return [rank for rank in self.targets if rank not in self.replies]
+
+    def errors(self) -> dict[int, dict[str, Any]]:
+        """The error content per failed rank (from the ``error`` message, else the reply)."""
+        found: dict[int, dict[str, Any]] = {}
+        for rank, kind, content in self.messages:
+            if kind == "error" and rank not in found:
+                found[rank] = content
+        for rank, reply in self.replies.items():
+            if reply.content.get("status") != "ok" and rank not in found:
+                found[rank] = {
+                    "ename": reply.content.get("ename", "Error"),
+                    "evalue": reply.content.get("evalue", ""),
+                    "traceback": reply.content.get("traceback", []),
+                }
+            if rank in found and reply.content.get("where"):
+                found[rank].setdefault("where", reply.content["where"])
+        return found

@@ -1,0 +1,936 @@
+"""The progress engine of one rank: matching, data movement and waiting.
+
+The engine ties the pure :class:`~ipympi.core.matching.Matcher` to the sockets of
+:class:`~ipympi.progress.transport.Transport`. One lock guards the matcher, the sockets
+and every :class:`~ipympi.progress.operation.Op`; whoever holds it *drives* the data socket:
+
+* a thread inside an MPI call holds it and, when it must wait, blocks in the
+  data socket's ``recv`` itself (no thread hand-off between kernel and rank);
+* while no thread is inside MPI for more than ~2 ms, the progress thread
+  (``_progress``) takes it and keeps matching and moving data, so a posted
+  receive is satisfied and a synchronous or large send completes while the
+  user computes. A thread entering MPI rings the doorbell to take it back.
+
+Small messages travel eagerly in one frame. Large ones are announced (RTS) and
+read by the receiver straight from the sender's memory (``_largebuf``), or
+sent in chunks where that is not permitted. See ``_wire`` for the frame layout.
+
+Every blocking wait is interruptible (Ctrl-C raises ``KeyboardInterrupt``; the
+posted receive is withdrawn) and observable: :meth:`Engine.waiting_info` says
+what the rank is blocked on, for hang reports.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from typing import Any, Callable, NoReturn, cast
+
+from ..core import wire
+from ..core.constants import ANY_SOURCE
+from ..core.errors import ERR_OTHER, ERR_TRUNCATE
+from ..core.errors import Exception as MPIException
+from ..core.matching import Envelope, Matcher, PostedReceive
+from ..core.wire import (
+    ACK,
+    CANCEL,
+    CANCELLED,
+    CERR,
+    CTS,
+    DATA,
+    EAGER,
+    FIN,
+    HEADER_SIZE,
+    PEER_DEAD,
+    RTS,
+    SYNC,
+)
+from . import tracing as _trace
+from .largebuf import VmReader, buffer_address
+from .operation import Op
+from .tcp import Received
+from .transport import MAX_FRAME, SPIN_TRIES, Transport
+
+__all__ = ["EAGER_LIMIT", "Engine", "WaitInfo"]
+
+# Messages up to this size travel in one frame with their header.
+EAGER_LIMIT = 64 * 1024
+
+# The progress thread takes over once no thread has been in MPI this long (s).
+IDLE_HANDOFF = 0.002
+
+
+class WaitInfo:
+    """What a rank is blocked on: for hang reports and the controller."""
+
+    __slots__ = ("call", "comm", "peer", "since", "tag")
+
+    def __init__(self, call: str, comm: str, peer: int, tag: int) -> None:
+        self.call = call
+        self.comm = comm
+        self.peer = peer
+        self.tag = tag
+        self.since = time.monotonic()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "call": self.call,
+            "comm": self.comm,
+            "peer": self.peer,
+            "tag": self.tag,
+            "since": round(time.monotonic() - self.since, 3),
+        }
+
+
+# Payload kinds of a queued envelope besides the wire's EAGER and RTS.
+SELF = 0  # a message this rank sent to itself: (data, SELF, sync sender op or None)
+
+_pack_header = wire.HEADER.pack
+_unpack_header = wire.HEADER.unpack_from
+_pack_address = wire.RTS_EXTRA.pack
+_sched_yield = os.sched_yield
+
+
+class Engine:
+    """Matching, sending, receiving and waiting for one rank."""
+
+    def __init__(self, rank: int, size: int, transport: Transport | None) -> None:
+        self.rank = rank
+        self.size = size
+        self.pid = os.getpid()
+        self.transport = transport
+        # None only without a transport: then every message is to this rank itself.
+        self._send = cast(
+            "Callable[[int, bytes], None]", transport.send if transport is not None else None
+        )
+        # Whether a rank shares this host (its memory can be read directly).
+        self._same_host = transport.same_host if transport is not None else _everywhere
+        self.matcher = Matcher()
+        self.lock = threading.RLock()
+        self.vm = VmReader()
+        self._msgids = itertools.count(1)
+        self._sends: dict[int, Op] = {}  # msgid -> send waiting for ACK/FIN
+        # (wsrc, msgid) -> (recv, envelope, target, bytes so far) for large
+        # messages arriving in frames
+        self._rdv: dict[tuple[int, int], tuple[Op, Envelope, memoryview, int]] = {}
+        # What the rank is blocked on: a callable building a WaitInfo (built
+        # only when someone asks, to keep blocking calls cheap), and since when.
+        self.waiting: Callable[[], WaitInfo] | None = None
+        self.waiting_since = 0.0
+        self.depth = 0  # threads inside MPI calls
+        # MPI calls entered, by any thread: with ``progressed``, tells an observer
+        # whether anything can have changed in the engine since it last looked.
+        self.entered = 0
+        self.wanted = 0  # threads waiting to enter
+        self.last_exit = 0.0
+        self.progress: Any = None  # the ProgressThread, once started
+        self.finalized = False
+        # Collectives: schedules in progress, sequence numbers per collective
+        # context, and what is known about mismatches (see _collsched).
+        self.colls: list[Any] = []
+        self.coll_next: dict[int, int] = {}  # context -> next sequence number
+        self.coll_active: dict[int, set[int]] = {}  # context -> started, unfinished
+        # context -> (sequence number, text) of a mismatch another rank reported
+        self.coll_errors: dict[int, tuple[int, str]] = {}
+        self.coll_members: dict[int, list[int]] = {}  # context -> world ranks
+        self.coll_calls: dict[tuple[int, int], int] = {}  # (context, seq) -> signature
+        self.coll_mismatched: set[tuple[int, int]] = set()  # (context, seq) reported
+        # context -> sequence numbers below this belong to collectives abandoned
+        # by an interrupt; their late messages are dropped without a report.
+        self.coll_floor: dict[int, int] = {}
+        # Incoming frames handled: observers compare two readings to tell a
+        # long transfer from a rank that cannot progress.
+        self.progressed = 0
+        self.dead_peers: dict[int, str] = {}  # world rank -> why it is gone
+        # Point-to-point messages (even contexts) sent to and arrived from each
+        # world rank, ever: a cell's leftovers still on their way show as a
+        # difference between two ranks' counts (``engine/leftovers.py``).
+        self.sent = [0] * size
+        self.arrived = [0] * size
+        # The message recorder while tracing is on (``_trace``), else None.
+        self.tracer: _trace.Tracer | None = _trace.attach(self)
+
+    # -- entering and leaving MPI --------------------------------------------
+    def enter(self) -> None:
+        """Take the engine for an MPI call (from the progress thread if needed).
+
+        ``_collfast._flat`` does what this and :meth:`leave` do inline, when the
+        lock is free: keep them alike.
+        """
+        if not self.lock.acquire(False):
+            self.wanted += 1
+            try:
+                if self.transport is not None:
+                    self.transport.ring()
+                self.lock.acquire()
+            finally:
+                self.wanted -= 1
+        self.depth += 1
+        self.entered += 1
+
+    def leave(self) -> None:
+        self.depth -= 1
+        self.last_exit = time.monotonic()
+        self.lock.release()
+
+    def waiting_info(self) -> WaitInfo | None:
+        """What the rank is blocked on right now, or None."""
+        waiting = self.waiting
+        if waiting is None:
+            return None
+        info = waiting()
+        info.since = self.waiting_since
+        return info
+
+    # -- sending -------------------------------------------------------------
+    def start_send(
+        self,
+        op: Op,
+        mem: memoryview | bytes,
+        wdest: int,
+        context: int,
+        source: int,
+        tag: int,
+        sync: bool,
+        sig: int = 0,
+    ) -> None:
+        """Start sending ``mem`` to world rank ``wdest``; completes ``op`` when allowed.
+
+        ``source`` is this rank's rank in the communicator; ``sig`` the signature
+        of the collective the message belongs to (0 for point-to-point). The
+        caller holds the engine and has validated arguments. Messages to this
+        rank itself are always copied (never rendezvous), so a blocking
+        self-send cannot hang.
+        """
+        tracer = self.tracer
+        if tracer is not None:
+            tracer.sent(self, op, mem, wdest, context, source, tag)
+        if wdest == self.rank:
+            self._send_to_self(op, bytes(mem), context, source, tag, sync, sig)
+            return
+        nbytes = mem.nbytes if type(mem) is memoryview else len(mem)
+        msgid = next(self._msgids)
+        op.msgid = msgid
+        if not context & 1:
+            self.sent[wdest] += 1
+        if nbytes <= EAGER_LIMIT:
+            header = _pack_header(
+                EAGER,
+                SYNC if sync else 0,
+                sig,
+                context,
+                source,
+                tag,
+                self.rank,
+                self.pid,
+                msgid,
+                nbytes,
+            )
+            self._send(wdest, header + mem)
+            if sync:
+                self._sends[msgid] = op
+            else:
+                op.done = True
+            return
+        # Large: announce it; the receiver reads our buffer and answers FIN.
+        if type(mem) is not memoryview:
+            mem = memoryview(mem)
+        op.mem = mem  # keeps the buffer alive until FIN
+        header = _pack_header(
+            RTS, SYNC if sync else 0, sig, context, source, tag, self.rank, self.pid, msgid, nbytes
+        ) + _pack_address(buffer_address(mem))
+        self._sends[msgid] = op
+        self._send(wdest, header)
+
+    def send_eager(
+        self,
+        wdest: int,
+        context: int,
+        source: int,
+        tag: int,
+        mem: memoryview | bytes,
+        sig: int = 0,
+    ) -> bool:
+        """Send a small standard-mode message to another rank, with no request.
+
+        The fast path of blocking ``Send``/``send`` and of collectives run
+        inline: the message is on its way when this returns, so nothing needs
+        to be completed later. Returns False (nothing sent) when the general
+        path is needed: to self, too large, or while tracing.
+        """
+        if wdest == self.rank or self.tracer is not None:
+            return False
+        nbytes = mem.nbytes if type(mem) is memoryview else len(mem)
+        if nbytes > EAGER_LIMIT:
+            return False
+        if not context & 1:
+            self.sent[wdest] += 1
+        self._send(
+            wdest,
+            _pack_header(EAGER, 0, sig, context, source, tag, self.rank, self.pid, 0, nbytes) + mem,
+        )
+        return True
+
+    def _send_to_self(
+        self, op: Op, data: bytes, context: int, source: int, tag: int, sync: bool, sig: int = 0
+    ) -> None:
+        env = Envelope(context, source, tag, len(data), (data, SELF, op if sync else None, sig))
+        if not sync:
+            op.done = True
+        if self.tracer is not None:
+            self.tracer.arrived(env)
+        recv = self.matcher.arrive(env)
+        if recv is not None:
+            self._deliver(env, recv.handle)
+
+    # -- receiving -----------------------------------------------------------
+    def start_recv(self, op: Op, context: int, source: int, tag: int) -> None:
+        """Post a receive; it may complete at once from the unexpected queue."""
+        env = self.matcher.take(context, source, tag)
+        if env is not None:
+            self._deliver(env, op)
+            return
+        posted = PostedReceive(context, source, tag, op)
+        self.matcher.enqueue(posted)
+        op.posted = posted
+
+    def withdraw(self, op: Op) -> bool:
+        """Take back a posted, unmatched receive (cancel or interrupt)."""
+        if op.posted is not None and self.matcher.cancel(op.posted):
+            op.posted = None
+            return True
+        return False
+
+    def receive_matched(self, env: Envelope, op: Op) -> None:
+        """Receive a message already taken off the queue by a matched probe."""
+        self._deliver(env, op)
+
+    def _deliver(self, env: Envelope, op: Op) -> None:
+        """Move a matched message's data into the receive ``op``."""
+        op.posted = None
+        op.source = env.source
+        op.tag = env.tag
+        payload = env.payload
+        kind = payload[1]
+        if kind == EAGER:
+            frame, _, flags, wsource, _, msgid = payload
+            op.rsig = frame[2] | frame[3] << 8
+            self._fill(op, memoryview(frame)[HEADER_SIZE:], env.nbytes)
+            if self.tracer is not None:
+                self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
+            if flags & SYNC:
+                self._reply(wsource, ACK, msgid)
+            return
+        if kind == SELF:
+            data, _, sender, op.rsig = payload
+            self._fill(op, memoryview(data), env.nbytes)
+            if self.tracer is not None:
+                self.tracer.received(self, op, env, self.rank, env.context, env.tag, env.nbytes)
+            if sender is not None:
+                sender.done = True
+            return
+        # RTS: read the sender's buffer directly, or ask for the data.
+        frame, _, flags, wsource, pid, msgid = payload
+        op.rsig = frame[2] | frame[3] << 8
+        target = self._target(op, env.nbytes)
+        (address,) = wire.RTS_EXTRA.unpack_from(frame, HEADER_SIZE)
+        if self._same_host(wsource) and self.vm.read(pid, address, target):
+            self._finish_fill(op, target, env.nbytes)
+            if self.tracer is not None:
+                self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
+            self._reply(wsource, FIN, msgid)
+        else:
+            self._rdv[(wsource, msgid)] = (op, env, target, 0)
+            self._reply(wsource, CTS, msgid)
+
+    def _target(self, op: Op, nbytes: int) -> memoryview:
+        """Where a message of ``nbytes`` goes: the user's buffer, or new bytes."""
+        if op.mem is None:
+            op.data = bytearray(nbytes)
+            return memoryview(op.data)
+        if nbytes >= op.mem.nbytes:
+            return op.mem
+        return op.mem[:nbytes]
+
+    def _finish_fill(self, op: Op, target: memoryview, nbytes: int) -> None:
+        op.count = target.nbytes
+        if nbytes > target.nbytes:
+            op.error = ERR_TRUNCATE
+            op.error_detail = (
+                f"message of {nbytes} bytes from rank {op.source} (tag {op.tag}) "
+                f"does not fit in a receive buffer of {target.nbytes} bytes"
+            )
+        op.done = True
+
+    def _fill(self, op: Op, data: memoryview, nbytes: int) -> None:
+        mem = op.mem
+        if mem is None:
+            op.data = data
+            op.count = nbytes
+            op.done = True
+            return
+        if nbytes == mem.nbytes:
+            if nbytes:
+                mem[:] = data
+            op.count = nbytes
+            op.done = True
+            return
+        n = min(nbytes, mem.nbytes)
+        if n:
+            mem[:n] = data[:n]
+        self._finish_fill(op, mem[:n], nbytes)
+
+    def _reply(self, wdest: int, kind: int, msgid: int) -> None:
+        self._send(wdest, _pack_header(kind, 0, 0, 0, 0, 0, self.rank, self.pid, msgid, 0))
+
+    # -- incoming frames -----------------------------------------------------
+    def on_frame(self, frame: bytes) -> None:
+        """Handle one single-part frame from the data socket (caller holds the engine)."""
+        kind, flags, sig, context, source, tag, wsource, pid, msgid, value = _unpack_header(frame)
+        if context & 1 and kind <= RTS and self._is_stray(context, tag):
+            self._stray_collective_message(context, source, tag, sig)
+            if kind == RTS:
+                self._reply(wsource, FIN, msgid)  # release the sender's buffer
+            return
+        if kind <= RTS and not context & 1:
+            self.arrived[wsource] += 1
+        if kind == EAGER:
+            recv = self.matcher.match_posted(context, source, tag)
+            if recv is None:
+                env = Envelope(
+                    context, source, tag, value, (frame, kind, flags, wsource, pid, msgid)
+                )
+                self.matcher.queue_unexpected(env)
+                if self.tracer is not None:
+                    self.tracer.arrived(env)
+                return
+            op = recv.handle
+            op.posted = None
+            op.source = source
+            op.tag = tag
+            op.rsig = sig
+            self._fill(op, memoryview(frame)[HEADER_SIZE:], value)
+            if self.tracer is not None:
+                self.tracer.received(self, op, None, wsource, context, tag, value)
+            if flags & SYNC:
+                self._reply(wsource, ACK, msgid)
+        elif kind == RTS:
+            env = Envelope(context, source, tag, value, (frame, kind, flags, wsource, pid, msgid))
+            if self.tracer is not None:
+                self.tracer.arrived(env)
+            recv = self.matcher.arrive(env)
+            if recv is not None:
+                self._deliver(env, recv.handle)
+        elif kind in (ACK, FIN):
+            op = self._sends.pop(msgid, None)
+            if op is not None:
+                op.mem = None
+                op.done = True
+                if op.bsend_pool is not None:
+                    op.bsend_pool.release(op)
+        elif kind == CTS:
+            op = self._sends.get(msgid)
+            if op is not None and op.mem is not None:
+                me, pid = self.rank, self.pid
+
+                def header_at(offset: int) -> bytes:
+                    return _pack_header(DATA, 0, 0, 0, 0, 0, me, pid, msgid, offset)
+
+                assert self.transport is not None
+                self.transport.send_chunked(wsource, header_at, op.mem)
+        elif kind == CANCEL:
+            self._withdraw_unexpected(wsource, msgid)
+        elif kind == CANCELLED:
+            op = self._sends.pop(msgid, None)
+            if op is not None:
+                op.mem = None
+                op.cancelled = True
+                op.done = True
+                if op.bsend_pool is not None:
+                    op.bsend_pool.release(op)
+        elif kind == CERR:
+            text = bytes(frame[HEADER_SIZE:]).decode(errors="replace")
+            self.fail_collectives(context, text, tag)
+        elif kind == PEER_DEAD:
+            self.fail_peer(value, bytes(frame[HEADER_SIZE:]).decode(errors="replace"))
+        else:
+            raise MPIException(ERR_OTHER, f"unknown frame kind {kind} from rank {wsource}")
+
+    def cancel_send(self, op: Op, wdest: int) -> None:
+        """Ask the receiver to drop a send that is still waiting (Request.Cancel).
+
+        Only sends that wait for the receiver (synchronous or large ones) can
+        be withdrawn; the answer (CANCELLED, or the usual ACK/FIN when the
+        message was already matched) completes the operation either way.
+        """
+        if wdest == self.rank:
+            for env in self.matcher.pending_unexpected():
+                payload = env.payload
+                if payload[1] == SELF and payload[2] is op and self.matcher.remove(env):
+                    op.cancelled = True
+                    op.done = True
+                    return
+        elif op.msgid in self._sends:
+            self._reply(wdest, CANCEL, op.msgid)
+
+    def _withdraw_unexpected(self, wsource: int, msgid: int) -> None:
+        """Drop an unmatched message of ``wsource`` whose sender cancelled it."""
+        for env in self.matcher.pending_unexpected():
+            payload = env.payload
+            if payload[1] in (EAGER, RTS) and payload[3] == wsource and payload[5] == msgid:
+                if self.matcher.remove(env):
+                    self._reply(wsource, CANCELLED, msgid)
+                return
+
+    def on_data(self, frame: bytes, chunk: memoryview | None = None) -> None:
+        """A chunk (header ``value`` = offset) of a large message sent through frames.
+
+        The data follows the header in ``frame``, or comes apart as ``chunk``
+        (from another host).
+        """
+        _, _, _, _, _, _, wsource, _, msgid, offset = _unpack_header(frame)
+        key = (wsource, msgid)
+        op, env, target, got = self._rdv[key]
+        if chunk is None:
+            chunk = memoryview(frame)[HEADER_SIZE:]
+        end = min(offset + chunk.nbytes, target.nbytes)
+        if end > offset:
+            target[offset:end] = chunk[: end - offset]
+        got += chunk.nbytes
+        if got < env.nbytes:
+            self._rdv[key] = (op, env, target, got)
+            return
+        del self._rdv[key]
+        self._finish_fill(op, target, env.nbytes)
+        if self.tracer is not None:
+            self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
+        self._reply(wsource, FIN, msgid)
+
+    def _handle(self, frame: Received) -> None:
+        self.progressed += 1
+        if type(frame) is tuple:  # a chunk from another host: (header frame, data)
+            self.on_data(*frame)
+        elif frame[0] == DATA:
+            self.on_data(frame)  # type: ignore[arg-type]  # not a tuple: bytes
+        else:
+            self.on_frame(frame)  # type: ignore[arg-type]
+
+    # -- progress ------------------------------------------------------------
+    def poll_once(self, block: bool = False) -> bool:
+        """Handle frames waiting on the data socket (caller holds the engine).
+
+        With ``block`` it first waits for one. Returns True when something was
+        handled.
+        """
+        transport = self.transport
+        if transport is None:
+            return False
+        handled = False
+        if block:
+            self._handle(transport.recv())
+            handled = True
+        recv_nowait = transport.recv_nowait
+        while (frame := recv_nowait()) is not None:
+            self._handle(frame)
+            handled = True
+        if self.colls:
+            self.advance_collectives()
+        return handled
+
+    def wait(self, op: Op, info: Callable[[], WaitInfo] | None = None) -> None:
+        """Block until ``op`` is done (caller holds the engine).
+
+        ``info`` describes the wait for observers; it is called only if someone
+        asks what the rank is doing.
+        """
+        if op.done:
+            return
+        transport = self.transport
+        if transport is None:
+            self._deadlock()
+        recv = transport.recv
+        self.waiting = info or _unknown_wait
+        self.waiting_since = time.monotonic()
+        try:
+            while not op.done:
+                self._handle(recv())
+                if self.colls:
+                    self.advance_collectives()
+        finally:
+            self.waiting = None
+
+    def receive_collective(
+        self,
+        op: Op,
+        context: int,
+        source: int,
+        tag: int,
+        members: list[int],
+        info: Callable[[], WaitInfo],
+    ) -> None:
+        """Receive one message of a blocking collective into ``op`` (caller holds the
+        engine; tracing is off).
+
+        The receive is never posted: a collective's (context, source, tag) is
+        unique to one call, so the awaited frame is taken straight off the
+        socket or out of the unexpected queue, and every other frame gets the
+        usual handling. The op ends failed, like a posted receive, when a
+        mismatch is reported for this call or an earlier one, or when a rank of
+        ``members`` (world ranks) dies, also when that news came before this
+        call (:meth:`collective_frame` may have taken it off the socket).
+        """
+        if self.transport is None:
+            self._deadlock()
+        unexpected = self.matcher.pending_in(context)
+        self.waiting = info
+        self.waiting_since = time.monotonic()
+        try:
+            while True:
+                if unexpected:  # the message, or a large one's announcement, came early
+                    env = self.matcher.take(context, source, tag)
+                    if env is not None:
+                        self._deliver(env, op)
+                        if not op.done:  # coming in chunks
+                            self.wait(op, info)
+                        return
+                if self.coll_errors:
+                    known = self.coll_errors.get(context)
+                    if known is not None and known[0] <= tag:
+                        op.error = ERR_OTHER
+                        op.error_detail = known[1]
+                        op.done = True
+                        return
+                if self.dead_peers:
+                    gone = next((self.dead_peers[r] for r in members if r in self.dead_peers), None)
+                    if gone is not None:
+                        self._fail_op(op, gone)
+                        return
+                frame = self.collective_frame(unexpected, context, source, tag)
+                if frame is not None:
+                    self.fill_from_frame(op, frame)
+                    return
+        finally:
+            self.waiting = None
+
+    def collective_frame(
+        self, queue: list[Envelope], context: int, source: int, tag: int
+    ) -> bytes | None:
+        """The eager frame of a blocking collective's (context, source, tag), taken
+        straight off the socket or out of ``queue`` (the context's unexpected
+        messages, where it waits when it came early); caller holds the engine,
+        tracing is off.
+
+        The straight path's receive (``_collfast``): no operation, no posted
+        receive, every other frame handled as usual meanwhile. Returns None,
+        having consumed nothing of that message, when the caller must look
+        again (:meth:`receive_collective` does): the message is a large one's
+        announcement, a mismatch of this call or an earlier one was reported,
+        or a rank died. The caller says what it waits for (``waiting``).
+        """
+        if queue:
+            for i, env in enumerate(queue):
+                if env.source == source and env.tag == tag:
+                    payload = env.payload
+                    if payload[1] != EAGER:
+                        return None
+                    del queue[i]
+                    return payload[0]
+        transport = self.transport
+        assert transport is not None
+        readable, data_recv = transport.readable, transport.data.recv
+        handle = self._handle
+        while True:
+            if transport.pending or transport.tcp is not None:
+                frame = transport.recv()
+            else:  # Transport.recv, inlined: look a few times, then sleep
+                spins = SPIN_TRIES
+                while spins and not readable(0):
+                    spins -= 1
+                    _sched_yield()
+                frame = data_recv(MAX_FRAME)
+            if type(frame) is bytes and frame[0] == EAGER:
+                header = _unpack_header(frame)
+                if header[3] == context and header[4] == source and header[5] == tag:
+                    self.progressed += 1
+                    return frame
+            handle(frame)
+            # The awaited message, handled otherwise (a large one's announcement,
+            # or a frame from another host), is now the newest in the queue.
+            if queue and queue[-1].source == source and queue[-1].tag == tag:
+                return None
+            if self.colls:
+                self.advance_collectives()
+            if self.coll_errors:
+                known = self.coll_errors.get(context)
+                if known is not None and known[0] <= tag:  # about this call or an earlier one
+                    return None
+            if self.dead_peers:
+                return None
+
+    def fill_from_frame(self, op: Op, frame: bytes) -> None:
+        """Complete receive ``op`` with an eager frame taken off the socket for it."""
+        header = _unpack_header(frame)
+        op.source = header[4]
+        op.tag = header[5]
+        op.rsig = header[2]
+        self._fill(op, memoryview(frame)[HEADER_SIZE:], header[9])
+
+    def wait_until(
+        self, ready: Callable[[], bool], info: Callable[[], WaitInfo] | None = None
+    ) -> None:
+        """Drive progress until ``ready()`` (caller holds the engine)."""
+        if ready():
+            return
+        if self.transport is None:
+            self._deadlock()
+        self.waiting = info or _unknown_wait
+        self.waiting_since = time.monotonic()
+        try:
+            while not ready():
+                self.poll_once(True)
+        finally:
+            self.waiting = None
+
+    def _deadlock(self) -> NoReturn:
+        raise MPIException(
+            ERR_OTHER,
+            "deadlock: this single-process world has no other rank that could "
+            "ever complete the operation",
+        )
+
+    # -- collectives -----------------------------------------------------------
+    def advance_collectives(self) -> None:
+        """Move every nonblocking collective whose current round is complete."""
+        for coll in list(self.colls):
+            coll.advance()
+
+    def begin_collective(self, context: int, sig: int, members: list[int]) -> int:
+        """The sequence number (message tag) of this rank's next collective on ``context``.
+
+        ``sig`` is the call's signature and ``members`` the world ranks of the
+        communicator, remembered to explain and report mismatches. The straight
+        path (``_collfast._flat``) does the same inline: keep the two alike.
+        """
+        seq = self.coll_next.get(context, 0)
+        self.coll_next[context] = seq + 1
+        self.coll_active.setdefault(context, set()).add(seq)
+        self.coll_members[context] = members
+        calls = self.coll_calls
+        calls[(context, seq)] = sig
+        calls.pop((context, seq - 256), None)  # remember the recent calls only
+        return seq
+
+    def end_collective(self, context: int, seq: int) -> Envelope | None:
+        """Mark collective ``seq`` finished; return a leftover message of it, if any.
+
+        In a correct collective every message sent to a rank is received by it
+        within the call, so a leftover means the ranks called different ones.
+        """
+        self.coll_active[context].discard(seq)
+        return self.matcher.take(context, ANY_SOURCE, seq)
+
+    def _is_stray(self, context: int, tag: int) -> bool:
+        """A collective message for a sequence number this rank already finished."""
+        return tag < self.coll_next.get(context, 0) and tag not in self.coll_active[context]
+
+    def _stray_collective_message(self, context: int, source: int, tag: int, sig: int) -> None:
+        """A message of an already completed collective arrived: the ranks disagree."""
+        from ..core.schedule import describe_signature
+
+        if (context, tag) in self.coll_mismatched:
+            return  # a late message of a collective that already failed
+        if tag < self.coll_floor.get(context, 0):
+            return  # a late message of a collective abandoned by an interrupt
+        mine = self.coll_calls.get((context, tag))
+        members = self.coll_members.get(context, [])
+        me = members.index(self.rank) if self.rank in members else self.rank
+        text = (
+            f"collective mismatch (collective #{tag}): rank {source} called "
+            f"{describe_signature(sig)}, rank {me} called "
+            f"{describe_signature(mine) if mine is not None else 'a different collective'}"
+        )
+        self.notify_mismatch(context, tag, self.coll_members.get(context, []), text)
+
+    def fail_collectives(self, context: int, text: str, seq: int) -> None:
+        """Record the mismatch of collective ``seq`` on ``context`` (once, however
+        many ranks report it) and fail the receives waiting on that context."""
+        if (context, seq) in self.coll_mismatched or seq < self.coll_floor.get(context, 0):
+            return
+        self.coll_mismatched.add((context, seq))
+        known = self.coll_errors.get(context)
+        if known is None or seq < known[0]:
+            self.coll_errors[context] = (seq, text)
+        waiting = self.matcher.pending_posted()
+        for recv in [r for r in waiting if r.context == context and r.tag >= seq]:
+            if self.matcher.cancel(recv):
+                op = recv.handle
+                op.posted = None
+                op.error = ERR_OTHER
+                op.error_detail = text
+                op.done = True
+
+    def take_mismatch(self, context: int, seq: int) -> str | None:
+        """The text of a mismatch reported on ``context`` for collective ``seq`` or an
+        earlier one (and forget it), else None.
+
+        A report about a later collective is kept: this rank's collectives up to
+        it are sound, and it fails the rank when the rank gets there.
+        """
+        known = self.coll_errors.get(context)
+        if known is None or known[0] > seq:
+            return None
+        del self.coll_errors[context]
+        return known[1]
+
+    def notify_mismatch(self, context: int, seq: int, wranks: list[int], text: str) -> None:
+        """Tell every other rank of a communicator that collective ``seq`` failed."""
+        if (context, seq) in self.coll_mismatched:
+            return
+        data = text.encode()
+        header = _pack_header(CERR, 0, 0, context, 0, seq, self.rank, self.pid, 0, len(data))
+        for wrank in wranks:
+            if wrank != self.rank:
+                self._send(wrank, header + data)
+        self.fail_collectives(context, text, seq)
+
+    # -- a rank that died -------------------------------------------------------
+    def fail_peer(self, wrank: int, reason: str) -> None:
+        """World rank ``wrank`` has died: fail everything that waits on it.
+
+        Receives posted for it, sends it has not acknowledged, and collectives
+        in progress on communicators it belongs to complete with ERR_OTHER, so
+        that no rank hangs on a dead one. (Later calls naming it are left to
+        the controller's stuck-cell rule.)
+        """
+        text = f"rank {wrank} has died ({reason})" if reason else f"rank {wrank} has died"
+        self.dead_peers[wrank] = text
+
+        def involves(op: Any) -> bool:
+            impl = getattr(op.comm, "_impl", op.comm)
+            ranks = getattr(impl, "remote_world_ranks", None)
+            return ranks is not None and 0 <= op.peer < len(ranks) and ranks[op.peer] == wrank
+
+        dying = set()  # collective contexts the dead rank belongs to
+        for context, active in self.coll_active.items():
+            if active and wrank in self.coll_members.get(context, ()):
+                dying.add((context, min(active)))
+        for recv in self.matcher.pending_posted():
+            op = recv.handle
+            if op is None:
+                continue
+            in_collective = any(recv.context == c and recv.tag >= seq for c, seq in dying)
+            p2p = recv.context % 2 == 0 and involves(op)
+            if (in_collective or p2p) and self.matcher.cancel(recv):
+                op.posted = None
+                self._fail_op(op, text)
+        for msgid, op in list(self._sends.items()):
+            if involves(op):
+                del self._sends[msgid]
+                self._fail_op(op, text)
+
+    @staticmethod
+    def _fail_op(op: Op, text: str) -> None:
+        op.error = ERR_OTHER
+        op.error_detail = text
+        op.peer_died = True
+        op.done = True
+
+    def note_peer_exit(self, wrank: int, reason: str) -> None:
+        """From any thread: tell whoever drives the data socket that ``wrank`` died."""
+        if self.transport is None:
+            return
+        header = _pack_header(PEER_DEAD, 0, 0, 0, 0, 0, self.rank, self.pid, 0, wrank)
+        self.transport.send_to_self(header + reason.encode())
+
+    # -- recovery after an interrupt -------------------------------------------
+    def abandon_collectives(self) -> dict[int, int]:
+        """Give up every collective in progress; return each context's next sequence number.
+
+        The first step of resynchronising the ranks after an interrupt left
+        them at different collectives: messages of the abandoned collectives
+        that arrive later are dropped without a mismatch report. The caller
+        (an engine, between cells) gathers every rank's answer and then calls
+        :meth:`resynchronize` everywhere with the largest number per context.
+        """
+        self.resynchronize(self.coll_next)
+        return dict(self.coll_next)
+
+    def resynchronize(self, bases: dict[int, int]) -> None:
+        """Make ``bases[context]`` the next collective sequence number of each context.
+
+        Queued and posted collective traffic below it is discarded (a
+        rendezvous sender is released), as are nonblocking collectives still
+        in progress, which fail with ERR_OTHER.
+        """
+        for context, base in bases.items():
+            base = max(base, self.coll_next.get(context, 0))
+            self.coll_next[context] = base
+            self.coll_floor[context] = base
+            self.coll_active[context] = set()
+            self.coll_errors.pop(context, None)
+            for env in [e for e in self.matcher.pending_unexpected() if e.context == context]:
+                if env.tag < base and self.matcher.remove(env):
+                    payload = env.payload
+                    if len(payload) == 6 and payload[1] == RTS:  # release the sender
+                        self._reply(payload[3], FIN, payload[5])
+            for recv in [r for r in self.matcher.pending_posted() if r.context == context]:
+                if recv.tag < base and self.matcher.cancel(recv):
+                    op = recv.handle
+                    op.posted = None
+                    op.error = ERR_OTHER
+                    op.error_detail = "collective abandoned after an interrupt"
+                    op.done = True
+        for coll in list(self.colls):
+            if coll.context in bases:
+                self.colls.remove(coll)
+                coll.error = ERR_OTHER
+                coll.error_detail = "collective abandoned after an interrupt"
+                coll.done = True
+                if coll.trace is not None:
+                    coll.tracer.coll_ended(coll.trace, coll.round, coll.error_detail)
+
+    # -- probes --------------------------------------------------------------
+    def iprobe(self, context: int, source: int, tag: int, take: bool) -> Envelope | None:
+        self.poll_once(False)
+        if take:
+            return self.matcher.take(context, source, tag)
+        return self.matcher.probe(context, source, tag)
+
+    def probe(
+        self, context: int, source: int, tag: int, take: bool, info: Callable[[], WaitInfo]
+    ) -> Envelope:
+        found: list[Envelope] = []
+        look = self.matcher.take if take else self.matcher.probe
+
+        def ready() -> bool:
+            env = look(context, source, tag)
+            if env is not None:
+                found.append(env)
+            return bool(found)
+
+        self.poll_once(False)
+        self.wait_until(ready, info)
+        return found[0]
+
+    # -- shutdown ------------------------------------------------------------
+    def pending_sends(self) -> int:
+        return len(self._sends)
+
+    def statistics(self) -> dict[str, Any]:
+        stats = self.matcher.statistics()
+        return {
+            "posted_receives": stats.posted,
+            "unexpected_messages": stats.unexpected,
+            "sends_in_flight": len(self._sends),
+            "progressed": self.progressed,
+        }
+
+
+def _everywhere(wrank: int) -> bool:
+    return True
+
+
+def _unknown_wait() -> WaitInfo:
+    return WaitInfo("wait", "", -1, -1)

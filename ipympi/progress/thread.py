@@ -1,0 +1,183 @@
+"""The progress thread: moves messages while the user computes, answers queries.
+
+While a thread is inside an MPI call, that thread drives the data socket and
+this thread only listens on the control socket (state queries from the launcher
+or controller). Once no thread has been inside MPI for ``IDLE_HANDOFF`` seconds,
+this thread takes the engine and drives the data socket until a thread entering
+MPI rings the doorbell. Measured on 2 cores, this keeps small-message latency
+within ~1.15x of raw zmq while posted receives, synchronous sends and large
+transfers still complete during long computations.
+
+Without this thread a rank neither answers queries nor completes what others
+wait for, and a frame it dropped may be one they wait for: whatever fails in
+it (a broken frame, a state that cannot be encoded, ...) is fatal. The rank
+aborts its world with ``ERR_INTERN`` and a reason that names the failure, as
+``ERRORS_ARE_FATAL`` does, so the launcher or notebook says which rank broke
+and how, instead of a job that hangs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import zmq
+
+from ..core import control as _control
+from ..core.errors import ERR_INTERN
+from .engine import IDLE_HANDOFF, Engine
+from .introspect import describe_location as describe_location
+from .introspect import injected_fault, running
+from .introspect import resident_bytes as resident_bytes
+from .introspect import signal_self as signal_self
+from .transport import RETRY_MS
+
+__all__ = ["ProgressThread", "describe_location", "describe_state", "resident_bytes", "signal_self"]
+
+# What the rank's main thread does outside MPI, when something above MPI knows:
+# a notebook engine sets this to a callable returning "idle" or "running".
+activity: Callable[[], str] | None = None
+
+
+def _user_location(thread_id: int | None) -> str:
+    """Where the main thread is in user code (see :func:`describe_location`)."""
+    if thread_id is None:
+        return ""
+    return describe_location(sys._current_frames().get(thread_id))
+
+
+def describe_state(
+    engine: Engine, main_thread_id: int | None, main_native_id: int | None = None
+) -> dict[str, Any]:
+    """What this rank is doing, as a control-protocol ``state`` message.
+
+    A rank blocked in MPI also says whether its main thread is running
+    (``busy``: copying a large message, say) or asleep, waiting for a frame.
+    """
+    state: dict[str, Any] = {
+        "type": "state",
+        "rank": engine.rank,
+        "pid": engine.pid,
+        "host": socket.gethostname(),
+    }
+    waiting = engine.waiting_info()
+    if engine.finalized:
+        state["state"] = "finalized"
+    elif waiting is not None:
+        state["state"] = "blocked"
+        state.update(waiting.as_dict())
+        busy = running(main_native_id)
+        if busy is not None:
+            state["busy"] = busy
+    else:
+        state["state"] = activity() if activity is not None else "running"
+    if state["state"] != "idle":
+        state["where"] = _user_location(main_thread_id)
+    state.update(engine.statistics())
+    state["cpu"] = round(time.process_time(), 4)
+    rss = resident_bytes()
+    if rss is not None:
+        state["rss"] = rss
+    return state
+
+
+class ProgressThread(threading.Thread):
+    """Background progress and control for one rank's engine."""
+
+    def __init__(self, engine: Engine, abort: Callable[[int, str], Any] | None = None) -> None:
+        super().__init__(name="ipympi-progress", daemon=True)
+        self.engine = engine
+        self.abort = abort  # (error code, reason): ends the job, as MPI.Abort does
+        self.main_thread_id = threading.main_thread().ident
+        # Made by the main thread as MPI starts; after a fork (an engine) the main
+        # thread's recorded native id is its parent's.
+        main = threading.current_thread() is threading.main_thread()
+        self.main_native_id = threading.get_native_id() if main else None
+        self._stop_requested = False
+        assert engine.transport is not None
+        self.transport = engine.transport
+
+    def stop(self) -> None:
+        self._stop_requested = True
+        self.transport.ring()
+        self.join(timeout=5)
+
+    # -- loop ----------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            self._loop()
+        except zmq.ContextTerminated:
+            pass
+        except BaseException as exc:
+            if not self._stop_requested:
+                self._failed(exc)
+
+    def _failed(self, exc: BaseException) -> None:
+        """End the rank's world, saying what broke (see the module docstring)."""
+        reason = f"the MPI progress thread failed: {type(exc).__name__}: {exc}"
+        try:
+            if self.abort is not None:
+                self.abort(ERR_INTERN, reason)  # tells the launcher, then exits
+        finally:  # no abort hook, or it failed: say it here, and end
+            os.write(2, f"ipympi: rank {self.engine.rank}: {reason}\n".encode(errors="replace"))
+            os._exit(ERR_INTERN)
+
+    def _loop(self) -> None:
+        engine = self.engine
+        transport = self.transport
+        parked = zmq.Poller()
+        if transport.ctl is not None:
+            parked.register(transport.ctl, zmq.POLLIN)
+        parked.register(transport.bell_r, zmq.POLLIN)
+        driving = zmq.Poller()
+        for source in transport.inputs:
+            driving.register(source, zmq.POLLIN)
+        driving.register(transport.bell_r, zmq.POLLIN)
+        if transport.ctl is not None:
+            driving.register(transport.ctl, zmq.POLLIN)
+        timeout_ms = max(1, int(IDLE_HANDOFF * 1000))
+        while not self._stop_requested:
+            events = dict(parked.poll(timeout_ms))
+            if transport.ctl is not None and transport.ctl in events:
+                self._serve_control()
+            if transport.bell_r in events:
+                transport.drain_bell()
+            if self._stop_requested:
+                break
+            idle = time.monotonic() - engine.last_exit >= IDLE_HANDOFF
+            if engine.depth == 0 and engine.wanted == 0 and idle and engine.lock.acquire(False):
+                try:
+                    self._drive(driving)
+                finally:
+                    engine.lock.release()
+
+    def _drive(self, poller: zmq.Poller) -> None:
+        """Handle data until a thread wants the engine back."""
+        engine = self.engine
+        transport = self.transport
+        while not self._stop_requested and engine.wanted == 0:
+            # Frames queued for full peers are retried every few milliseconds.
+            events = dict(poller.poll(RETRY_MS if transport.has_output else 1000))
+            if transport.bell_r in events:
+                transport.drain_bell()
+                return
+            if transport.ctl is not None and transport.ctl in events:
+                self._serve_control()
+            if transport.has_output or any(source in events for source in transport.inputs):
+                engine.poll_once(False)
+
+    def _serve_control(self) -> None:
+        while (msg := self.transport.recv_control()) is not None:
+            injected_fault("control")
+            kind = msg["type"]
+            if kind == _control.QUERY:
+                state = describe_state(self.engine, self.main_thread_id, self.main_native_id)
+                self.transport.send_control(_control.answer(msg, state))
+            elif kind == _control.PEER_EXIT:
+                self.engine.note_peer_exit(int(msg["rank"]), str(msg.get("reason", "")))
+            elif kind == _control.SIGNAL:
+                signal_self(int(msg["signal"]))
