@@ -55,6 +55,9 @@ from .mpi import (
     pickling as _pickle,
 )
 from .mpi import (
+    rawmem as _rawmem,
+)
+from .mpi import (
     request as _request,
 )
 from .mpi import (
@@ -76,6 +79,7 @@ _SOURCES: tuple[ModuleType, ...] = (
     _errors,
     _errhandling,
     _datatype,
+    _rawmem,
     _buffers,
     _status,
     _request,

@@ -15,21 +15,12 @@ import pytest
 from ipympi.core.errors import ERR_ARG, ERR_BASE, ERR_BUFFER, ERR_INFO, ERR_TYPE
 from ipympi.core.errors import Exception as MPIException
 from ipympi.mpi import datatype as D
-from ipympi.mpi.buffers import (
-    BOTTOM,
-    BUFFER_AUTOMATIC,
-    IN_PLACE,
-    BottomType,
-    BufferSpec,
-    InPlaceType,
-    as_ndarray,
-    recv_buffer,
-    send_buffer,
-)
+from ipympi.mpi.buffers import BufferSpec, as_ndarray, recv_buffer, send_buffer
 from ipympi.mpi.coll.bufforms import vector, wvector
 from ipympi.mpi.datatype_derived import Get_address
 from ipympi.mpi.info import INFO_ENV, INFO_NULL
 from ipympi.mpi.memory import Alloc_mem, Free_mem, buffer
+from ipympi.mpi.rawmem import BOTTOM, BUFFER_AUTOMATIC, IN_PLACE, BottomType, InPlaceType
 
 
 def error_of(spec: Any, parse: Any = send_buffer) -> Any:

@@ -14,7 +14,6 @@ import pytest
 from ipympi.core.errors import ERR_BUFFER, ERR_OP, ERR_TYPE
 from ipympi.core.errors import Exception as MPIException
 from ipympi.mpi import datatype as D
-from ipympi.mpi.buffers import IN_PLACE
 from ipympi.mpi.op import (
     BAND,
     BOR,
@@ -33,6 +32,7 @@ from ipympi.mpi.op import (
     SUM,
     Op,
 )
+from ipympi.mpi.rawmem import IN_PLACE
 
 OPS = {
     "MAX": MAX, "MIN": MIN, "SUM": SUM, "PROD": PROD, "LAND": LAND, "BAND": BAND,

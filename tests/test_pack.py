@@ -17,7 +17,8 @@ from ipympi.core import constants as C
 from ipympi.core.errors import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_TRUNCATE, ERR_TYPE
 from ipympi.core.errors import Exception as MPIException
 from ipympi.mpi import datatype as D
-from ipympi.mpi.buffers import BOTTOM, as_ndarray, recv_buffer, send_buffer
+from ipympi.mpi.buffers import as_ndarray, recv_buffer, send_buffer
+from ipympi.mpi.rawmem import BOTTOM
 
 Entry = tuple[int, int, int]  # (byte offset, byte size, packed padding after) of an element
 

@@ -49,7 +49,8 @@ from ..core.errors import ERR_KEYVAL, ERR_OTHER
 from ..core.errors import Exception as MPIException
 from . import finalize_hooks as _finalize_hooks
 from .args import c_int
-from .errhandling import mpi_call
+from .errhandling import mpi_call, raise_through_world
+from .process import PROCESS
 
 if TYPE_CHECKING:
     from .comm import CommImpl
@@ -207,9 +208,7 @@ def _predefined_value(impl: CommImpl, keyval: int) -> tuple[bool, Any]:
 
 
 def _is_world(impl: CommImpl) -> bool:
-    from .runtime import COMM_WORLD
-
-    return impl is COMM_WORLD._impl
+    return PROCESS.world is not None and impl is PROCESS.world._impl
 
 
 class CommAttributes:
@@ -334,20 +333,15 @@ def _world_call(call: str, fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
     except MPIException as exc:
-        from .runtime import COMM_WORLD
-
-        if COMM_WORLD._impl is None:
-            raise
-        COMM_WORLD._raise(exc, call)
+        raise_through_world(exc, call)
 
 
 def _free_self_attributes() -> None:
     """At ``Finalize``: delete ``COMM_SELF``'s attributes, last set first."""
-    from .runtime import COMM_SELF
-
-    impl = COMM_SELF._impl
+    comm = PROCESS.self_comm
+    impl = comm._impl if comm is not None else None
     if impl is not None:
-        delete_attributes(COMM_SELF, impl, "Finalize")
+        delete_attributes(comm, impl, "Finalize")
 
 
 _finalize_hooks.register(_free_self_attributes)

@@ -24,7 +24,8 @@ from ..core.constants import ANY_TAG, BSEND_OVERHEAD, PROC_NULL
 from ..core.errors import ERR_BUFFER
 from ..core.errors import Exception as MPIException
 from ..progress.operation import SEND, Op
-from .buffers import BUFFER_AUTOMATIC, byte_view
+from .process import PROCESS
+from .rawmem import BUFFER_AUTOMATIC, byte_view
 
 __all__ = ["Pool", "attach", "detach", "flush", "iflush", "reserve"]
 
@@ -56,18 +57,6 @@ class Pool:
                 self.flushes.clear()
         op.bsend_bytes = 0
         op.bsend_pool = None
-
-
-class _Process:
-    """The holder of the process's buffer (a communicator's is its ``CommImpl``)."""
-
-    __slots__ = ("bsend",)
-
-    def __init__(self) -> None:
-        self.bsend: Pool | None = None
-
-
-PROCESS = _Process()
 
 
 def attach(holder: Any, buf: Any, call: str = "Attach_buffer") -> None:

@@ -25,76 +25,25 @@ from ..core.errors import ERR_COMM, ERR_OTHER
 from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, register
 from . import bsend as _bsend
-from . import errhandling as hooks
 from .args import c_int
 from .attributes import CommAttributes
 from .coll.intra import Collectives
 from .coll.reduce import Reductions
+from .commbuild import wait_pending
 from .commcreate import CommConstructors, IntraConstructors
-from .errhandling import Errhandler, mpi_call
+from .commimpl import CommImpl, handle_class, topocomm_class
+from .errhandling import Errhandler, mpi_call, world_errhandler
 from .intercomm import InterMethods
 from .p2p import PointToPoint
+from .process import PROCESS
+from .request import Request
 from .topology import TopologyConstructors
 from .unsupported import CommFeatures
 
-__all__ = ["COMM_NULL", "Comm", "CommImpl", "Intercomm", "Intracomm"]
+__all__ = ["COMM_NULL", "Comm", "Intercomm", "Intracomm"]
 
 
-class CommImpl:
-    """The state behind a communicator handle."""
-
-    __slots__ = (
-        "__weakref__",
-        "attrs",
-        "bsend",
-        "context",
-        "engine",
-        "errhandler",
-        "info",
-        "lane",
-        "name",
-        "predefined",
-        "rank",
-        "remote_world_ranks",
-        "size",
-        "world_ranks",
-    )
-
-    def __init__(
-        self,
-        engine: Any,
-        context: int,
-        world_ranks: list[int],
-        rank: int,
-        name: str,
-        errhandler: Any,
-        predefined: bool = False,
-    ) -> None:
-        self.engine = engine
-        self.context = context  # point-to-point context; context + 1 is collective
-        self.world_ranks = world_ranks  # comm rank -> world rank (local group)
-        self.remote_world_ranks = world_ranks  # differs for intercommunicators
-        self.rank = rank
-        self.size = len(world_ranks)
-        self.name = name
-        self.errhandler = errhandler
-        self.predefined = predefined
-        # keyval -> (Keyval, value), in the order set (see _attributes)
-        self.attrs: dict[int, tuple[Any, Any]] = {}
-        self.lane: Any = None  # the straight path's view of it (``_collfast.Lane``)
-        self.bsend: Any = None  # its own buffer for buffered sends (``_bsend.Pool``)
-        self.info: dict[str, str] = {}  # hints (``Set_info``; see ``_commcreate.hints_of``)
-
-    @property
-    def label(self) -> str:
-        """The name for messages: ``Get_name``, or what the communicator is when unnamed."""
-        if self.name:
-            return self.name
-        if self.remote_world_ranks is not self.world_ranks:
-            return f"an unnamed intercommunicator ({self.size} local ranks)"
-        return f"an unnamed communicator ({self.size} ranks)"
-
-
+@handle_class
 class Comm(PointToPoint, CommAttributes, CommConstructors, CommFeatures, Handle):
     """A communication context and the group of ranks that share it.
 
@@ -130,8 +79,6 @@ class Comm(PointToPoint, CommAttributes, CommConstructors, CommFeatures, Handle)
             return Intercomm
         topo = getattr(target, "topo", None)
         if topo is not None:
-            from .neighbor import topocomm_class
-
             return topocomm_class(topo.kind)
         return Intracomm
 
@@ -148,8 +95,8 @@ class Comm(PointToPoint, CommAttributes, CommConstructors, CommFeatures, Handle)
         impl = self._impl
         if impl is not None:
             return impl
-        if self._label in ("COMM_WORLD", "COMM_SELF") and hooks.state is not None:
-            raise MPIException(ERR_OTHER, f"{self._label}: {hooks.state()}")
+        if self._label in ("COMM_WORLD", "COMM_SELF") and PROCESS.started:
+            raise MPIException(ERR_OTHER, f"{self._label}: {PROCESS.why_unusable()}")
         raise MPIException(ERR_COMM, "invalid communicator: COMM_NULL (null or freed handle)")
 
     @property
@@ -164,10 +111,10 @@ class Comm(PointToPoint, CommAttributes, CommConstructors, CommFeatures, Handle)
         passes the failing request's own error code (MPI-3.0 §2.3.1).
         """
         impl = self._impl
-        handler = hooks.world_errhandler() if impl is None else impl.errhandler
+        handler = world_errhandler() if impl is None else impl.errhandler
         kind = getattr(handler, "_kind", "return")
-        if kind in ("fatal", "abort") and hooks.fatal is not None:
-            hooks.fatal(self, call, exc)
+        if kind in ("fatal", "abort") and PROCESS.started:
+            PROCESS.fatal(self, call, exc)
         if kind == "user":
             handler._fn(self, exc.Get_error_code() if code is None else code)
         raise exc
@@ -199,8 +146,8 @@ class Comm(PointToPoint, CommAttributes, CommConstructors, CommFeatures, Handle)
         errorcode = operator.index(errorcode)
         impl = self._live()
         kind = getattr(impl.errhandler, "_kind", "return")
-        if kind in ("fatal", "abort") and hooks.fatal is not None:
-            hooks.fatal(self, "Call_errhandler", MPIException(errorcode))
+        if kind in ("fatal", "abort") and PROCESS.started:
+            PROCESS.fatal(self, "Call_errhandler", MPIException(errorcode))
         if kind == "user":
             impl.errhandler._fn(self, errorcode)
 
@@ -292,17 +239,15 @@ class Comm(PointToPoint, CommAttributes, CommConstructors, CommFeatures, Handle)
     @mpi_call
     def Iflush_buffer(self) -> Any:
         """Nonblocking ``Flush_buffer``: a request completing once the buffer is empty."""
-        from .request import Request
 
         return Request._of(_bsend.iflush(self._live(), self, "Iflush_buffer"))
 
     # -- process management --------------------------------------------------
     def Abort(self, errorcode: int = 0) -> NoReturn:
         """End every rank of the job; the launcher exits with ``errorcode``."""
-        assert hooks.abort is not None
         name = self._impl.name if self._impl is not None else "COMM_NULL"
         code = c_int(errorcode)
-        hooks.abort(code, f"MPI_Abort({name}, {code})")
+        PROCESS.abort(code, f"MPI_Abort({name}, {code})")
 
     @classmethod
     def Get_parent(cls) -> Intercomm:
@@ -317,8 +262,6 @@ class Comm(PointToPoint, CommAttributes, CommConstructors, CommFeatures, Handle)
         impl = self._live()
         if impl.predefined:
             raise MPIException(ERR_COMM, f"Disconnect: {impl.name} is predefined")
-        from .commcreate import wait_pending
-
         wait_pending(impl, "Disconnect")
         self.Barrier()  # type: ignore[attr-defined]
         self.Free()
@@ -334,12 +277,14 @@ class Comm(PointToPoint, CommAttributes, CommConstructors, CommFeatures, Handle)
         self._label = "COMM_NULL"
 
 
+@handle_class
 class Intracomm(Comm, Collectives, Reductions, IntraConstructors, TopologyConstructors):
     """A communicator within one group of ranks."""
 
     __slots__ = ()
 
 
+@handle_class
 class Intercomm(InterMethods, Comm):
     """A communicator between two disjoint groups of ranks."""
 

@@ -28,15 +28,26 @@ from typing import TYPE_CHECKING, Any
 from ..core import algorithms as algo
 from ..core import constants as K
 from ..core import contexts as ctx
-from ..core.errors import ERR_ARG, ERR_COMM, ERR_OTHER
+from ..core.errors import ERR_ARG, ERR_COMM
 from ..core.errors import Exception as MPIException
+from ..core.schedule import signature
+from . import commbuild as cb
 from .args import c_int
-from .errhandling import Errhandler, mpi_call
+from .attributes import copy_attributes, delete_attributes
+from .coll.inter_core import InterCollOp, layout
+from .coll.runner import CollOp, check_reported
+from .commimpl import comm_class
+from .errhandling import mpi_call
+from .group import Group
 from .groupcreate import GroupConstructors, subgroup_ranks
-from .info import info_items, new_info
+from .info import new_info
+from .intercomm import create_intercomm
+from .process import PROCESS
+from .request import Request
 
 if TYPE_CHECKING:
-    from .comm import Comm, CommImpl
+    from .comm import Comm
+    from .commimpl import CommImpl
     from .request import Request
 
 __all__ = ["CommConstructors", "IntraConstructors"]
@@ -49,50 +60,6 @@ SPLIT_TYPES = (
     K.COMM_TYPE_HW_UNGUIDED,
     K.COMM_TYPE_RESOURCE_GUIDED,
 )
-
-
-def _new_impl(parent: CommImpl, context: int, world_ranks: list[int]) -> CommImpl:
-    """The state of a new communicator of ``parent``'s process on ``context``."""
-    me = parent.world_ranks[parent.rank]
-    impl = type(parent)(
-        parent.engine,
-        context,
-        list(world_ranks),
-        world_ranks.index(me),
-        "",
-        Errhandler(parent.errhandler),
-    )
-    return impl
-
-
-def _allgather(comm: Any, call: str, obj: Any) -> list[Any]:
-    """Allgather of Python objects on ``comm``'s collective context, named ``call``."""
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-
-    def plan(rank: int, size: int) -> tuple[Any, None]:
-        return algo.allgather_objects(rank, size, data), None
-
-    from .coll.intra import Collectives
-
-    # unbound: a plain ``MPI.Comm`` handle on an intracommunicator works too
-    wires = Collectives._collective(comm, call, "allgather", 0, plan, "blocking")
-    return [pickle.loads(w) for w in wires]
-
-
-def hints_of(info: Any, call: str) -> dict[str, str]:
-    """The hints of an ``MPI.Info`` as a plain dict (``None`` and ``INFO_NULL``: none).
-
-    Communicators keep their hints in this form; ``Get_info`` hands them back as a
-    new ``MPI.Info`` (:func:`ipympi.mpi.info.new_info`).
-    """
-    return {} if info is None else info_items(info, call)
-
-
-def _agree(parts: list[ctx.Contribution], call: str) -> tuple[int, int]:
-    try:
-        return ctx.choose(parts)
-    except OverflowError as exc:
-        raise MPIException(ERR_OTHER, f"{call}: too many communicators in use") from exc
 
 
 class CommConstructors:
@@ -113,7 +80,6 @@ class CommConstructors:
     @mpi_call
     def Get_group(self) -> Any:
         """The group of the communicator (the local group of an intercommunicator)."""
-        from .group import Group
 
         return Group._from_ranks(self._live().world_ranks)
 
@@ -124,7 +90,7 @@ class CommConstructors:
     @mpi_call
     def Compare(self, comm: Any) -> int:
         """``IDENT``, ``CONGRUENT``, ``SIMILAR`` or ``UNEQUAL``."""
-        from .comm import Comm
+        Comm = comm_class("Comm")
 
         mine = self._live()
         if not isinstance(comm, Comm):
@@ -146,15 +112,13 @@ class CommConstructors:
     # -- duplication -------------------------------------------------------------------
     def _dup(self, call: str) -> Comm:
         impl = self._intra(call)
-        parts = _allgather(self, call, ctx.contribution(impl.engine))
-        context, base = _agree(parts, call)
-        new = _new_impl(impl, context, impl.world_ranks)
+        parts = cb.allgather(self, call, ctx.contribution(impl.engine))
+        context, base = cb.agree(parts, call)
+        new = cb.new_impl(impl, context, impl.world_ranks)
         if getattr(impl, "topo", None) is not None:
             new.topo = impl.topo  # type: ignore[attr-defined]  # a Dup keeps the topology
         ctx.install(impl.engine, context, base)
         try:
-            from .attributes import copy_attributes
-
             copy_attributes(self, impl, new, call)
         except BaseException:
             ctx.release(impl.engine, context)
@@ -162,7 +126,7 @@ class CommConstructors:
         return type(self)._from_impl(new)
 
     def _hints_for(self, info: Any, call: str) -> dict[str, str]:
-        return dict(self._live().info) if info is None else hints_of(info, call)
+        return dict(self._live().info) if info is None else cb.hints_of(info, call)
 
     @mpi_call
     def Dup(self, info: Any = None) -> Comm:
@@ -178,7 +142,7 @@ class CommConstructors:
     @mpi_call
     def Dup_with_info(self, info: Any) -> Comm:
         """``Dup`` with the hints of ``info`` instead of this communicator's."""
-        hints = hints_of(info, "Dup_with_info")
+        hints = cb.hints_of(info, "Dup_with_info")
         comm = self._dup("Dup_with_info")
         comm._impl.info = hints  # type: ignore[union-attr]
         return comm
@@ -196,7 +160,7 @@ class CommConstructors:
     @mpi_call
     def Idup_with_info(self, info: Any) -> tuple[Comm, Request]:
         """``Idup`` with the hints of ``info`` instead of this communicator's."""
-        return self._idup("Idup_with_info", hints_of(info, "Idup_with_info"))
+        return self._idup("Idup_with_info", cb.hints_of(info, "Idup_with_info"))
 
     # -- hints ---------------------------------------------------------------------------
     @mpi_call
@@ -207,7 +171,7 @@ class CommConstructors:
             raise TypeError("Set_info: info must be an MPI.Info, not None")
         if not info:
             raise MPIException(ERR_ARG, "Set_info: INFO_NULL carries no hints")
-        impl.info = hints_of(info, "Set_info")
+        impl.info = cb.hints_of(info, "Set_info")
 
     @mpi_call
     def Get_info(self) -> Any:
@@ -223,24 +187,18 @@ class CommConstructors:
         self.Set_info(info)
 
     def _idup(self, call: str, hints: dict[str, str]) -> tuple[Comm, Request]:
-        from ..core.schedule import signature
-        from .attributes import copy_attributes
-        from .coll.runner import CollOp, check_reported
-        from .request import Request
 
         impl = self._live()
         engine = impl.engine
         inter = self.Is_inter()  # type: ignore[attr-defined]
         if inter:
-            from .coll.inter_core import InterCollOp, layout
-
             union, lo, _ = layout(impl)
             me, total = lo + impl.rank, len(union)
         else:
             me, total = impl.rank, impl.size
         # The new communicator's state exists from now on; its context comes
         # with the agreement's end. Until then the handle refuses every use.
-        new = _new_impl(impl, -1, impl.world_ranks)
+        new = cb.new_impl(impl, -1, impl.world_ranks)
         new.info = hints
         if inter:
             new.remote_world_ranks = list(impl.remote_world_ranks)
@@ -295,13 +253,13 @@ class CommConstructors:
         """
         impl = self._intra("Create")
         members = subgroup_ranks(group, impl.world_ranks, "Create", "the communicator")
-        parts = _allgather(self, "Create", ctx.contribution(impl.engine))
+        parts = cb.allgather(self, "Create", ctx.contribution(impl.engine))
         me = impl.world_ranks[impl.rank]
         if me not in members:
-            return _null()
-        context, base = _agree(parts, "Create")
+            return cb.null()
+        context, base = cb.agree(parts, "Create")
         ctx.install(impl.engine, context, base)
-        return _intracomm(_new_impl(impl, context, list(members)))
+        return cb.intracomm(cb.new_impl(impl, context, list(members)))
 
     @mpi_call
     def Split(self, color: int = 0, key: int = 0) -> Comm:
@@ -329,46 +287,41 @@ class CommConstructors:
         ``COMM_NULL``, as does ``UNDEFINED``. On an intercommunicator the same-type
         processes of both groups form a new intercommunicator.
         """
-        from .runtime import host_name
-
         call = "Split_type"
         impl = self._live()
         split_type, key = c_int(split_type), c_int(key)
         if split_type != K.UNDEFINED and split_type not in SPLIT_TYPES:
             raise MPIException(ERR_ARG, f"{call}: invalid split_type {split_type}")
-        hints = hints_of(info, call)
+        hints = cb.hints_of(info, call)
         color: Any = K.UNDEFINED
         if split_type == K.COMM_TYPE_SHARED:
-            color = ("host", host_name())
+            color = ("host", PROCESS.host_name())
         elif split_type in (K.COMM_TYPE_HW_GUIDED, K.COMM_TYPE_RESOURCE_GUIDED):
             if hints.get(HW_RESOURCE_TYPE) == SHARED_MEMORY:
-                color = ("host", host_name())
+                color = ("host", PROCESS.host_name())
         elif split_type == K.COMM_TYPE_HW_UNGUIDED and len(set(self._local_hosts(call))) > 1:
-            color = ("host", host_name())
+            color = ("host", PROCESS.host_name())
             if info:  # an MPI.Info given: it names the level split at
                 info.Set(HW_RESOURCE_TYPE, SHARED_MEMORY)
         return self._split(call, impl, color, key)
 
     def _local_hosts(self, call: str) -> list[str]:
         """The host of every process of the communicator, in rank order."""
-        from .runtime import host_name
-
-        return _allgather(self, call, host_name())
+        return cb.allgather(self, call, PROCESS.host_name())
 
     def _split(self, call: str, impl: CommImpl, color: Any, key: int) -> Comm:
-        parts = _allgather(self, call, (color, key, ctx.contribution(impl.engine)))
+        parts = cb.allgather(self, call, (color, key, ctx.contribution(impl.engine)))
         if color == K.UNDEFINED:
-            return _null()
-        context, base = _agree([p[2] for p in parts], call)
+            return cb.null()
+        context, base = cb.agree([p[2] for p in parts], call)
         order = sorted((k, r) for r, (c, k, _) in enumerate(parts) if c == color)
         members = [impl.world_ranks[r] for _, r in order]
         ctx.install(impl.engine, context, base)
-        return _intracomm(_new_impl(impl, context, members))
+        return cb.intracomm(cb.new_impl(impl, context, members))
 
     # -- freeing -----------------------------------------------------------------------
     def _free(self, impl: CommImpl) -> None:
         """Delete the attributes and release the context of a freed communicator."""
-        from .attributes import delete_attributes
 
         delete_attributes(self, impl, "Free")
         _keep_pending(self, impl)
@@ -401,8 +354,6 @@ class IntraConstructors(GroupConstructors):
         Collective over both groups; ``peer_comm``, ``remote_leader`` and ``tag``
         matter at the leaders only (see :mod:`ipympi.mpi.intercomm`).
         """
-        from .intercomm import create_intercomm
-
         return create_intercomm(self, local_leader, peer_comm, remote_leader, tag)
 
 
@@ -472,49 +423,10 @@ def _keep_pending(comm: Any, impl: CommImpl) -> None:
     engine.enter()
     try:
         private = None
-        for op in _pending_ops(engine):
+        for op in cb.pending_ops(engine):
             if getattr(op, "comm", None) is comm:
                 if private is None:
                     private = type(comm)._from_impl(impl)  # type: ignore[union-attr]
                 op.comm = private
     finally:
         engine.leave()
-
-
-def _pending_ops(engine: Any) -> list[Any]:
-    """Every operation in progress on this process (the caller holds the engine)."""
-    ops = [recv.handle for recv in engine.matcher.pending_posted()]
-    ops += list(engine._sends.values())
-    ops += [entry[0] for entry in engine._rdv.values()]
-    ops += list(engine.colls)
-    return ops
-
-
-def wait_pending(impl: CommImpl, call: str) -> None:
-    """Wait until no operation on communicator ``impl`` is in progress (``Disconnect``)."""
-    from ..progress.engine import WaitInfo
-
-    engine = impl.engine
-
-    def settled() -> bool:
-        return not any(
-            getattr(getattr(op, "comm", None), "_impl", None) is impl for op in _pending_ops(engine)
-        )
-
-    engine.enter()
-    try:
-        if not settled():
-            engine.wait_until(settled, lambda: WaitInfo(call, impl.label, -1, -1))
-    finally:
-        engine.leave()
-
-
-def _intracomm(impl: CommImpl | None) -> Any:
-    from .comm import Intracomm
-
-    return Intracomm._from_impl(impl, "" if impl is not None else "COMM_NULL")
-
-
-def _null() -> Any:
-    """``COMM_NULL``, as an ``Intracomm`` handle (what mpi4py's constructors return)."""
-    return _intracomm(None)

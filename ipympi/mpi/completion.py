@@ -19,6 +19,7 @@ another sequence (a tuple) receives as many as it holds.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, Callable, Optional
 
@@ -28,6 +29,7 @@ from ..core.errors import Exception as MPIException
 from ..progress.engine import WaitInfo
 from ..progress.operation import RECV, Op
 from .pickling import pickle
+from .process import PROCESS
 from .status import Status
 
 __all__: list[str] = []  # nothing for the MPI module to export
@@ -70,9 +72,7 @@ def handler_comm(op: Op) -> Any:
     ``COMM_SELF`` for a generalized request, which has none."""
     if op.comm is not None:
         return op.comm
-    from .runtime import COMM_SELF
-
-    return COMM_SELF
+    return PROCESS.self_comm
 
 
 def _raise_in_status(failed: Op, call: str) -> None:
@@ -106,14 +106,12 @@ def wait_for(ops: Sequence[Op], ready: Callable[[], bool], call: str) -> None:
     """Drive the engine of ``ops`` until ``ready()`` (at once if it already is).
 
     With generalized requests among ``ops`` (their completion comes from the
-    program, not the engine), see :func:`ipympi.mpi.grequest.wait_generalized`.
+    program, not the engine), see :func:`wait_generalized`.
     """
     if ready():
         return
     engine = _engine_of(ops)
     if engine is None or any(op.kind == GREQ for op in ops):
-        from .grequest import wait_generalized
-
         wait_generalized(engine, ready)
         return
     engine.enter()
@@ -352,3 +350,30 @@ class MultipleCompletion:
         if indices is None:
             return None, None
         return indices, [loads(ops[i]) for i in indices]
+
+
+# Notified by every ``Grequest.Complete``; waits for generalized requests sleep on it.
+generalized_completed = threading.Condition()
+_POLL_FIRST = 0.0005  # s between engine polls while generalized requests are waited too,
+_POLL_MAX = 0.02  # doubling up to this
+_IDLE = 0.5  # s between checks when only generalized requests are waited for
+
+
+def wait_generalized(engine: Any, ready: Callable[[], bool]) -> None:
+    """Block until ``ready()`` for a wait that includes generalized requests.
+
+    ``engine`` is that of the wait's other operations (``None`` if there are
+    none): it is polled between naps, which a ``Complete`` cuts short.
+    """
+    delay = _POLL_FIRST
+    while not ready():
+        if engine is not None:
+            engine.enter()
+            try:
+                engine.poll_once(False)
+            finally:
+                engine.leave()
+        with generalized_completed:
+            if not ready():
+                generalized_completed.wait(_IDLE if engine is None else delay)
+        delay = min(2 * delay, _POLL_MAX)

@@ -520,7 +520,7 @@ def _decode_params(combiner: int, ints: list[int], addrs: list[int]) -> dict[str
 
 def _bytes_of(buf: Any, writable: bool, call: str) -> np.ndarray:
     """A ``uint8`` array viewing the memory of a buffer object."""
-    from .buffers import byte_view
+    from .rawmem import byte_view
 
     del call  # the buffer errors name the object, as mpi4py's do
     return np.frombuffer(byte_view(buf, writable), dtype=np.uint8)
@@ -572,7 +572,7 @@ def _ext32(impl: _TypeImpl, datarep: Any, call: str) -> int:
 
 def Get_address(location: Any) -> int:
     """Return the address of the first byte of a buffer (0 for ``MPI.BOTTOM``)."""
-    from .buffers import address_of
+    from .rawmem import address_of
 
     return address_of(location)
 

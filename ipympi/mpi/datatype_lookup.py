@@ -40,6 +40,7 @@ from ..core.constants import (
 )
 from ..core.errors import ERR_ARG
 from ..core.errors import Exception as MPIException
+from ..core.handle import constant as _constant
 
 if TYPE_CHECKING:
     from .datatype import Datatype, _TypeImpl
@@ -74,12 +75,6 @@ _CHAR_WITHOUT_NUMPY = {"i16": "V", "c4": "E"}
 
 _f90_lock = threading.Lock()
 _f90_types: dict[tuple[int, tuple[int, ...]], _TypeImpl] = {}  # (combiner, args) -> datatype
-
-
-def _named(name: str) -> Datatype:
-    from . import datatype as _datatype
-
-    return getattr(_datatype, name)
 
 
 def _int_arg(value: Any, what: str) -> int:
@@ -167,7 +162,7 @@ class LookupMixin:
         r = _int_arg(r, "r")
         for name, nptype in _F90_INTEGERS:
             if r <= _decimal_range(np.iinfo(nptype)):
-                return cls._from_impl(_f90(COMBINER_F90_INTEGER, (r,), _named(name)))
+                return cls._from_impl(_f90(COMBINER_F90_INTEGER, (r,), _constant(name)))
         raise _no_f90_type("Create_f90_integer", f"integer with exponent range {r}")
 
     @classmethod
@@ -175,7 +170,7 @@ class LookupMixin:
         """The datatype of Fortran ``REAL(SELECTED_REAL_KIND(p, r))``."""
         p, r = _int_arg(p, "p"), _int_arg(r, "r")
         real, _ = _real_for("Create_f90_real", p, r)
-        return cls._from_impl(_f90(COMBINER_F90_REAL, (p, r), _named(real)))
+        return cls._from_impl(_f90(COMBINER_F90_REAL, (p, r), _constant(real)))
 
     @classmethod
     def Create_f90_complex(cls, p: int, r: int) -> Datatype:
@@ -188,7 +183,7 @@ class LookupMixin:
         real, cplx = _real_for("Create_f90_complex", p, r)
         if real == "REAL2":
             cplx = "COMPLEX8"
-        return cls._from_impl(_f90(COMBINER_F90_COMPLEX, (p, r), _named(cplx)))
+        return cls._from_impl(_f90(COMBINER_F90_COMPLEX, (p, r), _constant(cplx)))
 
     @classmethod
     def Match_size(cls, typeclass: int, size: int) -> Datatype:
@@ -202,7 +197,7 @@ class LookupMixin:
             raise MPIException(ERR_ARG, f"Match_size: {typeclass} is not a TYPECLASS_ value")
         size = _int_arg(size, "size")
         for name in names:
-            found = _named(name)
+            found = _constant(name)
             if found and found._impl.size == size:
                 return cls._from_impl(found._impl)
         raise MPIException(ERR_ARG, f"Match_size: no type of this class takes {size} bytes")
@@ -213,11 +208,11 @@ class LookupMixin:
         """The predefined pair datatype of (``value``, ``index``) for MINLOC and MAXLOC,
         or ``DATATYPE_NULL`` when the standard has none (``ERR_TYPE`` for null types)."""
         value_impl, index_impl = value._live(), index._live()
-        found = _named("DATATYPE_NULL")
-        if index_impl is _named("INT")._impl:
+        found = _constant("DATATYPE_NULL")
+        if index_impl is _constant("INT")._impl:
             for name, pair in _VALUE_INT_PAIRS.items():
-                if value_impl is _named(name)._impl:
-                    found = _named(pair)
+                if value_impl is _constant(name)._impl:
+                    found = _constant(pair)
         return cls._from_impl(found._impl)
 
     # -- type characters ------------------------------------------------------------------

@@ -7,9 +7,7 @@ a handler is only data; the object it is attached to applies it.
 :func:`mpi_call` wraps every public method of an MPI object: an
 ``MPI.Exception`` raised inside goes to the object's ``_raise``, which applies
 the attached error handler (raise, end the job, or call the user's function
-and raise). The runtime installs the hooks below at ``Init``: what a fatal
-error and ``Abort`` do, and why a predefined communicator is unusable before
-``Init`` or after ``Finalize``.
+and raise); a fatal handler ends the job through ``process.PROCESS``.
 """
 
 from __future__ import annotations
@@ -20,6 +18,7 @@ from typing import Any, Callable, NoReturn, TypeVar, cast
 from ..core.errors import ERR_ERRHANDLER
 from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, UserLimit, register
+from .process import PROCESS
 
 __all__ = [
     "ERRHANDLER_NULL",
@@ -31,20 +30,21 @@ __all__ = [
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-# (object, call name, exception) -> never returns: prints and ends the job.
-fatal: Callable[[Any, str, MPIException], NoReturn] | None = None
-# (error code, reason) -> never returns: ends every rank of the job.
-abort: Callable[[int, str], NoReturn] | None = None
-# () -> why predefined communicators cannot be used now ("MPI is not initialized").
-state: Callable[[], str] | None = None
-
 
 def world_errhandler() -> Any:
     """The handler of COMM_WORLD: used for calls not tied to a live object."""
-    from .runtime import COMM_WORLD
-
-    impl = COMM_WORLD._impl
+    world = PROCESS.world
+    impl = world._impl if world is not None else None
     return impl.errhandler if impl is not None else ERRORS_RETURN
+
+
+def raise_through_world(exc: MPIException, call: str) -> NoReturn:
+    """Apply COMM_WORLD's error handler to ``exc`` of ``call``, a call not tied to an
+    object; before ``Init`` and after ``Finalize``, raise it as it is."""
+    world = PROCESS.world
+    if world is None or world._impl is None:
+        raise exc
+    world._raise(exc, call)
 
 
 def mpi_call(fn: F) -> F:
@@ -71,11 +71,7 @@ def world_call(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except MPIException as exc:
-            from .runtime import COMM_WORLD
-
-            if COMM_WORLD._impl is None:
-                raise
-            COMM_WORLD._raise(exc, name)
+            raise_through_world(exc, name)
 
     return cast(F, wrapper)
 

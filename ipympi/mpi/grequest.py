@@ -23,24 +23,17 @@ operations in the same wait it also polls the engine now and then.
 
 from __future__ import annotations
 
-import threading
 import traceback
 from typing import Any, Callable
 
 from ..core.constants import ANY_SOURCE, ANY_TAG
 from ..core.errors import ERR_OTHER, ERR_REQUEST, SUCCESS
 from ..core.errors import Exception as MPIException
-from .completion import GREQ, handler_comm
+from .completion import GREQ, generalized_completed, handler_comm
 from .request import Request
 from .status import Status
 
 __all__ = ["Grequest"]
-
-# Notified by every Complete; waiters for generalized requests sleep on it.
-_completion = threading.Condition()
-_POLL_FIRST = 0.0005  # s between engine polls while generalized requests are waited too,
-_POLL_MAX = 0.02  # doubling up to this
-_IDLE = 0.5  # s between checks when only generalized requests are waited for
 
 
 def _invoke(fn: Callable[..., Any] | None, name: str, *args: Any, **kwargs: Any) -> tuple[int, str]:
@@ -95,12 +88,12 @@ class _Generalized:
 
     # -- the program's side ---------------------------------------------------------------
     def complete(self, value: Any) -> None:
-        with _completion:
+        with generalized_completed:
             if self.done:
                 raise MPIException(ERR_REQUEST, "Complete: the request is already complete")
             self.value = value
             self.done = True
-            _completion.notify_all()
+            generalized_completed.notify_all()
         if self.freed:
             self._release("Complete")
 
@@ -157,27 +150,7 @@ class _Generalized:
         return f"<generalized request {'complete' if self.done else 'pending'}>"
 
 
-def wait_generalized(engine: Any, ready: Callable[[], bool]) -> None:
-    """Block until ``ready()`` for a wait that includes generalized requests.
-
-    ``engine`` is that of the wait's other operations (``None`` if there are
-    none): it is polled between naps, which a ``Complete`` cuts short.
-    """
-    delay = _POLL_FIRST
-    while not ready():
-        if engine is not None:
-            engine.enter()
-            try:
-                engine.poll_once(False)
-            finally:
-                engine.leave()
-        with _completion:
-            if not ready():
-                _completion.wait(_IDLE if engine is None else delay)
-        delay = min(2 * delay, _POLL_MAX)
-
-
-class Grequest(Request):
+class Grequest(Request, op_kind=GREQ):
     """A generalized request: one the program completes itself (``Complete``)."""
 
     __slots__ = ()

@@ -29,9 +29,9 @@ from ..core.constants import IDENT, PROC_NULL, SIMILAR, UNDEFINED, UNEQUAL
 from ..core.errors import ERR_ARG, ERR_GROUP, ERR_OTHER, ERR_RANK
 from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, register
-from . import errhandling as hooks
 from .args import c_int
 from .errhandling import world_call
+from .process import PROCESS
 from .unsupported import _unavailable
 
 __all__ = ["GROUP_EMPTY", "GROUP_NULL", "Group"]
@@ -62,21 +62,15 @@ def _null_error(call: str) -> MPIException:
 
 
 def _not_initialized(call: str) -> NoReturn:
-    reason = hooks.state() if hooks.state is not None else "MPI is not initialized"
-    raise MPIException(ERR_OTHER, f"{call}: {reason}")
+    raise MPIException(ERR_OTHER, f"{call}: {PROCESS.why_unusable()}")
 
 
 def _world_rank() -> int:
     """This process's rank in ``COMM_WORLD``."""
-    from . import runtime as _runtime
-
-    impl = _runtime.COMM_WORLD._impl
-    if impl is not None:
-        return impl.world_ranks[impl.rank]
-    engine = _runtime._engine  # after Finalize the identity is still known
-    if engine is None:
+    rank = PROCESS.world_rank()
+    if rank is None:
         _not_initialized("Get_rank")
-    return engine.rank
+    return rank
 
 
 def _index_list(ranks: Iterable[Any], what: str) -> list[int]:

@@ -24,11 +24,15 @@ from ..core import contexts as ctx
 from ..core import errors as _errors
 from ..core.errors import ERR_GROUP, ERR_RANK
 from ..core.errors import Exception as MPIException
+from . import commbuild as cb
 from .args import c_int, send_tag
+from .commimpl import CommImpl, comm_class
 from .errhandling import ERRORS_RETURN, Errhandler, mpi_call, world_call
+from .group import Group
+from .process import PROCESS
 
 if TYPE_CHECKING:
-    from .comm import CommImpl
+    from .commimpl import CommImpl
 
 __all__ = ["FROM_GROUP", "GroupConstructors", "agree_among", "create_from_groups"]
 
@@ -39,7 +43,6 @@ FROM_GROUP = ctx.internal_context(1)
 
 def group_ranks(group: Any, call: str) -> tuple[int, ...]:
     """The world ranks of ``group``, or ``ERR_GROUP`` for a null or foreign object."""
-    from .group import Group
 
     ranks = group._ranks if isinstance(group, Group) else None
     if ranks is None:
@@ -73,13 +76,13 @@ def agree_among(
     with the same leader and members. Messages travel on ``context`` (an internal
     context, addressed by world rank) with ``tag``.
     """
-    from .comm import CommImpl, Intracomm
+    Intracomm = comm_class("Intracomm")
 
     me = engine.rank
     mine = ctx.contribution(engine)
     others = [r for r in members if r != leader]
     if not others:
-        return _agree([mine], call)
+        return cb.agree([mine], call)
     wire = CommImpl(
         engine,
         context,
@@ -94,7 +97,7 @@ def agree_among(
         for r in others:
             parts.append(link.recv(None, r, tag))
         try:
-            result: Any = _agree(parts, call)
+            result: Any = cb.agree(parts, call)
         except MPIException as exc:
             result = exc.Get_error_class()
         for r in others:
@@ -105,12 +108,6 @@ def agree_among(
     if not isinstance(result, tuple):
         raise MPIException(int(result), f"{call}: too many communicators in use")
     return result
-
-
-def _agree(parts: list[ctx.Contribution], call: str) -> tuple[int, int]:
-    from .commcreate import _agree as agree
-
-    return agree(parts, call)
 
 
 def _string_tag(stringtag: Any, call: str) -> int:
@@ -142,7 +139,6 @@ def _leader(ranks: tuple[int, ...], leader: Any, call: str, what: str) -> int:
 
 
 def _impl(engine: Any, context: int, local: tuple[int, ...], errhandler: Any) -> CommImpl:
-    from .comm import CommImpl
 
     return CommImpl(engine, context, list(local), local.index(engine.rank), "", errhandler)
 
@@ -151,15 +147,12 @@ def _impl(engine: Any, context: int, local: tuple[int, ...], errhandler: Any) ->
 def create_from_group(group: Any, stringtag: Any, info: Any, errhandler: Any) -> CommImpl | None:
     """``Intracomm.Create_from_group``: the state of the new communicator (``None``
     for a caller outside ``group``)."""
-    from .commcreate import hints_of
-    from .runtime import world_engine
-
     call = "Create_from_group"
     members = group_ranks(group, call)
     tag = _string_tag(stringtag, call)
-    hints = hints_of(info, call)
+    hints = cb.hints_of(info, call)
     handler = _errhandler(errhandler, call)
-    engine = world_engine()
+    engine = PROCESS.live_engine("MPI call")
     if engine.rank not in members:
         return None
     context, base = agree_among(engine, FROM_GROUP, members[0], members, tag, call)
@@ -181,24 +174,21 @@ def create_from_groups(
 ) -> Any:
     """``Intercomm.Create_from_groups``: the intercommunicator of two disjoint groups,
     called by every member of both, each naming its own group as the local one."""
-    from .comm import Intercomm
-    from .commcreate import hints_of
-    from .runtime import world_engine
-
+    Intercomm = comm_class("Intercomm")
     call = "Create_from_groups"
     local = group_ranks(local_group, call)
     remote = group_ranks(remote_group, call)
     mine = _leader(local, local_leader, call, "local_leader")
     theirs = _leader(remote, remote_leader, call, "remote_leader")
     tag = _string_tag(stringtag, call)
-    hints = hints_of(info, call)
+    hints = cb.hints_of(info, call)
     handler = _errhandler(errhandler, call)
     overlap = sorted(set(local) & set(remote))
     if overlap:
         raise MPIException(
             ERR_GROUP, f"{call}: the groups overlap (world ranks {overlap} are in both)"
         )
-    engine = world_engine()
+    engine = PROCESS.live_engine("MPI call")
     if engine.rank not in local:
         raise MPIException(ERR_GROUP, f"{call}: the calling process is not in local_group")
     # Both sides name the same two leaders: the lower world rank leads the agreement.
@@ -226,19 +216,17 @@ class GroupConstructors:
         A caller outside the group (e.g. with ``GROUP_EMPTY``) gets ``COMM_NULL``
         without communicating.
         """
-        from .commcreate import _intracomm, _new_impl, _null
-
         call = "Create_group"
         impl = self._live()
         members = subgroup_ranks(group, impl.world_ranks, call, "the communicator")
         tag = send_tag(tag, call)
         engine = impl.engine
         if engine.rank not in members:
-            return _null()
+            return cb.null()
         internal = ctx.internal_context(impl.context)
         context, base = agree_among(engine, internal, members[0], members, tag, call)
         ctx.install(engine, context, base)
-        return _intracomm(_new_impl(impl, context, list(members)))
+        return cb.intracomm(cb.new_impl(impl, context, list(members)))
 
     @classmethod
     def Create_from_group(
@@ -254,6 +242,4 @@ class GroupConstructors:
         communicator gets ``errhandler`` (``ERRORS_RETURN`` if ``None``) and the hints
         of ``info``; a caller outside the group gets ``COMM_NULL``.
         """
-        from .commcreate import _intracomm
-
-        return _intracomm(create_from_group(group, stringtag, info, errhandler))
+        return cb.intracomm(create_from_group(group, stringtag, info, errhandler))

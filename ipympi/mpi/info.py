@@ -34,6 +34,7 @@ from ..core.errors import ERR_ARG, ERR_INFO, ERR_INFO_KEY, ERR_INFO_NOKEY, ERR_I
 from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, register
 from .errhandling import world_call
+from .process import PROCESS
 
 __all__ = ["INFO_ENV", "INFO_NULL", "Get_hw_resource_info", "Info"]  # what the MPI module exports
 
@@ -59,20 +60,18 @@ _ENV = _InfoImpl({}, readonly=True)  # filled at first use, once MPI is initiali
 
 def _environment(args: list[str] | None = None) -> dict[str, str]:
     """The pairs of ``INFO_ENV``; ``args`` (command first) replaces the command line."""
-    from . import runtime as _runtime
-
     command = [sys.executable, *sys.argv] if args is None else args
     pairs = {"command": command[0]} if command else {}
     if len(command) > 1:
         pairs["argv"] = " ".join(command[1:])
-    engine = _runtime._engine
+    engine = PROCESS.engine
     if engine is not None:
         pairs["maxprocs"] = str(engine.size)
     pairs.update(
         host=socket.gethostname(),
         arch=platform.machine(),
         wdir=_START_DIRECTORY,
-        thread_level=_THREAD_LEVELS[_runtime.Query_thread()],
+        thread_level=_THREAD_LEVELS[PROCESS.thread_level],
     )
     return pairs
 

@@ -30,16 +30,22 @@ from ..core import errors as _errors
 from ..core.errors import ERR_COMM, ERR_RANK
 from ..core.errors import Exception as MPIException
 from ..core.schedule import Algorithm
+from . import commbuild as cb
 from .args import c_int, send_tag
+from .attributes import copy_attributes
 from .coll.inter import InterCollectives
 from .coll.inter_core import layout
-from .commcreate import _agree, _allgather, _new_impl
+from .coll.intra import Collectives
+from .commimpl import CommImpl, comm_class
 from .errhandling import ERRORS_RETURN, mpi_call
-from .groupcreate import subgroup_ranks
+from .group import Group
+from .groupcreate import create_from_groups, subgroup_ranks
 from .pickling import pickle
+from .process import PROCESS
 
 if TYPE_CHECKING:
-    from .comm import Comm, CommImpl
+    from .comm import Comm
+    from .commimpl import CommImpl
 
 __all__ = ["InterMethods", "create_intercomm"]
 
@@ -48,7 +54,6 @@ __all__ = ["InterMethods", "create_intercomm"]
 
 def _bcast_object(comm: Any, call: str, obj: Any, root: int) -> Any:
     """Broadcast of a Python object on the intracommunicator ``comm``, named ``call``."""
-    from .coll.intra import Collectives
 
     impl = comm._live()
     data = pickle.dumps(obj) if impl.rank == root else None
@@ -63,7 +68,8 @@ def _leader_exchange(
     impl: CommImpl, parts: list[Any], peer_comm: Any, remote_leader: int, tag: int
 ) -> tuple[list[int], int, int]:
     """At the local leader: trade groups and contributions with the remote leader."""
-    from .comm import Comm, CommImpl, Intracomm
+    Comm = comm_class("Comm")
+    Intracomm = comm_class("Intracomm")
 
     call = "Create_intercomm"
     if not isinstance(peer_comm, Comm):
@@ -102,7 +108,7 @@ def _leader_exchange(
         raise MPIException(
             ERR_COMM, f"{call}: the groups overlap (world ranks {overlap} are in both)"
         )
-    context, base = _agree(parts + remote_parts, call)
+    context, base = cb.agree(parts + remote_parts, call)
     return list(remote_ranks), context, base
 
 
@@ -110,7 +116,7 @@ def create_intercomm(
     local: Any, local_leader: int, peer_comm: Any, remote_leader: int, tag: int
 ) -> Any:
     """``Intracomm.Create_intercomm``: collective over both groups."""
-    from .comm import Intercomm
+    Intercomm = comm_class("Intercomm")
 
     call = "Create_intercomm"
     impl = local._live()
@@ -124,7 +130,7 @@ def create_intercomm(
         )
     tag = send_tag(tag, call)
     engine = impl.engine
-    parts = _allgather(local, call, ctx.contribution(engine))
+    parts = cb.allgather(local, call, ctx.contribution(engine))
     result: Any
     if impl.rank == local_leader:
         try:
@@ -137,7 +143,7 @@ def create_intercomm(
     if len(result) == 2:
         raise MPIException(result[0], result[1])
     remote_ranks, context, base = result
-    new = _new_impl(impl, context, impl.world_ranks)
+    new = cb.new_impl(impl, context, impl.world_ranks)
     new.remote_world_ranks = remote_ranks
     ctx.install(engine, context, base)
     return Intercomm._from_impl(new)
@@ -179,7 +185,6 @@ class InterMethods(InterCollectives):
 
     @mpi_call
     def Get_remote_group(self) -> Any:
-        from .group import Group
 
         return Group._from_ranks(self._live().remote_world_ranks)
 
@@ -191,13 +196,11 @@ class InterMethods(InterCollectives):
     def _dup(self, call: str) -> Comm:
         impl = self._live()
         parts, _, _ = self._union_allgather(call, ctx.contribution(impl.engine))
-        context, base = _agree(parts, call)
-        new = _new_impl(impl, context, impl.world_ranks)
+        context, base = cb.agree(parts, call)
+        new = cb.new_impl(impl, context, impl.world_ranks)
         new.remote_world_ranks = list(impl.remote_world_ranks)
         ctx.install(impl.engine, context, base)
         try:
-            from .attributes import copy_attributes
-
             copy_attributes(self, impl, new, call)
         except BaseException:
             ctx.release(impl.engine, context)
@@ -207,7 +210,7 @@ class InterMethods(InterCollectives):
     @mpi_call
     def Merge(self, high: bool = False) -> Any:
         """The intracommunicator of both groups; the ``high=False`` group comes first."""
-        from .comm import Intracomm
+        Intracomm = comm_class("Intracomm")
 
         impl = self._live()
         parts, lo, ro = self._union_allgather("Merge", (bool(high), ctx.contribution(impl.engine)))
@@ -218,9 +221,9 @@ class InterMethods(InterCollectives):
         local, remote = list(impl.world_ranks), list(impl.remote_world_ranks)
         members = local + remote if local_first else remote + local
         assert len(members) == n + m
-        context, base = _agree([p[1] for p in parts], "Merge")
+        context, base = cb.agree([p[1] for p in parts], "Merge")
         ctx.install(impl.engine, context, base)
-        return Intracomm._from_impl(_new_impl(impl, context, members))
+        return Intracomm._from_impl(cb.new_impl(impl, context, members))
 
     @mpi_call
     def Split(self, color: int = 0, key: int = 0) -> Comm:
@@ -247,18 +250,16 @@ class InterMethods(InterCollectives):
         remote = sorted((parts[ro + r][1], r) for r in range(m) if parts[ro + r][0] == color)
         if not remote:
             return type(self)._from_impl(None, "COMM_NULL")
-        context, base = _agree([p[2] for p in parts], call)
-        new = _new_impl(impl, context, [impl.world_ranks[r] for _, r in local])
+        context, base = cb.agree([p[2] for p in parts], call)
+        new = cb.new_impl(impl, context, [impl.world_ranks[r] for _, r in local])
         new.remote_world_ranks = [impl.remote_world_ranks[r] for _, r in remote]
         ctx.install(impl.engine, context, base)
         return type(self)._from_impl(new)
 
     def _local_hosts(self, call: str) -> list[str]:
         """The host of every process of the local group, in rank order."""
-        from .runtime import host_name
-
         impl = self._live()
-        parts, lo, _ = self._union_allgather(call, host_name())
+        parts, lo, _ = self._union_allgather(call, PROCESS.host_name())
         return parts[lo : lo + impl.size]
 
     @mpi_call
@@ -273,8 +274,8 @@ class InterMethods(InterCollectives):
         me = impl.world_ranks[impl.rank]
         if me not in members or not remote:
             return type(self)._from_impl(None, "COMM_NULL")
-        context, base = _agree([p[1] for p in parts], "Create")
-        new = _new_impl(impl, context, list(members))
+        context, base = cb.agree([p[1] for p in parts], "Create")
+        new = cb.new_impl(impl, context, list(members))
         new.remote_world_ranks = remote
         ctx.install(impl.engine, context, base)
         return type(self)._from_impl(new)
@@ -295,7 +296,6 @@ class InterMethods(InterCollectives):
         Every member of both groups calls it, naming its own group first; the
         leaders are ranks in their groups. See :mod:`ipympi.mpi.groupcreate`.
         """
-        from .groupcreate import create_from_groups
 
         return create_from_groups(
             local_group, local_leader, remote_group, remote_leader, stringtag, info, errhandler

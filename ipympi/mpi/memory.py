@@ -31,9 +31,9 @@ import numpy as np
 
 from ..core.errors import ERR_ARG, ERR_BASE, ERR_INFO, ERR_NO_MEM
 from ..core.errors import Exception as MPIException
-from .buffers import acquire
 from .foreign import from_cai, from_dlpack
 from .info import INFO_NULL, Info
+from .rawmem import acquire
 
 __all__ = ["Alloc_mem", "Free_mem", "buffer", "memory"]
 

@@ -26,30 +26,18 @@ from ..core import constants as K
 from ..core.errors import ERR_ARG, ERR_COUNT, ERR_TOPOLOGY
 from ..core.errors import Exception as MPIException
 from ..core.schedule import NEIGHBORHOOD, Algorithm, Round
+from . import commbuild as cb
 from .args import c_int, c_ints
 from .buffers import send_buffer
 from .coll.bufforms import blocks, vector, wvector
-from .comm import CommImpl, Intracomm
+from .comm import Intracomm
+from .commimpl import TopoImpl, handle_class
 from .errhandling import mpi_call
 from .pickling import object_items, pickle
 from .request import Prequest, Request
-from .topology import CartTopo, DistGraphTopo, GraphTopo
+from .topology import CartTopo, DistGraphTopo, GraphTopo, _errhandler
 
-__all__ = ["Cartcomm", "Distgraphcomm", "Graphcomm", "TopoImpl", "Topocomm"]
-
-
-class TopoImpl(CommImpl):
-    """The state of a communicator that may carry a topology (``None``: none)."""
-
-    __slots__ = ("topo",)
-
-    def __init__(self, *args: Any, topo: Any = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.topo = topo
-
-
-def topocomm_class(kind: int) -> type[Topocomm]:
-    return {K.CART: Cartcomm, K.GRAPH: Graphcomm, K.DIST_GRAPH: Distgraphcomm}[kind]
+__all__ = ["Cartcomm", "Distgraphcomm", "Graphcomm", "Topocomm"]
 
 
 _KIND_NAMES = {K.CART: "Cartesian", K.GRAPH: "graph", K.DIST_GRAPH: "distributed graph"}
@@ -64,6 +52,7 @@ def _exchange(
     return slots, ops
 
 
+@handle_class
 class Topocomm(Intracomm):
     """An intracommunicator with a process topology: neighbourhood collectives."""
 
@@ -264,6 +253,7 @@ def _done(finish: Any) -> Any:
     return step
 
 
+@handle_class
 class Cartcomm(Topocomm):
     """A communicator with a Cartesian topology."""
 
@@ -334,8 +324,6 @@ class Cartcomm(Topocomm):
     def Sub(self, remain_dims: Sequence[bool]) -> Cartcomm:
         """The communicator of this process's sub-grid over the kept dimensions."""
         from ..core import contexts as ctx
-        from . import commcreate as cc
-        from .topology import _errhandler
 
         topo = self._cart("Sub")
         keep = [bool(k) for k in c_ints(remain_dims)]
@@ -347,8 +335,8 @@ class Cartcomm(Topocomm):
         coords = topo.coords_of(impl.rank, "Sub")
         color = tuple(c for c, k in zip(coords, keep) if not k)
         key = tuple(c for c, k in zip(coords, keep) if k)
-        parts = cc._allgather(self, "Sub", (color, key, ctx.contribution(impl.engine)))
-        context, base = cc._agree([p[2] for p in parts], "Sub")
+        parts = cb.allgather(self, "Sub", (color, key, ctx.contribution(impl.engine)))
+        context, base = cb.agree([p[2] for p in parts], "Sub")
         order = sorted((k, r) for r, (c, k, _) in enumerate(parts) if c == color)
         members = [impl.world_ranks[r] for _, r in order]
         ctx.install(impl.engine, context, base)
@@ -368,6 +356,7 @@ class Cartcomm(Topocomm):
         return Cartcomm._from_impl(new)  # type: ignore[return-value]
 
 
+@handle_class
 class Graphcomm(Topocomm):
     """A communicator with a graph topology."""
 
@@ -434,6 +423,7 @@ class Graphcomm(Topocomm):
         return self.Get_neighbors(self.Get_rank())
 
 
+@handle_class
 class Distgraphcomm(Topocomm):
     """A communicator with a distributed graph topology."""
 

@@ -35,9 +35,10 @@ from ..core.errors import ERR_BUFFER, ERR_OP, ERR_TYPE
 from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, UserLimit, register
 from . import datatype as _dt
-from .buffers import IN_PLACE, as_ndarray, check_match, recv_buffer, send_buffer
+from .buffers import as_ndarray, check_match, recv_buffer, send_buffer
 from .datatype import Datatype, _TypeImpl
 from .errhandling import world_call
+from .rawmem import IN_PLACE
 
 __all__ = [
     "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR", "MAX", "MAXLOC", "MIN", "MINLOC",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..core.constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
 from ..core.errors import Exception as MPIException
+from ..core.modes import SendMode
 from ..progress.engine import WaitInfo
 from ..progress.operation import RECV, SEND, Op
 from . import bsend as _bsend
@@ -22,7 +23,7 @@ from .args import c_int, dest_rank, recv_tag, send_tag, source_rank
 from .buffers import BufferSpec, recv_buffer, send_buffer
 from .errhandling import mpi_call as _mpi_call
 from .message import Message
-from .pickling import pickle
+from .pickling import dumps_message, loads_message
 from .request import Prequest, Request
 from .sendrecv import SendRecv
 from .status import Status
@@ -31,8 +32,6 @@ if TYPE_CHECKING:
     from .comm import CommImpl
 
 __all__ = ["PointToPoint"]
-
-STANDARD, SYNCHRONOUS, READY, BUFFERED = "standard", "synchronous", "ready", "buffered"
 
 
 def _info(call: str, impl: CommImpl, peer: int, tag: int) -> Callable[[], WaitInfo]:
@@ -63,13 +62,13 @@ class PointToPoint(SendRecv):
         mem: memoryview | bytes,
         dest: int,
         tag: int,
-        mode: str,
+        mode: SendMode,
     ) -> Op:
         op = Op(SEND, self, call, dest, tag)
         if dest == PROC_NULL:
             op.complete_empty()
             return op
-        if mode is BUFFERED:
+        if mode is SendMode.BUFFERED:
             # Buffered mode is local: the data is copied and the call completes
             # now; a separate transfer holds the attached-buffer space until
             # the message has left (for a large one, until the receiver read it).
@@ -95,7 +94,7 @@ class PointToPoint(SendRecv):
             impl.context,
             impl.rank,
             tag,
-            mode is SYNCHRONOUS,
+            mode is SendMode.SYNCHRONOUS,
         )
         return op
 
@@ -147,7 +146,7 @@ class PointToPoint(SendRecv):
         return impl, source_rank(impl, source, call), recv_tag(tag, call)
 
     # -- blocking helpers ------------------------------------------------------
-    def _blocking_send(self, call: str, mem: Any, dest: int, tag: int, mode: str) -> None:
+    def _blocking_send(self, call: str, mem: Any, dest: int, tag: int, mode: SendMode) -> None:
         impl, dest, tag = self._send_checked(call, dest, tag)
         engine = impl.engine
         engine.enter()
@@ -156,7 +155,7 @@ class PointToPoint(SendRecv):
             # send_eager declines and the message takes the general path,
             # which sends the same eager frame.
             if (
-                (mode is STANDARD or mode is READY)
+                (mode is SendMode.STANDARD or mode is SendMode.READY)
                 and dest != PROC_NULL
                 and engine.send_eager(
                     impl.remote_world_ranks[dest], impl.context, impl.rank, tag, mem
@@ -198,7 +197,9 @@ class PointToPoint(SendRecv):
             raise MPIException(op.error, f"{call}: {op.error_detail}")
         return op
 
-    def _nonblocking_send(self, call: str, mem: Any, dest: int, tag: int, mode: str) -> Request:
+    def _nonblocking_send(
+        self, call: str, mem: Any, dest: int, tag: int, mode: SendMode
+    ) -> Request:
         impl, dest, tag = self._send_checked(call, dest, tag)
         engine = impl.engine
         engine.enter()
@@ -224,22 +225,22 @@ class PointToPoint(SendRecv):
     @_mpi_call
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Standard-mode blocking send of a buffer."""
-        self._blocking_send("Send", send_buffer(buf).mem, dest, tag, STANDARD)
+        self._blocking_send("Send", send_buffer(buf).mem, dest, tag, SendMode.STANDARD)
 
     @_mpi_call
     def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Synchronous send: returns once the matching receive has started."""
-        self._blocking_send("Ssend", send_buffer(buf).mem, dest, tag, SYNCHRONOUS)
+        self._blocking_send("Ssend", send_buffer(buf).mem, dest, tag, SendMode.SYNCHRONOUS)
 
     @_mpi_call
     def Rsend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Ready send: the matching receive must already be posted."""
-        self._blocking_send("Rsend", send_buffer(buf).mem, dest, tag, READY)
+        self._blocking_send("Rsend", send_buffer(buf).mem, dest, tag, SendMode.READY)
 
     @_mpi_call
     def Bsend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Buffered send through the attached buffer; local, never waits for the receiver."""
-        self._blocking_send("Bsend", send_buffer(buf).mem, dest, tag, BUFFERED)
+        self._blocking_send("Bsend", send_buffer(buf).mem, dest, tag, SendMode.BUFFERED)
 
     # -- blocking receive --------------------------------------------------------
     @_mpi_call
@@ -257,19 +258,21 @@ class PointToPoint(SendRecv):
     # -- nonblocking buffer operations -----------------------------------------
     @_mpi_call
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Isend", send_buffer(buf).mem, dest, tag, STANDARD)
+        return self._nonblocking_send("Isend", send_buffer(buf).mem, dest, tag, SendMode.STANDARD)
 
     @_mpi_call
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Issend", send_buffer(buf).mem, dest, tag, SYNCHRONOUS)
+        return self._nonblocking_send(
+            "Issend", send_buffer(buf).mem, dest, tag, SendMode.SYNCHRONOUS
+        )
 
     @_mpi_call
     def Irsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Irsend", send_buffer(buf).mem, dest, tag, READY)
+        return self._nonblocking_send("Irsend", send_buffer(buf).mem, dest, tag, SendMode.READY)
 
     @_mpi_call
     def Ibsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Ibsend", send_buffer(buf).mem, dest, tag, BUFFERED)
+        return self._nonblocking_send("Ibsend", send_buffer(buf).mem, dest, tag, SendMode.BUFFERED)
 
     @_mpi_call
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
@@ -277,7 +280,9 @@ class PointToPoint(SendRecv):
         return self._nonblocking_recv("Irecv", spec.mem, source, tag, spec.unpack)
 
     # -- persistent requests ------------------------------------------------------
-    def _persistent_send(self, call: str, buf: Any, dest: int, tag: int, mode: str) -> Prequest:
+    def _persistent_send(
+        self, call: str, buf: Any, dest: int, tag: int, mode: SendMode
+    ) -> Prequest:
         spec = send_buffer(buf)
         _, dest, tag = self._send_checked(call, dest, tag)
 
@@ -295,19 +300,19 @@ class PointToPoint(SendRecv):
 
     @_mpi_call
     def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
-        return self._persistent_send("Send_init", buf, dest, tag, STANDARD)
+        return self._persistent_send("Send_init", buf, dest, tag, SendMode.STANDARD)
 
     @_mpi_call
     def Ssend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
-        return self._persistent_send("Ssend_init", buf, dest, tag, SYNCHRONOUS)
+        return self._persistent_send("Ssend_init", buf, dest, tag, SendMode.SYNCHRONOUS)
 
     @_mpi_call
     def Rsend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
-        return self._persistent_send("Rsend_init", buf, dest, tag, READY)
+        return self._persistent_send("Rsend_init", buf, dest, tag, SendMode.READY)
 
     @_mpi_call
     def Bsend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
-        return self._persistent_send("Bsend_init", buf, dest, tag, BUFFERED)
+        return self._persistent_send("Bsend_init", buf, dest, tag, SendMode.BUFFERED)
 
     @_mpi_call
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
@@ -380,15 +385,15 @@ class PointToPoint(SendRecv):
     @_mpi_call
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
         """Send a picklable Python object (standard mode)."""
-        self._blocking_send("send", _dumps(obj, dest), dest, tag, STANDARD)
+        self._blocking_send("send", dumps_message(obj, dest), dest, tag, SendMode.STANDARD)
 
     @_mpi_call
     def ssend(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self._blocking_send("ssend", _dumps(obj, dest), dest, tag, SYNCHRONOUS)
+        self._blocking_send("ssend", dumps_message(obj, dest), dest, tag, SendMode.SYNCHRONOUS)
 
     @_mpi_call
     def bsend(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self._blocking_send("bsend", _dumps(obj, dest), dest, tag, BUFFERED)
+        self._blocking_send("bsend", dumps_message(obj, dest), dest, tag, SendMode.BUFFERED)
 
     @_mpi_call
     def recv(
@@ -405,24 +410,30 @@ class PointToPoint(SendRecv):
         ``ERR_TRUNCATE``. Without it any size is received.
         """
         if buf is None:
-            return _loads(self._blocking_recv("recv", None, source, tag, status))
+            return loads_message(self._blocking_recv("recv", None, source, tag, status))
         warnings.warn("the 'buf' argument is deprecated", UserWarning, stacklevel=3)
         mem = _pickle_buffer(buf)
         op = self._blocking_recv("recv", mem, source, tag, status)
         op.data = bytes(mem[: op.count])
-        return _loads(op)
+        return loads_message(op)
 
     @_mpi_call
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("isend", _dumps(obj, dest), dest, tag, STANDARD)
+        return self._nonblocking_send(
+            "isend", dumps_message(obj, dest), dest, tag, SendMode.STANDARD
+        )
 
     @_mpi_call
     def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("issend", _dumps(obj, dest), dest, tag, SYNCHRONOUS)
+        return self._nonblocking_send(
+            "issend", dumps_message(obj, dest), dest, tag, SendMode.SYNCHRONOUS
+        )
 
     @_mpi_call
     def ibsend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("ibsend", _dumps(obj, dest), dest, tag, BUFFERED)
+        return self._nonblocking_send(
+            "ibsend", dumps_message(obj, dest), dest, tag, SendMode.BUFFERED
+        )
 
     @_mpi_call
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
@@ -468,12 +479,6 @@ class PointToPoint(SendRecv):
         return None if env is None else Message._of(self, env)
 
 
-def _dumps(obj: Any, dest: int) -> bytes:
-    if dest == PROC_NULL:
-        return b""
-    return pickle.dumps(obj)
-
-
 def _pickle_buffer(buf: Any) -> memoryview:
     """The memory an object receive given ``buf`` lands in: the buffer, or new memory
     of ``buf`` bytes (mpi4py's deprecated ``buf`` argument)."""
@@ -483,10 +488,3 @@ def _pickle_buffer(buf: Any) -> memoryview:
     if mem.readonly:
         raise BufferError("Object is not writable.")
     return mem.cast("B")
-
-
-def _loads(op: Op) -> Any:
-    """The object a receive got; an empty message (``Send`` of no bytes) is ``None``."""
-    if not op.data:
-        return None
-    return pickle.loads(op.data)

@@ -15,9 +15,10 @@ import pickle as _stdlib_pickle
 from collections.abc import Sequence
 from typing import Any, Callable
 
+from ..core.constants import PROC_NULL
 from .memory import buffer
 
-__all__ = ["Pickle", "object_items", "pickle"]
+__all__ = ["Pickle", "dumps_message", "loads_message", "object_items", "pickle"]
 
 # The defaults, read once when MPI is imported, as mpi4py reads them.
 _DEFAULT_PROTOCOL = int(os.environ.get("MPI4PY_PICKLE_PROTOCOL", _stdlib_pickle.HIGHEST_PROTOCOL))
@@ -106,3 +107,18 @@ def object_items(sendobj: Any, size: int) -> list[Any]:
     if len(items) != size:
         raise ValueError(f"expecting {size} items, got {len(items)}")
     return items
+
+
+def dumps_message(obj: Any, dest: int) -> bytes:
+    """The bytes of a lower-case send of ``obj`` to ``dest`` (none to ``PROC_NULL``)."""
+    if dest == PROC_NULL:
+        return b""
+    return pickle.dumps(obj)
+
+
+def loads_message(op: Any) -> Any:
+    """The object a lower-case receive ``op`` got; an empty message (``Send`` of no
+    bytes) is ``None``."""
+    if not op.data:
+        return None
+    return pickle.loads(op.data)

@@ -17,7 +17,7 @@ the engine.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from ..core.errors import ERR_REQUEST
 from ..core.errors import Exception as MPIException
@@ -60,6 +60,14 @@ class Request(MultipleCompletion, Handle):
 
     __slots__ = ("_op",)
     _mpi_kind = Kind("Request", 11, ERR_REQUEST, None)
+    # Operation kind -> the handle class of its requests (``Grequest`` for ``GREQ``),
+    # for the subclasses that give ``op_kind``.
+    _by_kind: ClassVar[dict[int, type[Request]]] = {}
+
+    def __init_subclass__(cls, op_kind: int | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if op_kind is not None:
+            Request._by_kind[op_kind] = cls
 
     @classmethod
     def _of(cls, op: Op) -> Request:
@@ -82,11 +90,7 @@ class Request(MultipleCompletion, Handle):
         """``Prequest`` for a persistent request, ``Grequest`` for a generalized one."""
         if isinstance(target, _Persistent):
             return Prequest
-        if target.kind == GREQ:
-            from .grequest import Grequest
-
-            return Grequest
-        return Request
+        return Request._by_kind.get(target.kind, Request)
 
     def __bool__(self) -> bool:
         return self._op is not None

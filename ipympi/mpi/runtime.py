@@ -20,7 +20,7 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, NoReturn
+from typing import Any
 
 from .._version import __version__
 from ..core import control as _control
@@ -39,9 +39,9 @@ from ..progress.engine import Engine, WaitInfo
 from ..progress.largebuf import allow_peer_reads
 from ..progress.operation import RECV, SEND, Op
 from . import bsend as _bsend
-from . import errhandling as hooks
 from .comm import CommImpl, Intracomm
 from .errhandling import ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler
+from .process import PROCESS
 
 __all__ = [
     "COMM_SELF",
@@ -69,16 +69,8 @@ WORLD_CONTEXT, SELF_CONTEXT, FINALIZE_CONTEXT = 0, 2, 0xFFFFFFF0
 
 COMM_WORLD = Intracomm._from_impl(None, "COMM_WORLD")
 COMM_SELF = Intracomm._from_impl(None, "COMM_SELF")
-register(globals(), ("COMM_WORLD", "COMM_SELF"))  # constants (see _handle)
-
-_initialized = False
-_finalized = False
-_failed = False  # an uncaught exception: skip the collective part of Finalize
-_thread_level = THREAD_SINGLE
-_main_thread: threading.Thread | None = None
-_engine: Engine | None = None
-_progress: Any = None
-_launched = False
+register(globals(), ("COMM_WORLD", "COMM_SELF"))  # constants (see core/handle.py)
+PROCESS.world, PROCESS.self_comm = COMM_WORLD, COMM_SELF
 
 
 # -- queries allowed at any time ------------------------------------------------
@@ -97,23 +89,11 @@ def get_vendor() -> tuple[str, tuple[int, ...]]:
 
 
 def Is_initialized() -> bool:
-    return _initialized
+    return PROCESS.initialized
 
 
 def Is_finalized() -> bool:
-    return _finalized
-
-
-def _state() -> str:
-    if _finalized:
-        return "MPI has been finalized; no MPI call is allowed after Finalize"
-    return "MPI is not initialized; call MPI.Init() first (or leave ipympi.rc.initialize on)"
-
-
-def _require_live(call: str) -> Engine:
-    if not _initialized or _finalized or _engine is None:
-        raise MPIException(ERR_OTHER, f"{call}: {_state()}")
-    return _engine
+    return PROCESS.finalized
 
 
 # -- initialization -----------------------------------------------------------
@@ -140,10 +120,9 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
     ``THREAD_SERIALIZED`` is provided: two threads must not block in MPI calls
     on each other at the same time.
     """
-    global _initialized, _thread_level, _main_thread, _engine, _progress, _launched
-    if _finalized:
+    if PROCESS.finalized:
         raise MPIException(ERR_OTHER, "Init: MPI has been finalized and cannot be restarted")
-    if _initialized:
+    if PROCESS.initialized:
         raise MPIException(ERR_OTHER, "Init: MPI is already initialized (Init may be called once)")
     env = os.environ
     rank = int(env.pop(_control.ENV_RANK, "0"))
@@ -154,47 +133,45 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
     nodes = _control.decode_nodes(env.pop(_control.ENV_NODES, ""), size)
     bind_address = env.pop(_control.ENV_BIND, "") or None
     host = env.pop(_control.ENV_HOST, "")
-    _launched = bool(session_dir)
+    PROCESS.launched = bool(session_dir)
     transport = None
     if session_dir:
         from ..progress.transport import Transport
 
         transport = Transport(rank, session_dir, ctl or None, key, nodes, bind_address)
-        _set_host_name(host)
+        PROCESS.host = host
     engine = Engine(rank, size, transport)
-    _engine = engine
+    PROCESS.engine = engine
     handler = _default_errhandler()
     COMM_WORLD._impl = CommImpl(
         engine, WORLD_CONTEXT, list(range(size)), rank, "MPI_COMM_WORLD", handler, True
     )
     COMM_SELF._impl = CommImpl(engine, SELF_CONTEXT, [rank], 0, "MPI_COMM_SELF", handler, True)
-    hooks.fatal = _fatal
-    hooks.abort = _abort
-    hooks.state = _state
+    PROCESS.started = True
     if transport is not None:
         from ..progress.thread import ProgressThread
 
         sys.setswitchinterval(0.0005)  # background progress answers within ~0.6 ms
         allow_peer_reads()
         if ctl:
-            hello = {"type": "hello", "rank": rank, "pid": os.getpid(), "host": host_name()}
+            hello = {"type": "hello", "rank": rank, "pid": os.getpid(), "host": PROCESS.host_name()}
             if transport.tcp is not None:
                 hello["data"] = transport.tcp.endpoint
             transport.send_control(hello)
             if transport.tcp is not None:
                 transport.tcp.set_peers(_wait_for_peers(transport, size))
-        _progress = ProgressThread(engine, abort=_abort)
-        engine.progress = _progress
-        _progress.start()
+        progress = ProgressThread(engine, abort=PROCESS.abort)
+        PROCESS.progress = engine.progress = progress
+        progress.start()
         _install_excepthook()
-    _thread_level = min(required, THREAD_SERIALIZED)
-    _main_thread = threading.current_thread()
-    _initialized = True
+    PROCESS.thread_level = min(required, THREAD_SERIALIZED)
+    PROCESS.main_thread = threading.current_thread()
+    PROCESS.initialized = True
     from .rc import setting
 
     if setting("finalize") in (None, True):
         atexit.register(_finalize_at_exit)
-    return _thread_level
+    return PROCESS.thread_level
 
 
 def _wait_for_peers(transport: Any, size: int) -> list[str]:
@@ -239,24 +216,23 @@ def _default_errhandler() -> Errhandler:
 
 
 def Query_thread() -> int:
-    return _thread_level
+    return PROCESS.thread_level
 
 
 def Is_thread_main() -> bool:
-    return threading.current_thread() is _main_thread
+    return threading.current_thread() is PROCESS.main_thread
 
 
 # -- finalization -------------------------------------------------------------
 def Finalize() -> None:
     """Shut MPI down: wait for outgoing messages, synchronise with every rank, close."""
-    global _finalized
-    engine = _require_live("Finalize")
+    engine = PROCESS.live_engine("Finalize")
     from . import finalize_hooks as _finalize_hooks
 
     _finalize_hooks.run()  # e.g. COMM_SELF attribute delete callbacks
-    _bsend.detach(engine, _bsend.PROCESS)
+    _bsend.detach(engine, PROCESS)
     if engine.transport is not None:
-        if not _failed:
+        if not PROCESS.failed:
             engine.enter()
             try:
                 engine.wait_until(
@@ -267,13 +243,13 @@ def Finalize() -> None:
             finally:
                 engine.leave()
         engine.finalized = True
-        if _progress is not None:
-            _progress.stop()
+        if PROCESS.progress is not None:
+            PROCESS.progress.stop()
         # Correct programs have received every message before Finalize; the
         # linger only matters for frames to ranks that already ended in error.
-        engine.transport.close(linger_ms=0 if _failed else 1000)
+        engine.transport.close(linger_ms=0 if PROCESS.failed else 1000)
     engine.finalized = True
-    _finalized = True
+    PROCESS.finalized = True
     COMM_WORLD._impl = None
     COMM_SELF._impl = None
 
@@ -305,7 +281,7 @@ def _finalize_barrier(engine: Engine) -> None:
 
 
 def _finalize_at_exit() -> None:
-    if _initialized and not _finalized:
+    if PROCESS.initialized and not PROCESS.finalized:
         try:
             Finalize()
         except BaseException as exc:  # at exit there is nobody left to raise to
@@ -322,40 +298,10 @@ def _install_excepthook() -> None:
     previous = sys.excepthook
 
     def hook(exc_type: Any, exc: Any, tb: Any) -> None:
-        global _failed
-        _failed = True
+        PROCESS.failed = True
         previous(exc_type, exc, tb)
 
     sys.excepthook = hook
-
-
-# -- ending the job -------------------------------------------------------------
-def _abort(code: int, reason: str) -> NoReturn:
-    """End every rank: tell the launcher, then exit with ``code``."""
-    engine = _engine
-    rank = engine.rank if engine is not None else 0
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-    transport = engine.transport if engine is not None else None
-    if transport is not None and transport.ctl is not None:
-        transport.send_control({"type": "abort", "rank": rank, "code": code, "reason": reason})
-        time.sleep(3.0)  # the launcher ends us; exit on our own if it does not
-    else:
-        print(f"ipympi: rank {rank}: {reason}", file=sys.stderr, flush=True)
-    os._exit(code & 0xFF)
-
-
-def _fatal(obj: Any, call: str, exc: MPIException) -> NoReturn:
-    """ERRORS_ARE_FATAL: name rank, call and error, then end the job."""
-    name = ""
-    impl = getattr(obj, "_impl", None)
-    if impl is not None:
-        name = f" on {getattr(impl, 'label', None) or impl.name}"
-    reason = f"fatal error in {call}{name}: {exc}"
-    _abort(exc.Get_error_class() or 1, reason)  # the launcher (or _abort) reports it
 
 
 # -- timers, names, buffers ----------------------------------------------------------
@@ -375,49 +321,28 @@ def Get_processor_name() -> str:
     return socket.gethostname()
 
 
-_host_name = ""
-
-
-def _set_host_name(name: str) -> None:
-    global _host_name
-    _host_name = name
-
-
-def host_name() -> str:
-    """The name of this rank's host as the launcher knows it (else the machine's name).
-
-    Ranks with the same name share a host: its memory, its data sockets, and
-    ``Split_type(COMM_TYPE_SHARED)``.
-    """
-    return _host_name or socket.gethostname()
-
-
 def Attach_buffer(buf: Any) -> None:
     """Attach the process's buffer for buffered sends (a buffer or ``BUFFER_AUTOMATIC``)."""
-    _bsend.attach(_bsend.PROCESS, buf)
+    _bsend.attach(PROCESS, buf)
 
 
 def Detach_buffer() -> Any:
     """Wait until the buffered messages have left, then return the process's buffer."""
-    return _bsend.detach(_engine, _bsend.PROCESS)
+    return _bsend.detach(PROCESS.engine, PROCESS)
 
 
 def Flush_buffer() -> None:
     """Wait until every message in the process's buffer has left (MPI 4.1)."""
-    _bsend.flush(_engine, _bsend.PROCESS)
+    _bsend.flush(PROCESS.engine, PROCESS)
 
 
 def Iflush_buffer() -> Any:
     """Nonblocking ``Flush_buffer``: a request completing once the buffer is empty."""
     from .request import Request
 
-    return Request._of(_bsend.iflush(_bsend.PROCESS, COMM_WORLD, "Iflush_buffer"))
+    return Request._of(_bsend.iflush(PROCESS, COMM_WORLD, "Iflush_buffer"))
 
 
 def Pcontrol(level: int) -> None:
     """Profiling control: accepted and ignored, as the standard allows."""
     return None
-
-
-def world_engine() -> Engine:
-    return _require_live("MPI call")

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..core.constants import ANY_SOURCE, ANY_TAG
 from ..core.errors import Exception as MPIException
+from ..core.modes import SendMode
 from ..progress.engine import WaitInfo
 from ..progress.operation import RECV, Op
 from .buffers import recv_buffer, send_buffer
 from .errhandling import mpi_call
+from .pickling import dumps_message, loads_message
 from .request import Request
 from .status import Status
 
@@ -93,7 +95,7 @@ class SendRecv:
         def _recv_checked(self, call: str, source: Any, tag: Any) -> tuple[CommImpl, int, int]: ...
 
         def _start_send(
-            self, impl: CommImpl, call: str, mem: Any, dest: int, tag: int, mode: str
+            self, impl: CommImpl, call: str, mem: Any, dest: int, tag: int, mode: SendMode
         ) -> Op: ...
 
         def _start_recv(
@@ -112,15 +114,13 @@ class SendRecv:
         unpack: Any,
     ) -> tuple[CommImpl, Op, Op, Callable[[], WaitInfo]]:
         """Check the arguments, post the receive and start the send."""
-        from .p2p import STANDARD
-
         impl, dest, sendtag = self._send_checked(call, dest, sendtag)
         _, source, recvtag = self._recv_checked(call, source, recvtag)
         engine = impl.engine
         engine.enter()
         try:
             rop = self._start_recv(impl, call, recv_mem, source, recvtag, unpack)
-            sop = self._start_send(impl, call, send_mem, dest, sendtag, STANDARD)
+            sop = self._start_send(impl, call, send_mem, dest, sendtag, SendMode.STANDARD)
         finally:
             engine.leave()
         return impl, rop, sop, lambda: WaitInfo(call, impl.label, source, recvtag)
@@ -247,8 +247,6 @@ class SendRecv:
         status: Status | None = None,
     ) -> Any:
         """Send ``sendobj`` and receive an object at once (``recvbuf`` is ignored)."""
-        from .p2p import _dumps, _loads
-
-        data = _dumps(sendobj, dest)
+        data = dumps_message(sendobj, dest)
         rop = self._sendrecv("sendrecv", data, dest, sendtag, None, source, recvtag, status)
-        return _loads(rop)
+        return loads_message(rop)

@@ -26,11 +26,13 @@ from typing import TYPE_CHECKING, Any
 from ..core import constants as K
 from ..core.errors import ERR_ARG, ERR_DIMS, ERR_NOT_SAME, ERR_RANK, ERR_TOPOLOGY
 from ..core.errors import Exception as MPIException
+from . import commbuild as cb
 from .args import c_int, c_ints
-from .errhandling import mpi_call, world_call
+from .commimpl import TopoImpl, topocomm_class
+from .errhandling import Errhandler, mpi_call, world_call
 
 if TYPE_CHECKING:
-    from .comm import CommImpl
+    from .commimpl import CommImpl
 
 __all__ = ["UNWEIGHTED", "WEIGHTS_EMPTY", "Compute_dims", "TopologyConstructors"]
 
@@ -309,8 +311,6 @@ class TopologyConstructors:
         rank's topology from every rank's part.
         """
         from ..core import contexts as ctx
-        from . import commcreate as cc
-        from .neighbor import TopoImpl, topocomm_class
 
         impl = self._live()
         if nodes > impl.size:
@@ -318,7 +318,7 @@ class TopologyConstructors:
                 ERR_ARG,
                 f"{call}: the topology has {nodes} processes but the communicator only {impl.size}",
             )
-        parts = cc._allgather(self, call, (mine, ctx.contribution(impl.engine)))
+        parts = cb.allgather(self, call, (mine, ctx.contribution(impl.engine)))
         shared = [p[0] for p in parts]
         if same and any(s != shared[0] for s in shared):
             raise MPIException(
@@ -329,7 +329,7 @@ class TopologyConstructors:
         if impl.rank >= nodes:
             return topocomm_class(mine[0])._from_impl(None, "COMM_NULL")
         topo = describe(shared)
-        context, base = cc._agree([p[1] for p in parts], call)
+        context, base = cb.agree([p[1] for p in parts], call)
         ctx.install(impl.engine, context, base)
         members = list(impl.world_ranks[:nodes])
         new = TopoImpl(
@@ -516,6 +516,5 @@ def _graph(index: Any, edges: Any, call: str) -> GraphTopo:
 
 
 def _errhandler(impl: CommImpl) -> Any:
-    from .errhandling import Errhandler
 
     return Errhandler(impl.errhandler)

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional, Protocol, SupportsIndex, TypeVar, Union
 
-from ..mpi.buffers import BottomType, InPlaceType
 from ..mpi.datatype import Datatype
+from ..mpi.rawmem import BottomType, InPlaceType
 
 __all__ = [
     "Aint",

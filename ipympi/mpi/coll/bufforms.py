@@ -35,11 +35,7 @@ from typing import Any
 from ...core.errors import ERR_COUNT
 from ...core.errors import Exception as MPIException
 from ..buffers import (
-    BOTTOM,
-    IN_PLACE,
     BufferSpec,
-    absolute_memory,
-    acquire,
     count_of,
     data_span,
     datatype_of,
@@ -49,6 +45,7 @@ from ..buffers import (
     split_items,
 )
 from ..datatype import BYTE, Datatype
+from ..rawmem import BOTTOM, IN_PLACE, absolute_memory, acquire
 
 __all__ = ["blocks", "in_place", "unpack_after", "vector", "wvector"]
 

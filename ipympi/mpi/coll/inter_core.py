@@ -26,7 +26,7 @@ from ...core.errors import ERR_BUFFER
 from ...core.errors import Exception as MPIException
 from ...core.schedule import Algorithm, Round, signature
 from ..args import inter_root
-from ..buffers import IN_PLACE
+from ..rawmem import IN_PLACE
 from .runner import CollOp, check_reported, run_in_mode
 
 if TYPE_CHECKING:

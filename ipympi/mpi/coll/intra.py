@@ -19,9 +19,10 @@ from ...core.errors import ERR_BUFFER, ERR_COUNT
 from ...core.errors import Exception as MPIException
 from ...core.schedule import Algorithm, signature
 from ..args import root_rank
-from ..buffers import IN_PLACE, recv_buffer, send_buffer
+from ..buffers import recv_buffer, send_buffer
 from ..errhandling import mpi_call
 from ..pickling import object_items, pickle
+from ..rawmem import IN_PLACE
 from ..request import Prequest, Request
 from . import fast
 from .bufforms import blocks, in_place, unpack_after, vector, wvector

@@ -22,7 +22,6 @@ from ...core.errors import Exception as MPIException
 from ...core.schedule import Algorithm
 from ...progress import tracing as _trace
 from ..buffers import (
-    IN_PLACE,
     BufferSpec,
     _ndarray_datatype,
     as_ndarray,
@@ -32,6 +31,7 @@ from ..buffers import (
 )
 from ..errhandling import mpi_call
 from ..op import MAX, MIN, PROD, SUM, Op
+from ..rawmem import IN_PLACE
 from ..request import Prequest, Request
 from . import fast
 from .bufforms import in_place as in_place_or_none

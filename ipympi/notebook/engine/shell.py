@@ -39,6 +39,7 @@ from traitlets import Type, default
 
 from ...core.control import format_call
 from ...core.errors import Exception as MPIException
+from ...mpi.process import PROCESS
 from ...progress import tracing as _trace
 from ...progress.introspect import describe_location
 from .capture import FLUSH_INTERVAL, FdCapture, RankStream
@@ -231,9 +232,7 @@ def describe_interruption(frame: Any) -> str:
     """Where the main thread is, in words: its MPI call (if blocked) and its line."""
     parts = []
     with contextlib.suppress(Exception):
-        from ...mpi import runtime as _runtime
-
-        engine = _runtime._engine
+        engine = PROCESS.engine
         info = engine.waiting_info() if engine is not None else None
         if info is not None:
             parts.append(f"in {format_call(info.as_dict())}")
@@ -396,10 +395,9 @@ class Engine:
         cell's first collective.
         """
         from ...core.errors import ERR_NOT_SAME
-        from ...mpi import runtime as _runtime
 
         try:
-            lines, mismatch = self.leftovers.check(_runtime._engine, take_mismatch, interrupted)
+            lines, mismatch = self.leftovers.check(PROCESS.engine, take_mismatch, interrupted)
         except Exception as exc:  # a report must never fail the cell
             lines, mismatch = [f"ipympi warning: cannot check for leftover messages: {exc}"], None
         if lines:
@@ -473,9 +471,7 @@ class Engine:
 
     def on_recover(self, msg: Message) -> None:
         """Realign collectives after an interrupt (two steps, driven by the controller)."""
-        from ...mpi import runtime as _runtime
-
-        engine = _runtime._engine
+        engine = PROCESS.engine
         if engine is None or engine.finalized:
             self.reply({"positions": {}})
             return
@@ -493,11 +489,9 @@ class Engine:
     def on_leftovers(self, msg: Message) -> None:
         """Wait for messages still on their way to this rank, then report what the
         cell left (``expect``: per rank, the messages each sender has sent it)."""
-        from ...mpi import runtime as _runtime
-
         expect = dict(msg.content.get("expect") or {}).get(str(self.io.rank)) or {}
         expected = {int(sender): int(count) for sender, count in expect.items()}
-        self.leftovers.await_arrivals(_runtime._engine, expected, LATE_ARRIVALS)
+        self.leftovers.await_arrivals(PROCESS.engine, expected, LATE_ARRIVALS)
         self.check_after_cell(take_mismatch=False)
         self.reply({})
 
@@ -610,9 +604,7 @@ def run_engine(rank: int, spec: Mapping[str, Any], key: bytes) -> int:
 
     _progress.activity = lambda: engine.state
     signal.signal(signal.SIGINT, engine.on_sigint)
-    from ...mpi.runtime import host_name
-
-    say_hello(io, rank, {"host": host_name()})  # the host's name as the host list gives it
+    say_hello(io, rank, {"host": PROCESS.host_name()})  # the host's name as the host list gives it
     status = serve_until_shutdown(engine, MPI.Finalize)
     close_io(io, ctx)
     return status
