@@ -144,7 +144,8 @@ def mpi4py_backend_missing() -> str | None:
     """Why the mpi4py backend cannot be benchmarked here, or None when it can."""
     sys.path.insert(0, str(ROOT))
     try:
-        from ipympi.notebook.controller.launchers import ClusterError, make_launcher
+        from ipympi.notebook.controller.launchers import ClusterError
+        from ipympi.notebook.controller.placement import make_launcher
     finally:
         sys.path.pop(0)
     try:

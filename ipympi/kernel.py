@@ -32,7 +32,8 @@ from IPython.core.interactiveshell import ExecutionInfo, ExecutionResult
 from traitlets import default
 
 from ._version import __version__
-from .notebook.controller.cluster import ClusterError, interrupts_at_waits
+from .notebook.controller.interrupts import interrupts_at_waits
+from .notebook.controller.launchers import ClusterError
 from .notebook.controller.urgent import UrgentMagics
 
 __all__ = ["IpympiKernel", "main"]

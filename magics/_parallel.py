@@ -37,7 +37,8 @@ from ipympi.notebook.controller.execute import (
     follow,
     run_cell,
 )
-from ipympi.notebook.controller.launchers import BACKENDS, LAUNCHERS, make_launcher
+from ipympi.notebook.controller.launchers import BACKENDS, LAUNCHERS
+from ipympi.notebook.controller.placement import make_launcher
 from ipympi.notebook.controller.publish import cell_number, publisher_for, request_is_silent
 from ipympi.notebook.controller.render import GROUPS
 from ipympi.notebook.controller.status import StatusTable
@@ -341,7 +342,7 @@ class ParallelMagics(Magics):
         missing = [name for name in args.names if name not in ns]
         if missing:
             raise UsageError(f"%mpi push: {missing[0]!r} is not defined in the controller")
-        session.push(self._cluster(), {name: ns[name] for name in args.names}, args.targets)
+        self._cluster().push({name: ns[name] for name in args.names}, args.targets)
 
     def _mpi_pull(self, rest: list[str]) -> list[Any]:
         parser = _Parser(prog="%mpi pull")
@@ -349,7 +350,7 @@ class ParallelMagics(Magics):
         parser.add_argument("-t", "--targets")
         args = parser.parse(rest)
         names = args.names[0] if len(args.names) == 1 else args.names
-        return session.pull(self._cluster(), names, args.targets)
+        return self._cluster().pull(names, args.targets)
 
     def _mpi_config(self, rest: list[str]) -> None:
         cluster = self._cluster()
@@ -412,7 +413,7 @@ class ParallelMagics(Magics):
         if bare:
             buffers = f", on default buffers: {'; '.join(setup.splitlines())}" if setup else ""
             print(text + buffers)
-        outcomes = session.apply(cluster, explain_call, text, setup)
+        outcomes = cluster.apply(explain_call, text, setup)
         ranks = range(len(outcomes))
         explanation = Explanation.from_ranks(
             text,

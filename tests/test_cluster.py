@@ -19,7 +19,8 @@ import zmq
 from conftest import wait_gone
 
 from ipympi.notebook.controller import session
-from ipympi.notebook.controller.cluster import Cluster, ClusterError, Request, interrupts_at_waits
+from ipympi.notebook.controller.cluster import Cluster, ClusterError, Request
+from ipympi.notebook.controller.interrupts import interrupts_at_waits
 from ipympi.notebook.engine.protocol import MAGIC, Message, Signer
 
 pytestmark = pytest.mark.timeout(60)

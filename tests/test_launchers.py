@@ -19,9 +19,9 @@ from ipympi.notebook.controller.cluster import Cluster, ClusterError
 from ipympi.notebook.controller.launchers import (
     MPILauncher,
     SupervisorLauncher,
-    make_launcher,
     routable_address,
 )
+from ipympi.notebook.controller.placement import make_launcher
 from ipympi.notebook.engine.keeper import launcher_rank, parse_report, report_line
 from ipympi.notebook.engine.mpi4py_engine import abort_in
 

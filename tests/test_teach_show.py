@@ -12,7 +12,6 @@ from html.parser import HTMLParser
 import numpy as np
 import pytest
 
-from ipympi.notebook.controller import session
 from ipympi.notebook.controller.cluster import Cluster
 from ipympi.teach.show import NOT_DEFINED, SMALL_ARRAY, RankView, ReprOnly, fetch, show
 
@@ -265,13 +264,13 @@ def test_show_around_a_scatter(cluster: Cluster) -> None:
 def test_fetch_asks_once_for_all_names_and_honours_targets(cluster: Cluster, monkeypatch) -> None:
     run(cluster, "first, second = rank, [rank] * 2")
     calls = []
-    real_apply = session.apply
+    real_apply = Cluster.apply
 
-    def counting_apply(*args, **kwargs):
-        calls.append(args[1].__name__)
-        return real_apply(*args, **kwargs)
+    def counting_apply(self, func, *args, **kwargs):
+        calls.append(func.__name__)
+        return real_apply(self, func, *args, **kwargs)
 
-    monkeypatch.setattr(session, "apply", counting_apply)
+    monkeypatch.setattr(Cluster, "apply", counting_apply)
     values = fetch(cluster, ["first", "second", "first"])
     assert calls == ["collect_on_rank"]
     assert values == {"first": {0: 0, 1: 1, 2: 2}, "second": {0: [0, 0], 1: [1, 1], 2: [2, 2]}}

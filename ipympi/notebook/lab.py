@@ -33,7 +33,7 @@ _DIR_OPTIONS = ("--notebook-dir", "--ServerApp.root_dir", "--ServerApp.notebook_
 
 def examples_dir() -> Path | None:
     """The ``examples/`` directory of the source checkout ipympi runs from, if any."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     examples = root / "examples"
     if (root / "pyproject.toml").is_file() and examples.is_dir():
         return examples

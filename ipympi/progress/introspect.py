@@ -29,7 +29,7 @@ __all__ = [
 # Set by tests only: the place where a rank's background thread fails on purpose.
 FAULT_ENV = "IPYMPI_TEST_FAULT"
 
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # ipympi/
 _LIBRARY_DIRS = tuple(
     {sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib", "purelib", "platlib")}
 )

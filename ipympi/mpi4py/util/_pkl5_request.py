@@ -348,32 +348,6 @@ class Message:
         self._state = MPI.Message(MPI.MESSAGE_NULL)
         return state
 
-    @classmethod
-    def probe(
-        cls,
-        comm: MPI.Comm,
-        source: int = MPI.ANY_SOURCE,
-        tag: int = MPI.ANY_TAG,
-        status: MPI.Status | None = None,
-    ) -> Message:
-        """Blocking test for a matched message on ``comm``."""
-        from .pkl5 import mprobe
-
-        return mprobe(comm, source, tag, status)
-
-    @classmethod
-    def iprobe(
-        cls,
-        comm: MPI.Comm,
-        source: int = MPI.ANY_SOURCE,
-        tag: int = MPI.ANY_TAG,
-        status: MPI.Status | None = None,
-    ) -> Message | None:
-        """Nonblocking test for a matched message on ``comm``; None if there is none."""
-        from .pkl5 import improbe
-
-        return improbe(comm, source, tag, status)
-
 
 def _proc_null_status(status: MPI.Status | None) -> None:
     """The status of a receive from ``MPI.PROC_NULL``."""

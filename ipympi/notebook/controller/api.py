@@ -1,52 +1,57 @@
 """The Python API of a session's cluster: ``ipympi.current().push(...)`` and friends.
 
-A mixin of :class:`~ipympi.notebook.controller.cluster.Cluster`; each method delegates
-to the plain functions of :mod:`ipympi.notebook.controller.session` and
-:mod:`ipympi.notebook.controller.execute`.
+:class:`ClusterAPI` is a mixin of :class:`~ipympi.notebook.controller.cluster.Cluster`:
+moving data to and from the ranks (``push``, ``pull``, ``scatter``, ``gather``),
+calling a function on them (``apply``) and running code on them (``execute``, as a
+``%%px`` cell does).
 """
 
 from __future__ import annotations
 
+import inspect
+import pickle
+import textwrap
 from collections.abc import Mapping, Sequence
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
-__all__ = ["ClusterAPI"]
+from ...core.ranksets import parse_targets
+from .execute import CellOptions, rank_error, run_cell
+from .publish import publisher_for
+
+if TYPE_CHECKING:
+    from .cluster import Cluster
+    from .records import Request
+
+__all__ = ["ClusterAPI", "apply", "execute", "gather", "pull", "push", "scatter"]
+
+DATA_TIMEOUT = None  # data requests wait like cells: Ctrl-C interrupts them
 
 
 class ClusterAPI:
-    """``push``, ``pull``, ``scatter``, ``gather``, ``execute``, ``apply``."""
+    """``push``, ``pull``, ``scatter``, ``gather``, ``execute``, ``apply`` as methods: each
+    is the module function of that name, on this cluster."""
 
     def push(self, namespace: Mapping[str, Any], targets: Any = None) -> None:
-        """Define each name of ``namespace`` on the target ranks (default: all)."""
-        from .session import push
-
-        push(self, namespace, targets)  # type: ignore[arg-type]
+        """Define ``namespace``'s names on the target ranks (pickled once, sent to each)."""
+        push(_as_cluster(self), namespace, targets)
 
     def pull(self, names: str | Sequence[str], targets: Any = None) -> list[Any]:
-        """Each target rank's value of ``names`` (a tuple per rank for several names)."""
-        from .session import pull
-
-        return pull(self, names, targets)  # type: ignore[arg-type]
+        """The value of ``names`` on each target rank, in rank order."""
+        return pull(_as_cluster(self), names, targets)
 
     def scatter(self, name: str, seq: Any, targets: Any = None) -> None:
-        """Split ``seq`` (list, tuple, array) in rank order; each part becomes ``name``."""
-        from .session import scatter
-
-        scatter(self, name, seq, targets)  # type: ignore[arg-type]
+        """Split ``seq`` into nearly equal parts; part i becomes ``name`` on target rank i."""
+        scatter(_as_cluster(self), name, seq, targets)
 
     def gather(self, name: str, targets: Any = None) -> Any:
-        """Concatenate each target rank's ``name`` in rank order."""
-        from .session import gather
-
-        return gather(self, name, targets)  # type: ignore[arg-type]
+        """Concatenate ``name`` from the target ranks in rank order (lists, tuples, arrays)."""
+        return gather(_as_cluster(self), name, targets)
 
     def apply(
         self, func: Callable[..., Any], *args: Any, targets: Any = None, **kwargs: Any
     ) -> list[Any]:
-        """``func(*args, **kwargs)`` on each target rank; the return values in rank order."""
-        from .session import apply
-
-        return apply(self, func, *args, targets=targets, **kwargs)  # type: ignore[arg-type]
+        """Call ``func(*args, **kwargs)`` on each target rank; the return values in rank order."""
+        return apply(_as_cluster(self), func, *args, targets=targets, **kwargs)
 
     def execute(
         self,
@@ -57,25 +62,137 @@ class ClusterAPI:
         display: bool = True,
         timeout: float | None = None,
     ) -> Any:
-        """Run ``code`` on the target ranks; returns a CellResult.
+        """Run ``code`` on the target ranks; returns a CellResult."""
+        return execute(
+            _as_cluster(self), code, targets, block=block, display=display, timeout=timeout
+        )
 
-        With ``display`` the ranks' output is shown as in a ``%%px`` cell;
-        with ``block`` a failure raises the cell's RankError.
-        """
-        from .execute import CellOptions, run_cell
-        from .publish import publisher_for
 
-        publish = None
-        if display:
-            try:
-                from IPython import get_ipython
+def _as_cluster(api: ClusterAPI) -> Cluster:
+    """``api`` as the cluster it is (``ClusterAPI`` is a mixin of ``Cluster`` only)."""
+    return cast("Cluster", api)
 
-                shell = get_ipython()
-            except ImportError:
-                shell = None
-            publish = publisher_for(shell)
-        options = CellOptions(targets=targets, block=block, timeout=timeout, store_history=False)
-        result = run_cell(self, code, options, publish, 0)  # type: ignore[arg-type]
-        if block:
-            result.raise_for_error()
-        return result
+
+def push(cluster: Cluster, namespace: Mapping[str, Any], targets: Any = None) -> None:
+    """Define ``namespace``'s names on the target ranks (pickled once, sent to each)."""
+    ranks = parse_targets(targets, cluster.n)
+    data = pickle.dumps(dict(namespace), protocol=pickle.HIGHEST_PROTOCOL)
+    _finish(cluster, cluster.submit("push", {"names": sorted(namespace)}, ranks, [data]))
+
+
+def pull(cluster: Cluster, names: str | Sequence[str], targets: Any = None) -> list[Any]:
+    """The value of ``names`` on each target rank, in rank order.
+
+    One name gives one value per rank; a list of names a tuple per rank.
+    """
+    single = isinstance(names, str)
+    wanted = [names] if single else list(names)
+    ranks = parse_targets(targets, cluster.n)
+    values = _finish(cluster, cluster.submit("pull", {"names": wanted}, ranks))
+    return [values[r][0] if single else tuple(values[r]) for r in ranks]
+
+
+def scatter(cluster: Cluster, name: str, seq: Any, targets: Any = None) -> None:
+    """Split ``seq`` into contiguous, nearly equal parts; part i becomes ``name`` on
+    target rank i."""
+    ranks = parse_targets(targets, cluster.n)
+    for rank, part in zip(ranks, _split(seq, len(ranks))):
+        cluster.push({name: part}, [rank])
+
+
+def gather(cluster: Cluster, name: str, targets: Any = None) -> Any:
+    """Concatenate ``name`` from the target ranks in rank order (lists, tuples, arrays)."""
+    parts = cluster.pull(name, targets)
+    first = parts[0] if parts else []
+    if hasattr(first, "__array__") and not isinstance(first, (list, tuple)):
+        import numpy
+
+        return numpy.concatenate(parts)
+    out: list[Any] = []
+    for part in parts:
+        out.extend(part)
+    return type(first)(out) if isinstance(first, tuple) else out
+
+
+def apply(
+    cluster: Cluster, func: Callable[..., Any], *args: Any, targets: Any = None, **kwargs: Any
+) -> list[Any]:
+    """Call ``func(*args, **kwargs)`` on each target rank; the return values in rank order.
+
+    Functions defined in the notebook are sent as source (the ranks have no
+    copy of the notebook's ``__main__``); others are pickled by reference.
+    """
+    ranks = parse_targets(targets, cluster.n)
+    payload = pickle.dumps((_portable(func), args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+    values = _finish(cluster, cluster.submit("apply", {}, ranks, [payload]))
+    return [values[r] for r in ranks]
+
+
+def execute(
+    cluster: Cluster,
+    code: str,
+    targets: Any = None,
+    *,
+    block: bool = True,
+    display: bool = True,
+    timeout: float | None = None,
+) -> Any:
+    """Run ``code`` on the target ranks; returns a CellResult.
+
+    With ``display`` the ranks' output is shown as in a ``%%px`` cell;
+    with ``block`` a failure raises the cell's RankError.
+    """
+    publish = None
+    if display:
+        try:
+            from IPython import get_ipython
+
+            shell = get_ipython()
+        except ImportError:
+            shell = None
+        publish = publisher_for(shell)
+    options = CellOptions(targets=targets, block=block, timeout=timeout, store_history=False)
+    result = run_cell(cluster, code, options, publish, 0)
+    if block:
+        result.raise_for_error()
+    return result
+
+
+def _finish(cluster: Cluster, req: Request) -> dict[int, Any]:
+    """Wait for a data request; its per-rank reply buffers unpickled; RankError on failure."""
+    cluster.wait(req, DATA_TIMEOUT)
+    cluster.forget(req)
+    errors = req.errors()
+    if errors:
+        raise rank_error(errors, req.targets)
+    values = {}
+    for rank, reply in req.replies.items():
+        values[rank] = pickle.loads(reply.buffers[0]) if reply.buffers else None
+    return values
+
+
+def _split(seq: Any, n: int) -> list[Any]:
+    if hasattr(seq, "__array__") and not isinstance(seq, (list, tuple)):
+        import numpy
+
+        return list(numpy.array_split(seq, n))
+    items = list(seq)
+    q, r = divmod(len(items), n)
+    bounds = [i * q + min(i, r) for i in range(n + 1)]
+    parts = [items[bounds[i] : bounds[i + 1]] for i in range(n)]
+    return [tuple(p) for p in parts] if isinstance(seq, tuple) else parts
+
+
+def _portable(func: Callable[..., Any]) -> Any:
+    if getattr(func, "__module__", None) not in ("__main__", None):
+        return func
+    try:
+        source = inspect.getsource(func)
+    except (OSError, TypeError):
+        raise TypeError(
+            f"cannot send {func!r} to the ranks: its source is unknown; define it in a %%px cell"
+        ) from None
+    name = func.__name__
+    if name == "<lambda>":
+        raise TypeError("cannot send a lambda to the ranks: define a named function instead")
+    return ("source", name, textwrap.dedent(source))

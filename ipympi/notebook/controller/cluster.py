@@ -29,9 +29,8 @@ import os
 import secrets
 import shutil
 import signal
-import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable
 
 import zmq
@@ -42,16 +41,16 @@ from ...launch.watch import with_cpu
 from ..engine.protocol import Message, ProtocolError, Signer
 from .api import ClusterAPI
 from .errands import Errands
-from .launchers import ClusterError, Launcher, World, make_launcher
+from .interrupts import current_gate
+from .launchers import ClusterError, Launcher, World
+from .placement import make_launcher
 from .realwatch import DEADLOCK_AFTER
-from .records import EngineRecord, Output, Request
+from .records import QUERY_TIMEOUT, UNINTERRUPTIBLE, WORLD_WAS_ENDED, EngineRecord, Output, Request
 from .render import WORLD_ENDED
 from .status import status_rows
 
 __all__ = [
     "DEFAULT_NP",
-    "UNINTERRUPTIBLE",
-    "WORLD_WAS_ENDED",
     "Cluster",
     "ClusterError",
     "EngineRecord",
@@ -62,69 +61,11 @@ DEFAULT_NP = 4
 START_TIMEOUT = 60.0  # seconds for a world to say hello (a loaded CI machine is slow)
 INTERRUPT_GRACE = 5.0  # seconds interrupted ranks get to reply before they are reported
 STOP_GRACE = 3.0  # seconds between the steps of stopping a world
-QUERY_TIMEOUT = 1.0
 ABORT_GRACE = 2.0  # seconds an abort message may lag behind the end of an MPI launcher's job
 STOPPED = "the engines were stopped"  # the error of requests a stop ends
-# What a cell's error says when ipympi ends a world of a real MPI.
-UNINTERRUPTIBLE = "a rank inside a call of a real MPI cannot be interrupted"
-WORLD_WAS_ENDED = "so the MPI world was ended (the next cell starts a fresh one)"
 _OUTPUT_TYPES = frozenset(
     {"stream", "display_data", "update_display_data", "clear_output", "execute_result", "error"}
 )
-
-
-class InterruptGate:
-    """Ctrl-C while the controller follows a cell, raised only where it waits.
-
-    Python raises KeyboardInterrupt wherever the main thread is when SIGINT
-    arrives. Following a cell, the controller passes an interrupt on to the
-    ranks, collects their replies and realigns them; a second Ctrl-C, or one
-    that comes while the stuck-cell rule stops the ranks, cut that handling
-    short at any line and left the cell without a reply. While a gate is in
-    place (:func:`interrupts_at_waits`), SIGINT raises only inside the
-    wait of :meth:`Cluster.pump`, whose callers handle it; one that arrives
-    elsewhere is raised at the next such wait, or dropped with the gate.
-    """
-
-    def __init__(self) -> None:
-        self.pending = False  # an interrupt arrived outside a wait
-        self.open = False  # inside a wait: raise at once
-
-    def on_sigint(self, signum: int, frame: Any) -> None:
-        if self.open:
-            self.open = False
-            raise KeyboardInterrupt
-        self.pending = True
-
-    def enter_wait(self) -> None:
-        """Open for the wait to come; raise an interrupt that arrived before it."""
-        if self.pending:
-            self.pending = False
-            raise KeyboardInterrupt
-        self.open = True
-
-
-_gate: InterruptGate | None = None  # the gate in place, if any
-
-
-@contextlib.contextmanager
-def interrupts_at_waits() -> Iterator[None]:
-    """While the controller runs a parallel cell: Ctrl-C raises only in
-    :meth:`Cluster.pump`'s wait (see :class:`InterruptGate`). Only the main thread
-    can catch signals; elsewhere, and inside another such block, this changes
-    nothing."""
-    global _gate
-    if _gate is not None or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    gate = InterruptGate()
-    previous = signal.signal(signal.SIGINT, gate.on_sigint) or signal.default_int_handler
-    _gate = gate
-    try:
-        yield
-    finally:
-        _gate = None
-        signal.signal(signal.SIGINT, previous)
 
 
 class Cluster(ClusterAPI):
@@ -134,7 +75,7 @@ class Cluster(ClusterAPI):
     ``"mpi4py"`` (a real MPI, started by ``launcher``: ``"mpiexec"``, the
     default, or ``"srun"``). ``placement`` (``hosts``, ``launcher_exec``,
     ``iface``) puts the ranks on several hosts; see
-    :func:`~ipympi.notebook.controller.launchers.make_launcher`.
+    :func:`~ipympi.notebook.controller.placement.make_launcher`.
     """
 
     def __init__(
@@ -195,7 +136,7 @@ class Cluster(ClusterAPI):
 
     def use(self, backend: str, launcher: str | None = None, **placement: Any) -> None:
         """Run the next worlds on ``backend`` (started by ``launcher``, on the hosts of
-        ``placement``: see :func:`~ipympi.notebook.controller.launchers.make_launcher`); no world
+        ``placement``: see :func:`~ipympi.notebook.controller.placement.make_launcher`); no world
         may be running."""
         if self.running:
             raise ClusterError("stop the engines first (%mpi restart does)")
@@ -665,7 +606,7 @@ class Cluster(ClusterAPI):
             if wait is not None and wait <= 0:
                 return False
             ms = -1 if wait is None else max(1, math.ceil(wait * 1000))
-            gate = _gate
+            gate = current_gate()
             if gate is None:
                 events = dict(self._poller.poll(ms))
             else:

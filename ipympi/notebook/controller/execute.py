@@ -19,13 +19,16 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ...core.ranksets import format_ranks, parse_targets, ranks_phrase
 from ...launch.watch import LOOK_AFTER, LOOK_EVERY
-from .cluster import Cluster, ClusterError, Request, interrupts_at_waits
 from .hooks import build_report, notify
+from .interrupts import interrupts_at_waits
+from .launchers import ClusterError
+from .records import Request
 from .render import GROUPS, WORLD_ENDED, OutputRenderer, compose_error
 from .stuck import describe_wait, late_leftovers, look, on_stuck, watch_for
 
 if TYPE_CHECKING:
     from ...teach.trace import Trace
+    from .cluster import Cluster
 
 __all__ = [
     "PROGRESS_AFTER",

@@ -1,4 +1,4 @@
-"""What a cluster keeps about its engines and its requests.
+"""What a cluster keeps about its engines and its requests, and the words it uses.
 
 :class:`EngineRecord` is one rank's engine process as the controller knows
 it; :class:`Request` is one request sent to some ranks with everything they
@@ -13,9 +13,21 @@ from typing import Any, Callable
 
 from ..engine.protocol import Message
 
-__all__ = ["EngineRecord", "Output", "Request"]
+__all__ = [
+    "QUERY_TIMEOUT",
+    "UNINTERRUPTIBLE",
+    "WORLD_WAS_ENDED",
+    "EngineRecord",
+    "Output",
+    "Request",
+]
 
 Output = Callable[[list[tuple[int, str, dict[str, Any]]]], None]
+
+QUERY_TIMEOUT = 1.0  # seconds the controller waits for the ranks' answers to a state query
+# What a cell's error says when ipympi ends a world of a real MPI.
+UNINTERRUPTIBLE = "a rank inside a call of a real MPI cannot be interrupted"
+WORLD_WAS_ENDED = "so the MPI world was ended (the next cell starts a fresh one)"
 
 
 @dataclass

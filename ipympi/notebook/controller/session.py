@@ -7,35 +7,24 @@ here as plain functions over a :class:`~ipympi.notebook.controller.cluster.Clust
 
 from __future__ import annotations
 
-import inspect
 import os
-import pickle
-import textwrap
-from collections.abc import Mapping, Sequence
-from typing import Any, Callable
+from typing import Any
 
-from ...core.ranksets import parse_targets
 from ...launch.hosts import HostError, parse_hosts
-from .cluster import DEFAULT_NP, Cluster, ClusterError, Request
-from .execute import rank_error
+from .cluster import DEFAULT_NP, Cluster, ClusterError
 from .launchers import BACKENDS, LAUNCHERS
 
 __all__ = [
     "BACKEND_ENV",
     "LAUNCHER_ENV",
     "NP_ENV",
-    "apply",
     "current",
     "default_backend",
     "default_launcher",
     "default_placement",
     "default_size",
-    "gather",
     "last_trace",
     "new_cluster",
-    "pull",
-    "push",
-    "scatter",
     "set_current",
     "set_last_trace",
     "set_start_error",
@@ -47,7 +36,6 @@ LAUNCHER_ENV = "IPYMPI_LAUNCHER"
 HOSTS_ENV = "IPYMPI_HOSTS"
 IFACE_ENV = "IPYMPI_IFACE"
 LAUNCHER_EXEC_ENV = "IPYMPI_LAUNCHER_EXEC"
-DATA_TIMEOUT = None  # data requests wait like cells: Ctrl-C interrupts them
 
 _current: Cluster | None = None
 _start_error: str | None = None  # why the kernel could not start its session
@@ -155,102 +143,6 @@ def set_start_error(reason: str | None) -> None:
     """Remember why the session could not be started, for the cells that need it."""
     global _start_error
     _start_error = reason
-
-
-# -- data to and from the ranks ------------------------------------------------------------
-def _finish(cluster: Cluster, req: Request) -> dict[int, Any]:
-    """Wait for a data request; its per-rank reply buffers unpickled; RankError on failure."""
-    cluster.wait(req, DATA_TIMEOUT)
-    cluster.forget(req)
-    errors = req.errors()
-    if errors:
-        raise rank_error(errors, req.targets)
-    values = {}
-    for rank, reply in req.replies.items():
-        values[rank] = pickle.loads(reply.buffers[0]) if reply.buffers else None
-    return values
-
-
-def push(cluster: Cluster, namespace: Mapping[str, Any], targets: Any = None) -> None:
-    """Define ``namespace``'s names on the target ranks (pickled once, sent to each)."""
-    ranks = parse_targets(targets, cluster.n)
-    data = pickle.dumps(dict(namespace), protocol=pickle.HIGHEST_PROTOCOL)
-    _finish(cluster, cluster.submit("push", {"names": sorted(namespace)}, ranks, [data]))
-
-
-def pull(cluster: Cluster, names: str | Sequence[str], targets: Any = None) -> list[Any]:
-    """The value of ``names`` on each target rank, in rank order.
-
-    One name gives one value per rank; a list of names a tuple per rank.
-    """
-    single = isinstance(names, str)
-    wanted = [names] if single else list(names)
-    ranks = parse_targets(targets, cluster.n)
-    values = _finish(cluster, cluster.submit("pull", {"names": wanted}, ranks))
-    return [values[r][0] if single else tuple(values[r]) for r in ranks]
-
-
-def scatter(cluster: Cluster, name: str, seq: Any, targets: Any = None) -> None:
-    """Split ``seq`` into contiguous, nearly equal parts; part i becomes ``name`` on rank i."""
-    ranks = parse_targets(targets, cluster.n)
-    parts = _split(seq, len(ranks))
-    for rank, part in zip(ranks, parts):
-        push(cluster, {name: part}, [rank])
-
-
-def gather(cluster: Cluster, name: str, targets: Any = None) -> Any:
-    """Concatenate ``name`` from the target ranks in rank order (lists, tuples, arrays)."""
-    parts = pull(cluster, name, targets)
-    first = parts[0] if parts else []
-    if hasattr(first, "__array__") and not isinstance(first, (list, tuple)):
-        import numpy
-
-        return numpy.concatenate(parts)
-    out: list[Any] = []
-    for part in parts:
-        out.extend(part)
-    return type(first)(out) if isinstance(first, tuple) else out
-
-
-def _split(seq: Any, n: int) -> list[Any]:
-    if hasattr(seq, "__array__") and not isinstance(seq, (list, tuple)):
-        import numpy
-
-        return list(numpy.array_split(seq, n))
-    items = list(seq)
-    q, r = divmod(len(items), n)
-    bounds = [i * q + min(i, r) for i in range(n + 1)]
-    parts = [items[bounds[i] : bounds[i + 1]] for i in range(n)]
-    return [tuple(p) for p in parts] if isinstance(seq, tuple) else parts
-
-
-def apply(
-    cluster: Cluster, func: Callable[..., Any], *args: Any, targets: Any = None, **kwargs: Any
-) -> list[Any]:
-    """Call ``func(*args, **kwargs)`` on each target rank; the return values in rank order.
-
-    Functions defined in the notebook are sent as source (the ranks have no
-    copy of the notebook's ``__main__``); others are pickled by reference.
-    """
-    ranks = parse_targets(targets, cluster.n)
-    payload = pickle.dumps((_portable(func), args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
-    values = _finish(cluster, cluster.submit("apply", {}, ranks, [payload]))
-    return [values[r] for r in ranks]
-
-
-def _portable(func: Callable[..., Any]) -> Any:
-    if getattr(func, "__module__", None) not in ("__main__", None):
-        return func
-    try:
-        source = inspect.getsource(func)
-    except (OSError, TypeError):
-        raise TypeError(
-            f"cannot send {func!r} to the ranks: its source is unknown; define it in a %%px cell"
-        ) from None
-    name = func.__name__
-    if name == "<lambda>":
-        raise TypeError("cannot send a lambda to the ranks: define a named function instead")
-    return ("source", name, textwrap.dedent(source))
 
 
 def last_trace() -> Any:

@@ -21,11 +21,11 @@ from ...core import control as ctl
 from ...core.ranksets import ranks_phrase
 from ...launch.watch import BuiltinWatch, Verdict
 from ..engine.leftovers import LATE_ARRIVALS, in_flight
-from .cluster import QUERY_TIMEOUT, UNINTERRUPTIBLE, WORLD_WAS_ENDED, Cluster, Request
 from .realwatch import RealMPIWatch
-from .records import Output
+from .records import QUERY_TIMEOUT, UNINTERRUPTIBLE, WORLD_WAS_ENDED, Output, Request
 
 if TYPE_CHECKING:
+    from .cluster import Cluster
     from .execute import CellResult
 
 __all__ = ["describe_wait", "late_leftovers", "look", "on_stuck", "watch_for"]

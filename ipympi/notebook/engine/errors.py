@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 MPI_EXCEPTION = "MPI.Exception"
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _MPI_MODULES = ("ipympi.core.errors", "mpi4py.MPI")  # where the classes of MPI.Exception live
 # The name of the exception in IPython's traceback, maybe coloured: on its last line,
 # before a colon, and in its header, padded to the width of the line (which it keeps).
