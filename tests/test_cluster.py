@@ -19,9 +19,9 @@ import zmq
 from conftest import wait_gone
 
 from ipympi.notebook.controller import session
-from ipympi.notebook.controller.cluster import Cluster, ClusterError, Request
+from ipympi.notebook.controller.cluster import Cluster, ClusterError, Submission
 from ipympi.notebook.controller.interrupts import interrupts_at_waits
-from ipympi.notebook.engine.protocol import MAGIC, Message, Signer
+from ipympi.notebook.engine.protocol import MAGIC, EngineMessage, Signer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -33,7 +33,7 @@ def cluster():
         yield c
 
 
-def run(cluster: Cluster, code: str, targets=None, timeout: float = 20.0) -> Request:
+def run(cluster: Cluster, code: str, targets=None, timeout: float = 20.0) -> Submission:
     req = cluster.submit(
         "execute", {"code": code}, range(cluster.n) if targets is None else targets
     )
@@ -42,7 +42,7 @@ def run(cluster: Cluster, code: str, targets=None, timeout: float = 20.0) -> Req
     return req
 
 
-def stdout(req: Request, rank: int) -> str:
+def stdout(req: Submission, rank: int) -> str:
     return "".join(
         c["text"]
         for r, kind, c in req.messages
@@ -214,9 +214,9 @@ def test_forged_requests_cannot_run_code(cluster: Cluster, tmp_path) -> None:
     marker = tmp_path / "pwned"
     code = f"open({str(marker)!r}, 'w').close()"
     target = b"in%d.%d" % (cluster.gen, 0)
-    good = Signer(cluster.key).encode(Message("execute", {"code": code}))
+    good = Signer(cluster.key).encode(EngineMessage("execute", {"code": code}))
     forgeries = [
-        Signer(b"an attacker's own key!").encode(Message("execute", {"code": code})),
+        Signer(b"an attacker's own key!").encode(EngineMessage("execute", {"code": code})),
         [MAGIC, b"", good[2]],  # unsigned
         [MAGIC, good[1], good[2].replace(b"pwned", b"pwneD")],  # tampered after signing
         [b"raw", code.encode()],
@@ -237,7 +237,7 @@ def test_forged_engine_messages_are_dropped_by_the_controller(cluster: Cluster) 
     try:
         req = cluster.submit("execute", {"code": "import time; time.sleep(0.3)"}, [1])
         forged = Signer(b"not the session key!!").encode(
-            Message("stream", {"name": "stdout", "text": "forged\n"}, parent=req.id)
+            EngineMessage("stream", {"name": "stdout", "text": "forged\n"}, parent=req.id)
         )
         before = cluster.dropped
         sock.send_multipart(forged)

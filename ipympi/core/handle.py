@@ -41,6 +41,8 @@ import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
+from .errors import Exception as MPIException
+
 __all__ = ["HANDLE_SIZE", "Handle", "Kind", "UserLimit", "constant", "register"]
 
 _SHIFT = 26
@@ -134,8 +136,6 @@ class Kind:
             return constant._target()
         found = self._targets.get(number)
         if found is None:
-            from .errors import Exception as MPIException
-
             raise MPIException(
                 self.error, f"{number:#x} is not the handle of a live MPI.{self.name} object"
             )

@@ -48,6 +48,7 @@ from ..core.constants import (
 from ..core.errors import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_RANK, ERR_TRUNCATE, ERR_TYPE
 from ..core.errors import Exception as MPIException
 from ..core.extfloat import external_floats
+from .rawmem import address_of, byte_view
 
 if TYPE_CHECKING:
     from .datatype import Datatype, _TypeImpl
@@ -520,7 +521,6 @@ def _decode_params(combiner: int, ints: list[int], addrs: list[int]) -> dict[str
 
 def _bytes_of(buf: Any, writable: bool, call: str) -> np.ndarray:
     """A ``uint8`` array viewing the memory of a buffer object."""
-    from .rawmem import byte_view
 
     del call  # the buffer errors name the object, as mpi4py's do
     return np.frombuffer(byte_view(buf, writable), dtype=np.uint8)
@@ -572,7 +572,6 @@ def _ext32(impl: _TypeImpl, datarep: Any, call: str) -> int:
 
 def Get_address(location: Any) -> int:
     """Return the address of the first byte of a buffer (0 for ``MPI.BOTTOM``)."""
-    from .rawmem import address_of
 
     return address_of(location)
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import constants as K
+from ..core import contexts as ctx
 from ..core.errors import ERR_ARG, ERR_COUNT, ERR_TOPOLOGY
 from ..core.errors import Exception as MPIException
 from ..core.schedule import NEIGHBORHOOD, Algorithm, Round
@@ -323,7 +324,6 @@ class Cartcomm(Topocomm):
     @mpi_call
     def Sub(self, remain_dims: Sequence[bool]) -> Cartcomm:
         """The communicator of this process's sub-grid over the kept dimensions."""
-        from ..core import contexts as ctx
 
         topo = self._cart("Sub")
         keep = [bool(k) for k in c_ints(remain_dims)]

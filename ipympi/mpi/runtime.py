@@ -38,10 +38,15 @@ from ..core.handle import register
 from ..progress.engine import Engine, WaitInfo
 from ..progress.largebuf import allow_peer_reads
 from ..progress.operation import RECV, SEND, Op
+from ..progress.thread import ProgressThread, signal_self
+from ..progress.transport import Transport
 from . import bsend as _bsend
+from . import finalize_hooks as _finalize_hooks
 from .comm import CommImpl, Intracomm
-from .errhandling import ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler
+from .errhandling import ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler
 from .process import PROCESS
+from .rc import setting
+from .request import Request
 
 __all__ = [
     "COMM_SELF",
@@ -100,7 +105,6 @@ def Is_finalized() -> bool:
 def Init() -> None:
     """Start MPI (done automatically on import unless ``ipympi.rc.initialize`` is off),
     at the thread level ``rc.thread_level`` (``THREAD_SINGLE`` if ``rc.threads`` is off)."""
-    from .rc import setting
 
     Init_thread(_THREAD_LEVELS[setting("thread_level")] if setting("threads") else THREAD_SINGLE)
 
@@ -136,8 +140,6 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
     PROCESS.launched = bool(session_dir)
     transport = None
     if session_dir:
-        from ..progress.transport import Transport
-
         transport = Transport(rank, session_dir, ctl or None, key, nodes, bind_address)
         PROCESS.host = host
     engine = Engine(rank, size, transport)
@@ -149,8 +151,6 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
     COMM_SELF._impl = CommImpl(engine, SELF_CONTEXT, [rank], 0, "MPI_COMM_SELF", handler, True)
     PROCESS.started = True
     if transport is not None:
-        from ..progress.thread import ProgressThread
-
         sys.setswitchinterval(0.0005)  # background progress answers within ~0.6 ms
         allow_peer_reads()
         if ctl:
@@ -167,7 +167,6 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
     PROCESS.thread_level = min(required, THREAD_SERIALIZED)
     PROCESS.main_thread = threading.current_thread()
     PROCESS.initialized = True
-    from .rc import setting
 
     if setting("finalize") in (None, True):
         atexit.register(_finalize_at_exit)
@@ -180,7 +179,6 @@ def _wait_for_peers(transport: Any, size: int) -> list[str]:
     Signals the launcher forwards meanwhile (Ctrl-C) are delivered; a launcher
     that never answers ends the wait after ``PEERS_TIMEOUT`` seconds.
     """
-    from ..progress.thread import signal_self
 
     deadline = time.monotonic() + PEERS_TIMEOUT
     while (left := deadline - time.monotonic()) > 0:
@@ -203,14 +201,11 @@ def _wait_for_peers(transport: Any, size: int) -> list[str]:
 
 
 def _default_errhandler() -> Errhandler:
-    from .rc import setting
 
     errors = setting("errors")
     if errors in ("fatal", "default"):
         return ERRORS_ARE_FATAL
     if errors == "abort":
-        from .errhandling import ERRORS_ABORT
-
         return ERRORS_ABORT
     return ERRORS_RETURN
 
@@ -227,7 +222,6 @@ def Is_thread_main() -> bool:
 def Finalize() -> None:
     """Shut MPI down: wait for outgoing messages, synchronise with every rank, close."""
     engine = PROCESS.live_engine("Finalize")
-    from . import finalize_hooks as _finalize_hooks
 
     _finalize_hooks.run()  # e.g. COMM_SELF attribute delete callbacks
     _bsend.detach(engine, PROCESS)
@@ -338,7 +332,6 @@ def Flush_buffer() -> None:
 
 def Iflush_buffer() -> Any:
     """Nonblocking ``Flush_buffer``: a request completing once the buffer is empty."""
-    from .request import Request
 
     return Request._of(_bsend.iflush(PROCESS, COMM_WORLD, "Iflush_buffer"))
 

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core import constants as K
+from ..core import contexts as ctx
 from ..core.errors import ERR_ARG, ERR_DIMS, ERR_NOT_SAME, ERR_RANK, ERR_TOPOLOGY
 from ..core.errors import Exception as MPIException
 from . import commbuild as cb
@@ -310,7 +311,6 @@ class TopologyConstructors:
         if ``same`` (``ERR_NOT_SAME`` otherwise); ``describe(parts)`` gives this
         rank's topology from every rank's part.
         """
-        from ..core import contexts as ctx
 
         impl = self._live()
         if nodes > impl.size:

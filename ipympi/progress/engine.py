@@ -33,6 +33,7 @@ from ..core.constants import ANY_SOURCE
 from ..core.errors import ERR_OTHER, ERR_TRUNCATE
 from ..core.errors import Exception as MPIException
 from ..core.matching import Envelope, Matcher, PostedReceive
+from ..core.schedule import describe_signature
 from ..core.wire import (
     ACK,
     CANCEL,
@@ -737,7 +738,6 @@ class Engine:
 
     def _stray_collective_message(self, context: int, source: int, tag: int, sig: int) -> None:
         """A message of an already completed collective arrived: the ranks disagree."""
-        from ..core.schedule import describe_signature
 
         if (context, tag) in self.coll_mismatched:
             return  # a late message of a collective that already failed

@@ -22,6 +22,8 @@ from typing import Any, cast
 import numpy as np
 
 from ..core.schedule import KINDS
+from ..mpi.request import Request
+from ..progress import tracing as _trace
 
 __all__ = ["COLLECTIVES", "default_call", "explain_call", "parse_collective_call"]
 
@@ -196,9 +198,6 @@ def explain_call(text: str, setup: str = "") -> dict[str, Any]:
     runs first, in a copy of the rank's namespace.
     """
     from IPython import get_ipython
-
-    from ..mpi.request import Request
-    from ..progress import tracing as _trace
 
     call = parse_collective_call(text)
     func = cast(ast.Attribute, call.func)  # parse_collective_call checked it

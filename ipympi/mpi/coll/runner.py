@@ -30,6 +30,7 @@ from ...core.constants import ANY_SOURCE
 from ...core.errors import ERR_NOT_SAME, ERR_OTHER
 from ...core.errors import Exception as MPIException
 from ...core.schedule import KINDS, ROOTED, Algorithm, Round, describe_signature, is_local
+from ...progress.engine import WaitInfo
 from ...progress.operation import COLL, RECV, SEND, Op
 from ..request import Prequest, Request
 
@@ -159,7 +160,6 @@ class CollOp(Op):
 
     def _blocked_in(self) -> Any:
         """What this call waits for (built only when an observer asks)."""
-        from ...progress.engine import WaitInfo
 
         pending = [op.peer for op in self.recv_ops if not op.done]
         call = f"{self.call} (collective #{self.seq}, round {self.rounds})"

@@ -20,7 +20,7 @@ from .publish import publisher_for
 
 if TYPE_CHECKING:
     from .cluster import Cluster
-    from .records import Request
+    from .records import Submission
 
 __all__ = ["ClusterAPI", "apply", "execute", "gather", "pull", "push", "scatter"]
 
@@ -158,7 +158,7 @@ def execute(
     return result
 
 
-def _finish(cluster: Cluster, req: Request) -> dict[int, Any]:
+def _finish(cluster: Cluster, req: Submission) -> dict[int, Any]:
     """Wait for a data request; its per-rank reply buffers unpickled; RankError on failure."""
     cluster.wait(req, DATA_TIMEOUT)
     cluster.forget(req)

@@ -38,14 +38,21 @@ import zmq
 from ...core import control as ctl
 from ...launch.launcher import _make_session_dir
 from ...launch.watch import with_cpu
-from ..engine.protocol import Message, ProtocolError, Signer
+from ..engine.protocol import EngineMessage, ProtocolError, Signer
 from .api import ClusterAPI
 from .errands import Errands
 from .interrupts import current_gate
 from .launchers import ClusterError, Launcher, World
 from .placement import make_launcher
 from .realwatch import DEADLOCK_AFTER
-from .records import QUERY_TIMEOUT, UNINTERRUPTIBLE, WORLD_WAS_ENDED, EngineRecord, Output, Request
+from .records import (
+    QUERY_TIMEOUT,
+    UNINTERRUPTIBLE,
+    WORLD_WAS_ENDED,
+    EngineRecord,
+    Output,
+    Submission,
+)
 from .render import WORLD_ENDED
 from .status import status_rows
 
@@ -54,7 +61,7 @@ __all__ = [
     "Cluster",
     "ClusterError",
     "EngineRecord",
-    "Request",
+    "Submission",
 ]
 
 DEFAULT_NP = 4
@@ -97,7 +104,7 @@ class Cluster(ClusterAPI):
         self.signer = Signer(self.key)
         self.gen = 0
         self.engines: list[EngineRecord] = []
-        self.requests: dict[str, Request] = {}
+        self.requests: dict[str, Submission] = {}
         self.dropped = 0  # engine messages dropped for a bad signature
         self.aborted: dict[str, Any] | None = None  # the abort message that ended the world
         self.ended: str | None = None  # why the controller ended the world
@@ -437,10 +444,10 @@ class Cluster(ClusterAPI):
         targets: Iterable[int],
         buffers: Sequence[bytes] = (),
         on_output: Output | None = None,
-    ) -> Request:
-        """Send one request to ``targets``; its replies and output collect in the Request."""
-        msg = Message(kind, content, buffers=tuple(buffers))
-        req = Request(msg.id, kind, sorted(set(targets)), on_output=on_output)
+    ) -> Submission:
+        """Send one request to ``targets``; its replies and output collect in the Submission."""
+        msg = EngineMessage(kind, content, buffers=tuple(buffers))
+        req = Submission(msg.id, kind, sorted(set(targets)), on_output=on_output)
         frames = self.signer.encode(msg)
         self.requests[req.id] = req
         for rank in req.targets:
@@ -455,7 +462,7 @@ class Cluster(ClusterAPI):
         return req
 
     def _synthesize_reply(
-        self, req: Request, rank: int, ename: str, evalue: str, where: str | None = None
+        self, req: Submission, rank: int, ename: str, evalue: str, where: str | None = None
     ) -> None:
         content: dict[str, Any] = {
             "status": "error",
@@ -468,16 +475,16 @@ class Cluster(ClusterAPI):
         req.messages.append((rank, "error", content))
         if req.on_output is not None:
             req.on_output([(rank, "error", content)])
-        req.replies[rank] = Message("reply", content, req.id)
+        req.replies[rank] = EngineMessage("reply", content, req.id)
 
-    def _fail_pending(self, req: Request, ename: str, evalue: str) -> None:
+    def _fail_pending(self, req: Submission, ename: str, evalue: str) -> None:
         for rank in req.pending:
             self._synthesize_reply(req, rank, ename, evalue)
 
     def _busy(self) -> bool:
         return any(not req.done for req in self.requests.values())
 
-    def wait(self, req: Request, timeout: float | None = None) -> bool:
+    def wait(self, req: Submission, timeout: float | None = None) -> bool:
         """Pump until ``req`` is done; False when ``timeout`` passes first.
 
         KeyboardInterrupt (the notebook's interrupt) is passed on to the ranks
@@ -492,7 +499,7 @@ class Cluster(ClusterAPI):
             self.interrupt(req)
             return True
 
-    def interrupt(self, req: Request, resynchronize: bool = True) -> None:
+    def interrupt(self, req: Submission, resynchronize: bool = True) -> None:
         """Interrupt the ranks still running ``req``, collect their replies, realign them.
 
         A second Ctrl-C while waiting stops waiting: the silent ranks are
@@ -511,7 +518,7 @@ class Cluster(ClusterAPI):
         if resynchronize:
             self.resynchronize()
 
-    def _end_uninterruptible(self, req: Request) -> None:
+    def _end_uninterruptible(self, req: Submission) -> None:
         """End the world of ranks that an interrupt cannot reach (inside a real MPI call).
 
         Each silent rank's error says where it was; the request (and the
@@ -593,7 +600,7 @@ class Cluster(ClusterAPI):
                 with contextlib.suppress(zmq.ZMQError):
                     self._ctl.send_multipart([ctl.identity(rank), frame], zmq.NOBLOCK)
 
-    def forget(self, req: Request) -> None:
+    def forget(self, req: Submission) -> None:
         self.requests.pop(req.id, None)
 
     # -- the event loop ----------------------------------------------------------------
@@ -676,7 +683,7 @@ class Cluster(ClusterAPI):
             engine.arrived = tuple(map(int, p2p.get("arrived") or ()))
 
     @staticmethod
-    def _flush_batch(req: Request, batch: list[tuple[int, str, dict[str, Any]]]) -> None:
+    def _flush_batch(req: Submission, batch: list[tuple[int, str, dict[str, Any]]]) -> None:
         if batch and req.on_output is not None:
             req.on_output(batch)
 

@@ -22,7 +22,7 @@ from ...launch.watch import LOOK_AFTER, LOOK_EVERY
 from .hooks import build_report, notify
 from .interrupts import interrupts_at_waits
 from .launchers import ClusterError
-from .records import Request
+from .records import Submission
 from .render import GROUPS, WORLD_ENDED, OutputRenderer, compose_error
 from .stuck import describe_wait, late_leftovers, look, on_stuck, watch_for
 
@@ -123,7 +123,7 @@ def rank_error(
 class CellResult:
     """What a parallel cell did on each rank (also kept by ``--save-name``)."""
 
-    request: Request
+    request: Submission
     targets: list[int]
     execution_count: int
     renderer: OutputRenderer | None = None
@@ -327,7 +327,9 @@ class Progress:
             self.update("")
 
 
-def describe_progress(targets: list[int], req: Request, states: list[dict], elapsed: float) -> str:
+def describe_progress(
+    targets: list[int], req: Submission, states: list[dict], elapsed: float
+) -> str:
     """``[12.3 s] done: 0,1 · running: 2 (line 4 of cell [7]) · blocked: 3 in Recv(...)``."""
     done = [r for r in targets if r in req.replies]
     parts = [f"[{elapsed:.1f} s] done: {format_ranks(done) if done else 'none'}"]
@@ -552,7 +554,7 @@ def _follow(
         _report_failure(result)
 
 
-def _quiet_finish(req: Request, finished: set[int], coalescer: Coalescer | None) -> bool:
+def _quiet_finish(req: Submission, finished: set[int], coalescer: Coalescer | None) -> bool:
     """A rank finished and no output is being held: tell the renderer at once."""
     if coalescer is not None and coalescer.items:
         return False  # held output (and the finish) are handed over when due

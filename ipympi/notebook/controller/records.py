@@ -1,7 +1,7 @@
 """What a cluster keeps about its engines and its requests, and the words it uses.
 
 :class:`EngineRecord` is one rank's engine process as the controller knows
-it; :class:`Request` is one request sent to some ranks with everything they
+it; :class:`Submission` is one request sent to some ranks with everything they
 said about it (:mod:`ipympi.notebook.controller.cluster` fills both in).
 """
 
@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..engine.protocol import Message
+from ..engine.protocol import EngineMessage
 
 __all__ = [
     "QUERY_TIMEOUT",
@@ -19,7 +19,7 @@ __all__ = [
     "WORLD_WAS_ENDED",
     "EngineRecord",
     "Output",
-    "Request",
+    "Submission",
 ]
 
 Output = Callable[[list[tuple[int, str, dict[str, Any]]]], None]
@@ -54,13 +54,13 @@ class EngineRecord:
 
 
 @dataclass
-class Request:
+class Submission:
     """One request sent to some ranks, and everything they said about it."""
 
     id: str
     kind: str
     targets: list[int]
-    replies: dict[int, Message] = field(default_factory=dict)
+    replies: dict[int, EngineMessage] = field(default_factory=dict)
     messages: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     said: dict[int, int] = field(default_factory=dict)  # rank -> output messages so far
     on_output: Output | None = None

@@ -22,7 +22,7 @@ from ...core.ranksets import ranks_phrase
 from ...launch.watch import BuiltinWatch, Verdict
 from ..engine.leftovers import LATE_ARRIVALS, in_flight
 from .realwatch import RealMPIWatch
-from .records import QUERY_TIMEOUT, UNINTERRUPTIBLE, WORLD_WAS_ENDED, Output, Request
+from .records import QUERY_TIMEOUT, UNINTERRUPTIBLE, WORLD_WAS_ENDED, Output, Submission
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -55,7 +55,7 @@ def watch_for(cluster: Cluster) -> BuiltinWatch | RealMPIWatch:
 
 
 def look(
-    watch: BuiltinWatch | RealMPIWatch, now: float, states: dict[int, dict], req: Request
+    watch: BuiltinWatch | RealMPIWatch, now: float, states: dict[int, dict], req: Submission
 ) -> Verdict | None:
     """One look of ``watch`` at ``req``'s ranks (``states``: those still running)."""
     failed = [r for r, reply in req.replies.items() if reply.content.get("status") != "ok"]

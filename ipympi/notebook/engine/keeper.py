@@ -61,7 +61,7 @@ PARENT_POLL = 0.5  # seconds between looks at whether the keeper's own parent is
 RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 
 # Gets its stderr pipe (read end, write end) and its notes (a write end), returns its status.
-Engine = Callable[[tuple[int, int], int], int]
+RunEngine = Callable[[tuple[int, int], int], int]
 Witness = Callable[[bytes], None]  # gets the engine's notes and its unread stderr
 
 
@@ -99,7 +99,7 @@ def launcher_rank(env: Mapping[str, str]) -> int | None:
     return None
 
 
-def keep(engine: Engine, key: bytes, witness: Witness) -> int:
+def keep(engine: RunEngine, key: bytes, witness: Witness) -> int:
     """Run ``engine`` in a child process; report its exit; return the status to exit with."""
     parent = os.getppid()
     err_r, err_w = os.pipe()  # the engine's standard error, as it captures it

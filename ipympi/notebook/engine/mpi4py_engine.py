@@ -238,9 +238,9 @@ class ControlThread(threading.Thread):
 
 
 def _engine_class() -> type:
-    from .shell import Engine
+    from .shell import RankEngine
 
-    class Mpi4pyEngine(Engine):
+    class Mpi4pyEngine(RankEngine):
         """The shared engine, minus what only the built-in MPI can do."""
 
         aborted: threading.Event | None = None  # set once MPI has said this rank aborts

@@ -1,7 +1,7 @@
 """The variables a user defined on a rank, as the controller keeps them.
 
 An engine's reply says which names its user has defined whenever they change
-(:meth:`ipympi.notebook.engine.shell.Engine.note_names`), so that the notice of a fresh
+(:meth:`ipympi.notebook.engine.shell.RankEngine.note_names`), so that the notice of a fresh
 world can say which variables were lost with the old one, when the old ranks
 can no longer be asked.
 """

@@ -61,7 +61,7 @@ from typing import Any
 __all__ = [
     "MAGIC",
     "MAX_BODY",
-    "Message",
+    "EngineMessage",
     "ProtocolError",
     "Signer",
     "new_id",
@@ -81,7 +81,7 @@ def new_id() -> str:
 
 
 @dataclass(frozen=True)
-class Message:
+class EngineMessage:
     """One decoded engine-protocol message."""
 
     type: str
@@ -105,7 +105,7 @@ class Signer:
             mac.update(buf)
         return mac.hexdigest().encode("ascii")
 
-    def encode(self, msg: Message) -> list[bytes]:
+    def encode(self, msg: EngineMessage) -> list[bytes]:
         """The frames of ``msg``."""
         body = json.dumps(
             {"type": msg.type, "id": msg.id, "parent": msg.parent, "content": msg.content},
@@ -115,7 +115,7 @@ class Signer:
         buffers = [bytes(b) for b in msg.buffers]
         return [MAGIC, self._digest(body, buffers), body, *buffers]
 
-    def decode(self, frames: list[bytes]) -> Message:
+    def decode(self, frames: list[bytes]) -> EngineMessage:
         """The message in ``frames``; ProtocolError if malformed or wrongly signed."""
         if len(frames) < 3 or frames[0] != MAGIC:
             raise ProtocolError("not an engine-protocol message")
@@ -132,7 +132,7 @@ class Signer:
             raise ProtocolError(f"malformed body: {exc}") from None
         if not isinstance(kind, str) or not isinstance(content, dict):
             raise ProtocolError("malformed body: type or content")
-        return Message(kind, content, parent, str(ident), tuple(bytes(b) for b in buffers))
+        return EngineMessage(kind, content, parent, str(ident), tuple(bytes(b) for b in buffers))
 
 
 def _jsonable(obj: Any) -> Any:

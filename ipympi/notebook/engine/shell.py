@@ -38,6 +38,7 @@ from IPython.core.interactiveshell import InteractiveShell
 from traitlets import Type, default
 
 from ...core.control import format_call
+from ...core.errors import ERR_NOT_SAME
 from ...core.errors import Exception as MPIException
 from ...mpi.process import PROCESS
 from ...progress import tracing as _trace
@@ -53,11 +54,11 @@ from .errors import (
 from .inputs import RankTransformerManager
 from .leftovers import LATE_ARRIVALS, Leftovers
 from .names import UserNames
-from .protocol import Message, ProtocolError, Signer
+from .protocol import EngineMessage, ProtocolError, Signer
 
 __all__ = [
-    "Engine",
     "EngineIO",
+    "RankEngine",
     "RankShell",
     "UserNames",
     "close_io",
@@ -103,7 +104,7 @@ class EngineIO:
         buffers: tuple[bytes, ...] = (),
         parent: str | None = None,
     ) -> None:
-        msg = Message(kind, dict(content), parent or self.parent, buffers=buffers)
+        msg = EngineMessage(kind, dict(content), parent or self.parent, buffers=buffers)
         frames = self.signer.encode(msg)
         with self._lock:
             self.outbox.send_multipart(frames, copy=len(frames[-1]) < 65536)
@@ -122,7 +123,7 @@ class EngineIO:
         self.flush_output()
         self.send(kind, content, **kw)
 
-    def receive(self, timeout_ms: int) -> Message | None:
+    def receive(self, timeout_ms: int) -> EngineMessage | None:
         """The next well-signed request, or None after ``timeout_ms``."""
         if not self.inbox.poll(timeout_ms):
             return None
@@ -215,7 +216,7 @@ class RankShell(InteractiveShell):
     def _get_exc_info(self, exc_tuple: Any = None) -> Any:
         etype, value, tb = super()._get_exc_info(exc_tuple)
         if etype is KeyboardInterrupt:
-            tb = without_frames_of(tb, Engine.on_sigint.__code__)
+            tb = without_frames_of(tb, RankEngine.on_sigint.__code__)
         if isinstance(etype, type) and issubclass(etype, (KeyboardInterrupt, MPIException)):
             # As with mpi4py, the traceback ends at the user's MPI call: the
             # frames of the MPI implementation say nothing about the user's code.
@@ -243,7 +244,7 @@ def describe_interruption(frame: Any) -> str:
 
 
 # -- the engine's life ---------------------------------------------------------------------
-class Engine:
+class RankEngine:
     """Serves requests until told to shut down."""
 
     def __init__(self, io: EngineIO, shell: RankShell) -> None:
@@ -251,7 +252,7 @@ class Engine:
         self.shell = shell
         self.executing = False
         self.state = "idle"
-        self.handlers: dict[str, Callable[[Message], None]] = {
+        self.handlers: dict[str, Callable[[EngineMessage], None]] = {
             "execute": self.on_execute,
             "push": self.on_push,
             "pull": self.on_pull,
@@ -315,7 +316,7 @@ class Engine:
         )
 
     # -- requests ----------------------------------------------------------------------
-    def on_execute(self, msg: Message) -> None:
+    def on_execute(self, msg: EngineMessage) -> None:
         code = str(msg.content.get("code", ""))
         silent = bool(msg.content.get("silent", False))
         store_history = bool(msg.content.get("store_history", not silent))
@@ -394,7 +395,6 @@ class Engine:
         belongs to the cell that just ran: it is reported now, not by the next
         cell's first collective.
         """
-        from ...core.errors import ERR_NOT_SAME
 
         try:
             lines, mismatch = self.leftovers.check(PROCESS.engine, take_mismatch, interrupted)
@@ -406,7 +406,7 @@ class Engine:
             return None
         return MPIException(ERR_NOT_SAME, f"found at the end of the cell: {mismatch}")
 
-    def on_push(self, msg: Message) -> None:
+    def on_push(self, msg: EngineMessage) -> None:
         values = pickle.loads(msg.buffers[0]) if msg.buffers else {}
         if not isinstance(values, dict):
             raise TypeError("push needs a dict of names to values")
@@ -415,7 +415,7 @@ class Engine:
         self.note_names(content)
         self.reply(content)
 
-    def on_pull(self, msg: Message) -> None:
+    def on_pull(self, msg: EngineMessage) -> None:
         names = list(msg.content.get("names", []))
         ns = self.shell.user_ns
         missing = [name for name in names if name not in ns]
@@ -424,7 +424,7 @@ class Engine:
         data = pickle.dumps([ns[name] for name in names], protocol=pickle.HIGHEST_PROTOCOL)
         self.reply({"names": names}, (data,))
 
-    def on_apply(self, msg: Message) -> None:
+    def on_apply(self, msg: EngineMessage) -> None:
         func, args, kwargs = _loads_callable(msg.buffers[0], self.shell.user_ns)
         self.executing = True
         self.state = "running"
@@ -436,7 +436,7 @@ class Engine:
         data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         self.reply({}, (data,))
 
-    def on_complete(self, msg: Message) -> None:
+    def on_complete(self, msg: EngineMessage) -> None:
         code = str(msg.content.get("code", ""))
         pos = int(msg.content.get("cursor_pos", len(code)))
         from IPython.core.completer import provisionalcompleter
@@ -454,7 +454,7 @@ class Engine:
             {"matches": list(dict.fromkeys(matches)), "cursor_start": start, "cursor_end": end}
         )
 
-    def on_inspect(self, msg: Message) -> None:
+    def on_inspect(self, msg: EngineMessage) -> None:
         from IPython.utils.tokenutil import token_at_cursor
 
         code = str(msg.content.get("code", ""))
@@ -469,7 +469,7 @@ class Engine:
             found = True
         self.reply({"found": found, "data": data, "metadata": {}})
 
-    def on_recover(self, msg: Message) -> None:
+    def on_recover(self, msg: EngineMessage) -> None:
         """Realign collectives after an interrupt (two steps, driven by the controller)."""
         engine = PROCESS.engine
         if engine is None or engine.finalized:
@@ -486,7 +486,7 @@ class Engine:
             engine.leave()
         self.reply({"positions": {str(k): v for k, v in positions.items()}})
 
-    def on_leftovers(self, msg: Message) -> None:
+    def on_leftovers(self, msg: EngineMessage) -> None:
         """Wait for messages still on their way to this rank, then report what the
         cell left (``expect``: per rank, the messages each sender has sent it)."""
         expect = dict(msg.content.get("expect") or {}).get(str(self.io.rank)) or {}
@@ -495,7 +495,7 @@ class Engine:
         self.check_after_cell(take_mismatch=False)
         self.reply({})
 
-    def on_shutdown(self, msg: Message) -> None:
+    def on_shutdown(self, msg: EngineMessage) -> None:
         self.reply({})
         self.running = False
 
@@ -573,7 +573,7 @@ def say_hello(io: EngineIO, rank: int, extra: Mapping[str, Any] | None = None) -
     """Tell the controller that requests can reach this engine now (``extra``: more about it)."""
     content = {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(), **(extra or {})}
     # Sent on the inbox: once the controller has it, requests can reach this engine.
-    io.inbox.send_multipart(io.signer.encode(Message("hello", content)))
+    io.inbox.send_multipart(io.signer.encode(EngineMessage("hello", content)))
 
 
 def close_io(io: EngineIO, ctx: zmq.Context[Any]) -> None:
@@ -599,7 +599,7 @@ def run_engine(rank: int, spec: Mapping[str, Any], key: bytes) -> int:
     rc.initialize = True
     comm = mpi.COMM_WORLD
     shell = make_shell(io, {"MPI": MPI, "comm": comm, "rank": rank, "size": comm.Get_size()})
-    engine = Engine(io, shell)
+    engine = RankEngine(io, shell)
     from ...progress import thread as _progress
 
     _progress.activity = lambda: engine.state
@@ -610,7 +610,7 @@ def run_engine(rank: int, spec: Mapping[str, Any], key: bytes) -> int:
     return status
 
 
-def serve_until_shutdown(engine: Engine, finalize: Callable[[], Any]) -> int:
+def serve_until_shutdown(engine: RankEngine, finalize: Callable[[], Any]) -> int:
     """Serve requests until told to shut down, then ``finalize`` MPI; the exit status."""
     io = engine.io
     try:
