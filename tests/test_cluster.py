@@ -144,7 +144,8 @@ def test_a_late_answer_to_a_state_query_is_not_taken_for_the_next_one(cluster: C
     cluster.query_states(wait=False)  # its answers come while the next query waits
     states = cluster.query_states()
     assert [s["state"] for s in states] == ["idle"] * 3
-    assert {engine.state.get("query") for engine in cluster.engines} == {cluster._query_id}
+    assert cluster._ctl is not None
+    assert {engine.state.get("query") for engine in cluster.engines} == {cluster._ctl.query_id}
 
 
 def test_interrupt_reports_where_and_the_next_cell_works(cluster: Cluster) -> None:

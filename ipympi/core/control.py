@@ -88,6 +88,7 @@ __all__ = [
     "PEERS",
     "PEER_EXIT",
     "QUERY",
+    "QUERY_TIMEOUT",
     "RANK_STATES",
     "SIGNAL",
     "STATE",
@@ -141,6 +142,8 @@ NO_ANSWER = "no answer"
 EXITED = "exited"
 
 MAX_FRAME = 1 << 20
+# Seconds ranks get to answer a state query, before the asker takes them as silent.
+QUERY_TIMEOUT = 1.0
 MAC_SIZE = 32  # an HMAC-SHA256 digest leads every frame
 
 _INT = (int,)

@@ -19,7 +19,6 @@ the agent's events, and signals go to the agent as commands.
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
 import os
 import shlex
@@ -33,6 +32,7 @@ from typing import Any, Callable
 import zmq
 
 from ..core import control as ctl
+from .ctlserver import ControlServer
 from .forwarding import OutputStream
 from .hosts import Host, controller_address, environment_is_local, nodes_of, start_method
 from .jsonlines import JsonLinesProcess
@@ -212,14 +212,13 @@ class HostsJob(Job):
         self._start_deadline = 0.0  # when agents that have not answered are given up
 
     # -- starting -----------------------------------------------------------------------
-    def _bind_control(self, sock: zmq.Socket[bytes]) -> str:
+    def _bind_control(self, control: ControlServer) -> str:
         used = [self.node_hosts[node].name for node in sorted(set(self.nodes))]
         self._control_host = controller_address(used, self.iface)
         host = f"[{self._control_host}]" if ":" in self._control_host else self._control_host
         if ":" in self._control_host:
-            sock.setsockopt(zmq.IPV6, 1)
-        port = sock.bind_to_random_port(f"tcp://{host}")
-        return f"tcp://{host}:{port}"
+            control.socket.setsockopt(zmq.IPV6, 1)
+        return control.bind(f"tcp://{host}:0")
 
     def _start_ranks(self, preexec: Callable[[], None] | None) -> None:
         self._start_deadline = time.monotonic() + self._start_timeout
@@ -373,11 +372,8 @@ class HostsJob(Job):
         if not all(endpoints):
             return  # ranks on a single host need no peer table
         self._peers_sent = True
-        assert self._ctl is not None
-        frame = ctl.encode({"type": ctl.PEERS, "endpoints": endpoints}, ctl.session_key(self.key))
-        for handle in self.ranks:
-            with contextlib.suppress(zmq.ZMQError):
-                self._ctl.send_multipart([ctl.identity(handle.rank), frame], zmq.NOBLOCK)
+        assert self._control is not None
+        self._control.send_all(range(len(self.ranks)), {"type": ctl.PEERS, "endpoints": endpoints})
 
     def close(self) -> None:
         if self._closed:

@@ -53,6 +53,8 @@ import zmq
 
 from .. import mpi4py as mpi4py_name
 from ..core import control as ctl
+from ..core.control import QUERY_TIMEOUT
+from .ctlserver import ControlServer
 from .forwarding import OutputStream, Sink
 from .watch import LOOK_AFTER, LOOK_EVERY, describe_stuck_job, is_stuck, with_cpu
 
@@ -62,7 +64,6 @@ PROG = "ipympi.run"
 GRACE = 2.0  # seconds between the steps of the shutdown sequence
 ABORT_GRACE = 0.25  # how long a failed rank's abort message may lag behind its exit
 DRAIN_GRACE = 1.0  # how long output may lag behind the end of the last process
-QUERY_TIMEOUT = 1.0  # how long ranks get to answer a state query in a hang report
 LOOK_WAIT = 0.2  # how long ranks get to answer one look for a deadlock
 TIMEOUT_STATUS = 124  # like timeout(1)
 # When no rank can progress: next to the timeout's 124, below the 126/127 of a
@@ -230,7 +231,7 @@ class Job:
         self._stdout = Sink(stdout if stdout is not None else sys.stdout.buffer)
         self._stderr = Sink(stderr if stderr is not None else sys.stderr.buffer)
         self._ctx: zmq.Context[zmq.Socket[bytes]] | None = None
-        self._ctl: zmq.Socket[bytes] | None = None
+        self._control: ControlServer | None = None
         self._poller = zmq.Poller()
         self._handlers: dict[Any, Callable[[], None]] = {}
         self._streams: dict[int, OutputStream] = {}
@@ -251,7 +252,6 @@ class Job:
         self.deadlock_check = deadlock_check
         self._next_look = 0.0
         self._looking: list[RankHandle] | None = None
-        self._query_id = 0  # numbers state queries, so that late answers are dropped
         self._look_due = 0.0
         self._previous: dict[int, dict[str, Any]] = {}
         self._deadlock: str | None = None
@@ -276,12 +276,11 @@ class Job:
         self._started = True
         self.session_dir = _make_session_dir()
         self._ctx = zmq.Context()
-        self._ctl = self._ctx.socket(zmq.ROUTER)
-        self._ctl.setsockopt(zmq.LINGER, 0)
-        self._ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self._ctl.setsockopt(zmq.MAXMSGSIZE, ctl.MAX_FRAME + 64)
-        self.ctl_address = self._bind_control(self._ctl)
-        self._watch(self._ctl, self._read_control)
+        self._control = ControlServer(
+            self._ctx, ctl.session_key(self.key), self.n, on_bad=self._bad_control
+        )
+        self.ctl_address = self._bind_control(self._control)
+        self._watch(self._control.socket, self._read_control)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -295,12 +294,10 @@ class Job:
             raise
         self._next_look = time.monotonic() + LOOK_AFTER
 
-    def _bind_control(self, sock: zmq.Socket[bytes]) -> str:
+    def _bind_control(self, control: ControlServer) -> str:
         """Bind the control ROUTER and return its address (ipc in the session directory)."""
         assert self.session_dir is not None
-        address = ctl.control_address(self.session_dir)
-        sock.bind(address)
-        return address
+        return control.bind(ctl.control_address(self.session_dir))
 
     def _start_ranks(self, preexec: Callable[[], None] | None) -> None:
         """Start every rank (here, on this machine)."""
@@ -421,8 +418,8 @@ class Job:
             self._close_stream(fd)
         for rank in self.ranks:
             self._close_pidfd(rank)
-        if self._ctl is not None:
-            self._ctl.close(linger=0)
+        if self._control is not None:
+            self._control.close()
         if self._ctx is not None:
             self._ctx.term()
         for wake_fd in (self._wake_r, self._wake_w):
@@ -451,20 +448,11 @@ class Job:
         Answers collected so far are dropped. A rank whose control socket is
         not connected yet cannot be asked (it stays ``"no answer"``).
         """
-        assert self._ctl is not None
+        assert self._control is not None
         self._reap()
         self._states = {}
-        self._query_id += 1
-        frame = ctl.encode({"type": ctl.QUERY, "id": self._query_id}, ctl.session_key(self.key))
-        asked = []
-        for rank in self.ranks:
-            if rank.returncode is None:
-                try:
-                    self._ctl.send_multipart([ctl.identity(rank.rank), frame], zmq.NOBLOCK)
-                except zmq.ZMQError:  # not connected (yet): it cannot answer
-                    continue
-                asked.append(rank)
-        return asked
+        running = [rank.rank for rank in self.ranks if rank.returncode is None]
+        return [self.ranks[r] for r in self._control.ask(running)]
 
     def _answered(self, asked: Sequence[RankHandle]) -> bool:
         return all(r.rank in self._states or r.returncode is not None for r in asked)
@@ -648,26 +636,16 @@ class Job:
             stream.close()
 
     def _read_control(self) -> None:
-        assert self._ctl is not None
-        while True:
-            try:
-                frames = self._ctl.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            try:
-                if len(frames) != 2:
-                    raise ctl.ControlProtocolError(f"{len(frames)} frames instead of 2")
-                rank = ctl.rank_of(frames[0])
-                msg = ctl.decode(frames[1], ctl.session_key(self.key))
-                if msg.get("rank", rank) != rank or not 0 <= rank < len(self.ranks):
-                    raise ctl.ControlProtocolError(f"rank {msg.get('rank')} from {frames[0]!r}")
-                handler = self._on_message.get(msg["type"])
-                if handler is None:
-                    raise ctl.ControlProtocolError(f"unexpected {msg['type']} from rank {rank}")
-            except ctl.ControlProtocolError as exc:
-                self.report(f"ignoring a bad control message: {exc}")
-                continue
-            handler(self.ranks[rank], msg)
+        assert self._control is not None
+        for rank, msg in self._control.receive():
+            handler = self._on_message.get(msg["type"])
+            if handler is None:
+                self._bad_control(f"unexpected {msg['type']} from rank {rank}")
+            else:
+                handler(self.ranks[rank], msg)
+
+    def _bad_control(self, why: str) -> None:
+        self.report(f"ignoring a bad control message: {why}")
 
     def _on_hello(self, rank: RankHandle, msg: dict[str, Any]) -> None:
         rank.hello = msg
@@ -677,7 +655,8 @@ class Job:
             self._abort = msg
 
     def _on_state(self, rank: RankHandle, msg: dict[str, Any]) -> None:
-        if ctl.answers(msg, self._query_id):  # not a late answer to an earlier look
+        assert self._control is not None
+        if self._control.is_answer(msg):  # not a late answer to an earlier look
             self._states[rank.rank] = msg
 
 

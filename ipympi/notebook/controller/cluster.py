@@ -24,6 +24,7 @@ threads hand it work through :attr:`Cluster.errands`, run at its next wait.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import secrets
@@ -36,6 +37,8 @@ from typing import Any, Callable
 import zmq
 
 from ...core import control as ctl
+from ...core.control import QUERY_TIMEOUT
+from ...launch.ctlserver import ControlServer
 from ...launch.launcher import _make_session_dir
 from ...launch.watch import with_cpu
 from ..engine.protocol import EngineMessage, ProtocolError, Signer
@@ -46,7 +49,6 @@ from .launchers import ClusterError, Launcher, World
 from .placement import make_launcher
 from .realwatch import DEADLOCK_AFTER
 from .records import (
-    QUERY_TIMEOUT,
     UNINTERRUPTIBLE,
     WORLD_WAS_ENDED,
     EngineRecord,
@@ -119,7 +121,7 @@ class Cluster(ClusterAPI):
         self._router.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self._router.bind(f"ipc://{self.session_dir}/engines")
         self._tcp_engines: str | None = None  # the ROUTER's tcp address, once bound
-        self._ctl: zmq.Socket[bytes] | None = None
+        self._ctl: ControlServer | None = None  # the current world's control socket
         self._mpi_key = b""  # signs the current world's control messages
         self._endpoints: dict[int, str] = {}  # rank -> tcp endpoint (a world on several hosts)
         self._world_dir: str | None = None
@@ -129,7 +131,6 @@ class Cluster(ClusterAPI):
         self._poller.register(self.errands.fd, zmq.POLLIN)
         self._watched: set[int] = set()  # the launcher's file descriptors in the poller
         self._closed = False
-        self._query_id = 0  # numbers state queries (see query_states)
 
     # -- life cycle ------------------------------------------------------------------
     @property
@@ -181,16 +182,15 @@ class Cluster(ClusterAPI):
         self.stopped = False
         self._world_dir = os.path.join(self.session_dir, f"w{self.gen}")
         os.mkdir(self._world_dir, 0o700)
-        self._ctl = self._ctx.socket(zmq.ROUTER)
-        self._ctl.setsockopt(zmq.LINGER, 0)
-        self._ctl.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self._mpi_key = secrets.token_bytes(16)
         # A rank's last word (an abort) may come on a new socket of its own, while its
         # old one is still being closed: the new one takes the rank's identity over.
-        self._ctl.setsockopt(zmq.ROUTER_HANDOVER, 1)
-        self._poller.register(self._ctl, zmq.POLLIN)
+        self._ctl = ControlServer(
+            self._ctx, self._mpi_key, self.n, handover=True, on_bad=_log_bad_control
+        )
+        self._poller.register(self._ctl.socket, zmq.POLLIN)
         self.engines = [EngineRecord(rank) for rank in range(self.n)]
         self._endpoints = {}
-        self._mpi_key = secrets.token_bytes(16)
         try:
             world = World(
                 n=self.n,
@@ -225,11 +225,8 @@ class Cluster(ClusterAPI):
         """Bind the world's control ROUTER (ipc in the world's directory, or tcp)."""
         assert self._ctl is not None and self._world_dir is not None
         if not self.launcher.remote:
-            address = ctl.control_address(self._world_dir)
-            self._ctl.bind(address)
-            return address
-        self._ctl.bind(f"tcp://{self.launcher.address()}:0")
-        return self._ctl.getsockopt_string(zmq.LAST_ENDPOINT)
+            return self._ctl.bind(ctl.control_address(self._world_dir))
+        return self._ctl.bind(f"tcp://{self.launcher.address()}:0")
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
         """Wait until every engine of the current world has said hello."""
@@ -317,8 +314,8 @@ class Cluster(ClusterAPI):
 
     def _close_world(self) -> None:
         if self._ctl is not None:
-            self._poller.unregister(self._ctl)
-            self._ctl.close(0)
+            self._poller.unregister(self._ctl.socket)
+            self._ctl.close()
             self._ctl = None
         if self._world_dir is not None:
             shutil.rmtree(self._world_dir, ignore_errors=True)
@@ -417,11 +414,8 @@ class Cluster(ClusterAPI):
         """Tell every live rank that ``rank`` died: what waits on it fails at once."""
         if self._ctl is None:
             return
-        frame = ctl.encode({"type": ctl.PEER_EXIT, "rank": rank, "reason": reason}, self._mpi_key)
-        for engine in self.engines:
-            if engine.alive and engine.rank != rank:
-                with contextlib.suppress(zmq.ZMQError):
-                    self._ctl.send_multipart([ctl.identity(engine.rank), frame], zmq.NOBLOCK)
+        others = [e.rank for e in self.engines if e.alive and e.rank != rank]
+        self._ctl.send_all(others, {"type": ctl.PEER_EXIT, "rank": rank, "reason": reason})
 
     def variables(self) -> list[str]:
         """The names the user defined on any rank of the current world, sorted."""
@@ -596,9 +590,7 @@ class Cluster(ClusterAPI):
             if not engine.alive or self.launcher.signal(rank, engine.pid, sig):
                 continue
             if self._ctl is not None:
-                frame = ctl.encode({"type": ctl.SIGNAL, "signal": int(sig)}, self._mpi_key)
-                with contextlib.suppress(zmq.ZMQError):
-                    self._ctl.send_multipart([ctl.identity(rank), frame], zmq.NOBLOCK)
+                self._ctl.send(rank, {"type": ctl.SIGNAL, "signal": int(sig)})
 
     def forget(self, req: Submission) -> None:
         self.requests.pop(req.id, None)
@@ -624,7 +616,7 @@ class Cluster(ClusterAPI):
                     gate.open = False
             if self._router in events:
                 self._read_engines()
-            if self._ctl is not None and self._ctl in events:
+            if self._ctl is not None and self._ctl.socket in events:
                 self._read_control()
             for fd in self._watched & events.keys():
                 if fd in self._watched:  # an earlier read may have closed it
@@ -689,22 +681,9 @@ class Cluster(ClusterAPI):
 
     def _read_control(self) -> None:
         assert self._ctl is not None
-        while True:
-            try:
-                ident, data = self._ctl.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except ValueError:
-                continue
-            try:
-                rank = ctl.rank_of(ident)
-                msg = ctl.decode(data, self._mpi_key)
-            except ctl.ControlProtocolError:
-                continue
-            if not 0 <= rank < len(self.engines):
-                continue
+        for rank, msg in self._ctl.receive():
             if msg["type"] == ctl.STATE:
-                if ctl.answers(msg, self._query_id):  # not a late answer to an earlier query
+                if self._ctl.is_answer(msg):  # not a late answer to an earlier query
                     self.engines[rank].state = msg
             elif msg["type"] == ctl.HELLO and msg.get("data"):
                 self._note_endpoint(rank, str(msg["data"]))
@@ -719,25 +698,15 @@ class Cluster(ClusterAPI):
         if len(self._endpoints) < len(self.engines) or self._ctl is None:
             return
         table = [self._endpoints[r] for r in range(len(self.engines))]
-        frame = ctl.encode({"type": ctl.PEERS, "endpoints": table}, self._mpi_key)
-        for engine in self.engines:
-            with contextlib.suppress(zmq.ZMQError):
-                self._ctl.send_multipart([ctl.identity(engine.rank), frame], zmq.NOBLOCK)
+        self._ctl.send_all(range(len(self.engines)), {"type": ctl.PEERS, "endpoints": table})
 
     # -- observation -------------------------------------------------------------------
     def query_states(self, timeout: float = QUERY_TIMEOUT, wait: bool = True) -> list[dict]:
         """Ask every live rank what it is doing; one state dict per rank, in rank order."""
-        asked = []
-        self._query_id += 1
-        query = ctl.encode({"type": ctl.QUERY, "id": self._query_id}, self._mpi_key)
         for engine in self.engines:
             engine.state = {}
-            if engine.alive and self._ctl is not None:
-                try:
-                    self._ctl.send_multipart([ctl.identity(engine.rank), query], zmq.NOBLOCK)
-                    asked.append(engine)
-                except zmq.ZMQError:
-                    pass
+        live = [engine.rank for engine in self.engines if engine.alive]
+        asked = [self.engines[r] for r in self._ctl.ask(live)] if self._ctl is not None else []
         if wait:
             self.pump(time.monotonic() + timeout, lambda: all(e.state for e in asked))
         return [self.state_of(engine) for engine in self.engines]
@@ -769,3 +738,8 @@ def _rank_of(ident: bytes, gen: int) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def _log_bad_control(why: str) -> None:
+    """A frame on a world's control socket that is not a message of its ranks."""
+    logging.getLogger(__name__).warning("ignoring a bad control message: %s", why)

@@ -14,7 +14,6 @@ from typing import Any, Callable
 from ..engine.protocol import EngineMessage
 
 __all__ = [
-    "QUERY_TIMEOUT",
     "UNINTERRUPTIBLE",
     "WORLD_WAS_ENDED",
     "EngineRecord",
@@ -24,7 +23,6 @@ __all__ = [
 
 Output = Callable[[list[tuple[int, str, dict[str, Any]]]], None]
 
-QUERY_TIMEOUT = 1.0  # seconds the controller waits for the ranks' answers to a state query
 # What a cell's error says when ipympi ends a world of a real MPI.
 UNINTERRUPTIBLE = "a rank inside a call of a real MPI cannot be interrupted"
 WORLD_WAS_ENDED = "so the MPI world was ended (the next cell starts a fresh one)"

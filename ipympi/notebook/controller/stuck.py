@@ -18,11 +18,12 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable
 
 from ...core import control as ctl
+from ...core.control import QUERY_TIMEOUT
 from ...core.ranksets import ranks_phrase
 from ...launch.watch import BuiltinWatch, Verdict
 from ..engine.leftovers import LATE_ARRIVALS, in_flight
 from .realwatch import RealMPIWatch
-from .records import QUERY_TIMEOUT, UNINTERRUPTIBLE, WORLD_WAS_ENDED, Output, Submission
+from .records import UNINTERRUPTIBLE, WORLD_WAS_ENDED, Output, Submission
 
 if TYPE_CHECKING:
     from .cluster import Cluster
