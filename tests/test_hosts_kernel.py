@@ -36,7 +36,7 @@ from ipympi.notebook.controller.render import strip_ansi
 HOSTS = "127.0.0.2:2,127.0.0.3:2"
 FAKES = Path(__file__).resolve().parent / "fakes"
 GONE_WITHIN = 10.0
-WHERE = "from ipympi.mpi import runtime as _runtime\n"
+WHERE = "from ipympi.mpi.process import PROCESS\n"
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def _text(messages: list[dict]) -> str:
 
 @pytest.mark.timeout(60)
 def test_cells_run_on_both_hosts(kernel: KernelSession) -> None:
-    out = _text(kernel.ok(WHERE + "print(rank, _runtime.host_name(), comm.allreduce(rank))"))
+    out = _text(kernel.ok(WHERE + "print(rank, PROCESS.host_name(), comm.allreduce(rank))"))
     for rank, host in enumerate(["127.0.0.2"] * 2 + ["127.0.0.3"] * 2):
         assert f"[stdout:{rank}] {rank} {host} 6" in out, out
     status = _text(kernel.ok("%mpi status"))
@@ -134,7 +134,7 @@ def test_a_dead_rank_then_a_restart_onto_other_hosts(kernel_specs: Path) -> None
         assert lines[0].startswith("rank 2 has died (exited with status 3) while "), lines
         said = _text(kernel.ok("%mpi restart -n 3 --hosts 127.0.0.2:1,127.0.0.3:2", timeout=60))
         assert "MPI session restarted: 3 ranks ready on 2 hosts" in said, said
-        out = _text(kernel.ok(WHERE + "print(rank, _runtime.host_name(), size)"))
+        out = _text(kernel.ok(WHERE + "print(rank, PROCESS.host_name(), size)"))
         assert "[stdout:0] 0 127.0.0.2 3" in out and "[stdout:2] 2 127.0.0.3 3" in out, out
         supervisors, engines = session_processes(kernel.pid)
         assert len(supervisors) == 2 and len(engines) == 3

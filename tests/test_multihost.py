@@ -42,10 +42,10 @@ def test_ranks_on_two_hosts_compute_together(run_mpi) -> None:
     slots wrap around to the first host; each host's ranks share a COMM_TYPE_SHARED."""
     body = """
     import os
-    from ipympi.mpi import runtime as _runtime
-    host = _runtime.host_name()
+    from ipympi.mpi.process import PROCESS
+    host = PROCESS.host_name()
     assert host == ("127.0.0.3" if rank in (2, 3) else "127.0.0.2"), (rank, host)
-    transport = _runtime._engine.transport
+    transport = PROCESS.engine.transport
     assert transport.tcp.endpoint.startswith(f"tcp://{host}:"), transport.tcp.endpoint
     assert transport.remote == {r for r in range(size) if r not in (
         (2, 3) if rank in (2, 3) else (0, 1, 4))}
@@ -343,8 +343,8 @@ def test_bad_host_options_get_a_usage_error(args: tuple[str, ...], why: str) -> 
 def test_an_interface_binds_every_tcp_socket(run_mpi) -> None:
     """--iface lo: the launcher and every rank listen on 127.0.0.1 only."""
     body = """
-    from ipympi.mpi import runtime as _runtime
-    assert _runtime._engine.transport.tcp.endpoint.startswith("tcp://127.0.0.1:")
+    from ipympi.mpi.process import PROCESS
+    assert PROCESS.engine.transport.tcp.endpoint.startswith("tcp://127.0.0.1:")
     assert comm.allreduce(1) == size
     """
     proc = run_mpi(4, mpi_program(MPI_PRELUDE, body), launcher_args=(*HOSTS, "--iface", "lo"))

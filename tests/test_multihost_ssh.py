@@ -99,11 +99,11 @@ def ssh_command(tmp_path: Path) -> Iterator[str]:
 def test_a_job_starts_on_two_hosts_through_ssh(run_mpi, ssh_command: str) -> None:
     body = """
     import os
-    from ipympi.mpi import runtime as _runtime
+    from ipympi.mpi.process import PROCESS
     assert os.environ.get("SSH_CONNECTION"), "not started through ssh"
     assert os.environ["MY_SETTING"] == "forwarded"
-    host = _runtime.host_name()
-    assert _runtime._engine.transport.tcp.endpoint.startswith(f"tcp://{host}:")
+    host = PROCESS.host_name()
+    assert PROCESS.engine.transport.tcp.endpoint.startswith(f"tcp://{host}:")
     total = comm.allreduce(rank)
     big = np.full(200_000, rank, dtype=np.int64)
     out = np.empty_like(big)

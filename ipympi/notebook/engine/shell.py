@@ -203,8 +203,7 @@ class RankShell(InteractiveShell):
 
     def _showtraceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
         io = self.engine_io
-        runtime = sys.modules.get("ipympi.mpi.runtime")  # the built-in MPI, where it runs
-        engine = getattr(runtime, "_engine", None)
+        engine = PROCESS.engine  # the built-in MPI's, where it runs (None on a real MPI)
         content = error_content(etype, evalue, stb, engine.dead_peers.values() if engine else ())
         if etype is KeyboardInterrupt and self.interrupted_at:
             content["where"] = self.interrupted_at
