@@ -50,6 +50,7 @@ from ..core.errors import Exception as MPIException
 from . import finalize_hooks as _finalize_hooks
 from .args import c_int
 from .errhandling import mpi_call, raise_through_world
+from .handles import CommMixin, DatatypeMixin
 from .process import PROCESS
 
 if TYPE_CHECKING:
@@ -211,16 +212,10 @@ def _is_world(impl: CommImpl) -> bool:
     return PROCESS.world is not None and impl is PROCESS.world._impl
 
 
-class CommAttributes:
+class CommAttributes(CommMixin):
     """Attribute caching methods of ``MPI.Comm``."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        def _live(self) -> CommImpl: ...
-
-        def _raise(self, exc: MPIException, call: str) -> Any: ...
 
     @classmethod
     def Create_keyval(
@@ -274,17 +269,10 @@ def _delete_attr(obj: Any, impl: AttrHolder, kind: str, keyval: Any) -> None:
         _run_delete(obj, entry[0], entry[1], "Delete_attr")
 
 
-class TypeAttributes:
+class TypeAttributes(DatatypeMixin):
     """Attribute caching methods of ``MPI.Datatype`` (and its ``Dup`` copying them)."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        def _live(self) -> _TypeImpl: ...
-
-        @classmethod
-        def _from_impl(cls, impl: _TypeImpl) -> Datatype: ...
 
     @classmethod
     def Create_keyval(

@@ -40,6 +40,7 @@ from .commimpl import comm_class
 from .errhandling import mpi_call
 from .group import Group
 from .groupcreate import GroupConstructors, subgroup_ranks
+from .handles import CommMixin
 from .info import new_info
 from .intercomm import create_intercomm
 from .process import PROCESS
@@ -62,19 +63,10 @@ SPLIT_TYPES = (
 )
 
 
-class CommConstructors:
+class CommConstructors(CommMixin):
     """Constructors, group access and comparison of ``MPI.Comm``."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        def _live(self) -> CommImpl: ...
-
-        def _raise(self, exc: MPIException, call: str) -> Any: ...
-
-        @classmethod
-        def _from_impl(cls, impl: CommImpl | None, label: str = "") -> Comm: ...
 
     # -- groups and comparison ---------------------------------------------------------
     @mpi_call
@@ -338,12 +330,6 @@ class IntraConstructors(GroupConstructors):
     """Constructors of intracommunicators only: from groups, and ``Create_intercomm``."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        def _live(self) -> CommImpl: ...
-
-        def _raise(self, exc: MPIException, call: str) -> Any: ...
 
     @mpi_call
     def Create_intercomm(

@@ -48,6 +48,7 @@ from ..core.constants import (
 from ..core.errors import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_RANK, ERR_TRUNCATE, ERR_TYPE
 from ..core.errors import Exception as MPIException
 from ..core.extfloat import external_floats
+from .handles import DatatypeMixin
 from .rawmem import address_of, byte_view
 
 if TYPE_CHECKING:
@@ -139,24 +140,10 @@ def check_span(layout: tm.Layout, nbytes: int, origin: int, count: int, call: st
 # --- The Datatype methods ----------------------------------------------------------------
 
 
-class DerivedMixin:
+class DerivedMixin(DatatypeMixin):
     """Constructors, decoding and packing of ``Datatype`` (see the module docstring)."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-        _impl: _TypeImpl
-
-        def _live(self) -> _TypeImpl: ...
-
-        @classmethod
-        def _derive(cls, layout: tm.Layout, combiner: int, contents: Contents) -> Datatype: ...
-
-        @classmethod
-        def _handle(cls, impl: _TypeImpl) -> Datatype: ...
-
-        @classmethod
-        def _from_impl(cls, impl: _TypeImpl) -> Datatype: ...
 
     def _base(self, call: str) -> _TypeImpl:
         """The old type of a constructor: live and not an LB/UB marker."""

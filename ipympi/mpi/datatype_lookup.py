@@ -41,6 +41,7 @@ from ..core.constants import (
 from ..core.errors import ERR_ARG
 from ..core.errors import Exception as MPIException
 from ..core.handle import constant as _constant
+from .handles import DatatypeMixin
 
 if TYPE_CHECKING:
     from .datatype import Datatype, _TypeImpl
@@ -142,18 +143,10 @@ def _real_for(call: str, p: int, r: int) -> tuple[str, str]:
     raise _no_f90_type(call, f"real with {p} digits of precision and exponent range {r}")
 
 
-class LookupMixin:
+class LookupMixin(DatatypeMixin):
     """The lookup constructors and type characters of ``MPI.Datatype``."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-        _impl: _TypeImpl
-
-        @classmethod
-        def _from_impl(cls, impl: _TypeImpl) -> Datatype: ...
-
-        def _live(self) -> _TypeImpl: ...
 
     # -- Fortran 90 parameterized types ---------------------------------------------------
     @classmethod

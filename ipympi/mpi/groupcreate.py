@@ -29,6 +29,7 @@ from .args import c_int, send_tag
 from .commimpl import CommImpl, comm_class
 from .errhandling import ERRORS_RETURN, Errhandler, mpi_call, world_call
 from .group import Group
+from .handles import CommMixin
 from .process import PROCESS
 
 if TYPE_CHECKING:
@@ -200,14 +201,10 @@ def create_from_groups(
     return Intercomm._from_impl(impl)
 
 
-class GroupConstructors:
+class GroupConstructors(CommMixin):
     """``Create_group`` and ``Create_from_group`` of ``MPI.Intracomm``."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        def _live(self) -> CommImpl: ...
 
     @mpi_call
     def Create_group(self, group: Any, tag: int = 0) -> Any:

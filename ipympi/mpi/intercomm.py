@@ -154,13 +154,6 @@ class InterMethods(InterCollectives):
 
     __slots__ = ()
 
-    if TYPE_CHECKING:
-
-        def _live(self) -> CommImpl: ...
-
-        @classmethod
-        def _from_impl(cls, impl: CommImpl | None, label: str = "") -> Comm: ...
-
     # -- machinery ------------------------------------------------------------------
     def _union_allgather(self, call: str, obj: Any) -> tuple[list[Any], int, int]:
         """Every process's object, by union rank; and the local and remote offsets."""

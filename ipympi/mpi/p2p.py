@@ -48,12 +48,6 @@ class PointToPoint(SendRecv):
 
     __slots__ = ()
 
-    if TYPE_CHECKING:
-
-        def _live(self) -> CommImpl: ...
-
-        def _raise(self, exc: MPIException, call: str) -> Any: ...
-
     # -- starting operations (engine held by caller) --------------------------
     def _start_send(
         self,

@@ -19,6 +19,7 @@ from ..progress.engine import WaitInfo
 from ..progress.operation import RECV, Op
 from .buffers import recv_buffer, send_buffer
 from .errhandling import mpi_call
+from .handles import PointToPointMixin
 from .pickling import dumps_message, loads_message
 from .request import Request
 from .status import Status
@@ -83,24 +84,10 @@ class SendrecvOp(Op):
         self.recv.settle()
 
 
-class SendRecv:
+class SendRecv(PointToPointMixin):
     """Mixin with the send-receive methods; ``self`` is an ``MPI.Comm``."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        def _send_checked(self, call: str, dest: Any, tag: Any) -> tuple[CommImpl, int, int]: ...
-
-        def _recv_checked(self, call: str, source: Any, tag: Any) -> tuple[CommImpl, int, int]: ...
-
-        def _start_send(
-            self, impl: CommImpl, call: str, mem: Any, dest: int, tag: int, mode: SendMode
-        ) -> Op: ...
-
-        def _start_recv(
-            self, impl: CommImpl, call: str, mem: Any, source: int, tag: int, unpack: Any = None
-        ) -> Op: ...
 
     def _start_sendrecv(
         self,

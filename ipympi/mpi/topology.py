@@ -31,6 +31,7 @@ from . import commbuild as cb
 from .args import c_int, c_ints
 from .commimpl import TopoImpl, topocomm_class
 from .errhandling import Errhandler, mpi_call, world_call
+from .handles import CommMixin
 
 if TYPE_CHECKING:
     from .commimpl import CommImpl
@@ -295,14 +296,10 @@ def _check_ranks(ranks: list[int], size: int, call: str, what: str) -> None:
 
 
 # -- constructors ------------------------------------------------------------------------
-class TopologyConstructors:
+class TopologyConstructors(CommMixin):
     """The topology constructors and mapping functions of ``MPI.Intracomm``."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        def _live(self) -> CommImpl: ...
 
     def _build(self, call: str, nodes: int, mine: Any, describe: Any, same: bool) -> Any:
         """Agree on a context and build the new communicator of ranks ``0..nodes-1``.

@@ -26,6 +26,7 @@ from ...core.errors import ERR_BUFFER
 from ...core.errors import Exception as MPIException
 from ...core.schedule import Algorithm, Round, signature
 from ..args import inter_root
+from ..handles import InterMixin
 from ..rawmem import IN_PLACE
 from .runner import CollOp, check_reported, run_in_mode
 
@@ -130,16 +131,10 @@ class InterCollOp(CollOp):
 _WRAPPERS = frozenset({"run", "once", "nothing", "shifted"})
 
 
-class InterCollBase:
+class InterCollBase(InterMixin):
     """Running one intercommunicator collective, and the rules of its root argument."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        def _live(self) -> CommImpl: ...
-
-        def Get_remote_size(self) -> int: ...
 
     def _inter(self, call: str, kind: str, root: int, build: Build, mode: str = "blocking") -> Any:
         """Run a collective over both groups: blocking, or return its (persistent) request.

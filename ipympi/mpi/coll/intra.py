@@ -21,6 +21,7 @@ from ...core.schedule import Algorithm, signature
 from ..args import root_rank
 from ..buffers import recv_buffer, send_buffer
 from ..errhandling import mpi_call
+from ..handles import CommMixin
 from ..pickling import object_items, pickle
 from ..rawmem import IN_PLACE
 from ..request import Prequest, Request
@@ -41,14 +42,10 @@ LARGE_ALLGATHER = 64 * 1024
 Plan = Callable[[int, int], "tuple[Algorithm, Callable[[Any], Any] | None]"]
 
 
-class Collectives:
+class Collectives(CommMixin):
     """Mixin with every collective operation; ``self`` is an ``MPI.Intracomm``."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        def _live(self) -> CommImpl: ...
 
     # -- machinery ----------------------------------------------------------------
     def _check_root(self, impl: CommImpl, root: Any, call: str) -> int:

@@ -30,6 +30,7 @@ from ..buffers import (
     send_buffer,
 )
 from ..errhandling import mpi_call
+from ..handles import CollectiveMixin
 from ..op import MAX, MIN, PROD, SUM, Op
 from ..rawmem import IN_PLACE
 from ..request import Prequest, Request
@@ -37,7 +38,7 @@ from . import fast
 from .bufforms import in_place as in_place_or_none
 
 if TYPE_CHECKING:
-    from ..comm import CommImpl
+    pass
 
 __all__ = ["Reductions"]
 
@@ -121,20 +122,10 @@ class _Reduction:
             unpack(self.out.mem.nbytes)
 
 
-class Reductions:
+class Reductions(CollectiveMixin):
     """Mixin with the reduction collectives; ``self`` is an ``MPI.Intracomm``."""
 
     __slots__ = ()
-
-    if TYPE_CHECKING:
-
-        def _live(self) -> CommImpl: ...
-
-        def _check_root(self, impl: CommImpl, root: Any, call: str) -> int: ...
-
-        def _collective(self, call: str, kind: str, root: int, plan: Any, mode: str) -> Any: ...
-
-        def allgather(self, sendobj: Any) -> list[Any]: ...
 
     # -- Reduce ----------------------------------------------------------------------
     def _reduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, mode: str) -> Any:
