@@ -38,10 +38,6 @@ from .transport import RETRY_MS
 
 __all__ = ["ProgressThread", "describe_location", "describe_state", "resident_bytes", "signal_self"]
 
-# What the rank's main thread does outside MPI, when something above MPI knows:
-# a notebook engine sets this to a callable returning "idle" or "running".
-activity: Callable[[], str] | None = None
-
 
 def _user_location(thread_id: int | None) -> str:
     """Where the main thread is in user code (see :func:`describe_location`)."""
@@ -51,9 +47,15 @@ def _user_location(thread_id: int | None) -> str:
 
 
 def describe_state(
-    engine: Engine, main_thread_id: int | None, main_native_id: int | None = None
+    engine: Engine,
+    main_thread_id: int | None,
+    main_native_id: int | None = None,
+    activity: Callable[[], str] | None = None,
 ) -> dict[str, Any]:
     """What this rank is doing, as a control-protocol ``state`` message.
+
+    ``activity`` says what the main thread does outside MPI ("idle" or "running"),
+    where something above MPI knows (a notebook engine).
 
     A rank blocked in MPI also says whether its main thread is running
     (``busy``: copying a large message, say) or asleep, waiting for a frame.
@@ -92,6 +94,9 @@ class ProgressThread(threading.Thread):
         super().__init__(name="ipympi-progress", daemon=True)
         self.engine = engine
         self.abort = abort  # (error code, reason): ends the job, as MPI.Abort does
+        # What the main thread does outside MPI, when the layer above knows (see
+        # describe_state); a notebook engine sets it.
+        self.activity: Callable[[], str] | None = None
         self.main_thread_id = threading.main_thread().ident
         # Made by the main thread as MPI starts; after a fork (an engine) the main
         # thread's recorded native id is its parent's.
@@ -175,7 +180,9 @@ class ProgressThread(threading.Thread):
             injected_fault("control")
             kind = msg["type"]
             if kind == _control.QUERY:
-                state = describe_state(self.engine, self.main_thread_id, self.main_native_id)
+                state = describe_state(
+                    self.engine, self.main_thread_id, self.main_native_id, self.activity
+                )
                 self.transport.send_control(_control.answer(msg, state))
             elif kind == _control.PEER_EXIT:
                 self.engine.note_peer_exit(int(msg["rank"]), str(msg.get("reason", "")))

@@ -599,9 +599,8 @@ def run_engine(rank: int, spec: Mapping[str, Any], key: bytes) -> int:
     comm = mpi.COMM_WORLD
     shell = make_shell(io, {"MPI": MPI, "comm": comm, "rank": rank, "size": comm.Get_size()})
     engine = RankEngine(io, shell)
-    from ...progress import thread as _progress
-
-    _progress.activity = lambda: engine.state
+    if PROCESS.progress is not None:
+        PROCESS.progress.activity = lambda: engine.state
     signal.signal(signal.SIGINT, engine.on_sigint)
     say_hello(io, rank, {"host": PROCESS.host_name()})  # the host's name as the host list gives it
     status = serve_until_shutdown(engine, MPI.Finalize)
