@@ -95,7 +95,7 @@ def strip_ansi(text: str) -> str:
     return _ANSI_RE.sub("", text)
 
 
-class _Op(NamedTuple):
+class _Publish(NamedTuple):
     """One thing to publish: a block of text, a display message or a result."""
 
     kind: str  # "text", "display" or "result"
@@ -114,7 +114,7 @@ def _label_lines(text: str, label: str) -> str:
     return "".join(f"{label} {line}\n" if line else f"{label}\n" for line in lines)
 
 
-def _collapse(ops: list[_Op]) -> list[_Op]:
+def _collapse(ops: list[_Publish]) -> list[_Publish]:
     """Ranks that contributed the same text to the same stream in ``ops`` shown once.
 
     A rank's text on one stream is its text ops joined; it is left alone if one
@@ -134,12 +134,12 @@ def _collapse(ops: list[_Op]) -> list[_Op]:
         if not any(idx[0] < j < idx[-1] for j in barriers.get(key[0], ())):
             text = "".join(ops[i].payload for i in idx)
             groups.setdefault((key[1], text), []).append(key)
-    replace: dict[int, _Op] = {}
+    replace: dict[int, _Publish] = {}
     drop: set[int] = set()
     for (name, text), keys in groups.items():
         if len(keys) > 1:
             idx = sorted(i for key in keys for i in spans[key])
-            replace[idx[0]] = _Op("text", tuple(sorted(k[0] for k in keys)), name, text)
+            replace[idx[0]] = _Publish("text", tuple(sorted(k[0] for k in keys)), name, text)
             drop.update(idx[1:])
     return [replace.get(i, op) for i, op in enumerate(ops) if i not in drop]
 
@@ -217,7 +217,7 @@ class OutputRenderer:
         """Take ``(rank, msg_type, content)`` messages received together, in arrival order."""
         if self._finished:
             return
-        ops: list[_Op] = []
+        ops: list[_Publish] = []
         for rank, msg_type, content in batch:
             self._seen.add(rank)
             if msg_type == "execute_result":
@@ -266,7 +266,7 @@ class OutputRenderer:
         if self._held:
             self._finish_held(ranks)
             return
-        ops: list[_Op] = []
+        ops: list[_Publish] = []
         if self._live_mode:
             drained = set(self._targets[: self._live])
             for rank in ranks:
@@ -282,35 +282,35 @@ class OutputRenderer:
     def _live_rank(self) -> int | None:
         return self._targets[self._live] if self._live < len(self._targets) else None
 
-    def _process(self, rank: int, msg_type: str, content: Mapping[str, Any]) -> list[_Op]:
+    def _process(self, rank: int, msg_type: str, content: Mapping[str, Any]) -> list[_Publish]:
         if msg_type != "stream":
-            return [_Op("display", (rank,), msg_type, content)]
+            return [_Publish("display", (rank,), msg_type, content)]
         name, text = _stream_name(content), content.get("text")
         if not isinstance(text, str) or not text:
             return []
         if not self._label:
-            return [_Op("text", (rank,), name, text)]
+            return [_Publish("text", (rank,), name, text)]
         text = self._partial.pop((rank, name), "") + text
         cut = text.rfind("\n") + 1
         if cut < len(text):
             self._partial[(rank, name)] = text[cut:]
-        return [_Op("text", (rank,), name, text[:cut])] if cut else []
+        return [_Publish("text", (rank,), name, text[:cut])] if cut else []
 
-    def _flush(self, rank: int, name: str | None = None) -> list[_Op]:
+    def _flush(self, rank: int, name: str | None = None) -> list[_Publish]:
         """The partial lines of ``rank`` (on stream ``name``, or all), ended with a newline."""
         keys = [k for k in self._partial if k[0] == rank and name in (None, k[1])]
-        return [_Op("text", (rank,), k[1], self._partial.pop(k) + "\n") for k in keys]
+        return [_Publish("text", (rank,), k[1], self._partial.pop(k) + "\n") for k in keys]
 
-    def _replay(self, rank: int) -> list[_Op]:
+    def _replay(self, rank: int) -> list[_Publish]:
         """The output held for ``rank`` while another rank was live (live mode)."""
         return [op for t, c in self._pending.pop(rank, []) for op in self._process(rank, t, c)]
 
-    def _drain(self, rank: int) -> list[_Op]:
+    def _drain(self, rank: int) -> list[_Publish]:
         """Everything ``rank`` has left to show, for a rank that is done (live mode)."""
         ops = self._replay(rank) + self._flush(rank)
         return ops + ([] if self._collapse else self._result_ops([rank]))
 
-    def _result_ops(self, ranks: Iterable[int]) -> list[_Op]:
+    def _result_ops(self, ranks: Iterable[int]) -> list[_Publish]:
         """The results of ``ranks`` not yet published, equal ones grouped when collapsing."""
         todo = [r for r in ranks if r in self._results and r not in self._results_out]
         self._results_out.update(todo)
@@ -323,13 +323,13 @@ class OutputRenderer:
                     break
             else:
                 groups.append([rank])
-        return [_Op("result", tuple(g), "", self._results[g[0]]) for g in groups]
+        return [_Publish("result", tuple(g), "", self._results[g[0]]) for g in groups]
 
     def _finish_held(self, ranks: list[int]) -> None:
         events = _apply_clears(self._events)
         if self._group == "order":
             last = {(r, _stream_name(c)): i for i, (r, t, c) in enumerate(events) if t == "stream"}
-            ops: list[_Op] = []
+            ops: list[_Publish] = []
             for i, (rank, msg_type, content) in enumerate(events):
                 ops += self._process(rank, msg_type, content)
                 if msg_type == "stream" and last[rank, _stream_name(content)] == i:
@@ -339,17 +339,17 @@ class OutputRenderer:
             return
         names = ["stdout", "stderr"]
         texts: dict[tuple[int, str], str] = {}
-        displays: dict[int, list[_Op]] = {r: [] for r in ranks}
+        displays: dict[int, list[_Publish]] = {r: [] for r in ranks}
         for rank, msg_type, content in events:
             text = content.get("text")
             if msg_type != "stream":
-                displays[rank].append(_Op("display", (rank,), msg_type, content))
+                displays[rank].append(_Publish("display", (rank,), msg_type, content))
             elif isinstance(text, str) and text:
                 name = _stream_name(content)
                 if name not in names:
                     names.append(name)
                 texts[rank, name] = texts.get((rank, name), "") + text
-        blocks: dict[tuple[int, str], _Op] = {}  # (first rank, stream) -> its block
+        blocks: dict[tuple[int, str], _Publish] = {}  # (first rank, stream) -> its block
         for name in names:
             groups: dict[object, tuple[str, list[int]]] = {}
             for rank in ranks:
@@ -359,9 +359,9 @@ class OutputRenderer:
                 if text:
                     groups.setdefault(text if self._collapse else rank, (text, []))[1].append(rank)
             for text, members in groups.values():
-                blocks[members[0], name] = _Op("text", tuple(members), name, text)
+                blocks[members[0], name] = _Publish("text", tuple(members), name, text)
         results = {op.ranks[0]: op for op in self._result_ops(ranks)}
-        out: list[_Op | None] = []
+        out: list[_Publish | None] = []
         if self._group == "rank":
             for rank in ranks:
                 out += [blocks.get((rank, name)) for name in names]
@@ -373,10 +373,10 @@ class OutputRenderer:
         self._emit([op for op in out if op is not None], False)
 
     # -- publishing ---------------------------------------------------------------
-    def _emit(self, ops: list[_Op], collapse: bool) -> None:
+    def _emit(self, ops: list[_Publish], collapse: bool) -> None:
         if collapse:
             ops = _collapse(ops)
-        merged: list[_Op] = []
+        merged: list[_Publish] = []
         for op in ops:
             prev = merged[-1] if merged else None
             if prev and op.kind == prev.kind == "text" and op[1:3] == prev[1:3]:  # ranks, name
@@ -391,7 +391,7 @@ class OutputRenderer:
             else:
                 self._publish_result(op)
 
-    def _publish_text(self, op: _Op) -> None:
+    def _publish_text(self, op: _Publish) -> None:
         text = op.payload
         if self._label:
             text = _label_lines(text, f"[{op.name}:{format_ranks(op.ranks)}]")
@@ -405,7 +405,7 @@ class OutputRenderer:
         metadata = {"ipympi": {"label": True, "ranks": [*ranks]}}
         self._publish("stream", {"name": "stdout", "text": line}, metadata)
 
-    def _publish_display(self, op: _Op) -> None:
+    def _publish_display(self, op: _Publish) -> None:
         (rank,), msg_type = op.ranks, op.name
         content = dict(op.payload)
         if msg_type == "clear_output":
@@ -419,7 +419,7 @@ class OutputRenderer:
             self._last_display = rank
         self._publish(msg_type, content, {"ipympi": {"rank": rank}})
 
-    def _publish_result(self, op: _Op) -> None:
+    def _publish_result(self, op: _Publish) -> None:
         ranks, result = [*op.ranks], op.payload
         if self._label:
             self._publish_label(f"Out[{format_ranks(ranks)}:{self._count}]:", op.ranks, _ORANGE)
