@@ -46,6 +46,9 @@ ROWS: list[tuple[str, str, str, int, str, int, int]] = [
     ("Allreduce-1Ki", "Allreduce 1 Ki f64, us", "Allreduce", 1 << 10, "us", 200, 40),
     ("Allreduce-1Mi", "Allreduce 1 Mi f64, ms", "Allreduce", 1 << 20, "ms", 3, 2),
     ("allreduce-int", "allreduce int, us", "allreduce", 0, "us", 200, 40),
+    ("Gather-1", "Gather 1 f64, us", "Gather", 1, "us", 200, 40),
+    ("Allgather-1", "Allgather 1 f64, us", "Allgather", 1, "us", 200, 40),
+    ("Alltoall-1", "Alltoall 1 f64, us", "Alltoall", 1, "us", 200, 40),
 ]
 
 
@@ -92,6 +95,11 @@ def _allreduce_loop(comm: Any, reps: int, sbuf: np.ndarray, rbuf: np.ndarray, op
         Allreduce(sbuf, rbuf, op=op)
 
 
+def _blocks_loop(call: Callable[[Any, Any], None], reps: int, sbuf: Any, rbuf: Any) -> None:
+    for _ in range(reps):
+        call(sbuf, rbuf)
+
+
 def _pyobj_loop(comm: Any, reps: int) -> int:
     allreduce = comm.allreduce
     total = 0
@@ -132,6 +140,8 @@ def make_row(
                 fail("got a wrong Allreduce sum")
 
         return (lambda reps: _allreduce_loop(comm, reps, sbuf, rbuf, MPI.SUM)), check_allreduce
+    if kind in ("Gather", "Allgather", "Alltoall"):
+        return _blocks_row(comm, kind, count, fail)
     last = [0]
 
     def pyobj(reps: int) -> None:
@@ -142,6 +152,28 @@ def make_row(
             fail(f"got allreduce sum {last[0]!r}, expected {(reps - 1) * size}")
 
     return pyobj, check_pyobj
+
+
+def _blocks_row(
+    comm: Any, kind: str, count: int, fail: Callable[[str], None]
+) -> tuple[Callable[[int], None], Callable[[int], None]]:
+    """``(loop, check)`` of a row moving ``count`` float64 elements per rank pair: Gather
+    (to rank 0), Allgather or Alltoall; rank r sends the values 100 r + destination."""
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if kind == "Alltoall":
+        sbuf = np.repeat(100.0 * rank + np.arange(size), count)
+        expected = np.repeat(100.0 * np.arange(size) + rank, count)
+    else:
+        sbuf = np.full(count, 100.0 * rank)
+        expected = np.repeat(100.0 * np.arange(size), count)
+    rbuf = np.zeros(size * count)
+    call = getattr(comm, kind)
+
+    def check(reps: int) -> None:
+        if (kind != "Gather" or rank == 0) and not np.array_equal(rbuf, expected):
+            fail(f"received {rbuf.tolist()} in {kind}, expected {expected.tolist()}")
+
+    return (lambda reps: _blocks_loop(call, reps, sbuf, rbuf)), check
 
 
 def timed(comm: Any, MPI: Any, loop: Callable[[int], None], reps: int) -> float:

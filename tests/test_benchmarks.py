@@ -26,6 +26,9 @@ COLLECTIVE_ROWS = [
     "Allreduce 1 Ki f64, us",
     "Allreduce 1 Mi f64, ms",
     "allreduce int, us",
+    "Gather 1 f64, us",
+    "Allgather 1 f64, us",
+    "Alltoall 1 f64, us",
 ]
 ROWS = ["pickled int", "8 B buffer", "1 KiB buffer", "64 KiB", "1 MiB", "16 MiB"]
 NUMBER = r"\d+(?:\.\d+)?"

@@ -46,10 +46,13 @@ __all__ = [
     "bcast_objects",
     "bcast_scatter_allgather",
     "binomial_peers",
+    "binomial_subtrees",
+    "bruck_rounds",
     "dissemination_peers",
     "gather_binomial",
     "gather_objects",
     "gatherv_linear",
+    "rotate",
     "scatter_binomial",
     "scatter_objects",
     "scatterv_linear",
@@ -90,6 +93,15 @@ def _subtree(rel: int, size: int) -> int:
     return min(rel & -rel, size - rel)
 
 
+def rotate(out: memoryview, src: memoryview, shift: int) -> None:
+    """Copy ``src`` into ``out`` (as long) rotated left by ``shift`` bytes:
+    ``out[i] = src[(i + shift) % len]``. Trees and Bruck's algorithm hold blocks in
+    ranks relative to a root or to the rank itself; this puts them in rank order."""
+    cut = src.nbytes - shift
+    out[:cut] = src[shift:]
+    out[cut:] = src[:shift]
+
+
 # -- barrier --------------------------------------------------------------------
 @functools.lru_cache(maxsize=256)
 def dissemination_peers(rank: int, size: int) -> tuple[tuple[int, int, int], ...]:
@@ -117,6 +129,25 @@ def binomial_peers(rank: int, size: int, root: int) -> tuple[int | None, tuple[i
     up = _parent_distance(rel)
     parent = (rank - up) % size if up else None
     return parent, tuple((rank + d) % size for d in _child_distances(rel, size))
+
+
+@functools.lru_cache(maxsize=256)
+def binomial_subtrees(
+    rank: int, size: int, root: int
+) -> tuple[int | None, int, tuple[tuple[int, int, int], ...]]:
+    """``(parent, ranks, children)`` of ``rank`` in the binomial tree rooted at
+    ``root``, for gathering and scattering blocks along it: ``ranks`` is the size of
+    this rank's subtree, and each child comes as ``(child, first, count)``: its
+    subtree holds the ``count`` relative ranks from this rank's relative rank +
+    ``first`` on. Children farthest first (the order scatter sends in; gather
+    receives nearest first)."""
+    rel = (rank - root) % size
+    parent, children = binomial_peers(rank, size, root)
+    subtrees = tuple(
+        (child, d, _subtree(rel + d, size))
+        for child, d in zip(children, _child_distances(rel, size))
+    )
+    return parent, _subtree(rel, size), subtrees
 
 
 def bcast_binomial(rank: int, size: int, root: int, mem: memoryview) -> Algorithm:
@@ -196,61 +227,40 @@ def gather_binomial(
     Each rank collects its subtree's blocks in relative-rank order in a scratch
     buffer and sends them to its parent; the root rotates them into place.
     """
-    rel = (rank - root) % size
     n = block.nbytes
-    count = _subtree(rel, size)
+    parent, count, children = binomial_subtrees(rank, size, root)
     scratch = memoryview(bytearray(n * count))
     scratch[:n] = block
-    mask = 1
-    while mask < size:
-        if rel & mask:
-            yield Round(
-                "send subtree to parent", sends=[((rank - mask) % size, scratch)], state=scratch
-            )
-            return
-        child = rel + mask
-        if child < size:
-            got = _subtree(child, size)
-            yield Round(
-                f"receive subtree of {got}",
-                recvs=[((rank + mask) % size, scratch[mask * n : (mask + got) * n])],
-                state=scratch,
-            )
-        mask <<= 1
+    for child, first, got in reversed(children):
+        yield Round(
+            f"receive subtree of {got}",
+            recvs=[(child, scratch[first * n : (first + got) * n])],
+            state=scratch,
+        )
+    if parent is not None:
+        yield Round("send subtree to parent", sends=[(parent, scratch)], state=scratch)
+        return
     assert out is not None
-    rotate = _local_step("rotate into place", scratch)
-    yield rotate
+    rotate_step = _local_step("rotate into place", scratch)
+    yield rotate_step
     # scratch holds relative ranks 0..p-1; relative rank i is rank (i + root) % p.
-    first = (size - root) * n
-    out[root * n :] = scratch[:first]
-    out[: root * n] = scratch[first:]
-    rotate.state = out
+    rotate(out, scratch, (size - root) * n)
+    rotate_step.state = out
 
 
 def scatter_binomial(
     rank: int, size: int, root: int, src: memoryview | None, block: memoryview
 ) -> Algorithm:
     """Binomial scatter of equal blocks from ``src`` (root only) into ``block``."""
-    rel = (rank - root) % size
     n = block.nbytes
-    count = _subtree(rel, size)
-    if rel == 0:
+    parent, count, children = binomial_subtrees(rank, size, root)
+    scratch = memoryview(bytearray(n * count))
+    if parent is None:
         assert src is not None
-        scratch = memoryview(bytearray(n * size))
-        first = (size - root) * n
-        scratch[:first] = src[root * n :]
-        scratch[first:] = src[: root * n]
+        rotate(scratch, src, root * n)
     else:
-        scratch = memoryview(bytearray(n * count))
-    up = _parent_distance(rel)
-    if up:
-        yield Round(
-            "receive subtree from parent", recvs=[((rank - up) % size, scratch)], state=scratch
-        )
-    sends = [
-        ((rank + d) % size, scratch[d * n : (d + _subtree(rel + d, size)) * n])
-        for d in _child_distances(rel, size)
-    ]
+        yield Round("receive subtree from parent", recvs=[(parent, scratch)], state=scratch)
+    sends = [(child, scratch[first * n : (first + got) * n]) for child, first, got in children]
     if sends:
         yield Round("send subtrees to children", sends=sends, state=scratch)
     own = _local_step("copy own block out", scratch)
@@ -358,6 +368,22 @@ def scatter_objects(rank: int, size: int, root: int, pickles: list[bytes] | None
 
 
 # -- allgather ------------------------------------------------------------------------
+@functools.lru_cache(maxsize=256)
+def bruck_rounds(rank: int, size: int) -> tuple[tuple[int, int, int, int], ...]:
+    """``(send to, receive from, have, count)`` of each round of Bruck's allgather:
+    send the first ``count`` blocks held, receive ``count`` blocks stored after
+    the ``have`` already held."""
+    rounds = []
+    have = 1
+    dist = 1
+    while dist < size:
+        count = min(dist, size - have)
+        rounds.append(((rank - dist) % size, (rank + dist) % size, have, count))
+        have += count
+        dist <<= 1
+    return tuple(rounds)
+
+
 def allgather_bruck(rank: int, size: int, block: memoryview, out: memoryview) -> Algorithm:
     """Bruck's allgather: ceil(log2 p) rounds for any p, then one local rotation.
 
@@ -367,24 +393,17 @@ def allgather_bruck(rank: int, size: int, block: memoryview, out: memoryview) ->
     n = block.nbytes
     scratch = memoryview(bytearray(n * size))
     scratch[:n] = block
-    have = 1
-    dist = 1
-    while dist < size:
-        count = min(dist, size - have)
+    for to, frm, have, count in bruck_rounds(rank, size):
         yield Round(
-            f"Bruck distance {dist}",
-            sends=[((rank - dist) % size, scratch[: count * n])],
-            recvs=[((rank + dist) % size, scratch[have * n : (have + count) * n])],
+            f"Bruck distance {(rank - to) % size}",
+            sends=[(to, scratch[: count * n])],
+            recvs=[(frm, scratch[have * n : (have + count) * n])],
             state=scratch,
         )
-        have += count
-        dist <<= 1
-    rotate = _local_step("rotate into place", scratch)
-    yield rotate
-    first = (size - rank) * n
-    out[rank * n :] = scratch[:first]
-    out[: rank * n] = scratch[first:]
-    rotate.state = out
+    rotate_step = _local_step("rotate into place", scratch)
+    yield rotate_step
+    rotate(out, scratch, (size - rank) * n)
+    rotate_step.state = out
 
 
 def allgather_ring(rank: int, size: int, block: memoryview | None, out: memoryview) -> Algorithm:

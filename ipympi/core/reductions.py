@@ -63,7 +63,7 @@ class Values:
     (one element), else None; :meth:`decode` reads a value from its bytes for
     kinds that do not receive into arrays (the straight path, ``_collfast``).
     Those kinds also have a ``codec``: (wire, decode, combine, nbytes) as the
-    cheapest callables that do the same, for the straight path's flat rounds.
+    cheapest callables that do the same, for the straight path's rounds.
     """
 
     nbytes: int | None = None

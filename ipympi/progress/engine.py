@@ -155,11 +155,7 @@ class Engine:
 
     # -- entering and leaving MPI --------------------------------------------
     def enter(self) -> None:
-        """Take the engine for an MPI call (from the progress thread if needed).
-
-        ``_collfast._flat`` does what this and :meth:`leave` do inline, when the
-        lock is free: keep them alike.
-        """
+        """Take the engine for an MPI call (from the progress thread if needed)."""
         if not self.lock.acquire(False):
             self.wanted += 1
             try:
@@ -711,8 +707,9 @@ class Engine:
         """The sequence number (message tag) of this rank's next collective on ``context``.
 
         ``sig`` is the call's signature and ``members`` the world ranks of the
-        communicator, remembered to explain and report mismatches. The straight
-        path (``_collfast._flat``) does the same inline: keep the two alike.
+        communicator, remembered to explain and report mismatches. Every blocking,
+        nonblocking and persistent collective, on the general path (``CollOp``) or
+        the straight one (``_collfast.Lane.start``), is numbered here.
         """
         seq = self.coll_next.get(context, 0)
         self.coll_next[context] = seq + 1

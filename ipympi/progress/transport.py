@@ -105,8 +105,7 @@ class Transport:
         self.data_fd = self.data.fileno()
         readable = select.poll()
         readable.register(self.data_fd, select.POLLIN)
-        # The engine's straight receive (``collective_frame``) and ``_collfast`` use
-        # these three directly.
+        # The engine's straight receive (``collective_frame``) uses these directly.
         self.readable = readable.poll  # (0): whether a frame waits, without reading it
         self.peers: dict[int, socket.socket] = {}  # world rank -> socket connected to it
         self.pending: dict[int, deque[bytes]] = {}  # peer -> frames waiting for room

@@ -1,65 +1,77 @@
-"""The most frequent blocking collectives as straight-line code.
+"""The small blocking collectives as straight-line code.
 
 :mod:`._collsched` runs every collective as an algorithm generator that yields
 :class:`~ipympi.mpi.coll.runner.Round` objects, which keeps each algorithm's rounds
 explicit for traces and teaching views. For the calls whose latency a user
-feels most (blocking ``Barrier``; ``Bcast`` on the binomial tree, i.e. below
-256 KiB or on 2 ranks; ``Allreduce`` and ``allreduce`` by recursive doubling,
-i.e. all but large commutative arrays; tracing off), that machinery is most of
-the cost: with 4 ranks on 2 cores a rank's CPU time is the wall time, and a
-call that runs right after a wake-up pays for every Python call it makes
-several times over. This module runs the same schedules (``dissemination_peers``,
-``binomial_peers``, ``doubling_plan``, shared with the generators) as plain
-loops over the engine: the same messages, peers, order, tags and signatures,
-so ranks on either path work together and detect mismatches alike.
+feels most (blocking Barrier; Bcast, Gather, Scatter, Allgather and Alltoall
+of small blocks; Allreduce and allreduce by recursive doubling; tracing off),
+that machinery is most of the cost: with 4 ranks on 2 cores a rank's CPU time
+is the wall time, and a call that runs right after a wake-up pays for every
+Python call it makes several times over. This module runs the same schedules
+(``dissemination_peers``, ``binomial_peers``, ``binomial_subtrees``,
+``bruck_rounds``, ``doubling_plan``, shared with the generators) as plain loops
+over a :class:`Lane`: the same messages, peers, tags and signatures, so ranks
+on either path work together and detect mismatches alike. (Alltoall sends all
+its blocks before receiving any, where the generator pairs them up round by
+round: the messages are the same, each told apart by its source.)
 
-There are two levels.
+A :class:`Lane`, kept on the communicator, holds what stays the same for it
+(its collective context, the peers of each schedule, the queue its early
+messages wait in) and the state of the call in progress. A call takes the
+engine (:func:`_held`), begins with :meth:`Lane.start`, which numbers it in the
+engine's collective ledger (``Engine.begin_collective``, as :class:`CollOp`
+does), runs its rounds with :meth:`Lane.exchange`, :meth:`Lane.take`,
+:meth:`Lane.give` and :meth:`Lane.send_all`, which send through
+``Engine.send_eager`` and receive through ``Engine.collective_frame``, and ends
+with :meth:`Lane.finish` (``Engine.end_collective``). Everything unusual (a
+reported mismatch, a message of another collective, a size that does not
+match, a large message, a dead peer) goes to the general receive and to
+:class:`CollOp`'s own checks, so errors read exactly as on the general path.
 
-* A :class:`Lane`, kept on the communicator, holds what stays the same for it
-  (its collective context, the peers of each schedule, the queue its early
-  messages wait in) and the state of the call in progress. Its methods run one
-  round each (:meth:`Lane.exchange`, :meth:`Lane.take`, :meth:`Lane.give`),
-  receiving through :meth:`Engine.collective_frame
-  <ipympi.progress.engine.Engine.collective_frame>`, and handle everything unusual:
-  a reported mismatch, a message of another collective, a size that does not
-  match, a large message, a dead peer. They hand those to the general receive
-  and to :class:`CollOp`'s own checks, so errors read exactly as on the
-  general path.
-* :func:`_flat` runs a Barrier, or an allreduce of one element or of Python
-  objects whose rounds are all exchanges, as one loop with one call per round
-  besides the sockets' (``collective_frame``): measured with 4 ranks on 2
-  cores, each Python call layer on this path cost 1-2 us per collective. It
-  does what ``Engine.enter``/``leave``, ``begin_collective`` and
-  ``Transport.send`` do, inlined; a frame it does not accept, a large
-  message or a reported mismatch goes to the lane's methods.
-
-While tracing, or once a rank of the world has died, calls take the general path.
+Argument checks stay with the calls (``coll/intra.py``, ``coll/reduce.py``), which parse
+once and then pick this path or the general one. While tracing, or once a rank
+of the world has died, calls take the general path.
 """
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ...core.algorithms import binomial_peers, dissemination_peers
-from ...core.reductions import ArrayValues, Codec, Values, doubling_plan
+from ...core.algorithms import (
+    binomial_peers,
+    binomial_subtrees,
+    bruck_rounds,
+    dissemination_peers,
+    rotate,
+)
+from ...core.reductions import ArrayValues, Values, doubling_plan
 from ...core.schedule import signature
-from ...core.wire import EAGER, HEADER, HEADER_SIZE
-from ...progress.engine import EAGER_LIMIT, WaitInfo
+from ...core.wire import HEADER_SIZE
+from ...progress.engine import WaitInfo
 from ...progress.operation import RECV, SEND, Op
 from .runner import CollOp, check_reported, comm_label, runs_inline
 
-__all__ = ["GENERAL", "Lane", "allreduce", "barrier", "bcast"]
+__all__ = [
+    "GENERAL",
+    "Lane",
+    "allgather",
+    "allreduce",
+    "alltoall",
+    "barrier",
+    "bcast",
+    "gather",
+    "scatter",
+]
 
 # What the calls return when they must take the general path.
 GENERAL: Any = object()
-# What _flat returns when the call is not for it (nothing was done).
-_UNFIT: Any = object()
 
 _monotonic = time.monotonic
-_pack_header = HEADER.pack
 BARRIER = signature("Barrier")
-_SIGNATURES = {kind: signature(kind) for kind in ("Allreduce", "allreduce")}
+_signature = functools.lru_cache(maxsize=1024)(signature)
 
 
 class Lane:
@@ -68,25 +80,25 @@ class Lane:
     Kept in the communicator's ``lane`` slot. Peers are communicator ranks, as
     in :mod:`._algorithms` and :mod:`._reductions`; ``world`` maps them to the
     world ranks that frames are sent to. A call begins with :meth:`start`,
-    runs its rounds with :meth:`exchange`, :meth:`take` and :meth:`give`, and
-    ends with :meth:`finish` (the caller then releases the engine).
+    runs its rounds with :meth:`exchange`, :meth:`take`, :meth:`give` and
+    :meth:`send_all`, and ends with :meth:`finish` (the caller then releases
+    the engine).
     """
 
     __slots__ = (
-        "_trees",
         "call",
         "comm",
         "context",
         "dissemination",
         "doubling",
         "engine",
-        "pairs",
         "peer",
         "queue",
         "rank",
         "rounds",
         "seq",
         "sig",
+        "size",
         "waits",
         "world",
     )
@@ -95,38 +107,25 @@ class Lane:
         engine = impl.engine
         rank, size, world = impl.rank, impl.size, impl.world_ranks
         self.engine = engine
-        self.context = context = impl.context + 1
+        self.context = impl.context + 1
         self.rank = rank
+        self.size = size
         self.world = world
         # Messages of this context that came before their receive (live list).
-        self.queue = engine.matcher.pending_in(context)
+        self.queue = engine.matcher.pending_in(self.context)
         # (rank to send to, rank to hear from) of each barrier round
         self.dissemination = tuple((to, frm) for _, to, frm in dissemination_peers(rank, size))
-        self.doubling = plan = doubling_plan(rank, size)
-        # The same for recursive doubling, when this rank only exchanges (no folding).
-        self.pairs = (
-            tuple((partner, partner) for partner in plan.partners)
-            if plan.fold_to is None and plan.fold_from is None
-            else None
-        )
-        self._trees: dict[int, tuple[int | None, tuple[int, ...]]] = {}
+        self.doubling = doubling_plan(rank, size)
         self.waits = self._blocked_in  # bound once: told to observers at every call
         self.comm: Any = None
         self.call = ""
         self.seq = self.sig = self.rounds = 0
         self.peer = -1
 
-    def tree(self, root: int) -> tuple[int | None, tuple[int, ...]]:
-        """(parent, children) in the binomial tree rooted at ``root`` (comm ranks)."""
-        peers = self._trees.get(root)
-        if peers is None:
-            peers = self._trees[root] = binomial_peers(self.rank, len(self.world), root)
-        return peers
-
     # -- a call ----------------------------------------------------------------------------
     def start(self, comm: Any, call: str, sig: int) -> None:
-        """Begin a call (the engine held): number it like :class:`CollOp`
-        (``begin_collective``) and tell observers that it waits."""
+        """Begin a call (the engine held): number it in the engine's collective
+        ledger, as :class:`CollOp` does, and tell observers that it waits."""
         engine = self.engine
         if engine.coll_errors:  # a mismatch reported after this rank left that call
             check_reported(engine, self.context, call)
@@ -146,10 +145,13 @@ class Lane:
         and receive this call's message from comm rank ``frm``: ``nbytes`` long (any
         size when None), copied into ``into`` when given. Returns the payload."""
         self.rounds += 1
-        if self.engine.coll_errors:
+        engine = self.engine
+        if engine.coll_errors:
             self.check_round()
-        large = self._send(to, data)
-        payload = self._receive(frm, nbytes, into)
+        large = None
+        if not engine.send_eager(self.world[to], self.context, self.rank, self.seq, data, self.sig):
+            large = self.send_large(to, data)
+        payload = self.receive(frm, nbytes, into)
         if large is not None:
             self.wait_for(large)
         return payload
@@ -159,16 +161,29 @@ class Lane:
         self.rounds += 1
         if self.engine.coll_errors:
             self.check_round()
-        return self._receive(frm, nbytes, into)
+        return self.receive(frm, nbytes, into)
 
-    def give(self, peers: tuple[int, ...], data: Any) -> None:
+    def give(self, peers: Iterable[int], data: Any) -> None:
         """A round that only sends ``data`` to each of ``peers``, in turn."""
+        for op in self.send_all([(to, data) for to in peers]):
+            self.wait_for(op)
+
+    def send_all(self, sends: Iterable[tuple[int, Any]]) -> list[Op]:
+        """A round that sends each ``(peer, data)`` in turn; the large sends,
+        which the caller waits for (:meth:`wait_for`) once it may."""
         self.rounds += 1
-        if self.engine.coll_errors:
+        engine = self.engine
+        if engine.coll_errors:
             self.check_round()
-        for op in [self._send(to, data) for to in peers]:
-            if op is not None:
-                self.wait_for(op)
+        send_eager, world = engine.send_eager, self.world
+        context, rank, seq, sig = self.context, self.rank, self.seq, self.sig
+        large = []
+        for to, data in sends:
+            if not send_eager(world[to], context, rank, seq, data, sig):
+                op = self.send_large(to, data)
+                if op is not None:
+                    large.append(op)
+        return large
 
     def finish(self) -> None:
         """End the call: a message of it still queued means the ranks disagree."""
@@ -179,16 +194,9 @@ class Lane:
             coll.raise_if_failed()
 
     # -- messages ---------------------------------------------------------------------------
-    def _send(self, to: int, data: Any) -> Op | None:
-        """Send ``data`` to comm rank ``to``; the operation to wait for when it is
-        large, else None (it has left)."""
-        engine = self.engine
-        if engine.send_eager(self.world[to], self.context, self.rank, self.seq, data, self.sig):
-            return None
-        return self.send_large(to, data)
-
     def send_large(self, to: int, data: Any) -> Op | None:
-        """Start sending ``data`` through an operation (a large message)."""
+        """Start sending ``data`` through an operation (a large message); the
+        operation, or None if it is already done."""
         op = Op(SEND, self.comm, self.call, to, self.seq)
         self.engine.start_send(
             op, data, self.world[to], self.context, self.rank, self.seq, False, self.sig
@@ -203,7 +211,7 @@ class Lane:
             engine.waiting = self.waits
             engine.waiting_since = _monotonic()
 
-    def _receive(self, frm: int, nbytes: int | None, into: memoryview | None) -> memoryview:
+    def receive(self, frm: int, nbytes: int | None, into: memoryview | None) -> memoryview:
         """This call's message from comm rank ``frm``: ``nbytes`` long (any size when
         None), copied into ``into`` when given; the payload."""
         self.peer = frm
@@ -265,123 +273,6 @@ class Lane:
         return WaitInfo(call, comm_label(self.comm), self.peer, self.seq)
 
 
-def _flat(comm: Any, impl: Any, call: str, sig: int, codec: Codec | None, value: Any) -> Any:
-    """Run a Barrier (``codec`` None) or a recursive-doubling allreduce of
-    ``value`` as one loop of exchanges; the result (None for a Barrier), or
-    :data:`_UNFIT`, having done nothing, when the call is not for this path:
-    the engine is busy, the communicator has no lane yet, tracing is on, a rank
-    has died, a mismatch is known, or this rank folds (a rank count that is not
-    a power of two).
-
-    Each round is :meth:`Lane.exchange`'s, with what the engine and the
-    transport do for it inlined (see the module docstring); the lane's methods
-    take over whatever is unusual.
-    """
-    engine = impl.engine
-    lock = engine.lock
-    if not lock.acquire(False):
-        return _UNFIT
-    # Engine.enter, as when the lock is free
-    engine.depth += 1
-    engine.entered += 1
-    try:
-        lane = impl.lane
-        transport = engine.transport
-        if (
-            lane is None
-            or transport is None
-            or engine.tracer is not None
-            or engine.dead_peers
-            or engine.coll_errors
-        ):
-            return _UNFIT
-        if codec is None:
-            rounds = lane.dissemination
-            nbytes: int | None = 0
-        else:
-            rounds = lane.pairs
-            if rounds is None:
-                return _UNFIT
-            wire, decode, combine, nbytes = codec
-        # Engine.begin_collective
-        context = lane.context
-        seq = engine.coll_next.get(context, 0)
-        engine.coll_next[context] = seq + 1
-        active = engine.coll_active.get(context)
-        if active is None:
-            active = engine.coll_active[context] = set()
-        active.add(seq)
-        engine.coll_members[context] = world = lane.world
-        calls = engine.coll_calls
-        calls[(context, seq)] = sig
-        calls.pop((context, seq - 256), None)
-        # Lane.start: the call's state, for observers and for the lane's own methods
-        lane.comm = comm
-        lane.call = call
-        lane.seq = seq
-        lane.sig = sig
-        lane.rounds = 0
-        engine.waiting = lane.waits
-        engine.waiting_since = _monotonic()
-
-        peers, pending, send = transport.peers, transport.pending, transport.send
-        not_sent = transport.not_sent
-        collective_frame = engine.collective_frame
-        rank, queue = lane.rank, lane.queue
-        me, pid = engine.rank, engine.pid
-        acc = value
-        data = b""
-        for to, frm in rounds:
-            lane.rounds += 1
-            lane.peer = frm
-            if engine.coll_errors:
-                lane.check_round()
-            # Send (Engine.send_eager, Transport.send)
-            large = None
-            if codec is not None:
-                data = wire(acc)
-            if len(data) > EAGER_LIMIT:
-                large = lane.send_large(to, data)
-            else:
-                frame = _pack_header(EAGER, 0, sig, context, rank, seq, me, pid, 0, len(data))
-                frame += data
-                wto = world[to]
-                sock = peers.get(wto)
-                if sock is None or pending:
-                    send(wto, frame)
-                else:
-                    try:
-                        sock.send(frame)
-                    except OSError as exc:  # no room, or the peer has ended
-                        not_sent(wto, frame, exc)
-            # Receive: straight off the socket, or out of the queue if it came early
-            frame = collective_frame(queue, context, frm, seq)
-            if (
-                frame is not None
-                and frame[2] | frame[3] << 8 == sig
-                and (nbytes is None or len(frame) - HEADER_SIZE == nbytes)
-            ):
-                payload = memoryview(frame)[HEADER_SIZE:]
-            else:
-                payload = lane.receive_general(frm, nbytes, None, frame)
-            if large is not None:
-                lane.wait_for(large)
-            if codec is not None:
-                other = decode(payload)
-                acc = combine(other, acc) if frm < rank else combine(acc, other)
-        if queue:
-            lane.finish()  # a leftover message of this call is a mismatch
-        else:
-            engine.coll_active[context].discard(seq)
-        return acc
-    finally:
-        # Engine.leave, no longer waiting
-        engine.waiting = None
-        engine.depth -= 1
-        engine.last_exit = _monotonic()
-        lock.release()
-
-
 def _held(impl: Any) -> Lane | None:
     """Take the engine for a straight call; the communicator's lane, or None
     (engine released) when the call must take the general path: while tracing,
@@ -406,8 +297,6 @@ def _release(engine: Any) -> None:
 def barrier(comm: Any, impl: Any, call: str) -> Any:
     """Dissemination barrier (``barrier_dissemination``'s rounds); None, or
     :data:`GENERAL` when the call must take the general path."""
-    if _flat(comm, impl, call, BARRIER, None, None) is not _UNFIT:
-        return None
     lane = _held(impl)
     if lane is None:
         return GENERAL
@@ -428,8 +317,8 @@ def bcast(comm: Any, impl: Any, call: str, root: int, mem: memoryview) -> Any:
     if lane is None:
         return GENERAL
     try:
-        lane.start(comm, call, signature("Bcast", root))
-        parent, children = lane.tree(root)
+        lane.start(comm, call, _signature("Bcast", root))
+        parent, children = binomial_peers(lane.rank, lane.size, root)
         if parent is not None:
             lane.take(parent, mem.nbytes, mem)
         if children:
@@ -440,25 +329,153 @@ def bcast(comm: Any, impl: Any, call: str, root: int, mem: memoryview) -> Any:
     return None
 
 
-def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value: Any) -> Any:
-    """Recursive-doubling allreduce (``allreduce_recursive_doubling``'s rounds);
-    returns the result (a new object, or an array of ``values``), or
-    :data:`GENERAL`."""
-    sig = _SIGNATURES[kind]
-    codec = values.codec
-    if codec is not None:
-        result = _flat(comm, impl, call, sig, codec, value)
-        if result is not _UNFIT:
-            return result
+def gather(
+    comm: Any, impl: Any, call: str, root: int, block: memoryview, out: memoryview | None
+) -> Any:
+    """Binomial gather of equal blocks (``gather_binomial``'s rounds): ``block`` is
+    this rank's, ``out`` (the root's) receives every rank's in rank order; None,
+    or :data:`GENERAL`."""
     lane = _held(impl)
     if lane is None:
         return GENERAL
     try:
-        lane.start(comm, call, sig)
+        lane.start(comm, call, _signature("Gather", root))
+        size, n = lane.size, block.nbytes
+        parent, count, children = binomial_subtrees(lane.rank, size, root)
+        scratch = block
+        if children:
+            # blocks in ranks relative to this one; at root 0 that is the rank order
+            scratch = out if root == 0 and out is not None else memoryview(bytearray(n * count))
+            scratch[:n] = block
+            for child, first, got in reversed(children):
+                lane.take(child, got * n, scratch[first * n : (first + got) * n])
+        if parent is not None:
+            lane.give((parent,), scratch)
+        elif scratch is not out:
+            assert out is not None
+            rotate(out, scratch, (size - root) * n)
+        lane.finish()
+    finally:
+        _release(lane.engine)
+    return None
+
+
+def scatter(
+    comm: Any, impl: Any, call: str, root: int, src: memoryview | None, block: memoryview
+) -> Any:
+    """Binomial scatter of equal blocks (``scatter_binomial``'s rounds) from ``src``
+    (the root's, every rank's block in rank order) into ``block``; None, or
+    :data:`GENERAL`."""
+    lane = _held(impl)
+    if lane is None:
+        return GENERAL
+    try:
+        lane.start(comm, call, _signature("Scatter", root))
+        size, n = lane.size, block.nbytes
+        parent, count, children = binomial_subtrees(lane.rank, size, root)
+        if parent is None:  # the root: blocks in ranks relative to it
+            assert src is not None
+            scratch = src
+            if root:
+                scratch = memoryview(bytearray(n * size))
+                rotate(scratch, src, root * n)
+        elif children:
+            scratch = lane.take(parent, n * count, memoryview(bytearray(n * count)))
+        else:
+            scratch = lane.take(parent, n, block)
+        if children:
+            sends = [
+                (child, scratch[first * n : (first + got) * n]) for child, first, got in children
+            ]
+            for op in lane.send_all(sends):
+                lane.wait_for(op)
+        if scratch is not block:
+            block[:] = scratch[:n]
+        lane.finish()
+    finally:
+        _release(lane.engine)
+    return None
+
+
+def allgather(comm: Any, impl: Any, call: str, block: memoryview, out: memoryview) -> Any:
+    """Bruck's allgather (``allgather_bruck``'s rounds) of ``block`` into ``out``
+    (every rank's block, in rank order); None, or :data:`GENERAL`."""
+    lane = _held(impl)
+    if lane is None:
+        return GENERAL
+    try:
+        lane.start(comm, call, _signature("Allgather", 0))
+        rank, size, n = lane.rank, lane.size, block.nbytes
+        # blocks in ranks relative to this one; on rank 0 that is the rank order
+        scratch = out if rank == 0 else memoryview(bytearray(n * size))
+        scratch[:n] = block
+        for to, frm, have, count in bruck_rounds(rank, size):
+            lane.exchange(
+                to, frm, scratch[: count * n], count * n, scratch[have * n : (have + count) * n]
+            )
+        if scratch is not out:
+            rotate(out, scratch, (size - rank) * n)
+        lane.finish()
+    finally:
+        _release(lane.engine)
+    return None
+
+
+def alltoall(
+    comm: Any,
+    impl: Any,
+    call: str,
+    kind: str,
+    sends: Sequence[memoryview],
+    recvs: Sequence[memoryview],
+) -> Any:
+    """The pairwise exchange of ``alltoallw_pairwise`` (``sends[r]``/``recvs[r]``:
+    the blocks for/from rank r), as one round that sends every block and one that
+    receives them, in the same order; None, or :data:`GENERAL`."""
+    lane = _held(impl)
+    if lane is None:
+        return GENERAL
+    try:
+        lane.start(comm, call, _signature(kind, 0))
+        rank, size = lane.rank, lane.size
+        if recvs[rank].nbytes:
+            recvs[rank][:] = sends[rank]
+        large = lane.send_all([(dst, sends[dst]) for dst in _pairwise(rank, size, 1)])
+        for src in _pairwise(rank, size, -1):
+            lane.take(src, recvs[src].nbytes, recvs[src])
+        for op in large:
+            lane.wait_for(op)
+        lane.finish()
+    finally:
+        _release(lane.engine)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _pairwise(rank: int, size: int, step: int) -> tuple[int, ...]:
+    """The peers of the pairwise exchange: ranks rank + step * i (i = 1 .. size - 1)."""
+    return tuple((rank + step * i) % size for i in range(1, size))
+
+
+def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value: Any) -> Any:
+    """Recursive-doubling allreduce (``allreduce_recursive_doubling``'s rounds);
+    returns the result (a new object, or an array of ``values``), or
+    :data:`GENERAL`."""
+    lane = _held(impl)
+    if lane is None:
+        return GENERAL
+    try:
+        lane.start(comm, call, _signature(kind, 0))
         plan = lane.doubling
         rank = lane.rank
         arrays = type(values) is ArrayValues
-        wire, combine, nbytes = values.wire, values.combine, values.nbytes
+        # the cheapest callables that do what values' methods do (see Values.codec)
+        wire, decode, combine, nbytes = values.codec or (
+            values.wire,
+            values.decode,
+            values.combine,
+            values.nbytes,
+        )
         acc = value
         if plan.fold_to is not None:
             lane.give((plan.fold_to,), wire(acc))
@@ -470,7 +487,7 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
                 other, target = values.target(acc, spare)
                 lane.exchange(partner, partner, wire(acc), target.nbytes, target)  # type: ignore[union-attr]
             else:
-                other = values.decode(lane.exchange(partner, partner, wire(acc), nbytes))
+                other = decode(lane.exchange(partner, partner, wire(acc), nbytes))
             if partner < rank:
                 acc, spare = combine(other, acc), other
             else:

@@ -173,12 +173,18 @@ class Collectives(CommMixin):
                     f"{call}: the root sends {block.nbytes} bytes but expects "
                     f"{views[root].nbytes} from itself",
                 )
+        if not v:
+            own = block if block is not None else views[root]  # type: ignore[index]
+            out = whole.mem[: own.nbytes * size] if whole is not None else None
+            if (
+                mode == "blocking"
+                and fast.gather(self, impl, call, root, own, out) is not fast.GENERAL
+            ):
+                return None if finish is None else finish(None)
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             if v:
                 return algo.gatherv_linear(rank, size, root, block, views), finish
-            own = block if block is not None else views[root]  # type: ignore[index]
-            out = whole.mem[: own.nbytes * size] if whole is not None else None
             return algo.gather_binomial(rank, size, root, own, out), finish
 
         return self._collective(call, "Gatherv" if v else "Gather", root, plan, mode)
@@ -245,13 +251,19 @@ class Collectives(CommMixin):
                     f"{call}: the root sends {views[root].nbytes} bytes to itself but "
                     f"expects {block.nbytes}",
                 )
+        if not v:
+            # With IN_PLACE the root's own block stays where it is; the tree
+            # still hands it a copy, which goes to scratch space.
+            own = block if block is not None else memoryview(bytearray(views[root].nbytes))  # type: ignore[index]
+            if (
+                mode == "blocking"
+                and fast.scatter(self, impl, call, root, src, own) is not fast.GENERAL
+            ):
+                return None if finish is None else finish(None)
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             if v:
                 return algo.scatterv_linear(rank, size, root, views, block), finish
-            # With IN_PLACE the root's own block stays where it is; the tree
-            # still hands it a copy, which goes to scratch space.
-            own = block if block is not None else memoryview(bytearray(views[root].nbytes))  # type: ignore[index]
             return algo.scatter_binomial(rank, size, root, src, own), finish
 
         return self._collective(call, "Scatterv" if v else "Scatter", root, plan, mode)
@@ -312,6 +324,20 @@ class Collectives(CommMixin):
                 f"{call}: this rank sends {block.nbytes} bytes but its block in the receive "
                 f"buffer has {views[rank].nbytes}",
             )
+        if (
+            mode == "blocking"
+            and whole is not None
+            and views[rank].nbytes < LARGE_ALLGATHER
+            and fast.allgather(
+                self,
+                impl,
+                call,
+                views[rank] if block is None else block,
+                whole.mem[: views[rank].nbytes * size],
+            )
+            is not fast.GENERAL
+        ):
+            return None if finish is None else finish(None)
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             if v or views[rank].nbytes >= LARGE_ALLGATHER:
@@ -384,6 +410,11 @@ class Collectives(CommMixin):
                 sends = [memoryview(bytes(view)) for view in recvs]
             else:
                 sends, _ = parse(sendbuf, size, writable=False)
+        if (
+            mode == "blocking"
+            and fast.alltoall(self, impl, call, kind, sends, recvs) is not fast.GENERAL
+        ):
+            return None if finish is None else finish(None)
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.alltoallw_pairwise(rank, size, sends, recvs), finish
