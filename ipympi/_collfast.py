@@ -46,6 +46,7 @@ from ._collsched import CollOp, check_reported, comm_label, runs_inline, signatu
 from ._engine import EAGER_LIMIT, WaitInfo
 from ._ops import RECV, SEND, Op
 from ._reductions import ArrayValues, Codec, Values, doubling_plan
+from ._sharing import hand_on
 from ._wire import EAGER, HEADER, HEADER_SIZE
 
 __all__ = ["GENERAL", "Lane", "allreduce", "barrier", "bcast"]
@@ -378,6 +379,8 @@ def _flat(comm: Any, impl: Any, call: str, sig: int, codec: Codec | None, value:
         engine.waiting = None
         engine.depth -= 1
         engine.last_exit = _monotonic()
+        if engine.sharing:
+            hand_on(engine)
         lock.release()
 
 

@@ -131,11 +131,12 @@ _THREAD_LEVELS = {
 
 
 def Init_thread(required: int = THREAD_MULTIPLE) -> int:
-    """Start MPI; returns the thread level provided.
+    """Start MPI; returns the thread level provided: the one required, up to
+    ``THREAD_MULTIPLE``.
 
-    Calls from several threads are serialized by the engine's lock, so up to
-    ``THREAD_SERIALIZED`` is provided: two threads must not block in MPI calls
-    on each other at the same time.
+    Any thread may call MPI at any time, and several may wait in MPI calls at
+    once (on messages, requests, probes, or collectives on different
+    communicators): they take turns at the rank's socket (``_sharing``).
     """
     global _initialized, _thread_level, _main_thread, _engine, _progress, _launched
     if _finalized:
@@ -184,7 +185,7 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
         engine.progress = _progress
         _progress.start()
         _install_excepthook()
-    _thread_level = min(required, THREAD_SERIALIZED)
+    _thread_level = min(required, THREAD_MULTIPLE)
     _main_thread = threading.current_thread()
     _initialized = True
     from ._rc import setting
