@@ -108,6 +108,9 @@ _handleof = _handle.handleof
 _sizeof = _handle.sizeof
 # mpi4py's private alignment helper, which mpi4py.util.dtlib uses (see _datatype_lookup).
 _typealign = _datatype_lookup.typealign
+# mpi4py's per-communicator locks of lower-case collectives (see _commlock).
+_comm_lock = _comm._comm_lock
+_comm_lock_table = _comm._comm_lock_table
 
 
 def __getattr__(name: str) -> Any:

@@ -20,6 +20,7 @@ from ._args import root_rank
 from ._buffers import IN_PLACE, recv_buffer, send_buffer
 from ._collbuf import blocks, in_place, unpack_after, vector, wvector
 from ._collsched import Algorithm, CollOp, check_reported, run_blocking, run_in_mode, signature
+from ._commlock import comm_locked
 from ._errhandling import mpi_call
 from ._errors import ERR_BUFFER, ERR_COUNT
 from ._errors import Exception as MPIException
@@ -141,6 +142,7 @@ class Collectives:
         return self._bcast("Bcast_init", buf, root, "persistent")
 
     @mpi_call
+    @comm_locked
     def bcast(self, obj: Any = None, root: int = 0) -> Any:
         """Broadcast a Python object from ``root``; every rank returns it."""
         impl = self._live()
@@ -211,6 +213,7 @@ class Collectives:
         return self._gather("Gatherv_init", sendbuf, recvbuf, root, "persistent", v=True)
 
     @mpi_call
+    @comm_locked
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
         """Gather one Python object per rank; the root returns the list, others None."""
         impl = self._live()
@@ -284,6 +287,7 @@ class Collectives:
         return self._scatter("Scatterv_init", sendbuf, recvbuf, root, "persistent", v=True)
 
     @mpi_call
+    @comm_locked
     def scatter(self, sendobj: Sequence[Any] | None = None, root: int = 0) -> Any:
         """Send the i-th object of ``sendobj`` (a sequence of size items) at root to rank i."""
         impl = self._live()
@@ -353,6 +357,7 @@ class Collectives:
         return self._allgather("Allgatherv_init", sendbuf, recvbuf, "persistent", v=True)
 
     @mpi_call
+    @comm_locked
     def allgather(self, sendobj: Any) -> list[Any]:
         """Every rank returns the list of every rank's object."""
         data = pickle.dumps(sendobj)
@@ -430,6 +435,7 @@ class Collectives:
         return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, "persistent")
 
     @mpi_call
+    @comm_locked
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """Rank i sends ``sendobj[j]`` to rank j; returns the objects received, by rank."""
         impl = self._live()

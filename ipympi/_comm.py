@@ -17,6 +17,7 @@ call and error, and a user handler runs before the exception is raised.
 from __future__ import annotations
 
 import operator
+from collections.abc import Hashable
 from typing import Any, Callable, NoReturn
 
 from . import _bsend, _errors
@@ -27,6 +28,7 @@ from ._attributes import CommAttributes
 from ._coll import Collectives
 from ._coll_reduce import Reductions
 from ._commcreate import CommConstructors, IntraConstructors
+from ._commlock import lock_of, table_of
 from ._errhandling import mpi_call
 from ._errors import ERR_COMM, ERR_OTHER
 from ._errors import Exception as MPIException
@@ -51,6 +53,7 @@ class CommImpl:
         "errhandler",
         "info",
         "lane",
+        "locks",
         "name",
         "predefined",
         "rank",
@@ -83,6 +86,7 @@ class CommImpl:
         self.lane: Any = None  # the straight path's view of it (``_collfast.Lane``)
         self.bsend: Any = None  # its own buffer for buffered sends (``_bsend.Pool``)
         self.info: dict[str, str] = {}  # hints (``Set_info``; see ``_commcreate.hints_of``)
+        self.locks: Any = None  # mpi4py's lock table, once asked for (``_commlock``)
 
     @property
     def label(self) -> str:
@@ -347,6 +351,27 @@ class Intercomm(InterMethods, Comm):
     def Is_inter(self) -> bool:
         self._live()
         return True
+
+
+def _communicator(comm: Any, call: str) -> CommImpl:
+    """The state of communicator ``comm``: ``TypeError`` for anything else,
+    ``ERR_COMM`` for a null or freed one (as mpi4py's calls on MPICH)."""
+    if not isinstance(comm, Comm):
+        raise TypeError(
+            f"{call}: argument 'comm' has incorrect type "
+            f"(expected MPI.Comm, got {type(comm).__name__})"
+        )
+    return comm._live()
+
+
+def _comm_lock_table(comm: Comm) -> dict[Hashable, Any]:
+    """Internal communicator lock table: mpi4py's, made on first use (see ``_commlock``)."""
+    return table_of(_communicator(comm, "_comm_lock_table"))
+
+
+def _comm_lock(comm: Comm, key: Hashable = None) -> Any:
+    """Create/get communicator lock: the ``threading.Lock`` of ``key`` in the table."""
+    return lock_of(_communicator(comm, "_comm_lock"), key)
 
 
 COMM_NULL = Comm()

@@ -22,6 +22,7 @@ from . import _algorithms as algo
 from ._buffers import send_buffer
 from ._collbuf import blocks, vector, wvector
 from ._collsched import Algorithm, Round
+from ._commlock import comm_locked
 from ._errhandling import mpi_call
 from ._intercoll_core import InterCollBase, no_in_place, once, shifted
 from ._pickle import object_items, pickle
@@ -108,6 +109,7 @@ class InterExchanges(InterCollBase):
         return self._allgather("Allgatherv_init", sendbuf, recvbuf, True, "persistent")
 
     @mpi_call
+    @comm_locked
     def allgather(self, sendobj: Any) -> list[Any]:
         """Every process returns the other group's objects in rank order."""
         data = pickle.dumps(sendobj)
@@ -183,6 +185,7 @@ class InterExchanges(InterCollBase):
         return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, "persistent")
 
     @mpi_call
+    @comm_locked
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """Object j goes to process j of the other group; returns the objects received."""
         m = self.Get_remote_size()
