@@ -72,6 +72,8 @@ def wait_shared(engine: Engine, ready: Callable[[], bool]) -> None:
                 cond.notify_all()
             else:  # the reader: watch the socket with the engine released
                 engine.reader = me
+                # The RLock's own save and restore (what threading.Condition uses):
+                # it is let go however deeply this thread holds it, and taken back so.
                 saved = lock._release_save()
                 try:
                     transport.wait_input()

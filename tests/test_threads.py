@@ -18,6 +18,7 @@ from ipympi._launcher import DEADLOCK_STATUS
 THREADS_PRELUDE = (
     MPI_PRELUDE
     + '''
+import os
 import threading
 
 assert MPI.Query_thread() == MPI.THREAD_MULTIPLE
@@ -266,7 +267,7 @@ def test_ctrl_c_reaches_the_main_thread_waiting_beside_others(run_mpi) -> None:
         assert sorted(got) == ["four", "three"]
         comm.Barrier()
         """
-    ).replace("import time\n", "import os\nimport time\n", 1)
+    )
     assert_ok(run_mpi(2, source, timeout=SAFETY), 2)
 
 
