@@ -104,8 +104,10 @@ class _Impl:
 
 
 class _Comm:
+    """A communicator handle as ``comm_locked`` sees it: its state, or None once freed."""
+
     def __init__(self) -> None:
-        self.impl = _Impl()
+        self.impl = self._impl = _Impl()
         self.inside: list[str] = []
 
     def _live(self) -> _Impl:
