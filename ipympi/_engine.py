@@ -201,13 +201,9 @@ class Engine:
         self.lock.release()
 
     def waiting_info(self) -> WaitInfo | None:
-        """What the rank is blocked on right now, or None (see :meth:`blocked_calls`)."""
-        waiting = self.waiting
-        if waiting is not None:
-            info = waiting()
-            info.since = self.waiting_since
-            return info
-        calls = blocked_calls(self) if self.blocked else None
+        """What the rank is blocked on right now, or None: the first of
+        :meth:`blocked_calls`."""
+        calls = blocked_calls(self)
         return calls[0] if calls else None
 
     def blocked_calls(self) -> list[WaitInfo]:
