@@ -50,7 +50,7 @@ def wait_shared(engine: Engine, ready: Callable[[], bool]) -> None:
     what it waits for in ``engine.waiting``; it holds the engine again, as
     deeply, when this returns or raises. Without a transport (a world of one
     process) another thread can still complete the wait, by a message to this
-    rank itself: the wait is a deadlock only when no other thread is alive.
+    rank itself: the wait is a deadlock when no such thread is alive.
     """
     me = _get_ident()
     blocked = engine.blocked
@@ -63,7 +63,7 @@ def wait_shared(engine: Engine, ready: Callable[[], bool]) -> None:
     try:
         while not ready():
             if transport is None:
-                if threading.active_count() <= len(blocked):
+                if not _others_alive(blocked):
                     engine.deadlock()
                 cond.wait()
             elif engine.reader is not None:
@@ -86,6 +86,13 @@ def wait_shared(engine: Engine, ready: Callable[[], bool]) -> None:
         engine.sharing -= 1
         engine.waiting, engine.waiting_since = blocked.pop(me)
         cond.notify_all()  # a follower becomes the reader, or sees its wait over
+
+
+def _others_alive(blocked: dict[int, Any]) -> bool:
+    """Whether a thread that may still call MPI is alive besides those waiting in it:
+    a non-daemon thread (daemon threads are a host's own, such as a kernel's or a
+    test runner's, and do not keep a program alive)."""
+    return any(t.ident not in blocked for t in threading.enumerate() if not t.daemon)
 
 
 def hand_on(engine: Engine) -> None:
