@@ -145,8 +145,11 @@ del _name
 _addressof = _accessors.addressof
 _handleof = _accessors.handleof
 _sizeof = _accessors.sizeof
-# mpi4py's private alignment helper, which mpi4py.util.dtlib uses (see _datatype_lookup).
+# mpi4py's private alignment helper, which mpi4py.util.dtlib uses (see mpi.datatype_lookup).
 _typealign = _datatype_lookup.typealign
+# mpi4py's per-communicator locks of lower-case collectives (see mpi.commlock).
+_comm_lock = _comm._comm_lock
+_comm_lock_table = _comm._comm_lock_table
 
 
 def __getattr__(name: str) -> Any:

@@ -172,6 +172,24 @@ def test_env_names_and_addresses() -> None:
             "rank 0: blocked in Barrier()",
         ),
         ({"rank": 0, "state": "finalized"}, "rank 0: finalized"),
+        (
+            {
+                "rank": 1,
+                "state": "blocked",
+                "call": "recv",
+                "peer": 0,
+                "tag": 5,
+                "comm": "MPI_COMM_WORLD",
+                "where": "p.py:3",
+                "threads": [
+                    {"call": "Recv", "peer": 0, "tag": 6, "comm": "MPI_COMM_WORLD", "since": 1},
+                    {"call": "Barrier (collective #2, round 1)", "peer": 0, "comm": "dup"},
+                ],
+            },
+            "rank 1: blocked in recv(source=0, tag=5) on MPI_COMM_WORLD at p.py:3"
+            "; another thread in Recv(source=0, tag=6) on MPI_COMM_WORLD"
+            "; another thread in Barrier (collective #2, round 1) on dup",
+        ),
     ],
 )
 def test_format_state(msg: dict, line: str) -> None:

@@ -31,7 +31,10 @@ Frames
                           ``since`` (seconds in the current call), ``where``
                           (``"file.py:12"``), ``line`` (the source text there),
                           ``cpu`` (CPU seconds the process has used), ``rss``
-                          (resident bytes); the reply to a query
+                          (resident bytes), ``threads`` (what the rank's other
+                          threads blocked in MPI wait in: a dict of ``call``,
+                          ``comm``, ``peer``, ``tag`` and ``since`` each); the
+                          reply to a query
     query      L → rank   no keys: "what are you doing?"; the rank answers with a
                           ``state`` message from a background thread, even while
                           its main thread is blocked in an MPI call
@@ -175,6 +178,7 @@ _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
         "line": _STR,
         "cpu": _NUMBER,
         "rss": _INT,
+        "threads": _LIST,
         "query": _INT,  # the ``id`` of the query answered
     },
     HELLO: {"data": _STR},
@@ -415,6 +419,9 @@ def format_state(msg: Mapping[str, Any]) -> str:
             text += f" for {float(msg['since']):.1f} s"
     if msg.get("where"):
         text += f" at {msg['where']}"
+    for other in msg.get("threads") or ():
+        if isinstance(other, Mapping) and other.get("call"):
+            text += f"; another thread in {format_call(other)}"
     return text
 
 

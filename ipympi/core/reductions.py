@@ -61,7 +61,7 @@ class Values:
 
     ``nbytes`` is the size of every value on the wire when the kind fixes it
     (one element), else None; :meth:`decode` reads a value from its bytes for
-    kinds that do not receive into arrays (the straight path, ``_collfast``).
+    kinds that do not receive into arrays (the straight path, ``mpi.coll.fast``).
     Those kinds also have a ``codec``: (wire, decode, combine, nbytes) as the
     cheapest callables that do the same, for the straight path's rounds.
     """

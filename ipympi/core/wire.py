@@ -37,8 +37,11 @@ Kinds:
   A rank's progress thread sends it to the rank's own socket when the controller
   says so, so that a main thread blocked in MPI wakes up and fails what waits on
   the dead rank.
+* ``WAKE``: nothing to handle. A thread of the rank that finds the engine taken by
+  a thread blocked reading the socket sends it to the rank's own socket, so that
+  the reader wakes up and lets it in (see ``Engine.enter``).
 
-Packing and unpacking are pure functions; sockets live in ``_transport``.
+Packing and unpacking are pure functions; sockets live in ``progress.transport``.
 """
 
 from __future__ import annotations
@@ -61,12 +64,13 @@ __all__ = [
     "RTS",
     "RTS_EXTRA",
     "SYNC",
+    "WAKE",
     "Header",
     "pack",
     "unpack",
 ]
 
-EAGER, RTS, ACK, FIN, CTS, DATA, CERR, CANCEL, CANCELLED, PEER_DEAD = range(1, 11)
+EAGER, RTS, ACK, FIN, CTS, DATA, CERR, CANCEL, CANCELLED, PEER_DEAD, WAKE = range(1, 12)
 KIND_NAMES = {
     EAGER: "EAGER",
     RTS: "RTS",
@@ -78,6 +82,7 @@ KIND_NAMES = {
     CANCEL: "CANCEL",
     CANCELLED: "CANCELLED",
     PEER_DEAD: "PEER_DEAD",
+    WAKE: "WAKE",
 }
 
 SYNC = 0x01

@@ -17,6 +17,7 @@ call and error, and a user handler runs before the exception is raised.
 from __future__ import annotations
 
 import operator
+from collections.abc import Hashable
 from typing import Any, Callable, NoReturn
 
 from ..core import constants as K
@@ -32,6 +33,7 @@ from .coll.reduce import Reductions
 from .commbuild import wait_pending
 from .commcreate import CommConstructors, IntraConstructors
 from .commimpl import CommImpl, handle_class, topocomm_class
+from .commlock import lock_of, table_of
 from .errhandling import Errhandler, mpi_call, world_errhandler
 from .intercomm import InterMethods
 from .p2p import PointToPoint
@@ -184,7 +186,7 @@ class Comm(PointToPoint, CommAttributes, CommConstructors, CommFeatures, Handle)
         return self.Is_intra()
 
     def Get_topology(self) -> int:
-        topo = getattr(self._live(), "topo", None)  # see _topology
+        topo = getattr(self._live(), "topo", None)  # see mpi.topology
         return K.UNDEFINED if topo is None else int(topo.kind)
 
     @property
@@ -295,5 +297,26 @@ class Intercomm(InterMethods, Comm):
         return True
 
 
+def _communicator(comm: Any, call: str) -> CommImpl:
+    """The state of communicator ``comm``: ``TypeError`` for anything else,
+    ``ERR_COMM`` for a null or freed one (as mpi4py's calls on MPICH)."""
+    if not isinstance(comm, Comm):
+        raise TypeError(
+            f"{call}: argument 'comm' has incorrect type "
+            f"(expected MPI.Comm, got {type(comm).__name__})"
+        )
+    return comm._live()
+
+
+def _comm_lock_table(comm: Comm) -> dict[Hashable, Any]:
+    """Internal communicator lock table: mpi4py's, made on first use (see ``mpi.commlock``)."""
+    return table_of(_communicator(comm, "_comm_lock_table"))
+
+
+def _comm_lock(comm: Comm, key: Hashable = None) -> Any:
+    """Create/get communicator lock: the ``threading.Lock`` of ``key`` in the table."""
+    return lock_of(_communicator(comm, "_comm_lock"), key)
+
+
 COMM_NULL = Comm()
-register(globals(), __all__)  # the module's constants (see _handle)
+register(globals(), __all__)  # the module's constants (see core.handle)

@@ -56,6 +56,7 @@ class CommImpl:
         "errhandler",
         "info",
         "lane",
+        "locks",
         "name",
         "predefined",
         "rank",
@@ -83,11 +84,12 @@ class CommImpl:
         self.name = name
         self.errhandler = errhandler
         self.predefined = predefined
-        # keyval -> (Keyval, value), in the order set (see _attributes)
+        # keyval -> (Keyval, value), in the order set (see mpi.attributes)
         self.attrs: dict[int, tuple[Any, Any]] = {}
-        self.lane: Any = None  # the straight path's view of it (``_collfast.Lane``)
-        self.bsend: Any = None  # its own buffer for buffered sends (``_bsend.Pool``)
-        self.info: dict[str, str] = {}  # hints (``Set_info``; see ``_commcreate.hints_of``)
+        self.lane: Any = None  # the straight path's view of it (``mpi.coll.fast.Lane``)
+        self.bsend: Any = None  # its own buffer for buffered sends (``mpi.bsend.Pool``)
+        self.info: dict[str, str] = {}  # hints (``Set_info``; see ``mpi.commcreate.hints_of``)
+        self.locks: Any = None  # mpi4py's lock table, once asked for (``commlock``)
 
     @property
     def label(self) -> str:

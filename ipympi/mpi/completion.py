@@ -34,7 +34,9 @@ from .status import Status
 
 __all__: list[str] = []  # nothing for the MPI module to export
 
-GREQ = 4  # the ``kind`` of a generalized request's operation (beside _ops' SEND, RECV, COLL)
+# The ``kind`` of a generalized request's operation (beside SEND, RECV and COLL of
+# progress.operation).
+GREQ = 4
 
 
 # --- One operation ---------------------------------------------------------------------

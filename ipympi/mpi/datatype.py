@@ -522,7 +522,7 @@ LONG_DOUBLE_INT = _pair("LONG_DOUBLE_INT", "MPI_LONG_DOUBLE_INT", "g")
 LB = _opaque("LB", "MPI_LB", 0, msg_ok=False)
 UB = _opaque("UB", "MPI_UB", 0, msg_ok=False)
 
-register(_NAMED, _NAMED)  # the module's constants (see _handle)
+register(_NAMED, _NAMED)  # the module's constants (see core.handle)
 
 # Each predefined datatype is a leaf of typemaps.
 for _impl in {id(h._impl): h._impl for h in _NAMED.values() if h}.values():

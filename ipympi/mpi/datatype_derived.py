@@ -152,7 +152,7 @@ class DerivedMixin(DatatypeMixin):
             raise MPIException(ERR_TYPE, f"{call}: {impl.name} is only valid in Create_struct")
         return impl
 
-    # -- constructors (Dup, which copies attributes, is in _attributes) ---------------
+    # -- constructors (Dup, which copies attributes, is in mpi.attributes) ---------------
     def Create_contiguous(self, count: int) -> Datatype:
         """``count`` copies of this datatype, one extent apart."""
         count = _count(count, "count")

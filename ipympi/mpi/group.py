@@ -403,4 +403,4 @@ class Group(Handle):
 
 GROUP_NULL: Group = Group._from_impl(_NULL_IMPL)
 GROUP_EMPTY: Group = Group._from_impl(_EMPTY_IMPL)
-register(globals(), __all__)  # the module's constants (see _handle)
+register(globals(), __all__)  # the module's constants (see core.handle)

@@ -320,4 +320,4 @@ def Get_hw_resource_info() -> Info:
 INFO_NULL: Info = Info()
 INFO_ENV: Info = object.__new__(Info)
 INFO_ENV._impl = _ENV
-register(globals(), __all__)  # the module's constants (see _handle)
+register(globals(), __all__)  # the module's constants (see core.handle)

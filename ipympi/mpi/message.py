@@ -143,4 +143,4 @@ class Message(Handle):
 
 MESSAGE_NULL = Message()
 MESSAGE_NO_PROC = Message._of(None, PROC_NULL)
-register(globals(), __all__)  # the module's constants (see _handle)
+register(globals(), __all__)  # the module's constants (see core.handle)

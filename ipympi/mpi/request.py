@@ -295,4 +295,4 @@ class Prequest(PartitionedFeatures, Request):
 
 
 REQUEST_NULL = Request()
-register(globals(), __all__)  # the module's constants (see _handle)
+register(globals(), __all__)  # the module's constants (see core.handle)

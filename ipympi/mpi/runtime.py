@@ -118,11 +118,12 @@ _THREAD_LEVELS = {
 
 
 def Init_thread(required: int = THREAD_MULTIPLE) -> int:
-    """Start MPI; returns the thread level provided.
+    """Start MPI; returns the thread level provided: the one required, up to
+    ``THREAD_MULTIPLE``.
 
-    Calls from several threads are serialized by the engine's lock, so up to
-    ``THREAD_SERIALIZED`` is provided: two threads must not block in MPI calls
-    on each other at the same time.
+    Any thread may call MPI at any time, and several may wait in MPI calls at
+    once (on messages, requests, probes, or collectives on different
+    communicators): they take turns at the rank's socket (``progress.sharing``).
     """
     if PROCESS.finalized:
         raise MPIException(ERR_OTHER, "Init: MPI has been finalized and cannot be restarted")
@@ -164,7 +165,7 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
         PROCESS.progress = engine.progress = progress
         progress.start()
         _install_excepthook()
-    PROCESS.thread_level = min(required, THREAD_SERIALIZED)
+    PROCESS.thread_level = min(required, THREAD_MULTIPLE)
     PROCESS.main_thread = threading.current_thread()
     PROCESS.initialized = True
 

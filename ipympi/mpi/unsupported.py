@@ -201,7 +201,7 @@ class PartitionedFeatures(_UnsupportedMethods):
 WIN_NULL: Win = Win()
 FILE_NULL: File = File()
 SESSION_NULL: Session = Session()
-register(globals(), ("WIN_NULL", "FILE_NULL", "SESSION_NULL"))  # constants (see _handle)
+register(globals(), ("WIN_NULL", "FILE_NULL", "SESSION_NULL"))  # constants (see core.handle)
 
 
 # --- Module-level functions of unavailable features --------------------------------------

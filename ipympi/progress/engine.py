@@ -7,13 +7,16 @@ and every :class:`~ipympi.progress.operation.Op`; whoever holds it *drives* the 
 * a thread inside an MPI call holds it and, when it must wait, blocks in the
   data socket's ``recv`` itself (no thread hand-off between kernel and rank);
 * while no thread is inside MPI for more than ~2 ms, the progress thread
-  (``_progress``) takes it and keeps matching and moving data, so a posted
+  (``progress.thread``) takes it and keeps matching and moving data, so a posted
   receive is satisfied and a synchronous or large send completes while the
   user computes. A thread entering MPI rings the doorbell to take it back.
+* while several threads of the rank are in MPI, those that wait take turns at
+  the socket without holding the engine in between (``progress.sharing``), so that each
+  can enter, and be woken when another completed what it waits for.
 
 Small messages travel eagerly in one frame. Large ones are announced (RTS) and
-read by the receiver straight from the sender's memory (``_largebuf``), or
-sent in chunks where that is not permitted. See ``_wire`` for the frame layout.
+read by the receiver straight from the sender's memory (``progress.largebuf``), or
+sent in chunks where that is not permitted. See ``core.wire`` for the frame layout.
 
 Every blocking wait is interruptible (Ctrl-C raises ``KeyboardInterrupt``; the
 posted receive is withdrawn) and observable: :meth:`Engine.waiting_info` says
@@ -47,10 +50,12 @@ from ..core.wire import (
     PEER_DEAD,
     RTS,
     SYNC,
+    WAKE,
 )
 from . import tracing as _trace
 from .largebuf import VmReader, buffer_address
 from .operation import Op
+from .sharing import await_queued, blocked_calls, hand_on, wait_shared
 from .tcp import Received
 from .transport import MAX_FRAME, SPIN_TRIES, Transport
 
@@ -92,6 +97,8 @@ _pack_header = wire.HEADER.pack
 _unpack_header = wire.HEADER.unpack_from
 _pack_address = wire.RTS_EXTRA.pack
 _sched_yield = os.sched_yield
+# Sent to the rank's own socket to wake a thread blocked reading it (see ``enter``).
+_WAKE_FRAME = _pack_header(WAKE, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 class Engine:
@@ -110,6 +117,8 @@ class Engine:
         self._same_host = transport.same_host if transport is not None else _everywhere
         self.matcher = Matcher()
         self.lock = threading.RLock()
+        # Threads waiting with the engine released wait on this (``progress.sharing``).
+        self.cond = threading.Condition(self.lock)
         self.vm = VmReader()
         self._msgids = itertools.count(1)
         self._sends: dict[int, Op] = {}  # msgid -> send waiting for ACK/FIN
@@ -120,16 +129,22 @@ class Engine:
         # only when someone asks, to keep blocking calls cheap), and since when.
         self.waiting: Callable[[], WaitInfo] | None = None
         self.waiting_since = 0.0
-        self.depth = 0  # threads inside MPI calls
+        # The same for the threads that wait with the engine released, by thread
+        # ident; how many they are, and the one watching the socket (``progress.sharing``).
+        self.blocked: dict[int, tuple[Callable[[], WaitInfo] | None, float]] = {}
+        self.sharing = 0
+        self.reader: int | None = None
+        self.depth = 0  # MPI calls in progress, nested ones included
         # MPI calls entered, by any thread: with ``progressed``, tells an observer
         # whether anything can have changed in the engine since it last looked.
         self.entered = 0
         self.wanted = 0  # threads waiting to enter
+        self._wanted_lock = threading.Lock()  # counts ``wanted`` (threads race to enter)
         self.last_exit = 0.0
         self.progress: Any = None  # the ProgressThread, once started
         self.finalized = False
         # Collectives: schedules in progress, sequence numbers per collective
-        # context, and what is known about mismatches (see _collsched).
+        # context, and what is known about mismatches (see mpi.coll.runner).
         self.colls: list[Any] = []
         self.coll_next: dict[int, int] = {}  # context -> next sequence number
         self.coll_active: dict[int, set[int]] = {}  # context -> started, unfinished
@@ -150,36 +165,50 @@ class Engine:
         # difference between two ranks' counts (``engine/leftovers.py``).
         self.sent = [0] * size
         self.arrived = [0] * size
-        # The message recorder while tracing is on (``_trace``), else None.
+        # The message recorder while tracing is on (``progress.tracing``), else None.
         self.tracer: _trace.Tracer | None = _trace.attach(self)
 
     # -- entering and leaving MPI --------------------------------------------
     def enter(self) -> None:
-        """Take the engine for an MPI call (from the progress thread if needed)."""
+        """Take the engine for an MPI call (from the progress thread if needed).
+
+        When another thread holds it and waits for a frame reading the socket,
+        a ``WAKE`` frame gets it to let go: seeing ``wanted``, it waits on
+        sharing the socket (``sharing``).
+        """
         if not self.lock.acquire(False):
-            self.wanted += 1
+            with self._wanted_lock:
+                self.wanted += 1
             try:
-                if self.transport is not None:
-                    self.transport.ring()
+                transport = self.transport
+                if transport is not None:
+                    transport.ring()
+                    if self.waiting is not None:
+                        transport.send_to_self(_WAKE_FRAME)
                 self.lock.acquire()
             finally:
-                self.wanted -= 1
+                with self._wanted_lock:
+                    self.wanted -= 1
         self.depth += 1
         self.entered += 1
 
     def leave(self) -> None:
+        """Give the engine back; threads waiting in it may have been completed."""
         self.depth -= 1
         self.last_exit = time.monotonic()
+        if self.sharing:
+            hand_on(self)
         self.lock.release()
 
     def waiting_info(self) -> WaitInfo | None:
-        """What the rank is blocked on right now, or None."""
-        waiting = self.waiting
-        if waiting is None:
-            return None
-        info = waiting()
-        info.since = self.waiting_since
-        return info
+        """What the rank is blocked on right now, or None: the first of
+        :meth:`blocked_calls`."""
+        calls = blocked_calls(self)
+        return calls[0] if calls else None
+
+    def blocked_calls(self) -> list[WaitInfo]:
+        """What each thread blocked in MPI waits for, the one to report first."""
+        return blocked_calls(self)
 
     # -- sending -------------------------------------------------------------
     def start_send(
@@ -452,6 +481,8 @@ class Engine:
             self.fail_collectives(context, text, tag)
         elif kind == PEER_DEAD:
             self.fail_peer(value, bytes(frame[HEADER_SIZE:]).decode(errors="replace"))
+        elif kind == WAKE:
+            pass  # it only woke the thread reading the socket
         else:
             raise MPIException(ERR_OTHER, f"unknown frame kind {kind} from rank {wsource}")
 
@@ -545,13 +576,17 @@ class Engine:
         if op.done:
             return
         transport = self.transport
-        if transport is None:
-            self._deadlock()
-        recv = transport.recv
         self.waiting = info or _unknown_wait
         self.waiting_since = time.monotonic()
         try:
+            if transport is None:
+                wait_shared(self, lambda: op.done)  # another thread may send to this rank
+                return
+            recv = transport.recv
             while not op.done:
+                if self.wanted or self.sharing:  # other threads in MPI
+                    wait_shared(self, lambda: op.done)
+                    return
                 self._handle(recv())
                 if self.colls:
                     self.advance_collectives()
@@ -579,7 +614,7 @@ class Engine:
         call (:meth:`collective_frame` may have taken it off the socket).
         """
         if self.transport is None:
-            self._deadlock()
+            self.deadlock()
         unexpected = self.matcher.pending_in(context)
         self.waiting = info
         self.waiting_since = time.monotonic()
@@ -619,7 +654,7 @@ class Engine:
         messages, where it waits when it came early); caller holds the engine,
         tracing is off.
 
-        The straight path's receive (``_collfast``): no operation, no posted
+        The straight path's receive (``mpi.coll.fast``): no operation, no posted
         receive, every other frame handled as usual meanwhile. Returns None,
         having consumed nothing of that message, when the caller must look
         again (:meth:`receive_collective` does): the message is a large one's
@@ -639,6 +674,9 @@ class Engine:
         readable, data_recv = transport.readable, transport.data.recv
         handle = self._handle
         while True:
+            if self.wanted or self.sharing:  # other threads in MPI: one reads for all
+                await_queued(self, queue, context, source, tag)
+                return None
             if transport.pending or transport.tcp is not None:
                 frame = transport.recv()
             else:  # Transport.recv, inlined: look a few times, then sleep
@@ -680,21 +718,23 @@ class Engine:
         """Drive progress until ``ready()`` (caller holds the engine)."""
         if ready():
             return
-        if self.transport is None:
-            self._deadlock()
         self.waiting = info or _unknown_wait
         self.waiting_since = time.monotonic()
         try:
             while not ready():
+                if self.transport is None or self.wanted or self.sharing:
+                    wait_shared(self, ready)
+                    return
                 self.poll_once(True)
         finally:
             self.waiting = None
 
-    def _deadlock(self) -> NoReturn:
+    def deadlock(self) -> NoReturn:
+        """Raise the error of a wait that no other rank or thread could ever end."""
         raise MPIException(
             ERR_OTHER,
-            "deadlock: this single-process world has no other rank that could "
-            "ever complete the operation",
+            "deadlock: this single-process world has no other rank, and the process "
+            "no other thread, that could ever complete the operation",
         )
 
     # -- collectives -----------------------------------------------------------
@@ -709,7 +749,7 @@ class Engine:
         ``sig`` is the call's signature and ``members`` the world ranks of the
         communicator, remembered to explain and report mismatches. Every blocking,
         nonblocking and persistent collective, on the general path (``CollOp``) or
-        the straight one (``_collfast.Lane.start``), is numbered here.
+        the straight one (``mpi.coll.fast.Lane.start``), is numbered here.
         """
         seq = self.coll_next.get(context, 0)
         self.coll_next[context] = seq + 1

@@ -14,7 +14,7 @@ from ..core.constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 
 __all__ = ["COLL", "RECV", "SEND", "Op"]
 
-SEND, RECV, COLL = 1, 2, 3  # COLL: a whole collective call (see _collsched)
+SEND, RECV, COLL = 1, 2, 3  # COLL: a whole collective call (see mpi.coll.runner)
 
 
 class Op:

@@ -15,7 +15,7 @@ Wire format of one tcp message (two or three zmq frames)::
 
     frame 0: source world rank (u32) | destination world rank (u32) |
              sequence number (u64) | HMAC-SHA256 of (those 16 bytes + the rest)
-    frame 1: the rank-to-rank frame itself (see ``_wire``)
+    frame 1: the rank-to-rank frame itself (see ``core.wire``)
     frame 2: (a chunk of a large message only) its data, sent without a copy
 
 The key is the session's secret, which only the job's own processes have, so

@@ -59,6 +59,8 @@ def describe_state(
 
     A rank blocked in MPI also says whether its main thread is running
     (``busy``: copying a large message, say) or asleep, waiting for a frame.
+    When several of its threads are blocked in MPI, the state's call is the
+    first of :meth:`Engine.blocked_calls`, and ``threads`` lists the others.
     """
     state: dict[str, Any] = {
         "type": "state",
@@ -66,12 +68,14 @@ def describe_state(
         "pid": engine.pid,
         "host": socket.gethostname(),
     }
-    waiting = engine.waiting_info()
+    calls = engine.blocked_calls()
     if engine.finalized:
         state["state"] = "finalized"
-    elif waiting is not None:
+    elif calls:
         state["state"] = "blocked"
-        state.update(waiting.as_dict())
+        state.update(calls[0].as_dict())
+        if len(calls) > 1:
+            state["threads"] = [info.as_dict() for info in calls[1:]]
         busy = running(main_native_id)
         if busy is not None:
             state["busy"] = busy

@@ -27,8 +27,11 @@ Besides the data socket a rank has:
 
 * a *doorbell* (a pipe) that a thread entering MPI rings to take the socket
   back from the progress thread;
+* a *wake-up* pipe: while several threads of the rank are in MPI, the one that
+  waits for input does so with the engine released (:meth:`Transport.wait_input`),
+  and another thread that may have completed what it waits for wakes it with it;
 * an optional control DEALER (zmq) connected to the launcher or controller
-  (hello, abort, state queries; see ``_control``).
+  (hello, abort, state queries; see ``core.control``).
 """
 
 from __future__ import annotations
@@ -111,6 +114,9 @@ class Transport:
         self.pending: dict[int, deque[bytes]] = {}  # peer -> frames waiting for room
         self.bell_r, self.bell_w = os.pipe()
         os.set_blocking(self.bell_r, False)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
         self.context = zmq.Context()
         self.ctl: zmq.Socket | None = None
         self.ctl_lock = threading.Lock()
@@ -135,6 +141,7 @@ class Transport:
         )
         self._tcp_turn = False  # alternate which input is read first, so neither starves
         self._either: zmq.Poller | None = None  # the data socket and the tcp inbox together
+        self._input_or_wake: Callable[[int], Any] | None = None  # see wait_input
 
     def same_host(self, wrank: int) -> bool:
         """Whether world rank ``wrank`` runs on this host (its memory can be read directly)."""
@@ -283,6 +290,34 @@ class Transport:
             return
         self._inputs_poller().poll(ms)
 
+    def wait_input(self) -> None:
+        """Wait until a frame may have come in or :meth:`wake` was called.
+
+        Reads nothing: the caller, having let the engine go meanwhile, takes it
+        back and reads. While frames wait for room at full peers it returns
+        every few milliseconds, so that they are retried.
+        """
+        poll = self._input_or_wake
+        if poll is None:
+            if self.tcp is None:
+                poller: Any = select.poll()
+                for fd in (self.data_fd, self.wake_r):
+                    poller.register(fd, select.POLLIN)
+            else:
+                poller = zmq.Poller()
+                for source in [*self.inputs, self.wake_r]:
+                    poller.register(source, zmq.POLLIN)
+            poll = self._input_or_wake = poller.poll
+        poll(RETRY_MS if self.pending else -1)
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self.wake_r, 4096):
+                pass
+
+    def wake(self) -> None:
+        """End a :meth:`wait_input` in progress (or the next one), from any thread."""
+        with contextlib.suppress(BlockingIOError):
+            os.write(self.wake_w, b"\x01")
+
     def _inputs_poller(self) -> zmq.Poller:
         """A poller of the data socket and the tcp inbox together."""
         if self._either is None:
@@ -362,6 +397,6 @@ class Transport:
         with contextlib.suppress(OSError):
             os.unlink(self.path)
         self.context.term()
-        for fd in (self.bell_r, self.bell_w):
+        for fd in (self.bell_r, self.bell_w, self.wake_r, self.wake_w):
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -1,7 +1,7 @@
 """The buffer forms of collective calls: one block per rank, vectors, and Alltoallw's.
 
 Collectives read their buffers in three shapes beyond the single message of
-``_buffers``, each parsed here into one byte view per rank plus a finishing step:
+``mpi.buffers``, each parsed here into one byte view per rank plus a finishing step:
 
 * Blocks (Gather's and Allgather's receive buffer, Scatter's send buffer, both of
   Alltoall): the forms of one message, where the count is the count *per rank*. Without

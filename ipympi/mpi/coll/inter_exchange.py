@@ -21,6 +21,7 @@ from typing import Any
 from ...core import algorithms as algo
 from ...core.schedule import Algorithm, Round
 from ..buffers import send_buffer
+from ..commlock import comm_locked
 from ..errhandling import mpi_call
 from ..pickling import object_items, pickle
 from ..request import Prequest, Request
@@ -108,6 +109,7 @@ class InterExchanges(InterCollBase):
         return self._allgather("Allgatherv_init", sendbuf, recvbuf, True, "persistent")
 
     @mpi_call
+    @comm_locked
     def allgather(self, sendobj: Any) -> list[Any]:
         """Every process returns the other group's objects in rank order."""
         data = pickle.dumps(sendobj)
@@ -183,6 +185,7 @@ class InterExchanges(InterCollBase):
         return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, "persistent")
 
     @mpi_call
+    @comm_locked
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """Object j goes to process j of the other group; returns the objects received."""
         m = self.Get_remote_size()

@@ -26,6 +26,7 @@ from typing import Any
 from ...core import algorithms as algo
 from ...core.schedule import Algorithm, Round
 from ..buffers import recv_buffer, send_buffer
+from ..commlock import comm_locked
 from ..errhandling import mpi_call
 from ..pickling import object_items, pickle
 from ..request import Prequest, Request
@@ -81,6 +82,7 @@ class InterRooted(InterCollBase):
         return self._bcast("Bcast_init", buf, root, "persistent")
 
     @mpi_call
+    @comm_locked
     def bcast(self, obj: Any = None, root: int = 0) -> Any:
         """Lower-case Bcast: the receiving group returns the object, the root's group None."""
         role, uroot = self._role(root, "bcast")
@@ -171,6 +173,7 @@ class InterRooted(InterCollBase):
         return self._gather("Gatherv_init", sendbuf, recvbuf, root, True, "persistent")
 
     @mpi_call
+    @comm_locked
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
         """The ``ROOT`` process returns the other group's objects in rank order."""
         role, uroot = self._role(root, "gather")
@@ -269,6 +272,7 @@ class InterRooted(InterCollBase):
         return self._scatter("Scatterv_init", sendbuf, recvbuf, root, True, "persistent")
 
     @mpi_call
+    @comm_locked
     def scatter(self, sendobj: Sequence[Any] | None = None, root: int = 0) -> Any:
         """Object j of the ``ROOT`` process's sequence goes to process j of the other group."""
         role, uroot = self._role(root, "scatter")

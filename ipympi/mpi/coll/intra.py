@@ -5,8 +5,8 @@ Every collective exists in up to four forms with mpi4py's names: blocking
 (``Bcast_init``, a request started with ``Start``), and lower case for Python
 objects (``bcast``). Each form checks its arguments (root, ``IN_PLACE`` where
 the standard allows it, op and datatype), picks an algorithm by message size
-and number of ranks (``_algorithms``; reductions are in ``_coll_reduce``) and
-runs it through ``_collsched``.
+and number of ranks (``core.algorithms``; reductions are in ``mpi.coll.reduce``) and
+runs it through ``mpi.coll.runner``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ...core.errors import Exception as MPIException
 from ...core.schedule import Algorithm, signature
 from ..args import root_rank
 from ..buffers import recv_buffer, send_buffer
+from ..commlock import comm_locked
 from ..errhandling import mpi_call
 from ..handles import CommMixin
 from ..pickling import object_items, pickle
@@ -140,6 +141,7 @@ class Collectives(CommMixin):
         return self._bcast("Bcast_init", buf, root, "persistent")
 
     @mpi_call
+    @comm_locked
     def bcast(self, obj: Any = None, root: int = 0) -> Any:
         """Broadcast a Python object from ``root``; every rank returns it."""
         impl = self._live()
@@ -216,6 +218,7 @@ class Collectives(CommMixin):
         return self._gather("Gatherv_init", sendbuf, recvbuf, root, "persistent", v=True)
 
     @mpi_call
+    @comm_locked
     def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
         """Gather one Python object per rank; the root returns the list, others None."""
         impl = self._live()
@@ -295,6 +298,7 @@ class Collectives(CommMixin):
         return self._scatter("Scatterv_init", sendbuf, recvbuf, root, "persistent", v=True)
 
     @mpi_call
+    @comm_locked
     def scatter(self, sendobj: Sequence[Any] | None = None, root: int = 0) -> Any:
         """Send the i-th object of ``sendobj`` (a sequence of size items) at root to rank i."""
         impl = self._live()
@@ -378,6 +382,7 @@ class Collectives(CommMixin):
         return self._allgather("Allgatherv_init", sendbuf, recvbuf, "persistent", v=True)
 
     @mpi_call
+    @comm_locked
     def allgather(self, sendobj: Any) -> list[Any]:
         """Every rank returns the list of every rank's object."""
         data = pickle.dumps(sendobj)
@@ -460,6 +465,7 @@ class Collectives(CommMixin):
         return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, "persistent")
 
     @mpi_call
+    @comm_locked
     def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
         """Rank i sends ``sendobj[j]`` to rank j; returns the objects received, by rank."""
         impl = self._live()

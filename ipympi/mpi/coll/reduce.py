@@ -3,7 +3,7 @@ Scan, Exscan, in blocking, nonblocking, persistent and lower-case forms.
 
 The reduction runs on a private working copy of each rank's contribution (a
 typed numpy array, or a Python object for lower-case calls) with the
-algorithms of ``_reductions``; results are copied into the receive buffers at
+algorithms of ``core.reductions``; results are copied into the receive buffers at
 the end. ``IN_PLACE`` takes the input from the receive buffer where the
 standard allows it (Reduce at the root; Allreduce, Reduce_scatter, Scan,
 Exscan everywhere).

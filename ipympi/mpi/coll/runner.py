@@ -1,6 +1,7 @@
 """Running collective algorithms round by round: blocking, nonblocking, persistent.
 
-An algorithm (``_algorithms``, ``_reductions``) is a generator that yields :class:`Round` objects —
+An algorithm (``core.algorithms``, ``core.reductions``) is a generator that yields
+:class:`~ipympi.core.schedule.Round` objects —
 the messages one rank sends and receives in one step — and gets back the
 completed receive operations before it continues (for example to combine a
 received partial reduction). :class:`CollOp` runs such a generator on the
@@ -79,7 +80,7 @@ class CollOp(Op):
         self.rank = impl.rank
         self.sig = sig
         # The call's sequence number: a new one, or that of a call begun on the
-        # straight path (_collfast) that needs this class to report an error.
+        # straight path (mpi.coll.fast) that needs this class to report an error.
         if seq is None:
             seq = self.engine.begin_collective(self.context, sig, impl.world_ranks)
         self.seq = seq
@@ -383,7 +384,7 @@ def comm_label(comm: Any) -> str:
 
 def runs_inline(engine: Any) -> bool:
     """Whether a blocking collective may run inline or on the straight path
-    (``_collfast``) now: not while tracing (which records every round through
+    (``mpi.coll.fast``) now: not while tracing (which records every round through
     :meth:`CollOp.start`), nor once a rank of the world has died (``start``
     fails such calls at once)."""
     return engine.tracer is None and not engine.dead_peers

@@ -1,0 +1,143 @@
+"""Threads sharing one engine, without processes: a world of one rank (no socket),
+where another thread's message to the rank itself completes a wait, and mpi4py's
+per-communicator lock table (``mpi.commlock``)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from ipympi.core.errors import Exception as MPIException
+from ipympi.mpi.commlock import comm_locked, lock_of, table_of
+from ipympi.progress.engine import Engine, WaitInfo
+from ipympi.progress.operation import RECV, SEND, Op
+
+
+def _engine() -> Engine:
+    return Engine(0, 1, None)
+
+
+def _recv(engine: Engine, tag: int) -> Op:
+    op = Op(RECV, None, "Recv", 0, tag)
+    with engine.lock:
+        engine.start_recv(op, 0, 0, tag)
+    return op
+
+
+def _send(engine: Engine, tag: int, data: bytes) -> None:
+    engine.enter()
+    try:
+        engine.start_send(Op(SEND, None, "Send", 0, tag), data, 0, 0, 0, tag, False)
+    finally:
+        engine.leave()
+
+
+def _wait_in_thread(engine: Engine, op: Op) -> tuple[threading.Thread, list[BaseException]]:
+    errors: list[BaseException] = []
+
+    def wait() -> None:
+        engine.enter()
+        try:
+            engine.wait(op, lambda: WaitInfo("Recv", "world", 0, op.tag))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            engine.leave()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    return thread, errors
+
+
+def _until(condition, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.005)
+
+
+@pytest.mark.timeout(30)
+def test_a_wait_no_other_thread_can_end_is_a_deadlock() -> None:
+    engine = _engine()
+    op = _recv(engine, 1)
+    engine.enter()
+    try:
+        with pytest.raises(MPIException, match="deadlock"):
+            engine.wait(op)
+    finally:
+        engine.leave()
+    assert engine.sharing == 0 and not engine.blocked
+
+
+@pytest.mark.timeout(30)
+def test_threads_waiting_are_woken_by_the_message_that_completes_each() -> None:
+    engine = _engine()
+    ops = {tag: _recv(engine, tag) for tag in (1, 2, 3)}
+    waits = {tag: _wait_in_thread(engine, op) for tag, op in ops.items()}
+    _until(lambda: len(engine.blocked) == 3)
+    # observers see each waiting thread's call, the longest first
+    assert sorted(info.tag for info in engine.blocked_calls()) == [1, 2, 3]
+    assert engine.waiting_info() is not None
+    _send(engine, 2, b"two")
+    thread, errors = waits[2]
+    thread.join(5)
+    assert not thread.is_alive() and not errors
+    assert bytes(ops[2].data) == b"two"
+    assert sorted(info.tag for info in engine.blocked_calls()) == [1, 3]
+    for tag in (3, 1):
+        _send(engine, tag, b"x")
+        thread, errors = waits[tag]
+        thread.join(5)
+        assert not thread.is_alive() and not errors
+    assert engine.sharing == 0 and not engine.blocked and engine.waiting_info() is None
+
+
+class _Impl:
+    """What ``mpi.commlock`` needs of a communicator's state."""
+
+    locks = None
+
+    def __init__(self) -> None:
+        self.locks = None
+
+
+class _Comm:
+    """A communicator handle as ``comm_locked`` sees it: its state, or None once freed."""
+
+    def __init__(self) -> None:
+        self.impl = self._impl = _Impl()
+        self.inside: list[str] = []
+
+    def _live(self) -> _Impl:
+        return self.impl
+
+    @comm_locked
+    def bcast(self, value: str) -> str:
+        self.inside.append(value)
+        return value
+
+
+def test_lock_table_is_made_once_and_keeps_one_lock_per_key() -> None:
+    impl = _Impl()
+    table = table_of(impl)
+    assert table == {} and table_of(impl) is table
+    lock = lock_of(impl, "bcast")
+    assert isinstance(lock, type(threading.Lock()))
+    assert lock_of(impl, "bcast") is lock and lock_of(impl, None) is not lock
+    assert set(table) == {"bcast", None}
+
+
+@pytest.mark.timeout(30)
+def test_a_lower_case_collective_holds_the_lock_of_its_name() -> None:
+    comm = _Comm()
+    assert comm.bcast("a") == "a" and set(table_of(comm.impl)) == {"bcast"}
+    lock = lock_of(comm.impl, "bcast")
+    with lock:
+        thread = threading.Thread(target=comm.bcast, args=("b",))
+        thread.start()
+        time.sleep(0.1)
+        assert comm.inside == ["a"]  # kept out while the lock is held
+    thread.join(5)
+    assert comm.inside == ["a", "b"] and not lock.locked()
