@@ -6,12 +6,15 @@ Every ``import`` of an ipympi module anywhere in a module counts (inside functio
 * a module imports nothing of a layer above its own (``core`` imports nothing of ipympi's
   outside ``core``; ``mpi`` never imports ``notebook``; ...);
 * no import cycle anywhere in the package, between modules of one layer included;
-* ``core`` imports neither pyzmq nor threads, sockets or clocks: it is sans-I/O.
+* ``core`` imports neither pyzmq nor threads, sockets or clocks: it is sans-I/O, and it
+  imports in a Python without pyzmq.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -172,3 +175,13 @@ def test_no_import_cycle() -> None:
         if name not in index:
             visit(name)
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_core_imports_without_pyzmq() -> None:
+    """Every core module imports in a Python where importing zmq fails."""
+    core = sorted(name for name in KNOWN if layer_of(name) == 0)
+    code = "import sys; sys.modules['zmq'] = None\n" + "".join(f"import {m}\n" for m in core)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr

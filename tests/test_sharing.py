@@ -12,15 +12,15 @@ import pytest
 from ipympi.core.errors import Exception as MPIException
 from ipympi.mpi.commlock import comm_locked, lock_of, table_of
 from ipympi.progress.engine import Engine, WaitInfo
-from ipympi.progress.operation import RECV, SEND, Op
+from ipympi.progress.operation import RECV, SEND, Operation
 
 
 def _engine() -> Engine:
     return Engine(0, 1, None)
 
 
-def _recv(engine: Engine, tag: int) -> Op:
-    op = Op(RECV, None, "Recv", 0, tag)
+def _recv(engine: Engine, tag: int) -> Operation:
+    op = Operation(RECV, None, "Recv", 0, tag)
     with engine.lock:
         engine.start_recv(op, 0, 0, tag)
     return op
@@ -29,12 +29,12 @@ def _recv(engine: Engine, tag: int) -> Op:
 def _send(engine: Engine, tag: int, data: bytes) -> None:
     engine.enter()
     try:
-        engine.start_send(Op(SEND, None, "Send", 0, tag), data, 0, 0, 0, tag, False)
+        engine.start_send(Operation(SEND, None, "Send", 0, tag), data, 0, 0, 0, tag, False)
     finally:
         engine.leave()
 
 
-def _wait_in_thread(engine: Engine, op: Op) -> tuple[threading.Thread, list[BaseException]]:
+def _wait_in_thread(engine: Engine, op: Operation) -> tuple[threading.Thread, list[BaseException]]:
     errors: list[BaseException] = []
 
     def wait() -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any
 
+from .modes import Form
+
 __all__ = [
     "KINDS",
     "NEIGHBORHOOD",
@@ -68,10 +70,10 @@ ROOTED |= {name.lower() for name in ROOTED}
 NEIGHBORHOOD = 0x1FF
 
 
-FORMS = {"blocking": 0, "nonblocking": NONBLOCKING, "persistent": PERSISTENT}
+FORMS = {Form.BLOCKING: 0, Form.NONBLOCKING: NONBLOCKING, Form.PERSISTENT: PERSISTENT}
 
 
-def signature(kind: str, root: int = 0, mode: str = "blocking") -> int:
+def signature(kind: str, root: int = 0, mode: Form = Form.BLOCKING) -> int:
     """The 16-bit signature of a collective call (kind, form, root)."""
     return KIND_IDS[kind] | FORMS[mode] | ((root & 0x1FF) << 7)
 

@@ -23,7 +23,7 @@ from typing import Any
 from ..core.constants import ANY_TAG, BSEND_OVERHEAD, PROC_NULL
 from ..core.errors import ERR_BUFFER
 from ..core.errors import Exception as MPIException
-from ..progress.operation import SEND, Op
+from ..progress.operation import SEND, Operation
 from .process import PROCESS
 from .rawmem import BUFFER_AUTOMATIC, byte_view
 
@@ -39,10 +39,10 @@ class Pool:
         self.buf = buf
         self.size = size
         self.used = 0
-        self.ops: set[Op] = set()
-        self.flushes: list[Op] = []  # Iflush_buffer operations waiting for ops to drain
+        self.ops: set[Operation] = set()
+        self.flushes: list[Operation] = []  # Iflush_buffer operations waiting for ops to drain
 
-    def release(self, op: Op) -> None:
+    def release(self, op: Operation) -> None:
         """Give back the space of ``op``, a completed buffered message held here.
 
         The progress engine calls this when the message has left (``op.bsend_pool``);
@@ -80,9 +80,9 @@ def flush(engine: Any, holder: Any) -> None:
         engine.leave()
 
 
-def iflush(holder: Any, comm: Any, call: str) -> Op:
+def iflush(holder: Any, comm: Any, call: str) -> Operation:
     """An operation that completes once ``holder``'s buffer has no message left."""
-    op = Op(SEND, comm, call, PROC_NULL, ANY_TAG)
+    op = Operation(SEND, comm, call, PROC_NULL, ANY_TAG)
     pool = holder.bsend
     if pool is None or not pool.ops:
         op.done = True
@@ -101,7 +101,7 @@ def detach(engine: Any, holder: Any) -> Any:
     return pool.buf
 
 
-def reserve(op: Op, nbytes: int, holder: Any) -> None:
+def reserve(op: Operation, nbytes: int, holder: Any) -> None:
     """Claim space for a buffered message of ``nbytes`` in the buffer that applies to
     ``holder`` (a communicator's state), or raise ``ERR_BUFFER``."""
     pool = holder.bsend or PROCESS.bsend

@@ -27,7 +27,7 @@ from ..core.constants import UNDEFINED
 from ..core.errors import ERR_IN_STATUS, SUCCESS
 from ..core.errors import Exception as MPIException
 from ..progress.engine import WaitInfo
-from ..progress.operation import RECV, Op
+from ..progress.operation import RECV, Operation
 from .pickling import pickle
 from .process import PROCESS
 from .status import Status
@@ -40,7 +40,7 @@ GREQ = 4
 
 
 # --- One operation ---------------------------------------------------------------------
-def loads(op: Op) -> Any:
+def loads(op: Operation) -> Any:
     """The object a completed operation delivers to the lower-case calls."""
     kind = op.kind
     if kind != RECV:
@@ -50,7 +50,7 @@ def loads(op: Op) -> Any:
     return pickle.loads(op.data)
 
 
-def fill_status(op: Op, status: Status | None) -> None:
+def fill_status(op: Operation, status: Status | None) -> None:
     """Finish completed ``op`` (``settle``) and report it in ``status``."""
     op.settle()
     if status is None:
@@ -61,7 +61,7 @@ def fill_status(op: Op, status: Status | None) -> None:
         status._set_empty(op.cancelled)
 
 
-def peek_status(op: Op, status: Status | None) -> None:
+def peek_status(op: Operation, status: Status | None) -> None:
     """Report completed ``op`` in ``status`` without completing it (``Get_status``)."""
     if op.kind == GREQ:
         op.query(status)  # type: ignore[attr-defined]
@@ -69,7 +69,7 @@ def peek_status(op: Op, status: Status | None) -> None:
         fill_status(op, status)
 
 
-def handler_comm(op: Op) -> Any:
+def handler_comm(op: Operation) -> Any:
     """The communicator whose error handler reports ``op``'s errors: its own, or
     ``COMM_SELF`` for a generalized request, which has none."""
     if op.comm is not None:
@@ -77,7 +77,7 @@ def handler_comm(op: Op) -> Any:
     return PROCESS.self_comm
 
 
-def _raise_in_status(failed: Op, call: str) -> None:
+def _raise_in_status(failed: Operation, call: str) -> None:
     detail = f"{call}: request {failed.call} failed"
     if failed.error_detail:
         detail += f": {failed.error_detail}"
@@ -86,7 +86,7 @@ def _raise_in_status(failed: Op, call: str) -> None:
 
 
 # --- Waiting and polling ------------------------------------------------------------------
-def wait_info(ops: Sequence[Op], call: str) -> Callable[[], WaitInfo]:
+def wait_info(ops: Sequence[Operation], call: str) -> Callable[[], WaitInfo]:
     def info() -> WaitInfo:
         first = ops[0]
         what = "recv" if first.kind == RECV else "send"
@@ -97,14 +97,14 @@ def wait_info(ops: Sequence[Op], call: str) -> Callable[[], WaitInfo]:
     return info
 
 
-def _engine_of(ops: Iterable[Op]) -> Any:
+def _engine_of(ops: Iterable[Operation]) -> Any:
     for op in ops:
         if op.comm is not None:
             return op.comm._engine
     return None
 
 
-def wait_for(ops: Sequence[Op], ready: Callable[[], bool], call: str) -> None:
+def wait_for(ops: Sequence[Operation], ready: Callable[[], bool], call: str) -> None:
     """Drive the engine of ``ops`` until ``ready()`` (at once if it already is).
 
     With generalized requests among ``ops`` (their completion comes from the
@@ -123,7 +123,7 @@ def wait_for(ops: Sequence[Op], ready: Callable[[], bool], call: str) -> None:
         engine.leave()
 
 
-def poll(ops: Iterable[Op]) -> None:
+def poll(ops: Iterable[Operation]) -> None:
     """One non-blocking progress pass for the engine of ``ops``."""
     ops = list(ops)
     if all(op.done for op in ops):
@@ -139,7 +139,7 @@ def poll(ops: Iterable[Op]) -> None:
 
 
 # --- Many requests ------------------------------------------------------------------------
-def _active(requests: Sequence[Any]) -> list[tuple[int, Op]]:
+def _active(requests: Sequence[Any]) -> list[tuple[int, Operation]]:
     return [(i, r._op) for i, r in enumerate(requests) if r._op is not None]
 
 
@@ -156,7 +156,7 @@ def _status_at(statuses: Sequence[Status] | None, index: int) -> Status | None:
     return statuses[index]
 
 
-def _report(request: Any, op: Op, status: Status | None, complete: bool) -> bool:
+def _report(request: Any, op: Operation, status: Status | None, complete: bool) -> bool:
     """Report done ``op`` (with its error) in ``status``, completing ``request`` if
     ``complete``; return whether the operation failed."""
     if complete:
@@ -209,7 +209,7 @@ def _all(
         if not all(op.done for op in live):
             return False
     _grow(statuses, len(requests))
-    failed: Op | None = None
+    failed: Operation | None = None
     for i, (request, op) in enumerate(zip(requests, ops)):
         status = _status_at(statuses, i)
         if op is None:
@@ -238,7 +238,7 @@ def _some(
         poll(ops)
     done = [(i, op) for i, op in active if op.done]
     _grow(statuses, len(done))
-    failed: Op | None = None
+    failed: Operation | None = None
     for k, (i, op) in enumerate(done):
         if _report(requests[i], op, _status_at(statuses, k), complete) and failed is None:
             failed = op

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol
 
+from ..core.modes import Form
+
 if TYPE_CHECKING:
     from ..core import typemap as tm
     from ..core.errors import Exception as MPIException
     from ..core.modes import SendMode
-    from ..progress.operation import Op
+    from ..progress.operation import Operation
     from .comm import Comm
     from .commimpl import CommImpl
     from .datatype import Datatype, _TypeImpl
@@ -50,11 +52,11 @@ class PointToPointHandle(CommHandle, Protocol):
 
     def _start_send(
         self, impl: CommImpl, call: str, mem: Any, dest: int, tag: int, mode: SendMode
-    ) -> Op: ...
+    ) -> Operation: ...
 
     def _start_recv(
         self, impl: CommImpl, call: str, mem: Any, source: int, tag: int, unpack: Any = None
-    ) -> Op: ...
+    ) -> Operation: ...
 
 
 class CollectiveHandle(CommHandle, Protocol):
@@ -62,7 +64,7 @@ class CollectiveHandle(CommHandle, Protocol):
 
     def _check_root(self, impl: CommImpl, root: Any, call: str) -> int: ...
 
-    def _collective(self, call: str, kind: str, root: int, plan: Any, mode: str) -> Any: ...
+    def _collective(self, call: str, kind: str, root: int, plan: Any, mode: Form) -> Any: ...
 
     def allgather(self, sendobj: Any) -> list[Any]: ...
 

@@ -16,7 +16,7 @@ from ..core.constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ..core.errors import ERR_REQUEST
 from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, register
-from ..progress.operation import RECV, Op
+from ..progress.operation import RECV, Operation
 from .buffers import recv_buffer
 from .errhandling import mpi_call
 from .request import Request
@@ -67,13 +67,13 @@ class Message(Handle):
             impl.comm._raise(exc, call)
         raise exc
 
-    def _take(self, call: str, mem: memoryview | None) -> Op:
+    def _take(self, call: str, mem: memoryview | None) -> Operation:
         """Start receiving the message into ``mem`` and null this handle."""
         impl = self._impl
         if impl is None:
             raise MPIException(ERR_REQUEST, f"{call}: the message is MESSAGE_NULL")
         comm = impl.comm
-        op = Op(RECV, comm, call, PROC_NULL, ANY_TAG)
+        op = Operation(RECV, comm, call, PROC_NULL, ANY_TAG)
         if impl is _NO_PROC:
             op.complete_empty()
         else:

@@ -26,6 +26,7 @@ from ..core import constants as K
 from ..core import contexts as ctx
 from ..core.errors import ERR_ARG, ERR_COUNT, ERR_TOPOLOGY
 from ..core.errors import Exception as MPIException
+from ..core.modes import Form
 from ..core.schedule import NEIGHBORHOOD, Algorithm, Round
 from . import commbuild as cb
 from .args import c_int, c_ints
@@ -101,7 +102,7 @@ class Topocomm(Intracomm):
 
     # -- machinery --------------------------------------------------------------------
     def _neighbor(
-        self, call: str, kind: str, mode: str, sends: list[Any], recvs: list[Any], finish: Any
+        self, call: str, kind: str, mode: Form, sends: list[Any], recvs: list[Any], finish: Any
     ) -> Any:
         """Send ``sends[j]`` to out-neighbour j and receive in-neighbour i's into ``recvs[i]``."""
         ins, outs, order = self._edges(call)
@@ -114,7 +115,7 @@ class Topocomm(Intracomm):
 
         return self._collective(call, kind, NEIGHBORHOOD, plan, mode)
 
-    def _allgather_n(self, call: str, sendbuf: Any, recvbuf: Any, mode: str, v: bool) -> Any:
+    def _allgather_n(self, call: str, sendbuf: Any, recvbuf: Any, mode: Form, v: bool) -> Any:
         ins, outs, _ = self._edges(call)
         if v:
             views, finish = vector(recvbuf, len(ins), writable=True)
@@ -130,7 +131,7 @@ class Topocomm(Intracomm):
         kind = "Allgatherv" if v else "Allgather"
         return self._neighbor(call, kind, mode, [block] * len(outs), views, _done(finish))
 
-    def _alltoall_n(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: str) -> Any:
+    def _alltoall_n(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: Form) -> Any:
         ins, outs, _ = self._edges(call)
         if kind == "Alltoall":
             _, recvs, finish = blocks(recvbuf, len(ins), writable=True)
@@ -151,69 +152,79 @@ class Topocomm(Intracomm):
     @mpi_call
     def Neighbor_allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Send the same block to every out-neighbour; block i comes from in-neighbour i."""
-        self._allgather_n("Neighbor_allgather", sendbuf, recvbuf, "blocking", v=False)
+        self._allgather_n("Neighbor_allgather", sendbuf, recvbuf, Form.BLOCKING, v=False)
 
     @mpi_call
     def Ineighbor_allgather(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._allgather_n("Ineighbor_allgather", sendbuf, recvbuf, "nonblocking", False)
+        return self._allgather_n("Ineighbor_allgather", sendbuf, recvbuf, Form.NONBLOCKING, False)
 
     @mpi_call
     def Neighbor_allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._allgather_n("Neighbor_allgather_init", sendbuf, recvbuf, "persistent", v=False)
+        return self._allgather_n(
+            "Neighbor_allgather_init", sendbuf, recvbuf, Form.PERSISTENT, v=False
+        )
 
     @mpi_call
     def Neighbor_allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._allgather_n("Neighbor_allgatherv", sendbuf, recvbuf, "blocking", v=True)
+        self._allgather_n("Neighbor_allgatherv", sendbuf, recvbuf, Form.BLOCKING, v=True)
 
     @mpi_call
     def Ineighbor_allgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._allgather_n("Ineighbor_allgatherv", sendbuf, recvbuf, "nonblocking", True)
+        return self._allgather_n("Ineighbor_allgatherv", sendbuf, recvbuf, Form.NONBLOCKING, True)
 
     @mpi_call
     def Neighbor_allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._allgather_n("Neighbor_allgatherv_init", sendbuf, recvbuf, "persistent", v=True)
+        return self._allgather_n(
+            "Neighbor_allgatherv_init", sendbuf, recvbuf, Form.PERSISTENT, v=True
+        )
 
     @mpi_call
     def Neighbor_alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Send block j to out-neighbour j; block i comes from in-neighbour i."""
-        self._alltoall_n("Neighbor_alltoall", "Alltoall", sendbuf, recvbuf, "blocking")
+        self._alltoall_n("Neighbor_alltoall", "Alltoall", sendbuf, recvbuf, Form.BLOCKING)
 
     @mpi_call
     def Ineighbor_alltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall_n("Ineighbor_alltoall", "Alltoall", sendbuf, recvbuf, "nonblocking")
+        return self._alltoall_n(
+            "Ineighbor_alltoall", "Alltoall", sendbuf, recvbuf, Form.NONBLOCKING
+        )
 
     @mpi_call
     def Neighbor_alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
         return self._alltoall_n(
-            "Neighbor_alltoall_init", "Alltoall", sendbuf, recvbuf, "persistent"
+            "Neighbor_alltoall_init", "Alltoall", sendbuf, recvbuf, Form.PERSISTENT
         )
 
     @mpi_call
     def Neighbor_alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._alltoall_n("Neighbor_alltoallv", "Alltoallv", sendbuf, recvbuf, "blocking")
+        self._alltoall_n("Neighbor_alltoallv", "Alltoallv", sendbuf, recvbuf, Form.BLOCKING)
 
     @mpi_call
     def Ineighbor_alltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall_n("Ineighbor_alltoallv", "Alltoallv", sendbuf, recvbuf, "nonblocking")
+        return self._alltoall_n(
+            "Ineighbor_alltoallv", "Alltoallv", sendbuf, recvbuf, Form.NONBLOCKING
+        )
 
     @mpi_call
     def Neighbor_alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
         return self._alltoall_n(
-            "Neighbor_alltoallv_init", "Alltoallv", sendbuf, recvbuf, "persistent"
+            "Neighbor_alltoallv_init", "Alltoallv", sendbuf, recvbuf, Form.PERSISTENT
         )
 
     @mpi_call
     def Neighbor_alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._alltoall_n("Neighbor_alltoallw", "Alltoallw", sendbuf, recvbuf, "blocking")
+        self._alltoall_n("Neighbor_alltoallw", "Alltoallw", sendbuf, recvbuf, Form.BLOCKING)
 
     @mpi_call
     def Ineighbor_alltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall_n("Ineighbor_alltoallw", "Alltoallw", sendbuf, recvbuf, "nonblocking")
+        return self._alltoall_n(
+            "Ineighbor_alltoallw", "Alltoallw", sendbuf, recvbuf, Form.NONBLOCKING
+        )
 
     @mpi_call
     def Neighbor_alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
         return self._alltoall_n(
-            "Neighbor_alltoallw_init", "Alltoallw", sendbuf, recvbuf, "persistent"
+            "Neighbor_alltoallw_init", "Alltoallw", sendbuf, recvbuf, Form.PERSISTENT
         )
 
     # -- Python objects ----------------------------------------------------------------
@@ -227,7 +238,7 @@ class Topocomm(Intracomm):
                 result[i] = pickle.loads(op.data)
             return result
 
-        return self._neighbor(call, kind, "blocking", pickles, [None] * len(ins), finish)
+        return self._neighbor(call, kind, Form.BLOCKING, pickles, [None] * len(ins), finish)
 
     @mpi_call
     def neighbor_allgather(self, sendobj: Any) -> list[Any]:

@@ -17,7 +17,7 @@ from ..core.constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
 from ..core.errors import Exception as MPIException
 from ..core.modes import SendMode
 from ..progress.engine import WaitInfo
-from ..progress.operation import RECV, SEND, Op
+from ..progress.operation import RECV, SEND, Operation
 from . import bsend as _bsend
 from .args import c_int, dest_rank, recv_tag, send_tag, source_rank
 from .buffers import BufferSpec, recv_buffer, send_buffer
@@ -57,8 +57,8 @@ class PointToPoint(SendRecv):
         dest: int,
         tag: int,
         mode: SendMode,
-    ) -> Op:
-        op = Op(SEND, self, call, dest, tag)
+    ) -> Operation:
+        op = Operation(SEND, self, call, dest, tag)
         if dest == PROC_NULL:
             op.complete_empty()
             return op
@@ -66,7 +66,7 @@ class PointToPoint(SendRecv):
             # Buffered mode is local: the data is copied and the call completes
             # now; a separate transfer holds the attached-buffer space until
             # the message has left (for a large one, until the receiver read it).
-            transfer = Op(SEND, self, call, dest, tag)
+            transfer = Operation(SEND, self, call, dest, tag)
             _bsend.reserve(transfer, len(mem) if isinstance(mem, bytes) else mem.nbytes, impl)
             impl.engine.start_send(
                 transfer,
@@ -100,8 +100,8 @@ class PointToPoint(SendRecv):
         source: int,
         tag: int,
         unpack: Any = None,
-    ) -> Op:
-        op = Op(RECV, self, call, source, tag)
+    ) -> Operation:
+        op = Operation(RECV, self, call, source, tag)
         if source == PROC_NULL:
             op.complete_empty()
             return op
@@ -170,7 +170,7 @@ class PointToPoint(SendRecv):
         tag: int,
         status: Status | None,
         unpack: Any = None,
-    ) -> Op:
+    ) -> Operation:
         impl, source, tag = self._recv_checked(call, source, tag)
         engine = impl.engine
         engine.enter()
@@ -280,7 +280,7 @@ class PointToPoint(SendRecv):
         spec = send_buffer(buf)
         _, dest, tag = self._send_checked(call, dest, tag)
 
-        def start() -> Op:
+        def start() -> Operation:
             impl = self._live()
             if spec.repack is not None:
                 spec.repack()  # a derived datatype: gather the buffer's current contents
@@ -313,7 +313,7 @@ class PointToPoint(SendRecv):
         spec: BufferSpec = recv_buffer(buf)
         _, source, tag = self._recv_checked("Recv_init", source, tag)
 
-        def start() -> Op:
+        def start() -> Operation:
             impl = self._live()
             impl.engine.enter()
             try:

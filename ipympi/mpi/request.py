@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar
 from ..core.errors import ERR_REQUEST
 from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, register
-from ..progress.operation import RECV, SEND, Op
+from ..progress.operation import RECV, SEND, Operation
 from .completion import (
     GREQ,
     MultipleCompletion,
@@ -46,9 +46,9 @@ class _Persistent:
 
     __slots__ = ("__weakref__", "op", "start")
 
-    def __init__(self, start: Callable[[], Op]) -> None:
+    def __init__(self, start: Callable[[], Operation]) -> None:
         self.start = start
-        self.op: Op | None = None
+        self.op: Operation | None = None
 
 
 class Request(MultipleCompletion, Handle):
@@ -70,7 +70,7 @@ class Request(MultipleCompletion, Handle):
             Request._by_kind[op_kind] = cls
 
     @classmethod
-    def _of(cls, op: Op) -> Request:
+    def _of(cls, op: Operation) -> Request:
         req = object.__new__(cls)
         req._op = op
         return req
@@ -105,14 +105,14 @@ class Request(MultipleCompletion, Handle):
         """After completion: free a plain request, deactivate a persistent one."""
         self._op = None
 
-    def _raise_if_failed(self, op: Op) -> None:
+    def _raise_if_failed(self, op: Operation) -> None:
         if op.error and not op.cancelled:
             exc = MPIException(
                 op.error, f"{op.call}: {op.error_detail}" if op.error_detail else op.call
             )
             handler_comm(op)._raise(exc, op.call)
 
-    def _finish(self, op: Op, status: Status | None) -> None:
+    def _finish(self, op: Operation, status: Status | None) -> None:
         fill_status(op, status)
         self._completed()
         self._raise_if_failed(op)
@@ -233,7 +233,7 @@ class Prequest(PartitionedFeatures, Request):
     __slots__ = ("_persist",)
 
     @classmethod
-    def _persistent(cls, start: Callable[[], Op]) -> Prequest:
+    def _persistent(cls, start: Callable[[], Operation]) -> Prequest:
         req = object.__new__(cls)
         req._persist = _Persistent(start)
         return req
@@ -248,13 +248,13 @@ class Prequest(PartitionedFeatures, Request):
         self._persist = other._target()
 
     @property
-    def _op(self) -> Op | None:
+    def _op(self) -> Operation | None:
         """The current operation of the persistent request (``None``: inactive)."""
         persist = self._persist
         return None if persist is None else persist.op
 
     @_op.setter
-    def _op(self, op: Op | None) -> None:
+    def _op(self, op: Operation | None) -> None:
         self._persist.op = op
 
     def __bool__(self) -> bool:

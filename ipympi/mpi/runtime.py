@@ -37,7 +37,7 @@ from ..core.errors import Exception as MPIException
 from ..core.handle import register
 from ..progress.engine import Engine, WaitInfo
 from ..progress.largebuf import allow_peer_reads
-from ..progress.operation import RECV, SEND, Op
+from ..progress.operation import RECV, SEND, Operation
 from ..progress.thread import ProgressThread, signal_self
 from ..progress.transport import Transport
 from . import bsend as _bsend
@@ -257,11 +257,11 @@ def _finalize_barrier(engine: Engine) -> None:
 
     def send(dest: int) -> None:
         engine.start_send(
-            Op(SEND, None, "Finalize", dest, 0), b"", dest, FINALIZE_CONTEXT, rank, 0, False
+            Operation(SEND, None, "Finalize", dest, 0), b"", dest, FINALIZE_CONTEXT, rank, 0, False
         )
 
     def recv(source: int) -> None:
-        op = Op(RECV, None, "Finalize", source, 0)
+        op = Operation(RECV, None, "Finalize", source, 0)
         engine.start_recv(op, FINALIZE_CONTEXT, source, 0)
         engine.wait(op, lambda: WaitInfo("Finalize", "MPI_COMM_WORLD", source, 0))
 

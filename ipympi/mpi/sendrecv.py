@@ -16,7 +16,7 @@ from ..core.constants import ANY_SOURCE, ANY_TAG
 from ..core.errors import Exception as MPIException
 from ..core.modes import SendMode
 from ..progress.engine import WaitInfo
-from ..progress.operation import RECV, Op
+from ..progress.operation import RECV, Operation
 from .buffers import recv_buffer, send_buffer
 from .errhandling import mpi_call
 from .handles import PointToPointMixin
@@ -30,17 +30,17 @@ if TYPE_CHECKING:
 __all__ = ["SendRecv", "SendrecvOp"]
 
 
-class SendrecvOp(Op):
+class SendrecvOp(Operation):
     """The operation behind an ``Isendrecv`` request: its receive and its send.
 
     It is done when both halves are, and reads as the receive otherwise (status
     fields, received data, errors), so requests treat it as a receive. Those fields
-    are read-only properties here, where ``Op`` has plain attributes (hence the
+    are read-only properties here, where ``Operation`` has plain attributes (hence the
     ``override`` ignores).
     """
 
-    def __init__(self, recv: Op, send: Op, call: str) -> None:
-        # No Op.__init__: the fields it sets are the receive's, read through below.
+    def __init__(self, recv: Operation, send: Operation, call: str) -> None:
+        # No Operation.__init__: the fields it sets are the receive's, read through below.
         self.kind = RECV
         self.comm = recv.comm
         self.call = call
@@ -99,7 +99,7 @@ class SendRecv(PointToPointMixin):
         source: Any,
         recvtag: Any,
         unpack: Any,
-    ) -> tuple[CommImpl, Op, Op, Callable[[], WaitInfo]]:
+    ) -> tuple[CommImpl, Operation, Operation, Callable[[], WaitInfo]]:
         """Check the arguments, post the receive and start the send."""
         impl, dest, sendtag = self._send_checked(call, dest, sendtag)
         _, source, recvtag = self._recv_checked(call, source, recvtag)
@@ -123,7 +123,7 @@ class SendRecv(PointToPointMixin):
         recvtag: Any,
         status: Status | None,
         unpack: Any = None,
-    ) -> Op:
+    ) -> Operation:
         impl, rop, sop, info = self._start_sendrecv(
             call, send_mem, dest, sendtag, recv_mem, source, recvtag, unpack
         )

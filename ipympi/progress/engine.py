@@ -54,7 +54,7 @@ from ..core.wire import (
 )
 from . import tracing as _trace
 from .largebuf import VmReader, buffer_address
-from .operation import Op
+from .operation import Operation
 from .sharing import await_queued, blocked_calls, hand_on, wait_shared
 from .tcp import Received
 from .transport import MAX_FRAME, SPIN_TRIES, Transport
@@ -121,10 +121,10 @@ class Engine:
         self.cond = threading.Condition(self.lock)
         self.vm = VmReader()
         self._msgids = itertools.count(1)
-        self._sends: dict[int, Op] = {}  # msgid -> send waiting for ACK/FIN
+        self._sends: dict[int, Operation] = {}  # msgid -> send waiting for ACK/FIN
         # (wsrc, msgid) -> (recv, envelope, target, bytes so far) for large
         # messages arriving in frames
-        self._rdv: dict[tuple[int, int], tuple[Op, Envelope, memoryview, int]] = {}
+        self._rdv: dict[tuple[int, int], tuple[Operation, Envelope, memoryview, int]] = {}
         # What the rank is blocked on: a callable building a WaitInfo (built
         # only when someone asks, to keep blocking calls cheap), and since when.
         self.waiting: Callable[[], WaitInfo] | None = None
@@ -213,7 +213,7 @@ class Engine:
     # -- sending -------------------------------------------------------------
     def start_send(
         self,
-        op: Op,
+        op: Operation,
         mem: memoryview | bytes,
         wdest: int,
         context: int,
@@ -300,7 +300,14 @@ class Engine:
         return True
 
     def _send_to_self(
-        self, op: Op, data: bytes, context: int, source: int, tag: int, sync: bool, sig: int = 0
+        self,
+        op: Operation,
+        data: bytes,
+        context: int,
+        source: int,
+        tag: int,
+        sync: bool,
+        sig: int = 0,
     ) -> None:
         env = Envelope(context, source, tag, len(data), (data, SELF, op if sync else None, sig))
         if not sync:
@@ -312,7 +319,7 @@ class Engine:
             self._deliver(env, recv.handle)
 
     # -- receiving -----------------------------------------------------------
-    def start_recv(self, op: Op, context: int, source: int, tag: int) -> None:
+    def start_recv(self, op: Operation, context: int, source: int, tag: int) -> None:
         """Post a receive; it may complete at once from the unexpected queue."""
         env = self.matcher.take(context, source, tag)
         if env is not None:
@@ -322,18 +329,18 @@ class Engine:
         self.matcher.enqueue(posted)
         op.posted = posted
 
-    def withdraw(self, op: Op) -> bool:
+    def withdraw(self, op: Operation) -> bool:
         """Take back a posted, unmatched receive (cancel or interrupt)."""
         if op.posted is not None and self.matcher.cancel(op.posted):
             op.posted = None
             return True
         return False
 
-    def receive_matched(self, env: Envelope, op: Op) -> None:
+    def receive_matched(self, env: Envelope, op: Operation) -> None:
         """Receive a message already taken off the queue by a matched probe."""
         self._deliver(env, op)
 
-    def _deliver(self, env: Envelope, op: Op) -> None:
+    def _deliver(self, env: Envelope, op: Operation) -> None:
         """Move a matched message's data into the receive ``op``."""
         op.posted = None
         op.source = env.source
@@ -371,7 +378,7 @@ class Engine:
             self._rdv[(wsource, msgid)] = (op, env, target, 0)
             self._reply(wsource, CTS, msgid)
 
-    def _target(self, op: Op, nbytes: int) -> memoryview:
+    def _target(self, op: Operation, nbytes: int) -> memoryview:
         """Where a message of ``nbytes`` goes: the user's buffer, or new bytes."""
         if op.mem is None:
             op.data = bytearray(nbytes)
@@ -380,7 +387,7 @@ class Engine:
             return op.mem
         return op.mem[:nbytes]
 
-    def _finish_fill(self, op: Op, target: memoryview, nbytes: int) -> None:
+    def _finish_fill(self, op: Operation, target: memoryview, nbytes: int) -> None:
         op.count = target.nbytes
         if nbytes > target.nbytes:
             op.error = ERR_TRUNCATE
@@ -390,7 +397,7 @@ class Engine:
             )
         op.done = True
 
-    def _fill(self, op: Op, data: memoryview, nbytes: int) -> None:
+    def _fill(self, op: Operation, data: memoryview, nbytes: int) -> None:
         mem = op.mem
         if mem is None:
             op.data = data
@@ -486,7 +493,7 @@ class Engine:
         else:
             raise MPIException(ERR_OTHER, f"unknown frame kind {kind} from rank {wsource}")
 
-    def cancel_send(self, op: Op, wdest: int) -> None:
+    def cancel_send(self, op: Operation, wdest: int) -> None:
         """Ask the receiver to drop a send that is still waiting (Request.Cancel).
 
         Only sends that wait for the receiver (synchronous or large ones) can
@@ -567,7 +574,7 @@ class Engine:
             self.advance_collectives()
         return handled
 
-    def wait(self, op: Op, info: Callable[[], WaitInfo] | None = None) -> None:
+    def wait(self, op: Operation, info: Callable[[], WaitInfo] | None = None) -> None:
         """Block until ``op`` is done (caller holds the engine).
 
         ``info`` describes the wait for observers; it is called only if someone
@@ -595,7 +602,7 @@ class Engine:
 
     def receive_collective(
         self,
-        op: Op,
+        op: Operation,
         context: int,
         source: int,
         tag: int,
@@ -704,7 +711,7 @@ class Engine:
             if self.dead_peers:
                 return None
 
-    def fill_from_frame(self, op: Op, frame: bytes) -> None:
+    def fill_from_frame(self, op: Operation, frame: bytes) -> None:
         """Complete receive ``op`` with an eager frame taken off the socket for it."""
         header = _unpack_header(frame)
         op.source = header[4]
@@ -868,7 +875,7 @@ class Engine:
                 self._fail_op(op, text)
 
     @staticmethod
-    def _fail_op(op: Op, text: str) -> None:
+    def _fail_op(op: Operation, text: str) -> None:
         op.error = ERR_OTHER
         op.error_detail = text
         op.peer_died = True

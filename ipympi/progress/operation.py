@@ -1,6 +1,6 @@
 """Internal state of one communication operation (what a ``Request`` points at).
 
-An :class:`Op` is created by a send or receive call, completed by the engine
+An :class:`Operation` is created by a send or receive call, completed by the engine
 when the data has moved (or when a synchronous send is acknowledged), and read
 by ``Request``/``Status`` to report the outcome. It holds no sockets and no
 locks; the engine mutates it under its own lock.
@@ -12,12 +12,12 @@ from typing import Any
 
 from ..core.constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 
-__all__ = ["COLL", "RECV", "SEND", "Op"]
+__all__ = ["COLL", "RECV", "SEND", "Operation"]
 
 SEND, RECV, COLL = 1, 2, 3  # COLL: a whole collective call (see mpi.coll.runner)
 
 
-class Op:
+class Operation:
     """One send or receive in flight.
 
     ``mem`` is the user's buffer (a byte memoryview) for buffer operations, or
@@ -69,4 +69,4 @@ class Op:
 
     def __repr__(self) -> str:
         state = "done" if self.done else "pending"
-        return f"<Op {self.call} peer={self.peer} tag={self.tag} {state}>"
+        return f"<Operation {self.call} peer={self.peer} tag={self.tag} {state}>"

@@ -51,7 +51,7 @@ from ...core.reductions import ArrayValues, Values, doubling_plan
 from ...core.schedule import signature
 from ...core.wire import HEADER_SIZE
 from ...progress.engine import WaitInfo
-from ...progress.operation import RECV, SEND, Op
+from ...progress.operation import RECV, SEND, Operation
 from .runner import CollOp, check_reported, comm_label, runs_inline
 
 __all__ = [
@@ -168,7 +168,7 @@ class Lane:
         for op in self.send_all([(to, data) for to in peers]):
             self.wait_for(op)
 
-    def send_all(self, sends: Iterable[tuple[int, Any]]) -> list[Op]:
+    def send_all(self, sends: Iterable[tuple[int, Any]]) -> list[Operation]:
         """A round that sends each ``(peer, data)`` in turn; the large sends,
         which the caller waits for (:meth:`wait_for`) once it may."""
         self.rounds += 1
@@ -194,16 +194,16 @@ class Lane:
             coll.raise_if_failed()
 
     # -- messages ---------------------------------------------------------------------------
-    def send_large(self, to: int, data: Any) -> Op | None:
+    def send_large(self, to: int, data: Any) -> Operation | None:
         """Start sending ``data`` through an operation (a large message); the
         operation, or None if it is already done."""
-        op = Op(SEND, self.comm, self.call, to, self.seq)
+        op = Operation(SEND, self.comm, self.call, to, self.seq)
         self.engine.start_send(
             op, data, self.world[to], self.context, self.rank, self.seq, False, self.sig
         )
         return None if op.done else op
 
-    def wait_for(self, op: Op) -> None:
+    def wait_for(self, op: Operation) -> None:
         """Wait for a large send to complete; the call still waits afterwards."""
         engine = self.engine
         if not op.done:
@@ -238,7 +238,7 @@ class Lane:
         target = into
         if target is None and nbytes is not None:
             target = memoryview(bytearray(nbytes))
-        op = Op(RECV, self.comm, self.call, frm, self.seq)
+        op = Operation(RECV, self.comm, self.call, frm, self.seq)
         op.mem = target
         if frame is None:
             engine.receive_collective(op, self.context, frm, self.seq, self.world, self.waits)
@@ -256,7 +256,7 @@ class Lane:
         if reported is not None:
             self._fail([], reported)
 
-    def _fail(self, ops: list[Op], reported: str | None = None) -> None:
+    def _fail(self, ops: list[Operation], reported: str | None = None) -> None:
         """Raise the error the general path gives for this round's outcome."""
         coll = self._as_coll()
         coll.fail_round(ops, reported)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...core import algorithms as algo
+from ...core.modes import Form
 from ...core.schedule import Algorithm, Round
 from ..buffers import send_buffer
 from ..commlock import comm_locked
@@ -42,7 +43,7 @@ class InterExchanges(InterCollBase):
     __slots__ = ()
 
     def _exchange(
-        self, call: str, kind: str, sends: list[Any], recvs: list[Any], finish: Any, mode: str
+        self, call: str, kind: str, sends: list[Any], recvs: list[Any], finish: Any, mode: Form
     ) -> Any:
         """Every process sends ``sends[j]`` to and receives ``recvs[j]`` from remote j."""
 
@@ -57,7 +58,7 @@ class InterExchanges(InterCollBase):
         return self._inter(call, kind, 0, build, mode)
 
     # -- allgather -----------------------------------------------------------------------
-    def _allgather(self, call: str, sendbuf: Any, recvbuf: Any, v: bool, mode: str) -> Any:
+    def _allgather(self, call: str, sendbuf: Any, recvbuf: Any, v: bool, mode: Form) -> Any:
         no_in_place(call, sendbuf, recvbuf)
         m = self.Get_remote_size()
         block = send_buffer(sendbuf).mem
@@ -86,27 +87,27 @@ class InterExchanges(InterCollBase):
     @mpi_call
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Every process receives one block from each process of the other group."""
-        self._allgather("Allgather", sendbuf, recvbuf, False, "blocking")
+        self._allgather("Allgather", sendbuf, recvbuf, False, Form.BLOCKING)
 
     @mpi_call
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._allgather("Allgatherv", sendbuf, recvbuf, True, "blocking")
+        self._allgather("Allgatherv", sendbuf, recvbuf, True, Form.BLOCKING)
 
     @mpi_call
     def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._allgather("Iallgather", sendbuf, recvbuf, False, "nonblocking")
+        return self._allgather("Iallgather", sendbuf, recvbuf, False, Form.NONBLOCKING)
 
     @mpi_call
     def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._allgather("Iallgatherv", sendbuf, recvbuf, True, "nonblocking")
+        return self._allgather("Iallgatherv", sendbuf, recvbuf, True, Form.NONBLOCKING)
 
     @mpi_call
     def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._allgather("Allgather_init", sendbuf, recvbuf, False, "persistent")
+        return self._allgather("Allgather_init", sendbuf, recvbuf, False, Form.PERSISTENT)
 
     @mpi_call
     def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._allgather("Allgatherv_init", sendbuf, recvbuf, True, "persistent")
+        return self._allgather("Allgatherv_init", sendbuf, recvbuf, True, Form.PERSISTENT)
 
     @mpi_call
     @comm_locked
@@ -133,7 +134,7 @@ class InterExchanges(InterCollBase):
         return [pickle.loads(item) for item in pickle.loads(wire)]
 
     # -- alltoall --------------------------------------------------------------------------
-    def _alltoall(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: str) -> Any:
+    def _alltoall(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: Form) -> Any:
         no_in_place(call, sendbuf, recvbuf)
         m = self.Get_remote_size()
         if kind == "Alltoall":
@@ -148,41 +149,41 @@ class InterExchanges(InterCollBase):
     @mpi_call
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Block j goes to process j of the other group; block j comes from it."""
-        self._alltoall("Alltoall", "Alltoall", sendbuf, recvbuf, "blocking")
+        self._alltoall("Alltoall", "Alltoall", sendbuf, recvbuf, Form.BLOCKING)
 
     @mpi_call
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._alltoall("Alltoallv", "Alltoallv", sendbuf, recvbuf, "blocking")
+        self._alltoall("Alltoallv", "Alltoallv", sendbuf, recvbuf, Form.BLOCKING)
 
     @mpi_call
     def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
         """Alltoall with per-peer counts, byte displacements and datatypes:
         ``[buf, counts, displs, datatypes]``, one entry per process of the other group."""
-        self._alltoall("Alltoallw", "Alltoallw", sendbuf, recvbuf, "blocking")
+        self._alltoall("Alltoallw", "Alltoallw", sendbuf, recvbuf, Form.BLOCKING)
 
     @mpi_call
     def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall("Ialltoall", "Alltoall", sendbuf, recvbuf, "nonblocking")
+        return self._alltoall("Ialltoall", "Alltoall", sendbuf, recvbuf, Form.NONBLOCKING)
 
     @mpi_call
     def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall("Ialltoallv", "Alltoallv", sendbuf, recvbuf, "nonblocking")
+        return self._alltoall("Ialltoallv", "Alltoallv", sendbuf, recvbuf, Form.NONBLOCKING)
 
     @mpi_call
     def Ialltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall("Ialltoallw", "Alltoallw", sendbuf, recvbuf, "nonblocking")
+        return self._alltoall("Ialltoallw", "Alltoallw", sendbuf, recvbuf, Form.NONBLOCKING)
 
     @mpi_call
     def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._alltoall("Alltoall_init", "Alltoall", sendbuf, recvbuf, "persistent")
+        return self._alltoall("Alltoall_init", "Alltoall", sendbuf, recvbuf, Form.PERSISTENT)
 
     @mpi_call
     def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._alltoall("Alltoallv_init", "Alltoallv", sendbuf, recvbuf, "persistent")
+        return self._alltoall("Alltoallv_init", "Alltoallv", sendbuf, recvbuf, Form.PERSISTENT)
 
     @mpi_call
     def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, "persistent")
+        return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, Form.PERSISTENT)
 
     @mpi_call
     @comm_locked
@@ -190,5 +191,5 @@ class InterExchanges(InterCollBase):
         """Object j goes to process j of the other group; returns the objects received."""
         m = self.Get_remote_size()
         sends = [pickle.dumps(item) for item in object_items(sendobj, m)]
-        wires = self._exchange("alltoall", "alltoall", sends, [None] * m, _datas, "blocking")
+        wires = self._exchange("alltoall", "alltoall", sends, [None] * m, _datas, Form.BLOCKING)
         return [pickle.loads(w) for w in wires]

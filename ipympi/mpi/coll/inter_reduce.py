@@ -27,6 +27,7 @@ from ...core import algorithms as algo
 from ...core import reductions as red
 from ...core.errors import ERR_COUNT
 from ...core.errors import Exception as MPIException
+from ...core.modes import Form
 from ...core.schedule import Algorithm, Round
 from ..buffers import as_ndarray, recv_buffer
 from ..errhandling import mpi_call
@@ -52,7 +53,7 @@ class InterReductions(InterCollBase):
     __slots__ = ()
 
     # -- reduce ----------------------------------------------------------------------------
-    def _reduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, mode: str) -> Any:
+    def _reduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, mode: Form) -> Any:
         no_in_place(call, sendbuf, recvbuf)
         role, uroot = self._role(root, call)
         if role == "root":
@@ -88,17 +89,17 @@ class InterReductions(InterCollBase):
     @mpi_call
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:
         """The ``ROOT`` process receives the reduction of the other group's buffers."""
-        self._reduce("Reduce", sendbuf, recvbuf, op, root, "blocking")
+        self._reduce("Reduce", sendbuf, recvbuf, op, root, Form.BLOCKING)
 
     @mpi_call
     def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> Request:
-        return self._reduce("Ireduce", sendbuf, recvbuf, op, root, "nonblocking")
+        return self._reduce("Ireduce", sendbuf, recvbuf, op, root, Form.NONBLOCKING)
 
     @mpi_call
     def Reduce_init(
         self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0, info: Any = None
     ) -> Prequest:
-        return self._reduce("Reduce_init", sendbuf, recvbuf, op, root, "persistent")
+        return self._reduce("Reduce_init", sendbuf, recvbuf, op, root, Form.PERSISTENT)
 
     @mpi_call
     def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
@@ -130,7 +131,7 @@ class InterReductions(InterCollBase):
         return result if role == "root" else None
 
     # -- allreduce -------------------------------------------------------------------------
-    def _allreduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, mode: str) -> Any:
+    def _allreduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, mode: Form) -> Any:
         no_in_place(call, sendbuf, recvbuf)
         args = _Reduction(call, sendbuf, recvbuf, op, in_place_ok=False, needs_output=True)
         commutative = args.op._commutative
@@ -157,17 +158,17 @@ class InterReductions(InterCollBase):
     @mpi_call
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
         """Each group receives the reduction of the other group's buffers."""
-        self._allreduce("Allreduce", sendbuf, recvbuf, op, "blocking")
+        self._allreduce("Allreduce", sendbuf, recvbuf, op, Form.BLOCKING)
 
     @mpi_call
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
-        return self._allreduce("Iallreduce", sendbuf, recvbuf, op, "nonblocking")
+        return self._allreduce("Iallreduce", sendbuf, recvbuf, op, Form.NONBLOCKING)
 
     @mpi_call
     def Allreduce_init(
         self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None
     ) -> Prequest:
-        return self._allreduce("Allreduce_init", sendbuf, recvbuf, op, "persistent")
+        return self._allreduce("Allreduce_init", sendbuf, recvbuf, op, Form.PERSISTENT)
 
     @mpi_call
     def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
@@ -195,7 +196,7 @@ class InterReductions(InterCollBase):
 
     # -- reduce_scatter ----------------------------------------------------------------------
     def _reduce_scatter(
-        self, call: str, kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any, mode: str
+        self, call: str, kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any, mode: Form
     ) -> Any:
         no_in_place(call, sendbuf, recvbuf)
         impl = self._live()
@@ -266,7 +267,13 @@ class InterReductions(InterCollBase):
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
         """Block ``rank`` (``recvcount`` elements) of the other group's reduction."""
         self._reduce_scatter(
-            "Reduce_scatter_block", "Reduce_scatter_block", sendbuf, recvbuf, None, op, "blocking"
+            "Reduce_scatter_block",
+            "Reduce_scatter_block",
+            sendbuf,
+            recvbuf,
+            None,
+            op,
+            Form.BLOCKING,
         )
 
     @mpi_call
@@ -278,7 +285,7 @@ class InterReductions(InterCollBase):
             recvbuf,
             None,
             op,
-            "nonblocking",
+            Form.NONBLOCKING,
         )
 
     @mpi_call
@@ -292,7 +299,7 @@ class InterReductions(InterCollBase):
             recvbuf,
             None,
             op,
-            "persistent",
+            Form.PERSISTENT,
         )
 
     @mpi_call
@@ -301,7 +308,7 @@ class InterReductions(InterCollBase):
     ) -> None:
         """``recvcounts[rank]`` elements of the other group's reduction, in rank order."""
         self._reduce_scatter(
-            "Reduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, "blocking"
+            "Reduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, Form.BLOCKING
         )
 
     @mpi_call
@@ -309,7 +316,7 @@ class InterReductions(InterCollBase):
         self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM
     ) -> Request:
         return self._reduce_scatter(
-            "Ireduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, "nonblocking"
+            "Ireduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, Form.NONBLOCKING
         )
 
     @mpi_call
@@ -317,7 +324,13 @@ class InterReductions(InterCollBase):
         self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM, info: Any = None
     ) -> Prequest:
         return self._reduce_scatter(
-            "Reduce_scatter_init", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, "persistent"
+            "Reduce_scatter_init",
+            "Reduce_scatter",
+            sendbuf,
+            recvbuf,
+            recvcounts,
+            op,
+            Form.PERSISTENT,
         )
 
 

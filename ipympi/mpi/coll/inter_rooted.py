@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...core import algorithms as algo
+from ...core.modes import Form
 from ...core.schedule import Algorithm, Round
 from ..buffers import recv_buffer, send_buffer
 from ..commlock import comm_locked
@@ -42,7 +43,7 @@ class InterRooted(InterCollBase):
     __slots__ = ()
 
     # -- bcast -------------------------------------------------------------------------
-    def _bcast(self, call: str, buf: Any, root: int, mode: str = "blocking") -> Any:
+    def _bcast(self, call: str, buf: Any, root: int, mode: Form = Form.BLOCKING) -> Any:
         no_in_place(call, buf)
         role, uroot = self._role(root, call)
         spec = None
@@ -75,11 +76,11 @@ class InterRooted(InterCollBase):
 
     @mpi_call
     def Ibcast(self, buf: Any, root: int = 0) -> Request:
-        return self._bcast("Ibcast", buf, root, "nonblocking")
+        return self._bcast("Ibcast", buf, root, Form.NONBLOCKING)
 
     @mpi_call
     def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> Prequest:
-        return self._bcast("Bcast_init", buf, root, "persistent")
+        return self._bcast("Bcast_init", buf, root, Form.PERSISTENT)
 
     @mpi_call
     @comm_locked
@@ -107,7 +108,7 @@ class InterRooted(InterCollBase):
         return None if role != "leaf" else pickle.loads(wire)
 
     # -- gather ------------------------------------------------------------------------
-    def _gather(self, call: str, sendbuf: Any, recvbuf: Any, root: int, v: bool, mode: str) -> Any:
+    def _gather(self, call: str, sendbuf: Any, recvbuf: Any, root: int, v: bool, mode: Form) -> Any:
         no_in_place(call, sendbuf, recvbuf)
         role, uroot = self._role(root, call)
         m = self.Get_remote_size()
@@ -150,27 +151,27 @@ class InterRooted(InterCollBase):
     @mpi_call
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """The ``ROOT`` process receives one block from each process of the other group."""
-        self._gather("Gather", sendbuf, recvbuf, root, False, "blocking")
+        self._gather("Gather", sendbuf, recvbuf, root, False, Form.BLOCKING)
 
     @mpi_call
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._gather("Gatherv", sendbuf, recvbuf, root, True, "blocking")
+        self._gather("Gatherv", sendbuf, recvbuf, root, True, Form.BLOCKING)
 
     @mpi_call
     def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._gather("Igather", sendbuf, recvbuf, root, False, "nonblocking")
+        return self._gather("Igather", sendbuf, recvbuf, root, False, Form.NONBLOCKING)
 
     @mpi_call
     def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._gather("Igatherv", sendbuf, recvbuf, root, True, "nonblocking")
+        return self._gather("Igatherv", sendbuf, recvbuf, root, True, Form.NONBLOCKING)
 
     @mpi_call
     def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
-        return self._gather("Gather_init", sendbuf, recvbuf, root, False, "persistent")
+        return self._gather("Gather_init", sendbuf, recvbuf, root, False, Form.PERSISTENT)
 
     @mpi_call
     def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
-        return self._gather("Gatherv_init", sendbuf, recvbuf, root, True, "persistent")
+        return self._gather("Gatherv_init", sendbuf, recvbuf, root, True, Form.PERSISTENT)
 
     @mpi_call
     @comm_locked
@@ -202,7 +203,9 @@ class InterRooted(InterCollBase):
         return result if role == "root" else None
 
     # -- scatter -----------------------------------------------------------------------
-    def _scatter(self, call: str, sendbuf: Any, recvbuf: Any, root: int, v: bool, mode: str) -> Any:
+    def _scatter(
+        self, call: str, sendbuf: Any, recvbuf: Any, root: int, v: bool, mode: Form
+    ) -> Any:
         no_in_place(call, sendbuf, recvbuf)
         role, uroot = self._role(root, call)
         m = self.Get_remote_size()
@@ -247,29 +250,29 @@ class InterRooted(InterCollBase):
     @mpi_call
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """The ``ROOT`` process sends block j to process j of the other group."""
-        self._scatter("Scatter", sendbuf, recvbuf, root, False, "blocking")
+        self._scatter("Scatter", sendbuf, recvbuf, root, False, Form.BLOCKING)
 
     @mpi_call
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._scatter("Scatterv", sendbuf, recvbuf, root, True, "blocking")
+        self._scatter("Scatterv", sendbuf, recvbuf, root, True, Form.BLOCKING)
 
     @mpi_call
     def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._scatter("Iscatter", sendbuf, recvbuf, root, False, "nonblocking")
+        return self._scatter("Iscatter", sendbuf, recvbuf, root, False, Form.NONBLOCKING)
 
     @mpi_call
     def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._scatter("Iscatterv", sendbuf, recvbuf, root, True, "nonblocking")
+        return self._scatter("Iscatterv", sendbuf, recvbuf, root, True, Form.NONBLOCKING)
 
     @mpi_call
     def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
-        return self._scatter("Scatter_init", sendbuf, recvbuf, root, False, "persistent")
+        return self._scatter("Scatter_init", sendbuf, recvbuf, root, False, Form.PERSISTENT)
 
     @mpi_call
     def Scatterv_init(
         self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None
     ) -> Prequest:
-        return self._scatter("Scatterv_init", sendbuf, recvbuf, root, True, "persistent")
+        return self._scatter("Scatterv_init", sendbuf, recvbuf, root, True, Form.PERSISTENT)
 
     @mpi_call
     @comm_locked

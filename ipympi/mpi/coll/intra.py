@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ...core import algorithms as algo
 from ...core.errors import ERR_BUFFER, ERR_COUNT
 from ...core.errors import Exception as MPIException
+from ...core.modes import Form
 from ...core.schedule import Algorithm, signature
 from ..args import root_rank
 from ..buffers import recv_buffer, send_buffer
@@ -55,7 +56,7 @@ class Collectives(CommMixin):
             return root
         return root_rank(impl, root, call)
 
-    def _collective(self, call: str, kind: str, root: int, plan: Plan, mode: str) -> Any:
+    def _collective(self, call: str, kind: str, root: int, plan: Plan, mode: Form) -> Any:
         """Run ``plan`` as a blocking call, or return its (persistent) request."""
         impl = self._live()
         engine = impl.engine
@@ -66,7 +67,7 @@ class Collectives(CommMixin):
             gen, finish = plan(impl.rank, impl.size)
             return CollOp(self, call, gen, sig, finish, root)
 
-        if mode == "blocking":  # the common case, with as few layers as possible
+        if mode == Form.BLOCKING:  # the common case, with as few layers as possible
             engine.enter()
             try:
                 return run_blocking(launch())
@@ -75,8 +76,8 @@ class Collectives(CommMixin):
         return run_in_mode(engine, launch, mode)
 
     # -- barrier ------------------------------------------------------------------
-    def _barrier(self, call: str, mode: str) -> Any:
-        if mode == "blocking":
+    def _barrier(self, call: str, mode: Form) -> Any:
+        if mode == Form.BLOCKING:
             impl = self._live()
             if fast.barrier(self, impl, call) is not fast.GENERAL:
                 return None
@@ -87,22 +88,22 @@ class Collectives(CommMixin):
     @mpi_call
     def Barrier(self) -> None:
         """Block until every rank of the communicator has called it."""
-        self._barrier("Barrier", "blocking")
+        self._barrier("Barrier", Form.BLOCKING)
 
     @mpi_call
     def barrier(self) -> None:
-        self._barrier("barrier", "blocking")
+        self._barrier("barrier", Form.BLOCKING)
 
     @mpi_call
     def Ibarrier(self) -> Request:
-        return self._barrier("Ibarrier", "nonblocking")
+        return self._barrier("Ibarrier", Form.NONBLOCKING)
 
     @mpi_call
     def Barrier_init(self, info: Any = None) -> Prequest:
-        return self._barrier("Barrier_init", "persistent")
+        return self._barrier("Barrier_init", Form.PERSISTENT)
 
     # -- bcast --------------------------------------------------------------------
-    def _bcast(self, call: str, buf: Any, root: int, mode: str) -> Any:
+    def _bcast(self, call: str, buf: Any, root: int, mode: Form) -> Any:
         impl = self._live()
         root = self._check_root(impl, root, call)
         if buf is IN_PLACE:
@@ -112,7 +113,7 @@ class Collectives(CommMixin):
         finish = None if impl.rank == root else unpack_after(spec)
         large = mem.nbytes >= LARGE_BCAST and impl.size > 2
         if (
-            mode == "blocking"
+            mode == Form.BLOCKING
             and not large
             and fast.bcast(self, impl, call, root, mem) is not fast.GENERAL
         ):
@@ -130,15 +131,15 @@ class Collectives(CommMixin):
     @mpi_call
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Broadcast ``buf`` from ``root`` to every rank."""
-        self._bcast("Bcast", buf, root, "blocking")
+        self._bcast("Bcast", buf, root, Form.BLOCKING)
 
     @mpi_call
     def Ibcast(self, buf: Any, root: int = 0) -> Request:
-        return self._bcast("Ibcast", buf, root, "nonblocking")
+        return self._bcast("Ibcast", buf, root, Form.NONBLOCKING)
 
     @mpi_call
     def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> Prequest:
-        return self._bcast("Bcast_init", buf, root, "persistent")
+        return self._bcast("Bcast_init", buf, root, Form.PERSISTENT)
 
     @mpi_call
     @comm_locked
@@ -151,11 +152,11 @@ class Collectives(CommMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.bcast_objects(rank, size, root, data), None
 
-        wire = self._collective("bcast", "bcast", root, plan, "blocking")
+        wire = self._collective("bcast", "bcast", root, plan, Form.BLOCKING)
         return obj if impl.rank == root else pickle.loads(wire)
 
     # -- gather / scatter ---------------------------------------------------------------
-    def _gather(self, call: str, sendbuf: Any, recvbuf: Any, root: int, mode: str, v: bool) -> Any:
+    def _gather(self, call: str, sendbuf: Any, recvbuf: Any, root: int, mode: Form, v: bool) -> Any:
         impl = self._live()
         root = self._check_root(impl, root, call)
         rank, size = impl.rank, impl.size
@@ -179,7 +180,7 @@ class Collectives(CommMixin):
             own = block if block is not None else views[root]  # type: ignore[index]
             out = whole.mem[: own.nbytes * size] if whole is not None else None
             if (
-                mode == "blocking"
+                mode == Form.BLOCKING
                 and fast.gather(self, impl, call, root, own, out) is not fast.GENERAL
             ):
                 return None if finish is None else finish(None)
@@ -194,28 +195,28 @@ class Collectives(CommMixin):
     @mpi_call
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Gather equal blocks from every rank into ``recvbuf`` at ``root``, in rank order."""
-        self._gather("Gather", sendbuf, recvbuf, root, "blocking", v=False)
+        self._gather("Gather", sendbuf, recvbuf, root, Form.BLOCKING, v=False)
 
     @mpi_call
     def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._gather("Igather", sendbuf, recvbuf, root, "nonblocking", v=False)
+        return self._gather("Igather", sendbuf, recvbuf, root, Form.NONBLOCKING, v=False)
 
     @mpi_call
     def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
-        return self._gather("Gather_init", sendbuf, recvbuf, root, "persistent", v=False)
+        return self._gather("Gather_init", sendbuf, recvbuf, root, Form.PERSISTENT, v=False)
 
     @mpi_call
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Gather blocks of per-rank sizes: ``recvbuf = [buf, counts, displs, datatype]``."""
-        self._gather("Gatherv", sendbuf, recvbuf, root, "blocking", v=True)
+        self._gather("Gatherv", sendbuf, recvbuf, root, Form.BLOCKING, v=True)
 
     @mpi_call
     def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._gather("Igatherv", sendbuf, recvbuf, root, "nonblocking", v=True)
+        return self._gather("Igatherv", sendbuf, recvbuf, root, Form.NONBLOCKING, v=True)
 
     @mpi_call
     def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
-        return self._gather("Gatherv_init", sendbuf, recvbuf, root, "persistent", v=True)
+        return self._gather("Gatherv_init", sendbuf, recvbuf, root, Form.PERSISTENT, v=True)
 
     @mpi_call
     @comm_locked
@@ -228,10 +229,12 @@ class Collectives(CommMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.gather_objects(rank, size, root, data), None
 
-        wires = self._collective("gather", "gather", root, plan, "blocking")
+        wires = self._collective("gather", "gather", root, plan, Form.BLOCKING)
         return None if wires is None else [pickle.loads(w) for w in wires]
 
-    def _scatter(self, call: str, sendbuf: Any, recvbuf: Any, root: int, mode: str, v: bool) -> Any:
+    def _scatter(
+        self, call: str, sendbuf: Any, recvbuf: Any, root: int, mode: Form, v: bool
+    ) -> Any:
         impl = self._live()
         root = self._check_root(impl, root, call)
         rank, size = impl.rank, impl.size
@@ -259,7 +262,7 @@ class Collectives(CommMixin):
             # still hands it a copy, which goes to scratch space.
             own = block if block is not None else memoryview(bytearray(views[root].nbytes))  # type: ignore[index]
             if (
-                mode == "blocking"
+                mode == Form.BLOCKING
                 and fast.scatter(self, impl, call, root, src, own) is not fast.GENERAL
             ):
                 return None if finish is None else finish(None)
@@ -274,28 +277,28 @@ class Collectives(CommMixin):
     @mpi_call
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Send the i-th block of ``sendbuf`` at ``root`` to rank i."""
-        self._scatter("Scatter", sendbuf, recvbuf, root, "blocking", v=False)
+        self._scatter("Scatter", sendbuf, recvbuf, root, Form.BLOCKING, v=False)
 
     @mpi_call
     def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._scatter("Iscatter", sendbuf, recvbuf, root, "nonblocking", v=False)
+        return self._scatter("Iscatter", sendbuf, recvbuf, root, Form.NONBLOCKING, v=False)
 
     @mpi_call
     def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
-        return self._scatter("Scatter_init", sendbuf, recvbuf, root, "persistent", v=False)
+        return self._scatter("Scatter_init", sendbuf, recvbuf, root, Form.PERSISTENT, v=False)
 
     @mpi_call
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Scatter blocks of per-rank sizes: ``sendbuf = [buf, counts, displs, datatype]``."""
-        self._scatter("Scatterv", sendbuf, recvbuf, root, "blocking", v=True)
+        self._scatter("Scatterv", sendbuf, recvbuf, root, Form.BLOCKING, v=True)
 
     @mpi_call
     def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._scatter("Iscatterv", sendbuf, recvbuf, root, "nonblocking", v=True)
+        return self._scatter("Iscatterv", sendbuf, recvbuf, root, Form.NONBLOCKING, v=True)
 
     @mpi_call
     def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
-        return self._scatter("Scatterv_init", sendbuf, recvbuf, root, "persistent", v=True)
+        return self._scatter("Scatterv_init", sendbuf, recvbuf, root, Form.PERSISTENT, v=True)
 
     @mpi_call
     @comm_locked
@@ -310,10 +313,10 @@ class Collectives(CommMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.scatter_objects(rank, size, root, pickles), None
 
-        return pickle.loads(self._collective("scatter", "scatter", root, plan, "blocking"))
+        return pickle.loads(self._collective("scatter", "scatter", root, plan, Form.BLOCKING))
 
     # -- allgather / alltoall --------------------------------------------------------------
-    def _allgather(self, call: str, sendbuf: Any, recvbuf: Any, mode: str, v: bool) -> Any:
+    def _allgather(self, call: str, sendbuf: Any, recvbuf: Any, mode: Form, v: bool) -> Any:
         impl = self._live()
         rank, size = impl.rank, impl.size
         whole = None
@@ -329,7 +332,7 @@ class Collectives(CommMixin):
                 f"buffer has {views[rank].nbytes}",
             )
         if (
-            mode == "blocking"
+            mode == Form.BLOCKING
             and whole is not None
             and views[rank].nbytes < LARGE_ALLGATHER
             and fast.allgather(
@@ -359,27 +362,27 @@ class Collectives(CommMixin):
     @mpi_call
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Every rank receives every rank's block, in rank order."""
-        self._allgather("Allgather", sendbuf, recvbuf, "blocking", v=False)
+        self._allgather("Allgather", sendbuf, recvbuf, Form.BLOCKING, v=False)
 
     @mpi_call
     def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._allgather("Iallgather", sendbuf, recvbuf, "nonblocking", v=False)
+        return self._allgather("Iallgather", sendbuf, recvbuf, Form.NONBLOCKING, v=False)
 
     @mpi_call
     def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._allgather("Allgather_init", sendbuf, recvbuf, "persistent", v=False)
+        return self._allgather("Allgather_init", sendbuf, recvbuf, Form.PERSISTENT, v=False)
 
     @mpi_call
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._allgather("Allgatherv", sendbuf, recvbuf, "blocking", v=True)
+        self._allgather("Allgatherv", sendbuf, recvbuf, Form.BLOCKING, v=True)
 
     @mpi_call
     def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._allgather("Iallgatherv", sendbuf, recvbuf, "nonblocking", v=True)
+        return self._allgather("Iallgatherv", sendbuf, recvbuf, Form.NONBLOCKING, v=True)
 
     @mpi_call
     def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._allgather("Allgatherv_init", sendbuf, recvbuf, "persistent", v=True)
+        return self._allgather("Allgatherv_init", sendbuf, recvbuf, Form.PERSISTENT, v=True)
 
     @mpi_call
     @comm_locked
@@ -390,10 +393,10 @@ class Collectives(CommMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.allgather_objects(rank, size, data), None
 
-        wires = self._collective("allgather", "allgather", 0, plan, "blocking")
+        wires = self._collective("allgather", "allgather", 0, plan, Form.BLOCKING)
         return [pickle.loads(w) for w in wires]
 
-    def _alltoall(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: str) -> Any:
+    def _alltoall(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: Form) -> Any:
         impl = self._live()
         size = impl.size
         if kind == "Alltoall":
@@ -416,7 +419,7 @@ class Collectives(CommMixin):
             else:
                 sends, _ = parse(sendbuf, size, writable=False)
         if (
-            mode == "blocking"
+            mode == Form.BLOCKING
             and fast.alltoall(self, impl, call, kind, sends, recvs) is not fast.GENERAL
         ):
             return None if finish is None else finish(None)
@@ -429,40 +432,40 @@ class Collectives(CommMixin):
     @mpi_call
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Rank i sends its j-th block to rank j, which stores it as its i-th block."""
-        self._alltoall("Alltoall", "Alltoall", sendbuf, recvbuf, "blocking")
+        self._alltoall("Alltoall", "Alltoall", sendbuf, recvbuf, Form.BLOCKING)
 
     @mpi_call
     def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall("Ialltoall", "Alltoall", sendbuf, recvbuf, "nonblocking")
+        return self._alltoall("Ialltoall", "Alltoall", sendbuf, recvbuf, Form.NONBLOCKING)
 
     @mpi_call
     def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._alltoall("Alltoall_init", "Alltoall", sendbuf, recvbuf, "persistent")
+        return self._alltoall("Alltoall_init", "Alltoall", sendbuf, recvbuf, Form.PERSISTENT)
 
     @mpi_call
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._alltoall("Alltoallv", "Alltoallv", sendbuf, recvbuf, "blocking")
+        self._alltoall("Alltoallv", "Alltoallv", sendbuf, recvbuf, Form.BLOCKING)
 
     @mpi_call
     def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall("Ialltoallv", "Alltoallv", sendbuf, recvbuf, "nonblocking")
+        return self._alltoall("Ialltoallv", "Alltoallv", sendbuf, recvbuf, Form.NONBLOCKING)
 
     @mpi_call
     def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._alltoall("Alltoallv_init", "Alltoallv", sendbuf, recvbuf, "persistent")
+        return self._alltoall("Alltoallv_init", "Alltoallv", sendbuf, recvbuf, Form.PERSISTENT)
 
     @mpi_call
     def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
         """Alltoall with per-peer counts, byte displacements and datatypes."""
-        self._alltoall("Alltoallw", "Alltoallw", sendbuf, recvbuf, "blocking")
+        self._alltoall("Alltoallw", "Alltoallw", sendbuf, recvbuf, Form.BLOCKING)
 
     @mpi_call
     def Ialltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall("Ialltoallw", "Alltoallw", sendbuf, recvbuf, "nonblocking")
+        return self._alltoall("Ialltoallw", "Alltoallw", sendbuf, recvbuf, Form.NONBLOCKING)
 
     @mpi_call
     def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, "persistent")
+        return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, Form.PERSISTENT)
 
     @mpi_call
     @comm_locked
@@ -474,5 +477,5 @@ class Collectives(CommMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.alltoall_objects(rank, size, pickles), None
 
-        wires = self._collective("alltoall", "alltoall", 0, plan, "blocking")
+        wires = self._collective("alltoall", "alltoall", 0, plan, Form.BLOCKING)
         return [pickle.loads(w) for w in wires]

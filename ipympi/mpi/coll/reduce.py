@@ -19,6 +19,7 @@ from ...core import algorithms as algo
 from ...core import reductions as red
 from ...core.errors import ERR_BUFFER, ERR_COUNT, ERR_OP
 from ...core.errors import Exception as MPIException
+from ...core.modes import Form
 from ...core.schedule import Algorithm
 from ...progress import tracing as _trace
 from ..buffers import (
@@ -128,7 +129,7 @@ class Reductions(CollectiveMixin):
     __slots__ = ()
 
     # -- Reduce ----------------------------------------------------------------------
-    def _reduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, mode: str) -> Any:
+    def _reduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, root: int, mode: Form) -> Any:
         impl = self._live()
         root = self._check_root(impl, root, call)
         at_root = impl.rank == root
@@ -149,17 +150,17 @@ class Reductions(CollectiveMixin):
     @mpi_call
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> None:
         """Combine every rank's buffer with ``op`` into ``recvbuf`` at ``root``."""
-        self._reduce("Reduce", sendbuf, recvbuf, op, root, "blocking")
+        self._reduce("Reduce", sendbuf, recvbuf, op, root, Form.BLOCKING)
 
     @mpi_call
     def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> Request:
-        return self._reduce("Ireduce", sendbuf, recvbuf, op, root, "nonblocking")
+        return self._reduce("Ireduce", sendbuf, recvbuf, op, root, Form.NONBLOCKING)
 
     @mpi_call
     def Reduce_init(
         self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0, info: Any = None
     ) -> Prequest:
-        return self._reduce("Reduce_init", sendbuf, recvbuf, op, root, "persistent")
+        return self._reduce("Reduce_init", sendbuf, recvbuf, op, root, Form.PERSISTENT)
 
     @mpi_call
     def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
@@ -173,10 +174,10 @@ class Reductions(CollectiveMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return red.reduce_binomial(rank, size, root, values, sendobj, commutative), None
 
-        return self._collective("reduce", "reduce", root, plan, "blocking")
+        return self._collective("reduce", "reduce", root, plan, Form.BLOCKING)
 
     # -- Allreduce ---------------------------------------------------------------------
-    def _allreduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, mode: str) -> Any:
+    def _allreduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, mode: Form) -> Any:
         impl = self._live()
         args = _Reduction(
             call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True, one_element=True
@@ -188,7 +189,7 @@ class Reductions(CollectiveMixin):
             and impl.size > 2
             and args.source.size >= impl.size
         )
-        if mode == "blocking" and not ring:
+        if mode == Form.BLOCKING and not ring:
             result = fast.allreduce(self, impl, call, "Allreduce", args.values, args.fresh())
             if result is not fast.GENERAL:
                 args.store(result)
@@ -214,17 +215,17 @@ class Reductions(CollectiveMixin):
             if result is not fast.GENERAL:
                 recvbuf[0] = result
                 return
-        self._allreduce("Allreduce", sendbuf, recvbuf, op, "blocking")
+        self._allreduce("Allreduce", sendbuf, recvbuf, op, Form.BLOCKING)
 
     @mpi_call
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        return self._allreduce("Iallreduce", sendbuf, recvbuf, op, "nonblocking")
+        return self._allreduce("Iallreduce", sendbuf, recvbuf, op, Form.NONBLOCKING)
 
     @mpi_call
     def Allreduce_init(
         self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None
     ) -> Prequest:
-        return self._allreduce("Allreduce_init", sendbuf, recvbuf, op, "persistent")
+        return self._allreduce("Allreduce_init", sendbuf, recvbuf, op, Form.PERSISTENT)
 
     @mpi_call
     def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
@@ -240,11 +241,11 @@ class Reductions(CollectiveMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return red.allreduce_recursive_doubling(rank, size, values, sendobj), None
 
-        return self._collective("allreduce", "allreduce", 0, plan, "blocking")
+        return self._collective("allreduce", "allreduce", 0, plan, Form.BLOCKING)
 
     # -- Reduce_scatter ------------------------------------------------------------------
     def _reduce_scatter(
-        self, call: str, kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any, mode: str
+        self, call: str, kind: str, sendbuf: Any, recvbuf: Any, counts: Any, op: Any, mode: Form
     ) -> Any:
         impl = self._live()
         size = impl.size
@@ -311,7 +312,13 @@ class Reductions(CollectiveMixin):
     def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         """Reduce ``size`` equal blocks; rank i receives the i-th block of the result."""
         self._reduce_scatter(
-            "Reduce_scatter_block", "Reduce_scatter_block", sendbuf, recvbuf, None, op, "blocking"
+            "Reduce_scatter_block",
+            "Reduce_scatter_block",
+            sendbuf,
+            recvbuf,
+            None,
+            op,
+            Form.BLOCKING,
         )
 
     @mpi_call
@@ -323,7 +330,7 @@ class Reductions(CollectiveMixin):
             recvbuf,
             None,
             op,
-            "nonblocking",
+            Form.NONBLOCKING,
         )
 
     @mpi_call
@@ -337,7 +344,7 @@ class Reductions(CollectiveMixin):
             recvbuf,
             None,
             op,
-            "persistent",
+            Form.PERSISTENT,
         )
 
     @mpi_call
@@ -346,7 +353,7 @@ class Reductions(CollectiveMixin):
     ) -> None:
         """Reduce, then rank i receives ``recvcounts[i]`` elements of the result."""
         self._reduce_scatter(
-            "Reduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, "blocking"
+            "Reduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, Form.BLOCKING
         )
 
     @mpi_call
@@ -354,7 +361,7 @@ class Reductions(CollectiveMixin):
         self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM
     ) -> Request:
         return self._reduce_scatter(
-            "Ireduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, "nonblocking"
+            "Ireduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, Form.NONBLOCKING
         )
 
     @mpi_call
@@ -362,11 +369,17 @@ class Reductions(CollectiveMixin):
         self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM, info: Any = None
     ) -> Prequest:
         return self._reduce_scatter(
-            "Reduce_scatter_init", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, "persistent"
+            "Reduce_scatter_init",
+            "Reduce_scatter",
+            sendbuf,
+            recvbuf,
+            recvcounts,
+            op,
+            Form.PERSISTENT,
         )
 
     # -- Scan / Exscan ----------------------------------------------------------------------
-    def _scan(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, op: Any, mode: str) -> Any:
+    def _scan(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, op: Any, mode: Form) -> Any:
         args = _Reduction(
             call, sendbuf, recvbuf, op, in_place_ok=True, needs_output=True, one_element=True
         )
@@ -380,28 +393,28 @@ class Reductions(CollectiveMixin):
     @mpi_call
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         """Inclusive prefix reduction: rank i gets ranks 0..i combined."""
-        self._scan("Scan", "Scan", sendbuf, recvbuf, op, "blocking")
+        self._scan("Scan", "Scan", sendbuf, recvbuf, op, Form.BLOCKING)
 
     @mpi_call
     def Iscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        return self._scan("Iscan", "Scan", sendbuf, recvbuf, op, "nonblocking")
+        return self._scan("Iscan", "Scan", sendbuf, recvbuf, op, Form.NONBLOCKING)
 
     @mpi_call
     def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None) -> Prequest:
-        return self._scan("Scan_init", "Scan", sendbuf, recvbuf, op, "persistent")
+        return self._scan("Scan_init", "Scan", sendbuf, recvbuf, op, Form.PERSISTENT)
 
     @mpi_call
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         """Exclusive prefix reduction: rank i gets ranks 0..i-1; rank 0's buffer is untouched."""
-        self._scan("Exscan", "Exscan", sendbuf, recvbuf, op, "blocking")
+        self._scan("Exscan", "Exscan", sendbuf, recvbuf, op, Form.BLOCKING)
 
     @mpi_call
     def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        return self._scan("Iexscan", "Exscan", sendbuf, recvbuf, op, "nonblocking")
+        return self._scan("Iexscan", "Exscan", sendbuf, recvbuf, op, Form.NONBLOCKING)
 
     @mpi_call
     def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None) -> Prequest:
-        return self._scan("Exscan_init", "Exscan", sendbuf, recvbuf, op, "persistent")
+        return self._scan("Exscan_init", "Exscan", sendbuf, recvbuf, op, Form.PERSISTENT)
 
     @mpi_call
     def scan(self, sendobj: Any, op: Any = SUM) -> Any:
@@ -411,7 +424,7 @@ class Reductions(CollectiveMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return red.scan_recursive_doubling(rank, size, values, sendobj), None
 
-        return self._collective("scan", "scan", 0, plan, "blocking")
+        return self._collective("scan", "scan", 0, plan, Form.BLOCKING)
 
     @mpi_call
     def exscan(self, sendobj: Any, op: Any = SUM) -> Any:
@@ -421,7 +434,7 @@ class Reductions(CollectiveMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return red.exscan_recursive_doubling(rank, size, values, sendobj), None
 
-        return self._collective("exscan", "exscan", 0, plan, "blocking")
+        return self._collective("exscan", "exscan", 0, plan, Form.BLOCKING)
 
 
 def _one_element(sendbuf: Any, recvbuf: Any, op: Any) -> red.ScalarValues | None:

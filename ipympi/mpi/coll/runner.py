@@ -30,9 +30,10 @@ from typing import Any, Callable
 from ...core.constants import ANY_SOURCE
 from ...core.errors import ERR_NOT_SAME, ERR_OTHER
 from ...core.errors import Exception as MPIException
+from ...core.modes import Form
 from ...core.schedule import KINDS, ROOTED, Algorithm, Round, describe_signature, is_local
 from ...progress.engine import WaitInfo
-from ...progress.operation import COLL, RECV, SEND, Op
+from ...progress.operation import COLL, RECV, SEND, Operation
 from ..request import Prequest, Request
 
 __all__ = [
@@ -45,10 +46,10 @@ __all__ = [
 
 
 # What a local step (a round with no message) is sent back.
-_NO_RECEIVES: list[Op] = []
+_NO_RECEIVES: list[Operation] = []
 
 
-class CollOp(Op):
+class CollOp(Operation):
     """A collective call in progress: completes when its algorithm finishes.
 
     ``result`` is what the algorithm returned (the object of a lower-case
@@ -89,8 +90,8 @@ class CollOp(Op):
         self.result: Any = None
         self.round: Round | None = None
         self.rounds = 0
-        self.recv_ops: list[Op] = []
-        self.send_ops: list[Op] = []
+        self.recv_ops: list[Operation] = []
+        self.send_ops: list[Operation] = []
         self.root = root
 
     # -- running -------------------------------------------------------------
@@ -151,7 +152,7 @@ class CollOp(Op):
         except (_Mismatch, _PeerDied) as exc:
             self._end_with(exc)
 
-    def _exchange(self, rnd: Round) -> list[Op]:
+    def _exchange(self, rnd: Round) -> list[Operation]:
         """Start one round and wait for all its messages; its receive operations."""
         self._start_round(rnd)
         for op in (*self.recv_ops, *self.send_ops):
@@ -166,7 +167,7 @@ class CollOp(Op):
         call = f"{self.call} (collective #{self.seq}, round {self.rounds})"
         return WaitInfo(call, self._name(), pending[0] if pending else -1, self.seq)
 
-    def _step(self, received: list[Op] | None) -> None:
+    def _step(self, received: list[Operation] | None) -> None:
         trace = self.trace
         try:
             while True:
@@ -211,7 +212,7 @@ class CollOp(Op):
             self._fail(str(exc), notify=True)
             self.engine.coll_errors.pop(self.context, None)
 
-    def fail_round(self, ops: list[Op], reported: str | None = None) -> None:
+    def fail_round(self, ops: list[Operation], reported: str | None = None) -> None:
         """End the call with the error that a round's received ``ops`` show, or with
         a mismatch ``reported`` by another rank (for calls on the straight path)."""
         self.recv_ops = ops
@@ -232,7 +233,7 @@ class CollOp(Op):
         context, seq, ranks, me, sig = self.context, self.seq, self.world_ranks, self.rank, self.sig
         recv_ops = []
         for peer, target in rnd.recvs:
-            op = Op(RECV, self.comm, self.call, peer, seq)
+            op = Operation(RECV, self.comm, self.call, peer, seq)
             op.mem = target
             engine.start_recv(op, context, peer, seq)
             recv_ops.append(op)
@@ -240,13 +241,13 @@ class CollOp(Op):
         for peer, data in rnd.sends:
             wdest = ranks[peer]
             if not engine.send_eager(wdest, context, me, seq, data, sig):
-                op = Op(SEND, self.comm, self.call, peer, seq)
+                op = Operation(SEND, self.comm, self.call, peer, seq)
                 engine.start_send(op, data, wdest, context, me, seq, False, sig)
                 send_ops.append(op)
         self.recv_ops = recv_ops
         self.send_ops = send_ops
 
-    def _check(self, ops: list[Op]) -> None:
+    def _check(self, ops: list[Operation]) -> None:
         for op in ops:
             if op.peer_died:
                 raise _PeerDied(op.error_detail)
@@ -390,14 +391,14 @@ def runs_inline(engine: Any) -> bool:
     return engine.tracer is None and not engine.dead_peers
 
 
-def run_in_mode(engine: Any, launch: Callable[[], CollOp], mode: str) -> Any:
+def run_in_mode(engine: Any, launch: Callable[[], CollOp], mode: Form) -> Any:
     """Run the collective that ``launch`` builds (the caller does not hold the engine).
 
-    ``mode`` "blocking" runs it to completion and returns its result;
-    "nonblocking" starts it and returns its request; "persistent" returns a
+    ``mode`` Form.BLOCKING runs it to completion and returns its result;
+    Form.NONBLOCKING starts it and returns its request; Form.PERSISTENT returns a
     request that launches a fresh one at every ``Start``.
     """
-    if mode == "persistent":
+    if mode == Form.PERSISTENT:
 
         def start() -> CollOp:
             engine.enter()
@@ -412,7 +413,7 @@ def run_in_mode(engine: Any, launch: Callable[[], CollOp], mode: str) -> Any:
     engine.enter()
     try:
         coll = launch()
-        if mode == "blocking":
+        if mode == Form.BLOCKING:
             return run_blocking(coll)
         coll.start()
         return Request._of(coll)
