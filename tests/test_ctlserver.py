@@ -81,6 +81,9 @@ def test_frames_that_are_not_messages_of_this_world_are_reported_and_dropped(wor
 
 def test_only_answers_to_the_latest_query_count(world) -> None:
     server, ranks, _ = world
+    for rank in (0, 1):  # their connections are up once their hellos came
+        ranks[rank].send(ctl.encode(hello(rank), KEY))
+    assert len(received(server, 2)) == 2
     assert server.ask([0, 1]) == [0, 1]
     first = server.query_id
     for sock in ranks[:2]:
