@@ -49,11 +49,6 @@ KNOWN_DIFFERENCES: dict[tuple[str, str], tuple[str, str, str]] = {
         "ipympi reports MPI 4.1 (mpi4py 4.1's interface), MPICH 5.0 reports MPI 5.0",
     ),
     ("environment", "vendor"): ("ipympi", "MPICH", "different libraries"),
-    ("environment", "query_thread"): (
-        "THREAD_SERIALIZED",
-        "THREAD_MULTIPLE",
-        "ipympi serializes calls from threads; MPICH provides THREAD_MULTIPLE",
-    ),
     ("lowercase", "irecv_big_default"): (
         "received 300000 True",
         "ERR_TRUNCATE",

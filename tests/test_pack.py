@@ -503,7 +503,9 @@ def test_a_vector_of_a_million_doubles_packs_in_milliseconds() -> None:
     target.mem[:] = spec.mem
     target.unpack(target.nbytes)
     elapsed = time.perf_counter() - start
-    assert elapsed < 0.5
+    # Vectorized, this takes a few tens of milliseconds; element by element in Python, it
+    # takes several seconds. The bound only tells the two apart, on a loaded machine too.
+    assert elapsed < 3.0
     assert (back[::2] == a[::2]).all() and not back[1::2].any()
     assert bytes(out) == bytes(spec.mem)
     gathered = np.frombuffer(out)

@@ -67,7 +67,7 @@ class Collectives(CommMixin):
             gen, finish = plan(impl.rank, impl.size)
             return CollOp(self, call, gen, sig, finish, root)
 
-        if mode == Form.BLOCKING:  # the common case, with as few layers as possible
+        if mode is Form.BLOCKING:  # the common case, with as few layers as possible
             engine.enter()
             try:
                 return run_blocking(launch())
@@ -77,7 +77,7 @@ class Collectives(CommMixin):
 
     # -- barrier ------------------------------------------------------------------
     def _barrier(self, call: str, mode: Form) -> Any:
-        if mode == Form.BLOCKING:
+        if mode is Form.BLOCKING:
             impl = self._live()
             if fast.barrier(self, impl, call) is not fast.GENERAL:
                 return None
@@ -113,7 +113,7 @@ class Collectives(CommMixin):
         finish = None if impl.rank == root else unpack_after(spec)
         large = mem.nbytes >= LARGE_BCAST and impl.size > 2
         if (
-            mode == Form.BLOCKING
+            mode is Form.BLOCKING
             and not large
             and fast.bcast(self, impl, call, root, mem) is not fast.GENERAL
         ):
@@ -180,7 +180,7 @@ class Collectives(CommMixin):
             own = block if block is not None else views[root]  # type: ignore[index]
             out = whole.mem[: own.nbytes * size] if whole is not None else None
             if (
-                mode == Form.BLOCKING
+                mode is Form.BLOCKING
                 and fast.gather(self, impl, call, root, own, out) is not fast.GENERAL
             ):
                 return None if finish is None else finish(None)
@@ -262,7 +262,7 @@ class Collectives(CommMixin):
             # still hands it a copy, which goes to scratch space.
             own = block if block is not None else memoryview(bytearray(views[root].nbytes))  # type: ignore[index]
             if (
-                mode == Form.BLOCKING
+                mode is Form.BLOCKING
                 and fast.scatter(self, impl, call, root, src, own) is not fast.GENERAL
             ):
                 return None if finish is None else finish(None)
@@ -332,7 +332,7 @@ class Collectives(CommMixin):
                 f"buffer has {views[rank].nbytes}",
             )
         if (
-            mode == Form.BLOCKING
+            mode is Form.BLOCKING
             and whole is not None
             and views[rank].nbytes < LARGE_ALLGATHER
             and fast.allgather(
@@ -419,7 +419,7 @@ class Collectives(CommMixin):
             else:
                 sends, _ = parse(sendbuf, size, writable=False)
         if (
-            mode == Form.BLOCKING
+            mode is Form.BLOCKING
             and fast.alltoall(self, impl, call, kind, sends, recvs) is not fast.GENERAL
         ):
             return None if finish is None else finish(None)

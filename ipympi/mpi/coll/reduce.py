@@ -189,7 +189,7 @@ class Reductions(CollectiveMixin):
             and impl.size > 2
             and args.source.size >= impl.size
         )
-        if mode == Form.BLOCKING and not ring:
+        if mode is Form.BLOCKING and not ring:
             result = fast.allreduce(self, impl, call, "Allreduce", args.values, args.fresh())
             if result is not fast.GENERAL:
                 args.store(result)

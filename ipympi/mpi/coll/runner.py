@@ -394,11 +394,11 @@ def runs_inline(engine: Any) -> bool:
 def run_in_mode(engine: Any, launch: Callable[[], CollOp], mode: Form) -> Any:
     """Run the collective that ``launch`` builds (the caller does not hold the engine).
 
-    ``mode`` Form.BLOCKING runs it to completion and returns its result;
-    Form.NONBLOCKING starts it and returns its request; Form.PERSISTENT returns a
-    request that launches a fresh one at every ``Start``.
+    ``Form.BLOCKING`` runs it to completion and returns its result;
+    ``Form.NONBLOCKING`` starts it and returns its request; ``Form.PERSISTENT``
+    returns a request that launches a fresh one at every ``Start``.
     """
-    if mode == Form.PERSISTENT:
+    if mode is Form.PERSISTENT:
 
         def start() -> CollOp:
             engine.enter()
@@ -413,7 +413,7 @@ def run_in_mode(engine: Any, launch: Callable[[], CollOp], mode: Form) -> Any:
     engine.enter()
     try:
         coll = launch()
-        if mode == Form.BLOCKING:
+        if mode is Form.BLOCKING:
             return run_blocking(coll)
         coll.start()
         return Request._of(coll)
