@@ -22,36 +22,66 @@ if TYPE_CHECKING:
     from .cluster import Cluster
     from .records import Submission
 
-__all__ = ["ClusterAPI", "apply", "execute", "gather", "pull", "push", "scatter"]
+__all__ = ["ClusterAPI"]
 
 DATA_TIMEOUT = None  # data requests wait like cells: Ctrl-C interrupts them
 
 
 class ClusterAPI:
-    """``push``, ``pull``, ``scatter``, ``gather``, ``execute``, ``apply`` as methods: each
-    is the module function of that name, on this cluster."""
+    """``push``, ``pull``, ``scatter``, ``gather``, ``execute``, ``apply``."""
 
     def push(self, namespace: Mapping[str, Any], targets: Any = None) -> None:
         """Define ``namespace``'s names on the target ranks (pickled once, sent to each)."""
-        push(_as_cluster(self), namespace, targets)
+        cluster = _as_cluster(self)
+        ranks = parse_targets(targets, cluster.n)
+        data = pickle.dumps(dict(namespace), protocol=pickle.HIGHEST_PROTOCOL)
+        _finish(cluster, cluster.submit("push", {"names": sorted(namespace)}, ranks, [data]))
 
     def pull(self, names: str | Sequence[str], targets: Any = None) -> list[Any]:
-        """The value of ``names`` on each target rank, in rank order."""
-        return pull(_as_cluster(self), names, targets)
+        """The value of ``names`` on each target rank, in rank order.
+
+        One name gives one value per rank; a list of names a tuple per rank.
+        """
+        cluster = _as_cluster(self)
+        single = isinstance(names, str)
+        wanted = [names] if single else list(names)
+        ranks = parse_targets(targets, cluster.n)
+        values = _finish(cluster, cluster.submit("pull", {"names": wanted}, ranks))
+        return [values[r][0] if single else tuple(values[r]) for r in ranks]
 
     def scatter(self, name: str, seq: Any, targets: Any = None) -> None:
-        """Split ``seq`` into nearly equal parts; part i becomes ``name`` on target rank i."""
-        scatter(_as_cluster(self), name, seq, targets)
+        """Split ``seq`` into contiguous, nearly equal parts; part i becomes ``name`` on
+        target rank i."""
+        ranks = parse_targets(targets, _as_cluster(self).n)
+        for rank, part in zip(ranks, _split(seq, len(ranks))):
+            self.push({name: part}, [rank])
 
     def gather(self, name: str, targets: Any = None) -> Any:
         """Concatenate ``name`` from the target ranks in rank order (lists, tuples, arrays)."""
-        return gather(_as_cluster(self), name, targets)
+        parts = self.pull(name, targets)
+        first = parts[0] if parts else []
+        if hasattr(first, "__array__") and not isinstance(first, (list, tuple)):
+            import numpy
+
+            return numpy.concatenate(parts)
+        out: list[Any] = []
+        for part in parts:
+            out.extend(part)
+        return type(first)(out) if isinstance(first, tuple) else out
 
     def apply(
         self, func: Callable[..., Any], *args: Any, targets: Any = None, **kwargs: Any
     ) -> list[Any]:
-        """Call ``func(*args, **kwargs)`` on each target rank; the return values in rank order."""
-        return apply(_as_cluster(self), func, *args, targets=targets, **kwargs)
+        """Call ``func(*args, **kwargs)`` on each target rank; the return values in rank order.
+
+        Functions defined in the notebook are sent as source (the ranks have no
+        copy of the notebook's ``__main__``); others are pickled by reference.
+        """
+        cluster = _as_cluster(self)
+        ranks = parse_targets(targets, cluster.n)
+        payload = pickle.dumps((_portable(func), args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        values = _finish(cluster, cluster.submit("apply", {}, ranks, [payload]))
+        return [values[r] for r in ranks]
 
     def execute(
         self,
@@ -62,100 +92,30 @@ class ClusterAPI:
         display: bool = True,
         timeout: float | None = None,
     ) -> Any:
-        """Run ``code`` on the target ranks; returns a CellResult."""
-        return execute(
-            _as_cluster(self), code, targets, block=block, display=display, timeout=timeout
-        )
+        """Run ``code`` on the target ranks; returns a CellResult.
+
+        With ``display`` the ranks' output is shown as in a ``%%px`` cell;
+        with ``block`` a failure raises the cell's RankError.
+        """
+        publish = None
+        if display:
+            try:
+                from IPython import get_ipython
+
+                shell = get_ipython()
+            except ImportError:
+                shell = None
+            publish = publisher_for(shell)
+        options = CellOptions(targets=targets, block=block, timeout=timeout, store_history=False)
+        result = run_cell(_as_cluster(self), code, options, publish, 0)
+        if block:
+            result.raise_for_error()
+        return result
 
 
 def _as_cluster(api: ClusterAPI) -> Cluster:
     """``api`` as the cluster it is (``ClusterAPI`` is a mixin of ``Cluster`` only)."""
     return cast("Cluster", api)
-
-
-def push(cluster: Cluster, namespace: Mapping[str, Any], targets: Any = None) -> None:
-    """Define ``namespace``'s names on the target ranks (pickled once, sent to each)."""
-    ranks = parse_targets(targets, cluster.n)
-    data = pickle.dumps(dict(namespace), protocol=pickle.HIGHEST_PROTOCOL)
-    _finish(cluster, cluster.submit("push", {"names": sorted(namespace)}, ranks, [data]))
-
-
-def pull(cluster: Cluster, names: str | Sequence[str], targets: Any = None) -> list[Any]:
-    """The value of ``names`` on each target rank, in rank order.
-
-    One name gives one value per rank; a list of names a tuple per rank.
-    """
-    single = isinstance(names, str)
-    wanted = [names] if single else list(names)
-    ranks = parse_targets(targets, cluster.n)
-    values = _finish(cluster, cluster.submit("pull", {"names": wanted}, ranks))
-    return [values[r][0] if single else tuple(values[r]) for r in ranks]
-
-
-def scatter(cluster: Cluster, name: str, seq: Any, targets: Any = None) -> None:
-    """Split ``seq`` into contiguous, nearly equal parts; part i becomes ``name`` on
-    target rank i."""
-    ranks = parse_targets(targets, cluster.n)
-    for rank, part in zip(ranks, _split(seq, len(ranks))):
-        cluster.push({name: part}, [rank])
-
-
-def gather(cluster: Cluster, name: str, targets: Any = None) -> Any:
-    """Concatenate ``name`` from the target ranks in rank order (lists, tuples, arrays)."""
-    parts = cluster.pull(name, targets)
-    first = parts[0] if parts else []
-    if hasattr(first, "__array__") and not isinstance(first, (list, tuple)):
-        import numpy
-
-        return numpy.concatenate(parts)
-    out: list[Any] = []
-    for part in parts:
-        out.extend(part)
-    return type(first)(out) if isinstance(first, tuple) else out
-
-
-def apply(
-    cluster: Cluster, func: Callable[..., Any], *args: Any, targets: Any = None, **kwargs: Any
-) -> list[Any]:
-    """Call ``func(*args, **kwargs)`` on each target rank; the return values in rank order.
-
-    Functions defined in the notebook are sent as source (the ranks have no
-    copy of the notebook's ``__main__``); others are pickled by reference.
-    """
-    ranks = parse_targets(targets, cluster.n)
-    payload = pickle.dumps((_portable(func), args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
-    values = _finish(cluster, cluster.submit("apply", {}, ranks, [payload]))
-    return [values[r] for r in ranks]
-
-
-def execute(
-    cluster: Cluster,
-    code: str,
-    targets: Any = None,
-    *,
-    block: bool = True,
-    display: bool = True,
-    timeout: float | None = None,
-) -> Any:
-    """Run ``code`` on the target ranks; returns a CellResult.
-
-    With ``display`` the ranks' output is shown as in a ``%%px`` cell;
-    with ``block`` a failure raises the cell's RankError.
-    """
-    publish = None
-    if display:
-        try:
-            from IPython import get_ipython
-
-            shell = get_ipython()
-        except ImportError:
-            shell = None
-        publish = publisher_for(shell)
-    options = CellOptions(targets=targets, block=block, timeout=timeout, store_history=False)
-    result = run_cell(cluster, code, options, publish, 0)
-    if block:
-        result.raise_for_error()
-    return result
 
 
 def _finish(cluster: Cluster, req: Submission) -> dict[int, Any]:
