@@ -18,7 +18,7 @@ from ..core import algorithms as algo
 from ..core import contexts as ctx
 from ..core.errors import ERR_OTHER
 from ..core.errors import Exception as MPIException
-from ..core.modes import Form
+from ..core.modes import BLOCKING
 from ..progress.engine import WaitInfo
 from .coll.intra import Collectives
 from .commimpl import CommImpl, comm_class
@@ -59,7 +59,7 @@ def allgather(comm: Any, call: str, obj: Any) -> list[Any]:
         return algo.allgather_objects(rank, size, data), None
 
     # unbound: a plain ``MPI.Comm`` handle on an intracommunicator works too
-    wires = Collectives._collective(comm, call, "allgather", 0, plan, Form.BLOCKING)
+    wires = Collectives._collective(comm, call, "allgather", 0, plan, BLOCKING)
     return [pickle.loads(w) for w in wires]
 
 

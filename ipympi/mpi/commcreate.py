@@ -30,7 +30,7 @@ from ..core import constants as K
 from ..core import contexts as ctx
 from ..core.errors import ERR_ARG, ERR_COMM
 from ..core.errors import Exception as MPIException
-from ..core.modes import Form
+from ..core.modes import NONBLOCKING
 from ..core.schedule import signature
 from . import commbuild as cb
 from .args import c_int
@@ -214,7 +214,7 @@ class CommConstructors(CommMixin):
         try:
             check_reported(engine, impl.context + 1, call)
             gen = _agreement(engine, key, me, total)
-            sig = signature("dup", 0, Form.NONBLOCKING)
+            sig = signature("dup", 0, NONBLOCKING)
             coll: CollOp
             if inter:
                 coll = InterCollOp(self, call, gen, sig, finish, union, me)

@@ -29,7 +29,7 @@ from ..core import contexts as ctx
 from ..core import errors as _errors
 from ..core.errors import ERR_COMM, ERR_RANK
 from ..core.errors import Exception as MPIException
-from ..core.modes import Form
+from ..core.modes import BLOCKING
 from ..core.schedule import Algorithm
 from . import commbuild as cb
 from .args import c_int, send_tag
@@ -62,7 +62,7 @@ def _bcast_object(comm: Any, call: str, obj: Any, root: int) -> Any:
     def plan(rank: int, size: int) -> tuple[Any, None]:
         return algo.bcast_objects(rank, size, root, data), None
 
-    return pickle.loads(Collectives._collective(comm, call, "bcast", root, plan, Form.BLOCKING))
+    return pickle.loads(Collectives._collective(comm, call, "bcast", root, plan, BLOCKING))
 
 
 def _leader_exchange(

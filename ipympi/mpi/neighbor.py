@@ -26,7 +26,7 @@ from ..core import constants as K
 from ..core import contexts as ctx
 from ..core.errors import ERR_ARG, ERR_COUNT, ERR_TOPOLOGY
 from ..core.errors import Exception as MPIException
-from ..core.modes import Form
+from ..core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ..core.schedule import NEIGHBORHOOD, Algorithm, Round
 from . import commbuild as cb
 from .args import c_int, c_ints
@@ -152,79 +152,67 @@ class Topocomm(Intracomm):
     @mpi_call
     def Neighbor_allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Send the same block to every out-neighbour; block i comes from in-neighbour i."""
-        self._allgather_n("Neighbor_allgather", sendbuf, recvbuf, Form.BLOCKING, v=False)
+        self._allgather_n("Neighbor_allgather", sendbuf, recvbuf, BLOCKING, v=False)
 
     @mpi_call
     def Ineighbor_allgather(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._allgather_n("Ineighbor_allgather", sendbuf, recvbuf, Form.NONBLOCKING, False)
+        return self._allgather_n("Ineighbor_allgather", sendbuf, recvbuf, NONBLOCKING, False)
 
     @mpi_call
     def Neighbor_allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._allgather_n(
-            "Neighbor_allgather_init", sendbuf, recvbuf, Form.PERSISTENT, v=False
-        )
+        return self._allgather_n("Neighbor_allgather_init", sendbuf, recvbuf, PERSISTENT, v=False)
 
     @mpi_call
     def Neighbor_allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._allgather_n("Neighbor_allgatherv", sendbuf, recvbuf, Form.BLOCKING, v=True)
+        self._allgather_n("Neighbor_allgatherv", sendbuf, recvbuf, BLOCKING, v=True)
 
     @mpi_call
     def Ineighbor_allgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._allgather_n("Ineighbor_allgatherv", sendbuf, recvbuf, Form.NONBLOCKING, True)
+        return self._allgather_n("Ineighbor_allgatherv", sendbuf, recvbuf, NONBLOCKING, True)
 
     @mpi_call
     def Neighbor_allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._allgather_n(
-            "Neighbor_allgatherv_init", sendbuf, recvbuf, Form.PERSISTENT, v=True
-        )
+        return self._allgather_n("Neighbor_allgatherv_init", sendbuf, recvbuf, PERSISTENT, v=True)
 
     @mpi_call
     def Neighbor_alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Send block j to out-neighbour j; block i comes from in-neighbour i."""
-        self._alltoall_n("Neighbor_alltoall", "Alltoall", sendbuf, recvbuf, Form.BLOCKING)
+        self._alltoall_n("Neighbor_alltoall", "Alltoall", sendbuf, recvbuf, BLOCKING)
 
     @mpi_call
     def Ineighbor_alltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall_n(
-            "Ineighbor_alltoall", "Alltoall", sendbuf, recvbuf, Form.NONBLOCKING
-        )
+        return self._alltoall_n("Ineighbor_alltoall", "Alltoall", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
     def Neighbor_alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._alltoall_n(
-            "Neighbor_alltoall_init", "Alltoall", sendbuf, recvbuf, Form.PERSISTENT
-        )
+        return self._alltoall_n("Neighbor_alltoall_init", "Alltoall", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call
     def Neighbor_alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._alltoall_n("Neighbor_alltoallv", "Alltoallv", sendbuf, recvbuf, Form.BLOCKING)
+        self._alltoall_n("Neighbor_alltoallv", "Alltoallv", sendbuf, recvbuf, BLOCKING)
 
     @mpi_call
     def Ineighbor_alltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall_n(
-            "Ineighbor_alltoallv", "Alltoallv", sendbuf, recvbuf, Form.NONBLOCKING
-        )
+        return self._alltoall_n("Ineighbor_alltoallv", "Alltoallv", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
     def Neighbor_alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
         return self._alltoall_n(
-            "Neighbor_alltoallv_init", "Alltoallv", sendbuf, recvbuf, Form.PERSISTENT
+            "Neighbor_alltoallv_init", "Alltoallv", sendbuf, recvbuf, PERSISTENT
         )
 
     @mpi_call
     def Neighbor_alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._alltoall_n("Neighbor_alltoallw", "Alltoallw", sendbuf, recvbuf, Form.BLOCKING)
+        self._alltoall_n("Neighbor_alltoallw", "Alltoallw", sendbuf, recvbuf, BLOCKING)
 
     @mpi_call
     def Ineighbor_alltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall_n(
-            "Ineighbor_alltoallw", "Alltoallw", sendbuf, recvbuf, Form.NONBLOCKING
-        )
+        return self._alltoall_n("Ineighbor_alltoallw", "Alltoallw", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
     def Neighbor_alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
         return self._alltoall_n(
-            "Neighbor_alltoallw_init", "Alltoallw", sendbuf, recvbuf, Form.PERSISTENT
+            "Neighbor_alltoallw_init", "Alltoallw", sendbuf, recvbuf, PERSISTENT
         )
 
     # -- Python objects ----------------------------------------------------------------
@@ -238,7 +226,7 @@ class Topocomm(Intracomm):
                 result[i] = pickle.loads(op.data)
             return result
 
-        return self._neighbor(call, kind, Form.BLOCKING, pickles, [None] * len(ins), finish)
+        return self._neighbor(call, kind, BLOCKING, pickles, [None] * len(ins), finish)
 
     @mpi_call
     def neighbor_allgather(self, sendobj: Any) -> list[Any]:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..core.constants import ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB_VALUE
 from ..core.errors import Exception as MPIException
-from ..core.modes import SendMode
+from ..core.modes import BUFFERED, READY, STANDARD, SYNCHRONOUS, SendMode
 from ..progress.engine import WaitInfo
 from ..progress.operation import RECV, SEND, Operation
 from . import bsend as _bsend
@@ -62,7 +62,7 @@ class PointToPoint(SendRecv):
         if dest == PROC_NULL:
             op.complete_empty()
             return op
-        if mode is SendMode.BUFFERED:
+        if mode is BUFFERED:
             # Buffered mode is local: the data is copied and the call completes
             # now; a separate transfer holds the attached-buffer space until
             # the message has left (for a large one, until the receiver read it).
@@ -88,7 +88,7 @@ class PointToPoint(SendRecv):
             impl.context,
             impl.rank,
             tag,
-            mode is SendMode.SYNCHRONOUS,
+            mode is SYNCHRONOUS,
         )
         return op
 
@@ -149,7 +149,7 @@ class PointToPoint(SendRecv):
             # send_eager declines and the message takes the general path,
             # which sends the same eager frame.
             if (
-                (mode is SendMode.STANDARD or mode is SendMode.READY)
+                (mode is STANDARD or mode is READY)
                 and dest != PROC_NULL
                 and engine.send_eager(
                     impl.remote_world_ranks[dest], impl.context, impl.rank, tag, mem
@@ -219,22 +219,22 @@ class PointToPoint(SendRecv):
     @_mpi_call
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Standard-mode blocking send of a buffer."""
-        self._blocking_send("Send", send_buffer(buf).mem, dest, tag, SendMode.STANDARD)
+        self._blocking_send("Send", send_buffer(buf).mem, dest, tag, STANDARD)
 
     @_mpi_call
     def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Synchronous send: returns once the matching receive has started."""
-        self._blocking_send("Ssend", send_buffer(buf).mem, dest, tag, SendMode.SYNCHRONOUS)
+        self._blocking_send("Ssend", send_buffer(buf).mem, dest, tag, SYNCHRONOUS)
 
     @_mpi_call
     def Rsend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Ready send: the matching receive must already be posted."""
-        self._blocking_send("Rsend", send_buffer(buf).mem, dest, tag, SendMode.READY)
+        self._blocking_send("Rsend", send_buffer(buf).mem, dest, tag, READY)
 
     @_mpi_call
     def Bsend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Buffered send through the attached buffer; local, never waits for the receiver."""
-        self._blocking_send("Bsend", send_buffer(buf).mem, dest, tag, SendMode.BUFFERED)
+        self._blocking_send("Bsend", send_buffer(buf).mem, dest, tag, BUFFERED)
 
     # -- blocking receive --------------------------------------------------------
     @_mpi_call
@@ -252,21 +252,19 @@ class PointToPoint(SendRecv):
     # -- nonblocking buffer operations -----------------------------------------
     @_mpi_call
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Isend", send_buffer(buf).mem, dest, tag, SendMode.STANDARD)
+        return self._nonblocking_send("Isend", send_buffer(buf).mem, dest, tag, STANDARD)
 
     @_mpi_call
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send(
-            "Issend", send_buffer(buf).mem, dest, tag, SendMode.SYNCHRONOUS
-        )
+        return self._nonblocking_send("Issend", send_buffer(buf).mem, dest, tag, SYNCHRONOUS)
 
     @_mpi_call
     def Irsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Irsend", send_buffer(buf).mem, dest, tag, SendMode.READY)
+        return self._nonblocking_send("Irsend", send_buffer(buf).mem, dest, tag, READY)
 
     @_mpi_call
     def Ibsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Ibsend", send_buffer(buf).mem, dest, tag, SendMode.BUFFERED)
+        return self._nonblocking_send("Ibsend", send_buffer(buf).mem, dest, tag, BUFFERED)
 
     @_mpi_call
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
@@ -294,19 +292,19 @@ class PointToPoint(SendRecv):
 
     @_mpi_call
     def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
-        return self._persistent_send("Send_init", buf, dest, tag, SendMode.STANDARD)
+        return self._persistent_send("Send_init", buf, dest, tag, STANDARD)
 
     @_mpi_call
     def Ssend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
-        return self._persistent_send("Ssend_init", buf, dest, tag, SendMode.SYNCHRONOUS)
+        return self._persistent_send("Ssend_init", buf, dest, tag, SYNCHRONOUS)
 
     @_mpi_call
     def Rsend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
-        return self._persistent_send("Rsend_init", buf, dest, tag, SendMode.READY)
+        return self._persistent_send("Rsend_init", buf, dest, tag, READY)
 
     @_mpi_call
     def Bsend_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
-        return self._persistent_send("Bsend_init", buf, dest, tag, SendMode.BUFFERED)
+        return self._persistent_send("Bsend_init", buf, dest, tag, BUFFERED)
 
     @_mpi_call
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
@@ -379,15 +377,15 @@ class PointToPoint(SendRecv):
     @_mpi_call
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
         """Send a picklable Python object (standard mode)."""
-        self._blocking_send("send", dumps_message(obj, dest), dest, tag, SendMode.STANDARD)
+        self._blocking_send("send", dumps_message(obj, dest), dest, tag, STANDARD)
 
     @_mpi_call
     def ssend(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self._blocking_send("ssend", dumps_message(obj, dest), dest, tag, SendMode.SYNCHRONOUS)
+        self._blocking_send("ssend", dumps_message(obj, dest), dest, tag, SYNCHRONOUS)
 
     @_mpi_call
     def bsend(self, obj: Any, dest: int, tag: int = 0) -> None:
-        self._blocking_send("bsend", dumps_message(obj, dest), dest, tag, SendMode.BUFFERED)
+        self._blocking_send("bsend", dumps_message(obj, dest), dest, tag, BUFFERED)
 
     @_mpi_call
     def recv(
@@ -413,21 +411,15 @@ class PointToPoint(SendRecv):
 
     @_mpi_call
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send(
-            "isend", dumps_message(obj, dest), dest, tag, SendMode.STANDARD
-        )
+        return self._nonblocking_send("isend", dumps_message(obj, dest), dest, tag, STANDARD)
 
     @_mpi_call
     def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send(
-            "issend", dumps_message(obj, dest), dest, tag, SendMode.SYNCHRONOUS
-        )
+        return self._nonblocking_send("issend", dumps_message(obj, dest), dest, tag, SYNCHRONOUS)
 
     @_mpi_call
     def ibsend(self, obj: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send(
-            "ibsend", dumps_message(obj, dest), dest, tag, SendMode.BUFFERED
-        )
+        return self._nonblocking_send("ibsend", dumps_message(obj, dest), dest, tag, BUFFERED)
 
     @_mpi_call
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from ..core.constants import ANY_SOURCE, ANY_TAG
 from ..core.errors import Exception as MPIException
-from ..core.modes import SendMode
+from ..core.modes import STANDARD
 from ..progress.engine import WaitInfo
 from ..progress.operation import RECV, Operation
 from .buffers import recv_buffer, send_buffer
@@ -107,7 +107,7 @@ class SendRecv(PointToPointMixin):
         engine.enter()
         try:
             rop = self._start_recv(impl, call, recv_mem, source, recvtag, unpack)
-            sop = self._start_send(impl, call, send_mem, dest, sendtag, SendMode.STANDARD)
+            sop = self._start_send(impl, call, send_mem, dest, sendtag, STANDARD)
         finally:
             engine.leave()
         return impl, rop, sop, lambda: WaitInfo(call, impl.label, source, recvtag)

@@ -23,7 +23,7 @@ from typing import Any
 from ...core import algorithms as algo
 from ...core.errors import ERR_COMM
 from ...core.errors import Exception as MPIException
-from ...core.modes import Form
+from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ...core.schedule import Algorithm
 from ..errhandling import mpi_call
 from ..op import SUM
@@ -42,7 +42,7 @@ class InterCollectives(InterRooted, InterExchanges, InterReductions):
     __slots__ = ()
 
     # -- barrier -----------------------------------------------------------------------
-    def _barrier(self, call: str, mode: Form = Form.BLOCKING) -> Any:
+    def _barrier(self, call: str, mode: Form = BLOCKING) -> Any:
         total = len(layout(self._live())[0])
 
         def build(rank: int, n: int, lo: int, ro: int) -> tuple[Algorithm, None]:
@@ -61,11 +61,11 @@ class InterCollectives(InterRooted, InterExchanges, InterReductions):
 
     @mpi_call
     def Ibarrier(self) -> Request:
-        return self._barrier("Ibarrier", Form.NONBLOCKING)
+        return self._barrier("Ibarrier", NONBLOCKING)
 
     @mpi_call
     def Barrier_init(self, info: Any = None) -> Prequest:
-        return self._barrier("Barrier_init", Form.PERSISTENT)
+        return self._barrier("Barrier_init", PERSISTENT)
 
     # -- not defined on intercommunicators --------------------------------------------------
     def _undefined(self, call: str) -> Any:

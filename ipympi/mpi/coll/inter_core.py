@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ...core import constants as K
 from ...core.errors import ERR_BUFFER
 from ...core.errors import Exception as MPIException
-from ...core.modes import Form
+from ...core.modes import BLOCKING, Form
 from ...core.schedule import Algorithm, Round, signature
 from ..args import inter_root
 from ..handles import InterMixin
@@ -137,9 +137,7 @@ class InterCollBase(InterMixin):
 
     __slots__ = ()
 
-    def _inter(
-        self, call: str, kind: str, root: int, build: Build, mode: Form = Form.BLOCKING
-    ) -> Any:
+    def _inter(self, call: str, kind: str, root: int, build: Build, mode: Form = BLOCKING) -> Any:
         """Run a collective over both groups: blocking, or return its (persistent) request.
 
         ``root`` is the root's union rank (0 when there is none or it is unknown).

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...core import algorithms as algo
-from ...core.modes import Form
+from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ...core.schedule import Algorithm, Round
 from ..buffers import send_buffer
 from ..commlock import comm_locked
@@ -87,27 +87,27 @@ class InterExchanges(InterCollBase):
     @mpi_call
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Every process receives one block from each process of the other group."""
-        self._allgather("Allgather", sendbuf, recvbuf, False, Form.BLOCKING)
+        self._allgather("Allgather", sendbuf, recvbuf, False, BLOCKING)
 
     @mpi_call
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._allgather("Allgatherv", sendbuf, recvbuf, True, Form.BLOCKING)
+        self._allgather("Allgatherv", sendbuf, recvbuf, True, BLOCKING)
 
     @mpi_call
     def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._allgather("Iallgather", sendbuf, recvbuf, False, Form.NONBLOCKING)
+        return self._allgather("Iallgather", sendbuf, recvbuf, False, NONBLOCKING)
 
     @mpi_call
     def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._allgather("Iallgatherv", sendbuf, recvbuf, True, Form.NONBLOCKING)
+        return self._allgather("Iallgatherv", sendbuf, recvbuf, True, NONBLOCKING)
 
     @mpi_call
     def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._allgather("Allgather_init", sendbuf, recvbuf, False, Form.PERSISTENT)
+        return self._allgather("Allgather_init", sendbuf, recvbuf, False, PERSISTENT)
 
     @mpi_call
     def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._allgather("Allgatherv_init", sendbuf, recvbuf, True, Form.PERSISTENT)
+        return self._allgather("Allgatherv_init", sendbuf, recvbuf, True, PERSISTENT)
 
     @mpi_call
     @comm_locked
@@ -149,41 +149,41 @@ class InterExchanges(InterCollBase):
     @mpi_call
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Block j goes to process j of the other group; block j comes from it."""
-        self._alltoall("Alltoall", "Alltoall", sendbuf, recvbuf, Form.BLOCKING)
+        self._alltoall("Alltoall", "Alltoall", sendbuf, recvbuf, BLOCKING)
 
     @mpi_call
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._alltoall("Alltoallv", "Alltoallv", sendbuf, recvbuf, Form.BLOCKING)
+        self._alltoall("Alltoallv", "Alltoallv", sendbuf, recvbuf, BLOCKING)
 
     @mpi_call
     def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
         """Alltoall with per-peer counts, byte displacements and datatypes:
         ``[buf, counts, displs, datatypes]``, one entry per process of the other group."""
-        self._alltoall("Alltoallw", "Alltoallw", sendbuf, recvbuf, Form.BLOCKING)
+        self._alltoall("Alltoallw", "Alltoallw", sendbuf, recvbuf, BLOCKING)
 
     @mpi_call
     def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall("Ialltoall", "Alltoall", sendbuf, recvbuf, Form.NONBLOCKING)
+        return self._alltoall("Ialltoall", "Alltoall", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
     def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall("Ialltoallv", "Alltoallv", sendbuf, recvbuf, Form.NONBLOCKING)
+        return self._alltoall("Ialltoallv", "Alltoallv", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
     def Ialltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall("Ialltoallw", "Alltoallw", sendbuf, recvbuf, Form.NONBLOCKING)
+        return self._alltoall("Ialltoallw", "Alltoallw", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
     def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._alltoall("Alltoall_init", "Alltoall", sendbuf, recvbuf, Form.PERSISTENT)
+        return self._alltoall("Alltoall_init", "Alltoall", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call
     def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._alltoall("Alltoallv_init", "Alltoallv", sendbuf, recvbuf, Form.PERSISTENT)
+        return self._alltoall("Alltoallv_init", "Alltoallv", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call
     def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, Form.PERSISTENT)
+        return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call
     @comm_locked
@@ -191,5 +191,5 @@ class InterExchanges(InterCollBase):
         """Object j goes to process j of the other group; returns the objects received."""
         m = self.Get_remote_size()
         sends = [pickle.dumps(item) for item in object_items(sendobj, m)]
-        wires = self._exchange("alltoall", "alltoall", sends, [None] * m, _datas, Form.BLOCKING)
+        wires = self._exchange("alltoall", "alltoall", sends, [None] * m, _datas, BLOCKING)
         return [pickle.loads(w) for w in wires]

@@ -27,7 +27,7 @@ from ...core import algorithms as algo
 from ...core import reductions as red
 from ...core.errors import ERR_COUNT
 from ...core.errors import Exception as MPIException
-from ...core.modes import Form
+from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ...core.schedule import Algorithm, Round
 from ..buffers import as_ndarray, recv_buffer
 from ..errhandling import mpi_call
@@ -89,17 +89,17 @@ class InterReductions(InterCollBase):
     @mpi_call
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:
         """The ``ROOT`` process receives the reduction of the other group's buffers."""
-        self._reduce("Reduce", sendbuf, recvbuf, op, root, Form.BLOCKING)
+        self._reduce("Reduce", sendbuf, recvbuf, op, root, BLOCKING)
 
     @mpi_call
     def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> Request:
-        return self._reduce("Ireduce", sendbuf, recvbuf, op, root, Form.NONBLOCKING)
+        return self._reduce("Ireduce", sendbuf, recvbuf, op, root, NONBLOCKING)
 
     @mpi_call
     def Reduce_init(
         self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0, info: Any = None
     ) -> Prequest:
-        return self._reduce("Reduce_init", sendbuf, recvbuf, op, root, Form.PERSISTENT)
+        return self._reduce("Reduce_init", sendbuf, recvbuf, op, root, PERSISTENT)
 
     @mpi_call
     def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
@@ -158,17 +158,17 @@ class InterReductions(InterCollBase):
     @mpi_call
     def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
         """Each group receives the reduction of the other group's buffers."""
-        self._allreduce("Allreduce", sendbuf, recvbuf, op, Form.BLOCKING)
+        self._allreduce("Allreduce", sendbuf, recvbuf, op, BLOCKING)
 
     @mpi_call
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
-        return self._allreduce("Iallreduce", sendbuf, recvbuf, op, Form.NONBLOCKING)
+        return self._allreduce("Iallreduce", sendbuf, recvbuf, op, NONBLOCKING)
 
     @mpi_call
     def Allreduce_init(
         self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None
     ) -> Prequest:
-        return self._allreduce("Allreduce_init", sendbuf, recvbuf, op, Form.PERSISTENT)
+        return self._allreduce("Allreduce_init", sendbuf, recvbuf, op, PERSISTENT)
 
     @mpi_call
     def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
@@ -273,7 +273,7 @@ class InterReductions(InterCollBase):
             recvbuf,
             None,
             op,
-            Form.BLOCKING,
+            BLOCKING,
         )
 
     @mpi_call
@@ -285,7 +285,7 @@ class InterReductions(InterCollBase):
             recvbuf,
             None,
             op,
-            Form.NONBLOCKING,
+            NONBLOCKING,
         )
 
     @mpi_call
@@ -299,7 +299,7 @@ class InterReductions(InterCollBase):
             recvbuf,
             None,
             op,
-            Form.PERSISTENT,
+            PERSISTENT,
         )
 
     @mpi_call
@@ -308,7 +308,7 @@ class InterReductions(InterCollBase):
     ) -> None:
         """``recvcounts[rank]`` elements of the other group's reduction, in rank order."""
         self._reduce_scatter(
-            "Reduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, Form.BLOCKING
+            "Reduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, BLOCKING
         )
 
     @mpi_call
@@ -316,7 +316,7 @@ class InterReductions(InterCollBase):
         self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM
     ) -> Request:
         return self._reduce_scatter(
-            "Ireduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, Form.NONBLOCKING
+            "Ireduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, NONBLOCKING
         )
 
     @mpi_call
@@ -330,7 +330,7 @@ class InterReductions(InterCollBase):
             recvbuf,
             recvcounts,
             op,
-            Form.PERSISTENT,
+            PERSISTENT,
         )
 
 

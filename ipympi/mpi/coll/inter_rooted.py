@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...core import algorithms as algo
-from ...core.modes import Form
+from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ...core.schedule import Algorithm, Round
 from ..buffers import recv_buffer, send_buffer
 from ..commlock import comm_locked
@@ -43,7 +43,7 @@ class InterRooted(InterCollBase):
     __slots__ = ()
 
     # -- bcast -------------------------------------------------------------------------
-    def _bcast(self, call: str, buf: Any, root: int, mode: Form = Form.BLOCKING) -> Any:
+    def _bcast(self, call: str, buf: Any, root: int, mode: Form = BLOCKING) -> Any:
         no_in_place(call, buf)
         role, uroot = self._role(root, call)
         spec = None
@@ -76,11 +76,11 @@ class InterRooted(InterCollBase):
 
     @mpi_call
     def Ibcast(self, buf: Any, root: int = 0) -> Request:
-        return self._bcast("Ibcast", buf, root, Form.NONBLOCKING)
+        return self._bcast("Ibcast", buf, root, NONBLOCKING)
 
     @mpi_call
     def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> Prequest:
-        return self._bcast("Bcast_init", buf, root, Form.PERSISTENT)
+        return self._bcast("Bcast_init", buf, root, PERSISTENT)
 
     @mpi_call
     @comm_locked
@@ -151,27 +151,27 @@ class InterRooted(InterCollBase):
     @mpi_call
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """The ``ROOT`` process receives one block from each process of the other group."""
-        self._gather("Gather", sendbuf, recvbuf, root, False, Form.BLOCKING)
+        self._gather("Gather", sendbuf, recvbuf, root, False, BLOCKING)
 
     @mpi_call
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._gather("Gatherv", sendbuf, recvbuf, root, True, Form.BLOCKING)
+        self._gather("Gatherv", sendbuf, recvbuf, root, True, BLOCKING)
 
     @mpi_call
     def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._gather("Igather", sendbuf, recvbuf, root, False, Form.NONBLOCKING)
+        return self._gather("Igather", sendbuf, recvbuf, root, False, NONBLOCKING)
 
     @mpi_call
     def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._gather("Igatherv", sendbuf, recvbuf, root, True, Form.NONBLOCKING)
+        return self._gather("Igatherv", sendbuf, recvbuf, root, True, NONBLOCKING)
 
     @mpi_call
     def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
-        return self._gather("Gather_init", sendbuf, recvbuf, root, False, Form.PERSISTENT)
+        return self._gather("Gather_init", sendbuf, recvbuf, root, False, PERSISTENT)
 
     @mpi_call
     def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
-        return self._gather("Gatherv_init", sendbuf, recvbuf, root, True, Form.PERSISTENT)
+        return self._gather("Gatherv_init", sendbuf, recvbuf, root, True, PERSISTENT)
 
     @mpi_call
     @comm_locked
@@ -250,29 +250,29 @@ class InterRooted(InterCollBase):
     @mpi_call
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """The ``ROOT`` process sends block j to process j of the other group."""
-        self._scatter("Scatter", sendbuf, recvbuf, root, False, Form.BLOCKING)
+        self._scatter("Scatter", sendbuf, recvbuf, root, False, BLOCKING)
 
     @mpi_call
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
-        self._scatter("Scatterv", sendbuf, recvbuf, root, True, Form.BLOCKING)
+        self._scatter("Scatterv", sendbuf, recvbuf, root, True, BLOCKING)
 
     @mpi_call
     def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._scatter("Iscatter", sendbuf, recvbuf, root, False, Form.NONBLOCKING)
+        return self._scatter("Iscatter", sendbuf, recvbuf, root, False, NONBLOCKING)
 
     @mpi_call
     def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._scatter("Iscatterv", sendbuf, recvbuf, root, True, Form.NONBLOCKING)
+        return self._scatter("Iscatterv", sendbuf, recvbuf, root, True, NONBLOCKING)
 
     @mpi_call
     def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
-        return self._scatter("Scatter_init", sendbuf, recvbuf, root, False, Form.PERSISTENT)
+        return self._scatter("Scatter_init", sendbuf, recvbuf, root, False, PERSISTENT)
 
     @mpi_call
     def Scatterv_init(
         self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None
     ) -> Prequest:
-        return self._scatter("Scatterv_init", sendbuf, recvbuf, root, True, Form.PERSISTENT)
+        return self._scatter("Scatterv_init", sendbuf, recvbuf, root, True, PERSISTENT)
 
     @mpi_call
     @comm_locked

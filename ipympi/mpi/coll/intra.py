@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ...core import algorithms as algo
 from ...core.errors import ERR_BUFFER, ERR_COUNT
 from ...core.errors import Exception as MPIException
-from ...core.modes import Form
+from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ...core.schedule import Algorithm, signature
 from ..args import root_rank
 from ..buffers import recv_buffer, send_buffer
@@ -67,7 +67,7 @@ class Collectives(CommMixin):
             gen, finish = plan(impl.rank, impl.size)
             return CollOp(self, call, gen, sig, finish, root)
 
-        if mode is Form.BLOCKING:  # the common case, with as few layers as possible
+        if mode is BLOCKING:  # the common case, with as few layers as possible
             engine.enter()
             try:
                 return run_blocking(launch())
@@ -77,7 +77,7 @@ class Collectives(CommMixin):
 
     # -- barrier ------------------------------------------------------------------
     def _barrier(self, call: str, mode: Form) -> Any:
-        if mode is Form.BLOCKING:
+        if mode is BLOCKING:
             impl = self._live()
             if fast.barrier(self, impl, call) is not fast.GENERAL:
                 return None
@@ -88,19 +88,19 @@ class Collectives(CommMixin):
     @mpi_call
     def Barrier(self) -> None:
         """Block until every rank of the communicator has called it."""
-        self._barrier("Barrier", Form.BLOCKING)
+        self._barrier("Barrier", BLOCKING)
 
     @mpi_call
     def barrier(self) -> None:
-        self._barrier("barrier", Form.BLOCKING)
+        self._barrier("barrier", BLOCKING)
 
     @mpi_call
     def Ibarrier(self) -> Request:
-        return self._barrier("Ibarrier", Form.NONBLOCKING)
+        return self._barrier("Ibarrier", NONBLOCKING)
 
     @mpi_call
     def Barrier_init(self, info: Any = None) -> Prequest:
-        return self._barrier("Barrier_init", Form.PERSISTENT)
+        return self._barrier("Barrier_init", PERSISTENT)
 
     # -- bcast --------------------------------------------------------------------
     def _bcast(self, call: str, buf: Any, root: int, mode: Form) -> Any:
@@ -113,7 +113,7 @@ class Collectives(CommMixin):
         finish = None if impl.rank == root else unpack_after(spec)
         large = mem.nbytes >= LARGE_BCAST and impl.size > 2
         if (
-            mode is Form.BLOCKING
+            mode is BLOCKING
             and not large
             and fast.bcast(self, impl, call, root, mem) is not fast.GENERAL
         ):
@@ -131,15 +131,15 @@ class Collectives(CommMixin):
     @mpi_call
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Broadcast ``buf`` from ``root`` to every rank."""
-        self._bcast("Bcast", buf, root, Form.BLOCKING)
+        self._bcast("Bcast", buf, root, BLOCKING)
 
     @mpi_call
     def Ibcast(self, buf: Any, root: int = 0) -> Request:
-        return self._bcast("Ibcast", buf, root, Form.NONBLOCKING)
+        return self._bcast("Ibcast", buf, root, NONBLOCKING)
 
     @mpi_call
     def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> Prequest:
-        return self._bcast("Bcast_init", buf, root, Form.PERSISTENT)
+        return self._bcast("Bcast_init", buf, root, PERSISTENT)
 
     @mpi_call
     @comm_locked
@@ -152,7 +152,7 @@ class Collectives(CommMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.bcast_objects(rank, size, root, data), None
 
-        wire = self._collective("bcast", "bcast", root, plan, Form.BLOCKING)
+        wire = self._collective("bcast", "bcast", root, plan, BLOCKING)
         return obj if impl.rank == root else pickle.loads(wire)
 
     # -- gather / scatter ---------------------------------------------------------------
@@ -180,7 +180,7 @@ class Collectives(CommMixin):
             own = block if block is not None else views[root]  # type: ignore[index]
             out = whole.mem[: own.nbytes * size] if whole is not None else None
             if (
-                mode is Form.BLOCKING
+                mode is BLOCKING
                 and fast.gather(self, impl, call, root, own, out) is not fast.GENERAL
             ):
                 return None if finish is None else finish(None)
@@ -195,28 +195,28 @@ class Collectives(CommMixin):
     @mpi_call
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Gather equal blocks from every rank into ``recvbuf`` at ``root``, in rank order."""
-        self._gather("Gather", sendbuf, recvbuf, root, Form.BLOCKING, v=False)
+        self._gather("Gather", sendbuf, recvbuf, root, BLOCKING, v=False)
 
     @mpi_call
     def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._gather("Igather", sendbuf, recvbuf, root, Form.NONBLOCKING, v=False)
+        return self._gather("Igather", sendbuf, recvbuf, root, NONBLOCKING, v=False)
 
     @mpi_call
     def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
-        return self._gather("Gather_init", sendbuf, recvbuf, root, Form.PERSISTENT, v=False)
+        return self._gather("Gather_init", sendbuf, recvbuf, root, PERSISTENT, v=False)
 
     @mpi_call
     def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Gather blocks of per-rank sizes: ``recvbuf = [buf, counts, displs, datatype]``."""
-        self._gather("Gatherv", sendbuf, recvbuf, root, Form.BLOCKING, v=True)
+        self._gather("Gatherv", sendbuf, recvbuf, root, BLOCKING, v=True)
 
     @mpi_call
     def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._gather("Igatherv", sendbuf, recvbuf, root, Form.NONBLOCKING, v=True)
+        return self._gather("Igatherv", sendbuf, recvbuf, root, NONBLOCKING, v=True)
 
     @mpi_call
     def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
-        return self._gather("Gatherv_init", sendbuf, recvbuf, root, Form.PERSISTENT, v=True)
+        return self._gather("Gatherv_init", sendbuf, recvbuf, root, PERSISTENT, v=True)
 
     @mpi_call
     @comm_locked
@@ -229,7 +229,7 @@ class Collectives(CommMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.gather_objects(rank, size, root, data), None
 
-        wires = self._collective("gather", "gather", root, plan, Form.BLOCKING)
+        wires = self._collective("gather", "gather", root, plan, BLOCKING)
         return None if wires is None else [pickle.loads(w) for w in wires]
 
     def _scatter(
@@ -262,7 +262,7 @@ class Collectives(CommMixin):
             # still hands it a copy, which goes to scratch space.
             own = block if block is not None else memoryview(bytearray(views[root].nbytes))  # type: ignore[index]
             if (
-                mode is Form.BLOCKING
+                mode is BLOCKING
                 and fast.scatter(self, impl, call, root, src, own) is not fast.GENERAL
             ):
                 return None if finish is None else finish(None)
@@ -277,28 +277,28 @@ class Collectives(CommMixin):
     @mpi_call
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Send the i-th block of ``sendbuf`` at ``root`` to rank i."""
-        self._scatter("Scatter", sendbuf, recvbuf, root, Form.BLOCKING, v=False)
+        self._scatter("Scatter", sendbuf, recvbuf, root, BLOCKING, v=False)
 
     @mpi_call
     def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._scatter("Iscatter", sendbuf, recvbuf, root, Form.NONBLOCKING, v=False)
+        return self._scatter("Iscatter", sendbuf, recvbuf, root, NONBLOCKING, v=False)
 
     @mpi_call
     def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
-        return self._scatter("Scatter_init", sendbuf, recvbuf, root, Form.PERSISTENT, v=False)
+        return self._scatter("Scatter_init", sendbuf, recvbuf, root, PERSISTENT, v=False)
 
     @mpi_call
     def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Scatter blocks of per-rank sizes: ``sendbuf = [buf, counts, displs, datatype]``."""
-        self._scatter("Scatterv", sendbuf, recvbuf, root, Form.BLOCKING, v=True)
+        self._scatter("Scatterv", sendbuf, recvbuf, root, BLOCKING, v=True)
 
     @mpi_call
     def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        return self._scatter("Iscatterv", sendbuf, recvbuf, root, Form.NONBLOCKING, v=True)
+        return self._scatter("Iscatterv", sendbuf, recvbuf, root, NONBLOCKING, v=True)
 
     @mpi_call
     def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
-        return self._scatter("Scatterv_init", sendbuf, recvbuf, root, Form.PERSISTENT, v=True)
+        return self._scatter("Scatterv_init", sendbuf, recvbuf, root, PERSISTENT, v=True)
 
     @mpi_call
     @comm_locked
@@ -313,7 +313,7 @@ class Collectives(CommMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.scatter_objects(rank, size, root, pickles), None
 
-        return pickle.loads(self._collective("scatter", "scatter", root, plan, Form.BLOCKING))
+        return pickle.loads(self._collective("scatter", "scatter", root, plan, BLOCKING))
 
     # -- allgather / alltoall --------------------------------------------------------------
     def _allgather(self, call: str, sendbuf: Any, recvbuf: Any, mode: Form, v: bool) -> Any:
@@ -332,7 +332,7 @@ class Collectives(CommMixin):
                 f"buffer has {views[rank].nbytes}",
             )
         if (
-            mode is Form.BLOCKING
+            mode is BLOCKING
             and whole is not None
             and views[rank].nbytes < LARGE_ALLGATHER
             and fast.allgather(
@@ -362,27 +362,27 @@ class Collectives(CommMixin):
     @mpi_call
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Every rank receives every rank's block, in rank order."""
-        self._allgather("Allgather", sendbuf, recvbuf, Form.BLOCKING, v=False)
+        self._allgather("Allgather", sendbuf, recvbuf, BLOCKING, v=False)
 
     @mpi_call
     def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._allgather("Iallgather", sendbuf, recvbuf, Form.NONBLOCKING, v=False)
+        return self._allgather("Iallgather", sendbuf, recvbuf, NONBLOCKING, v=False)
 
     @mpi_call
     def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._allgather("Allgather_init", sendbuf, recvbuf, Form.PERSISTENT, v=False)
+        return self._allgather("Allgather_init", sendbuf, recvbuf, PERSISTENT, v=False)
 
     @mpi_call
     def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._allgather("Allgatherv", sendbuf, recvbuf, Form.BLOCKING, v=True)
+        self._allgather("Allgatherv", sendbuf, recvbuf, BLOCKING, v=True)
 
     @mpi_call
     def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._allgather("Iallgatherv", sendbuf, recvbuf, Form.NONBLOCKING, v=True)
+        return self._allgather("Iallgatherv", sendbuf, recvbuf, NONBLOCKING, v=True)
 
     @mpi_call
     def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._allgather("Allgatherv_init", sendbuf, recvbuf, Form.PERSISTENT, v=True)
+        return self._allgather("Allgatherv_init", sendbuf, recvbuf, PERSISTENT, v=True)
 
     @mpi_call
     @comm_locked
@@ -393,7 +393,7 @@ class Collectives(CommMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.allgather_objects(rank, size, data), None
 
-        wires = self._collective("allgather", "allgather", 0, plan, Form.BLOCKING)
+        wires = self._collective("allgather", "allgather", 0, plan, BLOCKING)
         return [pickle.loads(w) for w in wires]
 
     def _alltoall(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: Form) -> Any:
@@ -419,7 +419,7 @@ class Collectives(CommMixin):
             else:
                 sends, _ = parse(sendbuf, size, writable=False)
         if (
-            mode is Form.BLOCKING
+            mode is BLOCKING
             and fast.alltoall(self, impl, call, kind, sends, recvs) is not fast.GENERAL
         ):
             return None if finish is None else finish(None)
@@ -432,40 +432,40 @@ class Collectives(CommMixin):
     @mpi_call
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Rank i sends its j-th block to rank j, which stores it as its i-th block."""
-        self._alltoall("Alltoall", "Alltoall", sendbuf, recvbuf, Form.BLOCKING)
+        self._alltoall("Alltoall", "Alltoall", sendbuf, recvbuf, BLOCKING)
 
     @mpi_call
     def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall("Ialltoall", "Alltoall", sendbuf, recvbuf, Form.NONBLOCKING)
+        return self._alltoall("Ialltoall", "Alltoall", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
     def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._alltoall("Alltoall_init", "Alltoall", sendbuf, recvbuf, Form.PERSISTENT)
+        return self._alltoall("Alltoall_init", "Alltoall", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call
     def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
-        self._alltoall("Alltoallv", "Alltoallv", sendbuf, recvbuf, Form.BLOCKING)
+        self._alltoall("Alltoallv", "Alltoallv", sendbuf, recvbuf, BLOCKING)
 
     @mpi_call
     def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall("Ialltoallv", "Alltoallv", sendbuf, recvbuf, Form.NONBLOCKING)
+        return self._alltoall("Ialltoallv", "Alltoallv", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
     def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._alltoall("Alltoallv_init", "Alltoallv", sendbuf, recvbuf, Form.PERSISTENT)
+        return self._alltoall("Alltoallv_init", "Alltoallv", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call
     def Alltoallw(self, sendbuf: Any, recvbuf: Any) -> None:
         """Alltoall with per-peer counts, byte displacements and datatypes."""
-        self._alltoall("Alltoallw", "Alltoallw", sendbuf, recvbuf, Form.BLOCKING)
+        self._alltoall("Alltoallw", "Alltoallw", sendbuf, recvbuf, BLOCKING)
 
     @mpi_call
     def Ialltoallw(self, sendbuf: Any, recvbuf: Any) -> Request:
-        return self._alltoall("Ialltoallw", "Alltoallw", sendbuf, recvbuf, Form.NONBLOCKING)
+        return self._alltoall("Ialltoallw", "Alltoallw", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
     def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
-        return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, Form.PERSISTENT)
+        return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call
     @comm_locked
@@ -477,5 +477,5 @@ class Collectives(CommMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.alltoall_objects(rank, size, pickles), None
 
-        wires = self._collective("alltoall", "alltoall", 0, plan, Form.BLOCKING)
+        wires = self._collective("alltoall", "alltoall", 0, plan, BLOCKING)
         return [pickle.loads(w) for w in wires]

@@ -19,7 +19,7 @@ from ...core import algorithms as algo
 from ...core import reductions as red
 from ...core.errors import ERR_BUFFER, ERR_COUNT, ERR_OP
 from ...core.errors import Exception as MPIException
-from ...core.modes import Form
+from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ...core.schedule import Algorithm
 from ...progress import tracing as _trace
 from ..buffers import (
@@ -150,17 +150,17 @@ class Reductions(CollectiveMixin):
     @mpi_call
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> None:
         """Combine every rank's buffer with ``op`` into ``recvbuf`` at ``root``."""
-        self._reduce("Reduce", sendbuf, recvbuf, op, root, Form.BLOCKING)
+        self._reduce("Reduce", sendbuf, recvbuf, op, root, BLOCKING)
 
     @mpi_call
     def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> Request:
-        return self._reduce("Ireduce", sendbuf, recvbuf, op, root, Form.NONBLOCKING)
+        return self._reduce("Ireduce", sendbuf, recvbuf, op, root, NONBLOCKING)
 
     @mpi_call
     def Reduce_init(
         self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0, info: Any = None
     ) -> Prequest:
-        return self._reduce("Reduce_init", sendbuf, recvbuf, op, root, Form.PERSISTENT)
+        return self._reduce("Reduce_init", sendbuf, recvbuf, op, root, PERSISTENT)
 
     @mpi_call
     def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
@@ -174,7 +174,7 @@ class Reductions(CollectiveMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return red.reduce_binomial(rank, size, root, values, sendobj, commutative), None
 
-        return self._collective("reduce", "reduce", root, plan, Form.BLOCKING)
+        return self._collective("reduce", "reduce", root, plan, BLOCKING)
 
     # -- Allreduce ---------------------------------------------------------------------
     def _allreduce(self, call: str, sendbuf: Any, recvbuf: Any, op: Any, mode: Form) -> Any:
@@ -189,7 +189,7 @@ class Reductions(CollectiveMixin):
             and impl.size > 2
             and args.source.size >= impl.size
         )
-        if mode is Form.BLOCKING and not ring:
+        if mode is BLOCKING and not ring:
             result = fast.allreduce(self, impl, call, "Allreduce", args.values, args.fresh())
             if result is not fast.GENERAL:
                 args.store(result)
@@ -215,17 +215,17 @@ class Reductions(CollectiveMixin):
             if result is not fast.GENERAL:
                 recvbuf[0] = result
                 return
-        self._allreduce("Allreduce", sendbuf, recvbuf, op, Form.BLOCKING)
+        self._allreduce("Allreduce", sendbuf, recvbuf, op, BLOCKING)
 
     @mpi_call
     def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        return self._allreduce("Iallreduce", sendbuf, recvbuf, op, Form.NONBLOCKING)
+        return self._allreduce("Iallreduce", sendbuf, recvbuf, op, NONBLOCKING)
 
     @mpi_call
     def Allreduce_init(
         self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None
     ) -> Prequest:
-        return self._allreduce("Allreduce_init", sendbuf, recvbuf, op, Form.PERSISTENT)
+        return self._allreduce("Allreduce_init", sendbuf, recvbuf, op, PERSISTENT)
 
     @mpi_call
     def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
@@ -241,7 +241,7 @@ class Reductions(CollectiveMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return red.allreduce_recursive_doubling(rank, size, values, sendobj), None
 
-        return self._collective("allreduce", "allreduce", 0, plan, Form.BLOCKING)
+        return self._collective("allreduce", "allreduce", 0, plan, BLOCKING)
 
     # -- Reduce_scatter ------------------------------------------------------------------
     def _reduce_scatter(
@@ -318,7 +318,7 @@ class Reductions(CollectiveMixin):
             recvbuf,
             None,
             op,
-            Form.BLOCKING,
+            BLOCKING,
         )
 
     @mpi_call
@@ -330,7 +330,7 @@ class Reductions(CollectiveMixin):
             recvbuf,
             None,
             op,
-            Form.NONBLOCKING,
+            NONBLOCKING,
         )
 
     @mpi_call
@@ -344,7 +344,7 @@ class Reductions(CollectiveMixin):
             recvbuf,
             None,
             op,
-            Form.PERSISTENT,
+            PERSISTENT,
         )
 
     @mpi_call
@@ -353,7 +353,7 @@ class Reductions(CollectiveMixin):
     ) -> None:
         """Reduce, then rank i receives ``recvcounts[i]`` elements of the result."""
         self._reduce_scatter(
-            "Reduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, Form.BLOCKING
+            "Reduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, BLOCKING
         )
 
     @mpi_call
@@ -361,7 +361,7 @@ class Reductions(CollectiveMixin):
         self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM
     ) -> Request:
         return self._reduce_scatter(
-            "Ireduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, Form.NONBLOCKING
+            "Ireduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, NONBLOCKING
         )
 
     @mpi_call
@@ -375,7 +375,7 @@ class Reductions(CollectiveMixin):
             recvbuf,
             recvcounts,
             op,
-            Form.PERSISTENT,
+            PERSISTENT,
         )
 
     # -- Scan / Exscan ----------------------------------------------------------------------
@@ -393,28 +393,28 @@ class Reductions(CollectiveMixin):
     @mpi_call
     def Scan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         """Inclusive prefix reduction: rank i gets ranks 0..i combined."""
-        self._scan("Scan", "Scan", sendbuf, recvbuf, op, Form.BLOCKING)
+        self._scan("Scan", "Scan", sendbuf, recvbuf, op, BLOCKING)
 
     @mpi_call
     def Iscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        return self._scan("Iscan", "Scan", sendbuf, recvbuf, op, Form.NONBLOCKING)
+        return self._scan("Iscan", "Scan", sendbuf, recvbuf, op, NONBLOCKING)
 
     @mpi_call
     def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None) -> Prequest:
-        return self._scan("Scan_init", "Scan", sendbuf, recvbuf, op, Form.PERSISTENT)
+        return self._scan("Scan_init", "Scan", sendbuf, recvbuf, op, PERSISTENT)
 
     @mpi_call
     def Exscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         """Exclusive prefix reduction: rank i gets ranks 0..i-1; rank 0's buffer is untouched."""
-        self._scan("Exscan", "Exscan", sendbuf, recvbuf, op, Form.BLOCKING)
+        self._scan("Exscan", "Exscan", sendbuf, recvbuf, op, BLOCKING)
 
     @mpi_call
     def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        return self._scan("Iexscan", "Exscan", sendbuf, recvbuf, op, Form.NONBLOCKING)
+        return self._scan("Iexscan", "Exscan", sendbuf, recvbuf, op, NONBLOCKING)
 
     @mpi_call
     def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None) -> Prequest:
-        return self._scan("Exscan_init", "Exscan", sendbuf, recvbuf, op, Form.PERSISTENT)
+        return self._scan("Exscan_init", "Exscan", sendbuf, recvbuf, op, PERSISTENT)
 
     @mpi_call
     def scan(self, sendobj: Any, op: Any = SUM) -> Any:
@@ -424,7 +424,7 @@ class Reductions(CollectiveMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return red.scan_recursive_doubling(rank, size, values, sendobj), None
 
-        return self._collective("scan", "scan", 0, plan, Form.BLOCKING)
+        return self._collective("scan", "scan", 0, plan, BLOCKING)
 
     @mpi_call
     def exscan(self, sendobj: Any, op: Any = SUM) -> Any:
@@ -434,7 +434,7 @@ class Reductions(CollectiveMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return red.exscan_recursive_doubling(rank, size, values, sendobj), None
 
-        return self._collective("exscan", "exscan", 0, plan, Form.BLOCKING)
+        return self._collective("exscan", "exscan", 0, plan, BLOCKING)
 
 
 def _one_element(sendbuf: Any, recvbuf: Any, op: Any) -> red.ScalarValues | None:

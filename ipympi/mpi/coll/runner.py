@@ -30,7 +30,7 @@ from typing import Any, Callable
 from ...core.constants import ANY_SOURCE
 from ...core.errors import ERR_NOT_SAME, ERR_OTHER
 from ...core.errors import Exception as MPIException
-from ...core.modes import Form
+from ...core.modes import BLOCKING, PERSISTENT, Form
 from ...core.schedule import KINDS, ROOTED, Algorithm, Round, describe_signature, is_local
 from ...progress.engine import WaitInfo
 from ...progress.operation import COLL, RECV, SEND, Operation
@@ -398,7 +398,7 @@ def run_in_mode(engine: Any, launch: Callable[[], CollOp], mode: Form) -> Any:
     ``Form.NONBLOCKING`` starts it and returns its request; ``Form.PERSISTENT``
     returns a request that launches a fresh one at every ``Start``.
     """
-    if mode is Form.PERSISTENT:
+    if mode is PERSISTENT:
 
         def start() -> CollOp:
             engine.enter()
@@ -413,7 +413,7 @@ def run_in_mode(engine: Any, launch: Callable[[], CollOp], mode: Form) -> Any:
     engine.enter()
     try:
         coll = launch()
-        if mode is Form.BLOCKING:
+        if mode is BLOCKING:
             return run_blocking(coll)
         coll.start()
         return Request._of(coll)
