@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 
 from ipympi.core.constants import ANY_SOURCE, ANY_TAG
-from ipympi.core.matching import Envelope, Matcher, PostedReceive
+from ipympi.core.matching import Envelope, ExactQueue, Matcher, PostedReceive
 
 CTX = 0
 
@@ -225,3 +226,67 @@ def test_zero_length_message_matches() -> None:
     m.arrive(Envelope(CTX, 0, 0, 0, b""))
     env = m.post(recv(0, 0))
     assert env is not None and env.nbytes == 0
+
+
+def test_exact_queue_answers_as_the_arrival_ordered_list() -> None:
+    """A context kept in an ExactQueue (indexed by source and tag) gives every
+    operation the answer of the plain arrival-ordered list, wildcards included."""
+    rng = random.Random(20261127)
+    for trial in range(200):
+        plain, indexed = Matcher(), Matcher(exact=lambda context: True)
+        queued: list[Envelope] = []  # the messages of `plain`, to remove or put back
+        twins: dict[int, Envelope] = {}
+        for step in range(60):
+            what = rng.random()
+            source = rng.choice([0, 1, 2, ANY_SOURCE])
+            tag = rng.choice([0, 1, 2, ANY_TAG])
+            if what < 0.4:  # a message arrives
+                label = f"{trial}.{step}"
+                source, tag = rng.randrange(3), rng.randrange(3)
+                a, b = msg(source, tag, label), msg(source, tag, label)
+                got_a, got_b = plain.arrive(a), indexed.arrive(b)
+                assert (got_a is None) == (got_b is None)
+                if got_a is None:
+                    queued.append(a)
+                    twins[id(a)] = b
+                else:
+                    assert got_a.handle == got_b.handle
+            elif what < 0.55:  # a receive is posted
+                label = f"r{trial}.{step}"
+                got_a, got_b = (
+                    plain.post(recv(source, tag, label)),
+                    indexed.post(recv(source, tag, label)),
+                )
+                assert (got_a and got_a.payload) == (got_b and got_b.payload)
+            elif what < 0.7:
+                a, b = plain.probe(CTX, source, tag), indexed.probe(CTX, source, tag)
+                assert (a and a.payload) == (b and b.payload)
+            elif what < 0.85:
+                a, b = plain.take(CTX, source, tag), indexed.take(CTX, source, tag)
+                assert (a and a.payload) == (b and b.payload)
+                if a is not None and rng.random() < 0.5:  # a cancelled matched receive
+                    plain.requeue_front(a)
+                    indexed.requeue_front(b)
+            elif queued:  # the sender cancels a message, maybe already matched
+                a = rng.choice(queued)
+                assert plain.remove(a) == indexed.remove(twins[id(a)])
+            assert [e.payload for e in plain.pending_unexpected()] == [
+                e.payload for e in indexed.pending_unexpected()
+            ]
+            assert plain.statistics() == indexed.statistics()
+
+
+def test_exact_queue_index() -> None:
+    """Membership by (source, tag), and messages of one key in arrival order."""
+    m = Matcher(exact=lambda context: context & 1 == 1)
+    assert isinstance(m.pending_in(0), list)
+    queue = m.pending_in(1)
+    assert isinstance(queue, ExactQueue) and not queue
+    for label in "abc":
+        m.arrive(msg(2, 7, label, context=1))
+    m.arrive(msg(1, 8, "d", context=1))
+    assert (2, 7) in queue and (1, 7) not in queue and len(queue) == 4
+    assert m.take(1, ANY_SOURCE, 9) is None
+    assert [m.take(1, 2, 7).payload for _ in range(3)] == ["a", "b", "c"]  # type: ignore[union-attr]
+    assert (2, 7) not in queue and m.take(1, ANY_SOURCE, 8).payload == "d"  # type: ignore[union-attr]
+    assert len(queue) == 0

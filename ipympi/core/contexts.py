@@ -63,6 +63,7 @@ __all__ = [
     "contribution",
     "install",
     "internal_context",
+    "is_collective",
     "offer",
     "pick",
     "release",
@@ -105,6 +106,12 @@ def _table(engine: Any) -> _Table:
     if table is None:
         table = _tables[engine] = _Table()
     return table
+
+
+def is_collective(context: int) -> bool:
+    """Whether ``context`` is a communicator's collective context (odd, not internal):
+    its messages are received only by exact source and tag (the call's number)."""
+    return context & 1 == 1 and context < INTERNAL
 
 
 def internal_context(context: int) -> int:

@@ -33,9 +33,10 @@ from typing import Any, Callable, NoReturn, cast
 
 from ..core import wire
 from ..core.constants import ANY_SOURCE
+from ..core.contexts import is_collective
 from ..core.errors import ERR_OTHER, ERR_TRUNCATE
 from ..core.errors import Exception as MPIException
-from ..core.matching import Envelope, Matcher, PostedReceive
+from ..core.matching import Envelope, ExactQueue, Matcher, PostedReceive
 from ..core.schedule import describe_signature
 from ..core.wire import (
     ACK,
@@ -115,7 +116,7 @@ class Engine:
         )
         # Whether a rank shares this host (its memory can be read directly).
         self._same_host = transport.same_host if transport is not None else _everywhere
-        self.matcher = Matcher()
+        self.matcher = Matcher(exact=is_collective)
         self.lock = threading.RLock()
         # Threads waiting with the engine released wait on this (``progress.sharing``).
         self.cond = threading.Condition(self.lock)
@@ -623,6 +624,7 @@ class Engine:
         if self.transport is None:
             self.deadlock()
         unexpected = self.matcher.pending_in(context)
+        assert type(unexpected) is ExactQueue, "a collective context"
         self.waiting = info
         self.waiting_since = time.monotonic()
         try:
@@ -654,7 +656,7 @@ class Engine:
             self.waiting = None
 
     def collective_frame(
-        self, queue: list[Envelope], context: int, source: int, tag: int
+        self, queue: ExactQueue, context: int, source: int, tag: int
     ) -> bytes | None:
         """The eager frame of a blocking collective's (context, source, tag), taken
         straight off the socket or out of ``queue`` (the context's unexpected
@@ -669,13 +671,12 @@ class Engine:
         or a rank died. The caller says what it waits for (``waiting``).
         """
         if queue:
-            for i, env in enumerate(queue):
-                if env.source == source and env.tag == tag:
-                    payload = env.payload
-                    if payload[1] != EAGER:
-                        return None
-                    del queue[i]
-                    return payload[0]
+            env = queue.peek(source, tag)
+            if env is not None:
+                if env.payload[1] != EAGER:
+                    return None
+                queue.take(source, tag)
+                return env.payload[0]
         transport = self.transport
         assert transport is not None
         readable, data_recv = transport.readable, transport.data.recv
@@ -699,8 +700,8 @@ class Engine:
                     return frame
             handle(frame)
             # The awaited message, handled otherwise (a large one's announcement,
-            # or a frame from another host), is now the newest in the queue.
-            if queue and queue[-1].source == source and queue[-1].tag == tag:
+            # or a frame from another host), is now in the queue.
+            if (source, tag) in queue:
                 return None
             if self.colls:
                 self.advance_collectives()

@@ -35,7 +35,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
-    from ..core.matching import Envelope
+    from ..core.matching import ExactQueue
     from .engine import Engine, WaitInfo
 
 __all__ = ["await_queued", "blocked_calls", "hand_on", "wait_shared"]
@@ -103,9 +103,7 @@ def hand_on(engine: Engine) -> None:
         engine.transport.wake()
 
 
-def await_queued(
-    engine: Engine, queue: list[Envelope], context: int, source: int, tag: int
-) -> None:
+def await_queued(engine: Engine, queue: ExactQueue, context: int, source: int, tag: int) -> None:
     """Wait (shared) until a blocking collective's message from ``source`` with
     ``tag`` is in ``queue`` (its context's unexpected messages), a mismatch of
     this call or an earlier one on ``context`` is reported, or a rank dies.
@@ -117,7 +115,7 @@ def await_queued(
     dead = len(engine.dead_peers)
 
     def ready() -> bool:
-        if any(env.source == source and env.tag == tag for env in queue):
+        if (source, tag) in queue:
             return True
         known = engine.coll_errors.get(context)
         return (known is not None and known[0] <= tag) or len(engine.dead_peers) != dead

@@ -47,6 +47,7 @@ from ...core.algorithms import (
     dissemination_peers,
     rotate,
 )
+from ...core.matching import ExactQueue
 from ...core.reductions import ArrayValues, Values, doubling_plan
 from ...core.schedule import signature
 from ...core.wire import HEADER_SIZE
@@ -113,6 +114,7 @@ class Lane:
         self.world = world
         # Messages of this context that came before their receive (live list).
         self.queue = engine.matcher.pending_in(self.context)
+        assert type(self.queue) is ExactQueue, "a collective context"
         # (rank to send to, rank to hear from) of each barrier round
         self.dissemination = tuple((to, frm) for _, to, frm in dissemination_peers(rank, size))
         self.doubling = doubling_plan(rank, size)
