@@ -414,11 +414,11 @@ def test_a_new_context_keeps_early_mismatch_news_and_drops_stale_news() -> None:
     engine = Engine(0, 1, None)
     context = 40
     coll = context + 1
-    engine.coll_errors[coll] = (8, "collective mismatch (collective #8 ...)")
+    engine.ledger.errors[coll] = (8, "collective mismatch (collective #8 ...)")
     _contexts.install(engine, context, 8)
-    assert engine.coll_errors[coll][0] == 8
-    assert engine.coll_next[coll] == 8
+    assert engine.ledger.errors[coll][0] == 8
+    assert engine.ledger.next[coll] == 8
 
-    engine.coll_errors[coll] = (3, "about the former communicator")
+    engine.ledger.errors[coll] = (3, "about the former communicator")
     _contexts.install(engine, context, 8)
-    assert coll not in engine.coll_errors
+    assert coll not in engine.ledger.errors

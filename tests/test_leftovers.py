@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ipympi.core.ledger import Ledger
 from ipympi.notebook.engine.leftovers import Leftovers, in_flight
 
 
@@ -43,7 +44,7 @@ class FakeEngine:
         self.matcher = FakeMatcher()
         self._sends: dict[int, Any] = {}
         self.colls: list[Any] = []
-        self.coll_errors: dict[int, tuple[int, str]] = {}
+        self.ledger = Ledger()
         self.entered = 0
         self.progressed = 0
         self.taken = 0  # how often the check took the engine
@@ -99,7 +100,7 @@ def test_an_mpi_call_since_the_last_check_is_checked() -> None:
 
 def test_mismatch_news_left_by_an_earlier_cell_is_taken() -> None:
     engine, leftovers = FakeEngine(), Leftovers()
-    engine.coll_errors[1] = (4, "rank 2 called Bcast")
+    engine.ledger.errors[1] = (4, "rank 2 called Bcast")
     # a failed cell does not take the news ...
     assert leftovers.check(engine, take_mismatch=False) == ([], None)
     # ... the next one does, although nothing happened in between

@@ -122,7 +122,7 @@ def internal_context(context: int) -> int:
 def _busy(engine: Any, context: int) -> bool:
     """Whether operations on ``context`` (either half) are still pending here."""
     coll = context + 1
-    if engine.coll_active.get(coll):
+    if engine.ledger.active.get(coll):
         return True
     if any(getattr(c, "context", None) == coll for c in engine.colls):
         return True
@@ -147,7 +147,7 @@ def contribution(engine: Any) -> Contribution:
             mask |= 1 << (context >> 1)
         seqs = {
             coll - 1: n
-            for coll, n in engine.coll_next.items()
+            for coll, n in engine.ledger.next.items()
             if n and coll & 1 and coll < NB_FIRST and coll - 1 not in used
         }
         return mask, seqs
@@ -180,14 +180,7 @@ def install(engine: Any, context: int, base: int) -> None:
         table.live.add(context)
         table.draining.discard(context)
         table.locked.pop(context, None)
-        coll = context + 1
-        engine.coll_next[coll] = max(base, engine.coll_next.get(coll, 0))
-        # A mismatch report from before ``base`` is about the context's former
-        # communicator; one from ``base`` on is early news about this one (its
-        # other members may have run, and failed, a collective already).
-        known = engine.coll_errors.get(coll)
-        if known is not None and known[0] < base:
-            del engine.coll_errors[coll]
+        engine.ledger.reuse(context + 1, base)
     finally:
         engine.leave()
 
@@ -229,7 +222,8 @@ def offer(engine: Any, key: Key, attempt: int) -> Offer:
         mask = 0
         for context in ids:
             mask |= 1 << ((context - NB_FIRST) >> 1)
-        seqs = {c: engine.coll_next[c + 1] for c in ids if engine.coll_next.get(c + 1)}
+        numbers = engine.ledger.next
+        seqs = {c: numbers[c + 1] for c in ids if numbers.get(c + 1)}
         return mask, seqs
     finally:
         engine.leave()

@@ -36,8 +36,8 @@ from ..core.constants import ANY_SOURCE
 from ..core.contexts import is_collective
 from ..core.errors import ERR_OTHER, ERR_TRUNCATE
 from ..core.errors import Exception as MPIException
+from ..core.ledger import Ledger
 from ..core.matching import Envelope, ExactQueue, Matcher, PostedReceive
-from ..core.schedule import describe_signature
 from ..core.wire import (
     ACK,
     CANCEL,
@@ -144,19 +144,10 @@ class Engine:
         self.last_exit = 0.0
         self.progress: Any = None  # the ProgressThread, once started
         self.finalized = False
-        # Collectives: schedules in progress, sequence numbers per collective
-        # context, and what is known about mismatches (see mpi.coll.runner).
+        # Collectives: the schedules in progress (nonblocking and persistent ones
+        # advance as frames come), and the ledger numbering every call.
         self.colls: list[Any] = []
-        self.coll_next: dict[int, int] = {}  # context -> next sequence number
-        self.coll_active: dict[int, set[int]] = {}  # context -> started, unfinished
-        # context -> (sequence number, text) of a mismatch another rank reported
-        self.coll_errors: dict[int, tuple[int, str]] = {}
-        self.coll_members: dict[int, list[int]] = {}  # context -> world ranks
-        self.coll_calls: dict[tuple[int, int], int] = {}  # (context, seq) -> signature
-        self.coll_mismatched: set[tuple[int, int]] = set()  # (context, seq) reported
-        # context -> sequence numbers below this belong to collectives abandoned
-        # by an interrupt; their late messages are dropped without a report.
-        self.coll_floor: dict[int, int] = {}
+        self.ledger = Ledger()
         # Incoming frames handled: observers compare two readings to tell a
         # long transfer from a rank that cannot progress.
         self.progressed = 0
@@ -423,7 +414,7 @@ class Engine:
     def on_frame(self, frame: bytes) -> None:
         """Handle one single-part frame from the data socket (caller holds the engine)."""
         kind, flags, sig, context, source, tag, wsource, pid, msgid, value = _unpack_header(frame)
-        if context & 1 and kind <= RTS and self._is_stray(context, tag):
+        if context & 1 and kind <= RTS and self.ledger.is_stray(context, tag):
             self._stray_collective_message(context, source, tag, sig)
             if kind == RTS:
                 self._reply(wsource, FIN, msgid)  # release the sender's buffer
@@ -636,11 +627,11 @@ class Engine:
                         if not op.done:  # coming in chunks
                             self.wait(op, info)
                         return
-                if self.coll_errors:
-                    known = self.coll_errors.get(context)
-                    if known is not None and known[0] <= tag:
+                if self.ledger.errors:
+                    known = self.ledger.known_error(context, tag)
+                    if known is not None:
                         op.error = ERR_OTHER
-                        op.error_detail = known[1]
+                        op.error_detail = known
                         op.done = True
                         return
                 if self.dead_peers:
@@ -705,10 +696,8 @@ class Engine:
                 return None
             if self.colls:
                 self.advance_collectives()
-            if self.coll_errors:
-                known = self.coll_errors.get(context)
-                if known is not None and known[0] <= tag:  # about this call or an earlier one
-                    return None
+            if self.ledger.errors and self.ledger.known_error(context, tag) is not None:
+                return None  # a mismatch of this call or an earlier one
             if self.dead_peers:
                 return None
 
@@ -751,62 +740,29 @@ class Engine:
         for coll in list(self.colls):
             coll.advance()
 
-    def begin_collective(self, context: int, sig: int, members: list[int]) -> int:
-        """The sequence number (message tag) of this rank's next collective on ``context``.
-
-        ``sig`` is the call's signature and ``members`` the world ranks of the
-        communicator, remembered to explain and report mismatches. Every blocking,
-        nonblocking and persistent collective, on the general path (``CollOp``) or
-        the straight one (``mpi.coll.fast.Lane.start``), is numbered here.
-        """
-        seq = self.coll_next.get(context, 0)
-        self.coll_next[context] = seq + 1
-        self.coll_active.setdefault(context, set()).add(seq)
-        self.coll_members[context] = members
-        calls = self.coll_calls
-        calls[(context, seq)] = sig
-        calls.pop((context, seq - 256), None)  # remember the recent calls only
-        return seq
-
     def end_collective(self, context: int, seq: int) -> Envelope | None:
         """Mark collective ``seq`` finished; return a leftover message of it, if any.
 
         In a correct collective every message sent to a rank is received by it
         within the call, so a leftover means the ranks called different ones.
         """
-        self.coll_active[context].discard(seq)
+        self.ledger.active[context].discard(seq)
         return self.matcher.take(context, ANY_SOURCE, seq)
 
-    def _is_stray(self, context: int, tag: int) -> bool:
-        """A collective message for a sequence number this rank already finished."""
-        return tag < self.coll_next.get(context, 0) and tag not in self.coll_active[context]
-
     def _stray_collective_message(self, context: int, source: int, tag: int, sig: int) -> None:
-        """A message of an already completed collective arrived: the ranks disagree."""
-
-        if (context, tag) in self.coll_mismatched:
-            return  # a late message of a collective that already failed
-        if tag < self.coll_floor.get(context, 0):
-            return  # a late message of a collective abandoned by an interrupt
-        mine = self.coll_calls.get((context, tag))
-        members = self.coll_members.get(context, [])
+        """A message of an already completed collective arrived: the ranks disagree
+        (unless that collective already failed, or was abandoned)."""
+        members = self.ledger.members.get(context, [])
         me = members.index(self.rank) if self.rank in members else self.rank
-        text = (
-            f"collective mismatch (collective #{tag}): rank {source} called "
-            f"{describe_signature(sig)}, rank {me} called "
-            f"{describe_signature(mine) if mine is not None else 'a different collective'}"
-        )
-        self.notify_mismatch(context, tag, self.coll_members.get(context, []), text)
+        text = self.ledger.stray_report(context, tag, source, sig, me)
+        if text is not None:
+            self.notify_mismatch(context, tag, members, text)
 
     def fail_collectives(self, context: int, text: str, seq: int) -> None:
         """Record the mismatch of collective ``seq`` on ``context`` (once, however
         many ranks report it) and fail the receives waiting on that context."""
-        if (context, seq) in self.coll_mismatched or seq < self.coll_floor.get(context, 0):
+        if not self.ledger.record_mismatch(context, seq, text):
             return
-        self.coll_mismatched.add((context, seq))
-        known = self.coll_errors.get(context)
-        if known is None or seq < known[0]:
-            self.coll_errors[context] = (seq, text)
         waiting = self.matcher.pending_posted()
         for recv in [r for r in waiting if r.context == context and r.tag >= seq]:
             if self.matcher.cancel(recv):
@@ -816,22 +772,9 @@ class Engine:
                 op.error_detail = text
                 op.done = True
 
-    def take_mismatch(self, context: int, seq: int) -> str | None:
-        """The text of a mismatch reported on ``context`` for collective ``seq`` or an
-        earlier one (and forget it), else None.
-
-        A report about a later collective is kept: this rank's collectives up to
-        it are sound, and it fails the rank when the rank gets there.
-        """
-        known = self.coll_errors.get(context)
-        if known is None or known[0] > seq:
-            return None
-        del self.coll_errors[context]
-        return known[1]
-
     def notify_mismatch(self, context: int, seq: int, wranks: list[int], text: str) -> None:
         """Tell every other rank of a communicator that collective ``seq`` failed."""
-        if (context, seq) in self.coll_mismatched:
+        if (context, seq) in self.ledger.mismatched:
             return
         data = text.encode()
         header = _pack_header(CERR, 0, 0, context, 0, seq, self.rank, self.pid, 0, len(data))
@@ -857,10 +800,7 @@ class Engine:
             ranks = getattr(impl, "remote_world_ranks", None)
             return ranks is not None and 0 <= op.peer < len(ranks) and ranks[op.peer] == wrank
 
-        dying = set()  # collective contexts the dead rank belongs to
-        for context, active in self.coll_active.items():
-            if active and wrank in self.coll_members.get(context, ()):
-                dying.add((context, min(active)))
+        dying = self.ledger.running_with(wrank)  # its communicators' running collectives
         for recv in self.matcher.pending_posted():
             op = recv.handle
             if op is None:
@@ -899,8 +839,8 @@ class Engine:
         (an engine, between cells) gathers every rank's answer and then calls
         :meth:`resynchronize` everywhere with the largest number per context.
         """
-        self.resynchronize(self.coll_next)
-        return dict(self.coll_next)
+        self.resynchronize(dict(self.ledger.next))
+        return dict(self.ledger.next)
 
     def resynchronize(self, bases: dict[int, int]) -> None:
         """Make ``bases[context]`` the next collective sequence number of each context.
@@ -910,11 +850,7 @@ class Engine:
         in progress, which fail with ERR_OTHER.
         """
         for context, base in bases.items():
-            base = max(base, self.coll_next.get(context, 0))
-            self.coll_next[context] = base
-            self.coll_floor[context] = base
-            self.coll_active[context] = set()
-            self.coll_errors.pop(context, None)
+            base = self.ledger.restart_at(context, base)
             for env in [e for e in self.matcher.pending_unexpected() if e.context == context]:
                 if env.tag < base and self.matcher.remove(env):
                     payload = env.payload

@@ -117,8 +117,7 @@ def await_queued(engine: Engine, queue: ExactQueue, context: int, source: int, t
     def ready() -> bool:
         if (source, tag) in queue:
             return True
-        known = engine.coll_errors.get(context)
-        return (known is not None and known[0] <= tag) or len(engine.dead_peers) != dead
+        return engine.ledger.known_error(context, tag) is not None or len(engine.dead_peers) != dead
 
     wait_shared(engine, ready)
 

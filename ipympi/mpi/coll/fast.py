@@ -19,7 +19,7 @@ A :class:`Lane`, kept on the communicator, holds what stays the same for it
 (its collective context, the peers of each schedule, the queue its early
 messages wait in) and the state of the call in progress. A call takes the
 engine (:func:`_held`), begins with :meth:`Lane.start`, which numbers it in the
-engine's collective ledger (``Engine.begin_collective``, as :class:`CollOp`
+engine's collective ledger (``core.ledger.Ledger.begin``, as :class:`CollOp`
 does), runs its rounds with :meth:`Lane.exchange`, :meth:`Lane.take`,
 :meth:`Lane.give` and :meth:`Lane.send_all`, which send through
 ``Engine.send_eager`` and receive through ``Engine.collective_frame``, and ends
@@ -129,9 +129,9 @@ class Lane:
         """Begin a call (the engine held): number it in the engine's collective
         ledger, as :class:`CollOp` does, and tell observers that it waits."""
         engine = self.engine
-        if engine.coll_errors:  # a mismatch reported after this rank left that call
+        if engine.ledger.errors:  # a mismatch reported after this rank left that call
             check_reported(engine, self.context, call)
-        self.seq = engine.begin_collective(self.context, sig, self.world)
+        self.seq = engine.ledger.begin(self.context, sig, self.world)
         self.comm = comm
         self.call = call
         self.sig = sig
@@ -148,7 +148,7 @@ class Lane:
         size when None), copied into ``into`` when given. Returns the payload."""
         self.rounds += 1
         engine = self.engine
-        if engine.coll_errors:
+        if engine.ledger.errors:
             self.check_round()
         large = None
         if not engine.send_eager(self.world[to], self.context, self.rank, self.seq, data, self.sig):
@@ -161,7 +161,7 @@ class Lane:
     def take(self, frm: int, nbytes: int | None, into: memoryview | None = None) -> memoryview:
         """A round that only receives (see :meth:`exchange`)."""
         self.rounds += 1
-        if self.engine.coll_errors:
+        if self.engine.ledger.errors:
             self.check_round()
         return self.receive(frm, nbytes, into)
 
@@ -175,7 +175,7 @@ class Lane:
         which the caller waits for (:meth:`wait_for`) once it may."""
         self.rounds += 1
         engine = self.engine
-        if engine.coll_errors:
+        if engine.ledger.errors:
             self.check_round()
         send_eager, world = engine.send_eager, self.world
         context, rank, seq, sig = self.context, self.rank, self.seq, self.sig
@@ -254,7 +254,7 @@ class Lane:
     # -- failing ----------------------------------------------------------------------------
     def check_round(self) -> None:
         """Fail at once if a mismatch of this call was reported."""
-        reported = self.engine.take_mismatch(self.context, self.seq)
+        reported = self.engine.ledger.take_mismatch(self.context, self.seq)
         if reported is not None:
             self._fail([], reported)
 

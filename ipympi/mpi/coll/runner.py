@@ -83,7 +83,7 @@ class CollOp(Operation):
         # The call's sequence number: a new one, or that of a call begun on the
         # straight path (mpi.coll.fast) that needs this class to report an error.
         if seq is None:
-            seq = self.engine.begin_collective(self.context, sig, impl.world_ranks)
+            seq = self.engine.ledger.begin(self.context, sig, impl.world_ranks)
         self.seq = seq
         self.algorithm = algorithm
         self.finish = finish
@@ -138,8 +138,8 @@ class CollOp(Operation):
                 if is_local(rnd):
                     rnd = algorithm.send(_NO_RECEIVES)
                     continue
-                if engine.coll_errors:
-                    reported = engine.take_mismatch(context, seq)
+                if engine.ledger.errors:
+                    reported = engine.ledger.take_mismatch(context, seq)
                     if reported is not None:
                         raise _Reported(reported)
                 self.rounds += 1
@@ -184,7 +184,7 @@ class CollOp(Operation):
                         continue
                 else:
                     self.tracer.round_started(trace, rnd, self.round)
-                reported = self.engine.take_mismatch(self.context, self.seq)
+                reported = self.engine.ledger.take_mismatch(self.context, self.seq)
                 if reported is not None:
                     # Another rank found a mismatch on this communicator after this
                     # round's receives were posted: its ranks have left, so the next
@@ -210,7 +210,7 @@ class CollOp(Operation):
             self._fail(str(exc), notify=False)
         else:
             self._fail(str(exc), notify=True)
-            self.engine.coll_errors.pop(self.context, None)
+            self.engine.ledger.errors.pop(self.context, None)
 
     def fail_round(self, ops: list[Operation], reported: str | None = None) -> None:
         """End the call with the error that a round's received ``ops`` show, or with
@@ -252,7 +252,7 @@ class CollOp(Operation):
             if op.peer_died:
                 raise _PeerDied(op.error_detail)
             if op.error:
-                reported = self.engine.take_mismatch(self.context, self.seq)
+                reported = self.engine.ledger.take_mismatch(self.context, self.seq)
                 if reported:
                     raise _Reported(reported)
             if op.rsig != self.sig:
@@ -317,7 +317,7 @@ class CollOp(Operation):
             self.engine.notify_mismatch(self.context, self.seq, self.world_ranks, text)
         else:
             # Late messages of this failed call are consequences, not news.
-            self.engine.coll_mismatched.add((self.context, self.seq))
+            self.engine.ledger.mismatched.add((self.context, self.seq))
         if not ended:
             self.engine.end_collective(self.context, self.seq)
         for op in self.recv_ops:
@@ -363,9 +363,10 @@ def check_reported(engine: Any, context: int, call: str) -> None:
     # The collective about to start gets the next sequence number: only a report
     # about one before it is "earlier" (a report about this very one fails it as
     # it starts, one about a later one waits until this rank gets there).
-    if not engine.coll_errors:
+    ledger = engine.ledger
+    if not ledger.errors:
         return
-    error = engine.take_mismatch(context, engine.coll_next.get(context, 0) - 1)
+    error = ledger.take_mismatch(context, ledger.next.get(context, 0) - 1)
     if error is not None:
         raise MPIException(ERR_NOT_SAME, f"{call}: an earlier {error}")
 

@@ -73,7 +73,7 @@ class Leftovers:
         if (
             not interrupted
             and self._checked_at == (engine.entered, engine.progressed)
-            and not engine.coll_errors
+            and not engine.ledger.errors
         ):
             # No MPI call and no incoming frame since the last check: nothing new
             # to report, and no need to take the engine from the progress thread.
@@ -88,9 +88,9 @@ class Leftovers:
             sends = list(engine._sends.values())  # synchronous or large, not yet received
             # nonblocking collectives still in progress
             collectives = [] if interrupted else list(engine.colls)
-            if take_mismatch and engine.coll_errors:
-                context = next(iter(engine.coll_errors))
-                mismatch = engine.coll_errors.pop(context)[1]
+            errors = engine.ledger.errors
+            if take_mismatch and errors:
+                mismatch = errors.pop(next(iter(errors)))[1]
             self._checked_at = (engine.entered, engine.progressed)
         finally:
             engine.leave()

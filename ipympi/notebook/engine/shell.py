@@ -480,7 +480,7 @@ class RankEngine:
                 positions = engine.abandon_collectives()
             else:
                 engine.resynchronize({int(k): int(v) for k, v in msg.content["bases"].items()})
-                positions = dict(engine.coll_next)
+                positions = dict(engine.ledger.next)
         finally:
             engine.leave()
         self.reply({"positions": {str(k): v for k, v in positions.items()}})
