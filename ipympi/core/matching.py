@@ -94,11 +94,12 @@ class ExactQueue:
     the keys. Iteration yields every message in arrival order.
     """
 
-    __slots__ = ("_count", "_front", "_keys", "_stamp", "_tags")
+    __slots__ = ("_count", "_front", "_stamp", "_tags", "keys")
 
     def __init__(self) -> None:
-        # (source, tag) -> [(arrival stamp, message)], earliest first
-        self._keys: dict[tuple[int, int], deque[tuple[int, Envelope]]] = {}
+        # (source, tag) -> [(arrival stamp, message)], earliest first; read-only to
+        # others (the straight collective path looks up its message here)
+        self.keys: dict[tuple[int, int], deque[tuple[int, Envelope]]] = {}
         self._tags: dict[int, int] = {}  # tag -> messages queued with it
         self._count = 0
         self._stamp = 0  # stamp of the latest arrival
@@ -108,12 +109,12 @@ class ExactQueue:
         return self._count
 
     def __iter__(self) -> Iterator[Envelope]:
-        entries = sorted(entry for queue in self._keys.values() for entry in queue)
+        entries = sorted(entry for queue in self.keys.values() for entry in queue)
         return iter([env for _, env in entries])
 
     def __contains__(self, key: tuple[int, int]) -> bool:
         """Whether a message from ``source`` with ``tag`` waits (``(source, tag) in q``)."""
-        return key in self._keys
+        return key in self.keys
 
     def append(self, env: Envelope) -> None:
         """Queue an arrived message after every other."""
@@ -128,9 +129,9 @@ class ExactQueue:
     def _add(self, entry: tuple[int, Envelope], first: bool) -> None:
         env = entry[1]
         key = (env.source, env.tag)
-        queue = self._keys.get(key)
+        queue = self.keys.get(key)
         if queue is None:
-            queue = self._keys[key] = deque()
+            queue = self.keys[key] = deque()
         if first:
             queue.appendleft(entry)
         else:
@@ -142,12 +143,12 @@ class ExactQueue:
         """The key of the earliest message a receive of (source, tag) matches."""
         if source != ANY_SOURCE and tag != ANY_TAG:
             key = (source, tag)
-            return key if key in self._keys else None
+            return key if key in self.keys else None
         if tag != ANY_TAG and tag not in self._tags:
             return None
         best: tuple[int, int] | None = None
         stamp = 0
-        for key, queue in self._keys.items():
+        for key, queue in self.keys.items():
             fits = (source == ANY_SOURCE or source == key[0]) and (tag == ANY_TAG or tag == key[1])
             if fits and (best is None or queue[0][0] < stamp):
                 best, stamp = key, queue[0][0]
@@ -156,30 +157,32 @@ class ExactQueue:
     def peek(self, source: int, tag: int) -> Envelope | None:
         """The earliest message a receive of (source, tag) matches, left queued."""
         key = self._first(source, tag)
-        return None if key is None else self._keys[key][0][1]
+        return None if key is None else self.keys[key][0][1]
 
     def take(self, source: int, tag: int) -> Envelope | None:
         """Remove and return the earliest message a receive of (source, tag) matches."""
+        if tag != ANY_TAG and tag not in self._tags:  # the end-of-call check for leftovers
+            return None
         key = self._first(source, tag)
         if key is None:
             return None
-        queue = self._keys[key]
+        queue = self.keys[key]
         env = queue.popleft()[1]
         if not queue:
-            del self._keys[key]
+            del self.keys[key]
         self._forget(env.tag)
         return env
 
     def remove(self, env: Envelope) -> bool:
         """Remove ``env`` itself; False when it is not queued."""
         key = (env.source, env.tag)
-        queue = self._keys.get(key)
+        queue = self.keys.get(key)
         if queue:
             for entry in queue:
                 if entry[1] is env:
                     queue.remove(entry)
                     if not queue:
-                        del self._keys[key]
+                        del self.keys[key]
                     self._forget(env.tag)
                     return True
         return False
@@ -301,9 +304,9 @@ class Matcher:
     def take(self, context: int, source: int, tag: int) -> Envelope | None:
         """Like :meth:`probe`, but remove the message from matching (``Mprobe``)."""
         queue = self._unexpected.get(context)
+        if isinstance(queue, ExactQueue):
+            return queue.take(source, tag)
         if queue:
-            if isinstance(queue, ExactQueue):
-                return queue.take(source, tag)
             for i, env in enumerate(queue):
                 if _matches(source, tag, env):
                     del queue[i]

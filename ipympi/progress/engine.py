@@ -661,13 +661,14 @@ class Engine:
         announcement, a mismatch of this call or an earlier one was reported,
         or a rank died. The caller says what it waits for (``waiting``).
         """
-        if queue:
-            env = queue.peek(source, tag)
-            if env is not None:
-                if env.payload[1] != EAGER:
+        if queue.keys:
+            entries = queue.keys.get((source, tag))
+            if entries is not None:
+                payload = entries[0][1].payload
+                if payload[1] != EAGER:
                     return None
                 queue.take(source, tag)
-                return env.payload[0]
+                return payload[0]
         transport = self.transport
         assert transport is not None
         readable, data_recv = transport.readable, transport.data.recv

@@ -32,6 +32,8 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from ...core.errors import ERR_COUNT
 from ...core.errors import Exception as MPIException
 from ..buffers import (
@@ -42,6 +44,7 @@ from ..buffers import (
     elements,
     format_datatype,
     message,
+    ndarray_spec,
     split_items,
 )
 from ..datatype import BYTE, Datatype
@@ -132,6 +135,12 @@ def blocks(
     Returns the whole message, one byte view per rank and, for receives, the step that
     unpacks derived datatypes at the end.
     """
+    if type(spec) is np.ndarray:  # the common case: a whole array of a predefined type
+        whole = ndarray_spec(spec, writable)
+        if whole is not None and size and not whole.count % size:
+            n = whole.mem.nbytes // size
+            mem = whole.mem
+            return whole, [mem[r * n : (r + 1) * n] for r in range(size)], None
     buf, count_item, displ_item, type_item = split_items(spec)
     if type(count_item) is tuple or type(count_item) is list:
         count_item, displ_item = count_item
