@@ -55,6 +55,9 @@ class FakeEngine:
         self.entered += 1
         self.taken += 1
 
+    def unanswered_sends(self) -> list[Any]:
+        return list(self._sends.values())
+
     def leave(self) -> None:
         pass
 

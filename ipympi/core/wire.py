@@ -67,6 +67,7 @@ __all__ = [
     "WAKE",
     "Header",
     "pack",
+    "signature_of",
     "unpack",
 ]
 
@@ -124,3 +125,9 @@ def pack(
 def unpack(frame: bytes | memoryview) -> Header:
     """Unpack the header at the start of ``frame``."""
     return Header._make(HEADER.unpack_from(frame))
+
+
+def signature_of(frame: bytes | memoryview) -> int:
+    """The ``sig`` field of the header at the start of ``frame``, read alone: receivers
+    of collective messages compare it with their own call's."""
+    return frame[2] | frame[3] << 8

@@ -32,7 +32,6 @@ __all__ = [
     "intracomm",
     "new_impl",
     "null",
-    "pending_ops",
     "wait_pending",
 ]
 
@@ -79,22 +78,13 @@ def agree(parts: list[ctx.Contribution], call: str) -> tuple[int, int]:
         raise MPIException(ERR_OTHER, f"{call}: too many communicators in use") from exc
 
 
-def pending_ops(engine: Any) -> list[Any]:
-    """Every operation in progress on this process (the caller holds the engine)."""
-    ops = [recv.handle for recv in engine.matcher.pending_posted()]
-    ops += list(engine._sends.values())
-    ops += [entry[0] for entry in engine._rdv.values()]
-    ops += list(engine.colls)
-    return ops
-
-
 def wait_pending(impl: CommImpl, call: str) -> None:
     """Wait until no operation on communicator ``impl`` is in progress (``Disconnect``)."""
     engine = impl.engine
 
     def settled() -> bool:
         return not any(
-            getattr(getattr(op, "comm", None), "_impl", None) is impl for op in pending_ops(engine)
+            getattr(getattr(op, "comm", None), "_impl", None) is impl for op in engine.operations()
         )
 
     engine.enter()

@@ -410,7 +410,7 @@ def _keep_pending(comm: Any, impl: CommImpl) -> None:
     engine.enter()
     try:
         private = None
-        for op in cb.pending_ops(engine):
+        for op in engine.operations():
             if getattr(op, "comm", None) is comm:
                 if private is None:
                     private = type(comm)._from_impl(impl)  # type: ignore[union-attr]

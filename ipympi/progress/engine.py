@@ -52,6 +52,7 @@ from ..core.wire import (
     RTS,
     SYNC,
     WAKE,
+    signature_of,
 )
 from . import tracing as _trace
 from .largebuf import VmReader, buffer_address
@@ -60,7 +61,7 @@ from .sharing import await_queued, blocked_calls, hand_on, wait_shared
 from .tcp import Received
 from .transport import MAX_FRAME, SPIN_TRIES, Transport
 
-__all__ = ["EAGER_LIMIT", "Engine", "WaitInfo"]
+__all__ = ["EAGER_LIMIT", "Engine", "WaitInfo", "arrival_signature"]
 
 # Messages up to this size travel in one frame with their header.
 EAGER_LIMIT = 64 * 1024
@@ -91,8 +92,17 @@ class WaitInfo:
         }
 
 
-# Payload kinds of a queued envelope besides the wire's EAGER and RTS.
-SELF = 0  # a message this rank sent to itself: (data, SELF, sync sender op or None)
+# What a queued envelope's ``payload`` holds (opaque to the matcher), by its second item:
+# a frame from another rank, ``(frame, EAGER or RTS, flags, wsource, pid, msgid)``, or a
+# message this rank sent to itself, ``(data, SELF, the sync sender's op or None, sig)``.
+SELF = 0
+
+
+def arrival_signature(env: Envelope) -> int:
+    """The collective signature that a queued message was sent with."""
+    payload = env.payload
+    return payload[3] if payload[1] == SELF else signature_of(payload[0])
+
 
 _pack_header = wire.HEADER.pack
 _unpack_header = wire.HEADER.unpack_from
@@ -341,7 +351,7 @@ class Engine:
         kind = payload[1]
         if kind == EAGER:
             frame, _, flags, wsource, _, msgid = payload
-            op.rsig = frame[2] | frame[3] << 8
+            op.rsig = signature_of(frame)
             self._fill(op, memoryview(frame)[HEADER_SIZE:], env.nbytes)
             if self.tracer is not None:
                 self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
@@ -358,7 +368,7 @@ class Engine:
             return
         # RTS: read the sender's buffer directly, or ask for the data.
         frame, _, flags, wsource, pid, msgid = payload
-        op.rsig = frame[2] | frame[3] << 8
+        op.rsig = signature_of(frame)
         target = self._target(op, env.nbytes)
         (address,) = wire.RTS_EXTRA.unpack_from(frame, HEADER_SIZE)
         if self._same_host(wsource) and self.vm.read(pid, address, target):
@@ -898,7 +908,21 @@ class Engine:
 
     # -- shutdown ------------------------------------------------------------
     def pending_sends(self) -> int:
+        """How many sends wait for their receiver's answer (synchronous or large ones)."""
         return len(self._sends)
+
+    def unanswered_sends(self) -> list[Operation]:
+        """The sends that wait for their receiver's answer (synchronous or large ones)."""
+        return list(self._sends.values())
+
+    def operations(self) -> list[Any]:
+        """Every operation in progress on this rank: posted receives, sends waiting for
+        an answer, large messages arriving in chunks, nonblocking collectives."""
+        ops: list[Any] = [recv.handle for recv in self.matcher.pending_posted()]
+        ops += self._sends.values()
+        ops += [entry[0] for entry in self._rdv.values()]
+        ops += self.colls
+        return ops
 
     def statistics(self) -> dict[str, Any]:
         stats = self.matcher.statistics()

@@ -50,7 +50,7 @@ from ...core.algorithms import (
 from ...core.matching import ExactQueue
 from ...core.reductions import ArrayValues, Values, doubling_plan
 from ...core.schedule import signature
-from ...core.wire import HEADER_SIZE
+from ...core.wire import HEADER_SIZE, signature_of
 from ...progress.engine import WaitInfo
 from ...progress.operation import RECV, SEND, Operation
 from .runner import CollOp, check_reported, comm_label, runs_inline
@@ -220,7 +220,7 @@ class Lane:
         frame = self.engine.collective_frame(self.queue, self.context, frm, self.seq)
         if (
             frame is None
-            or frame[2] | frame[3] << 8 != self.sig
+            or signature_of(frame) != self.sig
             or (nbytes is not None and len(frame) - HEADER_SIZE != nbytes)
         ):
             return self.receive_general(frm, nbytes, into, frame)

@@ -32,7 +32,7 @@ from ...core.errors import ERR_NOT_SAME, ERR_OTHER
 from ...core.errors import Exception as MPIException
 from ...core.modes import BLOCKING, PERSISTENT, Form
 from ...core.schedule import KINDS, ROOTED, Algorithm, Round, describe_signature, is_local
-from ...progress.engine import WaitInfo
+from ...progress.engine import WaitInfo, arrival_signature
 from ...progress.operation import COLL, RECV, SEND, Operation
 from ..request import Prequest, Request
 
@@ -301,7 +301,7 @@ class CollOp(Operation):
 
     def end_with_leftover(self, leftover: Any) -> None:
         """Fail the (ended) call: ``leftover``, a message of it, was never received."""
-        payload_sig = _envelope_signature(leftover)
+        payload_sig = arrival_signature(leftover)
         self._fail(
             f"collective mismatch (collective #{self.seq} on {self._name()}): "
             f"rank {leftover.source} called {describe_signature(payload_sig)}, "
@@ -369,14 +369,6 @@ def check_reported(engine: Any, context: int, call: str) -> None:
     error = ledger.take_mismatch(context, ledger.next.get(context, 0) - 1)
     if error is not None:
         raise MPIException(ERR_NOT_SAME, f"{call}: an earlier {error}")
-
-
-def _envelope_signature(env: Any) -> int:
-    payload = env.payload
-    if payload[1] == 0:  # a message to self
-        return payload[3]
-    frame = payload[0]
-    return frame[2] | frame[3] << 8
 
 
 def comm_label(comm: Any) -> str:

@@ -85,7 +85,7 @@ class Leftovers:
             self.traffic = (tuple(engine.sent), tuple(engine.arrived))
             unexpected = [e for e in engine.matcher.pending_unexpected() if e.context % 2 == 0]
             posted = [r for r in engine.matcher.pending_posted() if r.context % 2 == 0]
-            sends = list(engine._sends.values())  # synchronous or large, not yet received
+            sends = engine.unanswered_sends()  # synchronous or large, not yet received
             # nonblocking collectives still in progress
             collectives = [] if interrupted else list(engine.colls)
             errors = engine.ledger.errors
