@@ -44,3 +44,37 @@ def test_a_report_about_a_later_collective_waits_for_it(run_mpi, form: str) -> N
         raise AssertionError(f"rank {{rank}}: no mismatch reported")
     """
     assert_ok(run_mpi(3, mpi_program(MPI_PRELUDE, body)), 3)
+
+
+@pytest.mark.timeout(60)
+def test_ranks_that_wait_long_for_a_late_rank_in_the_same_collective_report_nothing(
+    run_mpi,
+) -> None:
+    """A rank waiting long in a collective asks the rank it waits for whether it called
+    the same one (``CHECK``); a late rank on its way to the same call, or already in
+    it, is no mismatch, on the straight path (Bcast, Allreduce, Gather) or the general
+    one (Reduce, a persistent Bcast)."""
+    body = """
+    late = size - 1
+    buf = np.zeros(4)
+    for step in range(5):
+        if rank == late or (rank == 0 and step % 2):
+            time.sleep(0.25)  # longer than a wait takes to ask
+        if rank == 0:
+            buf[:] = step
+        comm.Bcast(buf, root=0)
+        assert buf.tolist() == [step] * 4, buf
+        total = np.zeros(1)
+        comm.Reduce(np.ones(1), total if rank == 0 else None, MPI.SUM, root=0)
+        assert rank != 0 or total[0] == size, total
+        assert comm.allreduce(rank) == size * (size - 1) // 2
+        got = np.zeros(size)
+        comm.Gather(np.full(1, float(rank)), got, root=late)
+        assert rank != late or got.tolist() == list(map(float, range(size))), got
+        req = comm.Bcast_init(buf, root=late)
+        req.Start()
+        req.Wait()
+        req.Free()
+    """
+    assert_ok(run_mpi(3, mpi_program(MPI_PRELUDE, body)), 3)
+    assert_ok(run_mpi(4, mpi_program(MPI_PRELUDE, body)), 4)

@@ -679,15 +679,7 @@ SCENARIOS = [
     ("persistent_vs_nonblocking", "Bcast_init|Ibcast(root=0)", 2),
     ("neighbor_vs_allgather", "Neighbor_allgather|Allgather", 3),
     ("barrier_vs_allreduce", "Barrier|Allreduce", 2),
-    pytest.param(
-        "bcast_vs_reduce_silent",
-        "Bcast(root=0)|Reduce(root=0)",
-        3,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="bug: Bcast vs Reduce deadlocks when no message crosses between them",
-        ),
-    ),
+    ("bcast_vs_reduce_silent", "Bcast(root=0)|Reduce(root=0)", 3),
 ]
 
 

@@ -37,6 +37,12 @@ Kinds:
   A rank's progress thread sends it to the rank's own socket when the controller
   says so, so that a main thread blocked in MPI wakes up and fails what waits on
   the dead rank.
+* ``CHECK``: the sender has long waited in collective ``tag`` on ``context`` for a
+  message of this rank, and asks whether this rank called the same collective there:
+  ``sig`` is the sender's call, ``source`` its rank in the communicator. A rank that
+  called another one reports the mismatch (``CERR``); otherwise nothing is answered.
+  Without it, two ranks in different collectives that wait for each other with no
+  message crossing between them (Bcast against Reduce) would wait forever.
 * ``WAKE``: nothing to handle. A thread of the rank that finds the engine taken by
   a thread blocked reading the socket sends it to the rank's own socket, so that
   the reader wakes up and lets it in (see ``Engine.enter``).
@@ -54,6 +60,7 @@ __all__ = [
     "CANCEL",
     "CANCELLED",
     "CERR",
+    "CHECK",
     "CTS",
     "DATA",
     "EAGER",
@@ -71,7 +78,7 @@ __all__ = [
     "unpack",
 ]
 
-EAGER, RTS, ACK, FIN, CTS, DATA, CERR, CANCEL, CANCELLED, PEER_DEAD, WAKE = range(1, 12)
+EAGER, RTS, ACK, FIN, CTS, DATA, CERR, CANCEL, CANCELLED, PEER_DEAD, WAKE, CHECK = range(1, 13)
 KIND_NAMES = {
     EAGER: "EAGER",
     RTS: "RTS",
@@ -84,6 +91,7 @@ KIND_NAMES = {
     CANCELLED: "CANCELLED",
     PEER_DEAD: "PEER_DEAD",
     WAKE: "WAKE",
+    CHECK: "CHECK",
 }
 
 SYNC = 0x01

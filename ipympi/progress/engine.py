@@ -43,6 +43,7 @@ from ..core.wire import (
     CANCEL,
     CANCELLED,
     CERR,
+    CHECK,
     CTS,
     DATA,
     EAGER,
@@ -59,7 +60,7 @@ from .largebuf import VmReader, buffer_address
 from .operation import Operation
 from .sharing import await_queued, blocked_calls, hand_on, wait_shared
 from .tcp import Received
-from .transport import MAX_FRAME, SPIN_TRIES, Transport
+from .transport import MAX_FRAME, QUIET_MS, SPIN_TRIES, Transport
 
 __all__ = ["EAGER_LIMIT", "Engine", "WaitInfo", "arrival_signature"]
 
@@ -169,6 +170,11 @@ class Engine:
         self.arrived = [0] * size
         # The message recorder while tracing is on (``progress.tracing``), else None.
         self.tracer: _trace.Tracer | None = _trace.attach(self)
+        # (collective context, source, seq) of the message a blocking receive waits
+        # for, when it is a collective's: asked about when the wait gets long.
+        self.awaiting: tuple[int, int, int] | None = None
+        if transport is not None:
+            transport.quiet = self._on_quiet
 
     # -- entering and leaving MPI --------------------------------------------
     def enter(self) -> None:
@@ -490,6 +496,8 @@ class Engine:
             self.fail_collectives(context, text, tag)
         elif kind == PEER_DEAD:
             self.fail_peer(value, bytes(frame[HEADER_SIZE:]).decode(errors="replace"))
+        elif kind == CHECK:
+            self._compare_call(context, source, tag, sig, wsource)
         elif kind == WAKE:
             pass  # it only woke the thread reading the socket
         else:
@@ -566,6 +574,7 @@ class Engine:
             return False
         handled = False
         if block:
+            self.awaiting = None
             self._handle(transport.recv())
             handled = True
         recv_nowait = transport.recv_nowait
@@ -592,6 +601,12 @@ class Engine:
                 wait_shared(self, lambda: op.done)  # another thread may send to this rank
                 return
             recv = transport.recv
+            posted = op.posted  # a collective's receive says what it waits for
+            self.awaiting = (
+                (posted.context, posted.source, posted.tag)
+                if posted is not None and posted.context & 1
+                else None
+            )
             while not op.done:
                 if self.wanted or self.sharing:  # other threads in MPI
                     wait_shared(self, lambda: op.done)
@@ -683,6 +698,7 @@ class Engine:
         assert transport is not None
         readable, data_recv = transport.readable, transport.data.recv
         handle = self._handle
+        self.awaiting = (context, source, tag)
         while True:
             if self.wanted or self.sharing:  # other threads in MPI: one reads for all
                 await_queued(self, queue, context, source, tag)
@@ -694,6 +710,8 @@ class Engine:
                 while spins and not readable(0):
                     spins -= 1
                     _sched_yield()
+                if not spins and not readable(QUIET_MS):
+                    self._on_quiet()
                 frame = data_recv(MAX_FRAME)
             if type(frame) is bytes and frame[0] == EAGER:
                 header = _unpack_header(frame)
@@ -768,6 +786,45 @@ class Engine:
         text = self.ledger.stray_report(context, tag, source, sig, me)
         if text is not None:
             self.notify_mismatch(context, tag, members, text)
+
+    def _on_quiet(self) -> None:
+        """A blocking receive has had no input for a while (``Transport.quiet``): if it
+        waits for another rank's message of a collective, ask that rank whether it
+        called the same collective (``CHECK``). Two ranks in different collectives
+        that wait for each other with no message crossing would otherwise wait
+        forever; the one that finds the calls differ reports the mismatch."""
+        awaiting = self.awaiting
+        if awaiting is None:
+            return
+        self.awaiting = None  # asked once per wait
+        context, source, seq = awaiting
+        members = self.ledger.members.get(context)
+        sig = self.ledger.calls.get((context, seq))
+        if members is None or sig is None or self.rank not in members:
+            return
+        if 0 <= source < len(members) and members[source] != self.rank:
+            me = members.index(self.rank)
+            header = _pack_header(CHECK, 0, sig, context, me, seq, self.rank, self.pid, 0, 0)
+            self._send(members[source], header)
+
+    def _compare_call(self, context: int, source: int, seq: int, sig: int, wsource: int) -> None:
+        """Rank ``source`` (world rank ``wsource``) waits in collective ``seq`` on
+        ``context``, which it called as ``sig``, for a message of this rank: report a
+        mismatch if this rank called another collective there. Nothing when this rank
+        has not got there yet (its message will come), called the same, or is not on
+        the same communicator as the asker (an intercommunicator's other group)."""
+        ledger = self.ledger
+        members = ledger.members.get(context)
+        if members is None or not 0 <= source < len(members) or members[source] != wsource:
+            return
+        if seq >= ledger.next.get(context, 0) or self.rank not in members:
+            return
+        mine = ledger.calls.get((context, seq))
+        if mine is None or mine == sig:
+            return
+        text = ledger.stray_report(context, seq, source, sig, members.index(self.rank))
+        if text is not None:
+            self.notify_mismatch(context, seq, members, text)
 
     def fail_collectives(self, context: int, text: str, seq: int) -> None:
         """Record the mismatch of collective ``seq`` on ``context`` (once, however

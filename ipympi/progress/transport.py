@@ -53,7 +53,7 @@ from ..core import control as _control
 from .tcp import CHUNK as TCP_CHUNK
 from .tcp import Received, TcpLink
 
-__all__ = ["MAX_FRAME", "Transport"]
+__all__ = ["MAX_FRAME", "QUIET_MS", "Transport"]
 
 # The largest frame: an eager message (64 KiB) with its header, or a chunk of
 # a large message sent through frames (when process_vm_readv is refused).
@@ -74,6 +74,12 @@ RETRY_MS = 5
 # costs about 1.2 us against 0.3 us for the poll. A rank that waits longer spends
 # about 30 us of CPU (45 looks and yields) before it sleeps.
 SPIN_TRIES = 45
+
+# A receive that has waited this long (ms) with nothing coming in calls ``Transport.quiet``
+# (once per receive): long enough that a normal wait rarely gets there, short
+# enough that the engine's question about a silent collective mismatch gets its
+# answer well before the launcher's stuck-job rule looks (about a second).
+QUIET_MS = 100
 
 # What sending to a peer's socket raises once the peer has ended: refused at
 # first, not connected on the same socket afterwards.
@@ -112,6 +118,8 @@ class Transport:
         self.readable = readable.poll  # (0): whether a frame waits, without reading it
         self.peers: dict[int, socket.socket] = {}  # world rank -> socket connected to it
         self.pending: dict[int, deque[bytes]] = {}  # peer -> frames waiting for room
+        # Called when a receive has waited QUIET_MS for nothing (the engine's hook).
+        self.quiet: Callable[[], None] | None = None
         self.bell_r, self.bell_w = os.pipe()
         os.set_blocking(self.bell_r, False)
         self.wake_r, self.wake_w = os.pipe()
@@ -256,11 +264,17 @@ class Transport:
                 if readable(0):
                     return data.recv(MAX_FRAME)
                 os.sched_yield()
+            if self.quiet is not None and not readable(QUIET_MS):
+                self.quiet()
             return data.recv(MAX_FRAME)
+        quiet_at = time.monotonic() + QUIET_MS / 1000 if self.quiet is not None else None
         while True:
             self.flush()
             if not self.pending:
                 return self.data.recv(MAX_FRAME)
+            if quiet_at is not None and time.monotonic() > quiet_at:
+                quiet_at = None
+                self.quiet()  # type: ignore[misc]
             poller = select.poll()
             poller.register(self.data_fd, select.POLLIN)
             for wrank in self.pending:
@@ -276,11 +290,18 @@ class Transport:
     def _recv_either(self) -> Received:
         """Wait for a frame on the data socket or the tcp inbox."""
         poller = self._inputs_poller()
+        quiet_at = time.monotonic() + QUIET_MS / 1000 if self.quiet is not None else None
         while True:
             frame = self.recv_nowait()
             if frame is not None:
                 return frame
-            poller.poll(RETRY_MS if self.pending else -1)
+            if quiet_at is None:
+                poller.poll(RETRY_MS if self.pending else -1)
+            elif not poller.poll(RETRY_MS if self.pending else QUIET_MS) and (
+                time.monotonic() > quiet_at
+            ):
+                quiet_at = None
+                self.quiet()  # type: ignore[misc]
 
     def wait(self, timeout: float) -> None:
         """Wait until a frame may have come in, at most ``timeout`` seconds."""
