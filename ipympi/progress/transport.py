@@ -255,6 +255,7 @@ class Transport:
         """Wait for the next frame, sending queued frames meanwhile.
 
         A large message's chunk from another host comes as (header frame, data).
+        When nothing has come in for ``QUIET_MS``, it calls :attr:`quiet` (once).
         """
         if self.tcp is not None:
             return self._recv_either()
@@ -271,7 +272,7 @@ class Transport:
         while True:
             self.flush()
             if not self.pending:
-                return self.data.recv(MAX_FRAME)
+                return self.recv()  # every queued frame sent: wait as usual
             if quiet_at is not None and time.monotonic() > quiet_at:
                 quiet_at = None
                 self.quiet()  # type: ignore[misc]
