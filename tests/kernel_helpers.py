@@ -151,8 +151,18 @@ class KernelSession:
         return reply, messages
 
     def execute(self, code: str, timeout: float = 30.0, **kwargs: Any) -> tuple[dict, list[dict]]:
-        """Run ``code``; its ``execute_reply`` and IOPub messages (see the class docstring)."""
-        return self.collect(self.send(code, **kwargs), timeout)
+        """Run ``code``; its ``execute_reply`` and IOPub messages (see the class docstring).
+
+        After a cell that failed, ipykernel aborts the execute requests queued behind it
+        until its shell thread has handled a "stop aborting" message it posts to itself; a
+        request sent the moment the failure's reply arrives can get there first and be
+        answered ``aborted`` (more often on a loaded machine). A person's next cell, or
+        a notebook's, comes later: such a request is sent once more.
+        """
+        reply, messages = self.collect(self.send(code, **kwargs), timeout)
+        if reply["content"]["status"] == "aborted":
+            reply, messages = self.collect(self.send(code, **kwargs), timeout)
+        return reply, messages
 
     def iopub_until_idle(self, msg_id: str, deadline: float) -> list[dict]:
         messages: list[dict] = []
@@ -233,8 +243,12 @@ def stream_text(messages: list[dict], name: str = "stdout") -> str:
 
 
 def error_text(message: dict) -> list[str]:
-    """The lines of an ``error`` message's (or error reply's) traceback, ANSI codes removed."""
-    return [strip_ansi(line) for line in message["content"]["traceback"]]
+    """The lines of an ``error`` message's (or error reply's) traceback, ANSI codes removed
+    (a reply without one, such as ``aborted``, gives its whole content)."""
+    content = message["content"]
+    if "traceback" not in content:
+        return [repr(content)]
+    return [strip_ansi(line) for line in content["traceback"]]
 
 
 def failing_cell(

@@ -112,7 +112,7 @@ class Lane:
         self.rank = rank
         self.size = size
         self.world = world
-        # Messages of this context that came before their receive (live list).
+        # Messages of this context that came before their receive (live: an ExactQueue).
         self.queue = engine.matcher.pending_in(self.context)
         assert type(self.queue) is ExactQueue, "a collective context"
         # (rank to send to, rank to hear from) of each barrier round
