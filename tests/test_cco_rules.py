@@ -587,6 +587,12 @@ MISMATCH = PRELUDE + textwrap.dedent(
                 comm.Bcast(np.zeros(4), 0)
             else:
                 comm.Reduce(np.zeros(4), np.zeros(4), MPI.SUM, 0)
+        elif scenario == "ibcast_vs_ireduce_silent":
+            # the same, nonblocking: the ranks wait in Request.Wait
+            if rank == size - 1:
+                comm.Ibcast(np.zeros(4), 0).Wait()
+            else:
+                comm.Ireduce(np.zeros(4), np.zeros(4), MPI.SUM, 0).Wait()
         elif scenario == "lower_bcast_vs_reduce":
             if rank == 0:
                 comm.bcast("x", 0)
@@ -680,6 +686,7 @@ SCENARIOS = [
     ("neighbor_vs_allgather", "Neighbor_allgather|Allgather", 3),
     ("barrier_vs_allreduce", "Barrier|Allreduce", 2),
     ("bcast_vs_reduce_silent", "Bcast(root=0)|Reduce(root=0)", 3),
+    ("ibcast_vs_ireduce_silent", "Ibcast(root=0)|Ireduce(root=0)", 3),
 ]
 
 

@@ -170,9 +170,10 @@ class Engine:
         self.arrived = [0] * size
         # The message recorder while tracing is on (``progress.tracing``), else None.
         self.tracer: _trace.Tracer | None = _trace.attach(self)
-        # (collective context, source, seq) of the message a blocking receive waits
-        # for, when it is a collective's: asked about when the wait gets long.
-        self.awaiting: tuple[int, int, int] | None = None
+        # What a blocking receive waits for, asked about when the wait gets long:
+        # (collective context, source, seq) of a straight collective's message, or the
+        # operation waited on (``Operation.awaited`` says which receive, if any).
+        self.awaiting: tuple[int, int, int] | Operation | None = None
         if transport is not None:
             transport.quiet = self._on_quiet
 
@@ -601,12 +602,7 @@ class Engine:
                 wait_shared(self, lambda: op.done)  # another thread may send to this rank
                 return
             recv = transport.recv
-            posted = op.posted  # a collective's receive says what it waits for
-            self.awaiting = (
-                (posted.context, posted.source, posted.tag)
-                if posted is not None and posted.context & 1
-                else None
-            )
+            self.awaiting = op
             while not op.done:
                 if self.wanted or self.sharing:  # other threads in MPI
                     wait_shared(self, lambda: op.done)
@@ -794,9 +790,12 @@ class Engine:
         that wait for each other with no message crossing would otherwise wait
         forever; the one that finds the calls differ reports the mismatch."""
         awaiting = self.awaiting
+        self.awaiting = None  # asked once per wait
+        if isinstance(awaiting, Operation):
+            posted = awaiting.awaited()  # a collective's receive, or a point-to-point one
+            awaiting = (posted.context, posted.source, posted.tag) if posted is not None else None
         if awaiting is None:
             return
-        self.awaiting = None  # asked once per wait
         context, source, seq = awaiting
         members = self.ledger.members.get(context)
         sig = self.ledger.calls.get((context, seq))

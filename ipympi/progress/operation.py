@@ -60,6 +60,11 @@ class Operation:
             if not self.cancelled and self.count:
                 unpack(self.count)
 
+    def awaited(self) -> Any:
+        """The posted receive this operation waits on now, or None: its own, for a
+        receive (a collective overrides it with its current round's)."""
+        return self.posted
+
     def complete_empty(self) -> None:
         """Complete with an empty status (PROC_NULL peers)."""
         self.source = PROC_NULL if self.kind == RECV else ANY_SOURCE

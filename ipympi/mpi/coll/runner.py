@@ -160,6 +160,10 @@ class CollOp(Operation):
                 self.engine.wait(op, self._blocked_in)
         return self.recv_ops
 
+    def awaited(self) -> Any:
+        """The posted receive of the current round that is still waiting, or None."""
+        return next((op.posted for op in self.recv_ops if op.posted is not None), None)
+
     def _blocked_in(self) -> Any:
         """What this call waits for (built only when an observer asks)."""
 
