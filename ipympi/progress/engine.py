@@ -612,6 +612,7 @@ class Engine:
                     self.advance_collectives()
         finally:
             self.waiting = None
+            self.awaiting = None  # holds no operation (nor its buffer) past its wait
 
     def receive_collective(
         self,
