@@ -432,7 +432,7 @@ class Engine:
         """Handle one single-part frame from the data socket (caller holds the engine)."""
         kind, flags, sig, context, source, tag, wsource, pid, msgid, value = _unpack_header(frame)
         if context & 1 and kind <= RTS and self.ledger.is_stray(context, tag):
-            self._stray_collective_message(context, source, tag, sig)
+            self._report_mismatch(context, source, tag, sig)
             if kind == RTS:
                 self._reply(wsource, FIN, msgid)  # release the sender's buffer
             return
@@ -772,12 +772,14 @@ class Engine:
         In a correct collective every message sent to a rank is received by it
         within the call, so a leftover means the ranks called different ones.
         """
-        self.ledger.active[context].discard(seq)
+        self.ledger.end(context, seq)
         return self.matcher.take(context, ANY_SOURCE, seq)
 
-    def _stray_collective_message(self, context: int, source: int, tag: int, sig: int) -> None:
-        """A message of an already completed collective arrived: the ranks disagree
-        (unless that collective already failed, or was abandoned)."""
+    def _report_mismatch(self, context: int, source: int, tag: int, sig: int) -> None:
+        """Rank ``source`` called ``sig`` as collective ``tag`` on ``context``, which
+        this rank ran as another call (a message of it came after this rank finished
+        it, or the rank asked, ``CHECK``): tell every member, unless that collective
+        already failed, or was abandoned."""
         members = self.ledger.members.get(context, [])
         me = members.index(self.rank) if self.rank in members else self.rank
         text = self.ledger.stray_report(context, tag, source, sig, me)
@@ -820,11 +822,8 @@ class Engine:
         if seq >= ledger.next.get(context, 0) or self.rank not in members:
             return
         mine = ledger.calls.get((context, seq))
-        if mine is None or mine == sig:
-            return
-        text = ledger.stray_report(context, seq, source, sig, members.index(self.rank))
-        if text is not None:
-            self.notify_mismatch(context, seq, members, text)
+        if mine is not None and mine != sig:
+            self._report_mismatch(context, source, seq, sig)
 
     def fail_collectives(self, context: int, text: str, seq: int) -> None:
         """Record the mismatch of collective ``seq`` on ``context`` (once, however
