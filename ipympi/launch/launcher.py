@@ -39,11 +39,9 @@ import functools
 import math
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -56,6 +54,7 @@ from ..core import control as ctl
 from ..core.control import QUERY_TIMEOUT
 from .ctlserver import ControlServer
 from .forwarding import OutputStream, Sink
+from .sessiondir import make_session_dir, remove_session_dir
 from .watch import LOOK_AFTER, LOOK_EVERY, describe_stuck_job, is_stuck, with_cpu
 
 __all__ = ["DEADLOCK_STATUS", "TIMEOUT_STATUS", "Job", "Rank", "rank_environment", "run_job"]
@@ -72,7 +71,6 @@ DEADLOCK_STATUS = 125
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _TICK = 0.05  # poll period for exits when the platform has no pidfd
 _PR_SET_PDEATHSIG = 1
-_MAX_IPC_PATH = 100  # sun_path is 108 bytes on Linux, 104 on macOS
 
 
 # -- how to start a rank ---------------------------------------------------------
@@ -113,14 +111,7 @@ def _die_with_parent() -> Callable[[], None] | None:
     return preexec
 
 
-def _make_session_dir() -> str:
-    """A private (0700) directory short enough to hold ipc socket paths."""
-    path = tempfile.mkdtemp(prefix="ipympi-")
-    if len(path) + 8 > _MAX_IPC_PATH and os.path.isdir("/tmp"):
-        os.rmdir(path)
-        path = tempfile.mkdtemp(prefix="ipympi-", dir="/tmp")
-    os.chmod(path, 0o700)
-    return path
+_make_session_dir = make_session_dir
 
 
 # -- one rank ------------------------------------------------------------------------
@@ -426,8 +417,7 @@ class Job:
             if wake_fd is not None:
                 os.close(wake_fd)
         self._wake_r = self._wake_w = None
-        if self.session_dir is not None:
-            shutil.rmtree(self.session_dir, ignore_errors=True)
+        remove_session_dir(self.session_dir)
 
     # -- observation -------------------------------------------------------------------
     def query_states(self, timeout: float = QUERY_TIMEOUT) -> list[dict[str, Any]]:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -50,6 +49,7 @@ from ..core import control as ctl
 from .hosts import HostError, bind_address_for
 from .jsonlines import CommandLoop
 from .launcher import THREAD_VARS, _die_with_parent, _make_session_dir
+from .sessiondir import remove_session_dir
 
 __all__ = ["Agent", "main"]
 
@@ -177,8 +177,7 @@ class Agent(CommandLoop):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.pipes.clear()
-        if self.session_dir is not None:
-            shutil.rmtree(self.session_dir, ignore_errors=True)
+        remove_session_dir(self.session_dir)
 
 
 def _rank_preexec(die_with_parent: Callable[[], None] | None) -> Callable[[], None]:

@@ -28,8 +28,8 @@ import logging
 import math
 import os
 import secrets
-import shutil
 import signal
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable
@@ -40,6 +40,7 @@ from ...core import control as ctl
 from ...core.control import QUERY_TIMEOUT
 from ...launch.ctlserver import ControlServer
 from ...launch.launcher import _make_session_dir
+from ...launch.sessiondir import remove_on_signals, remove_session_dir
 from ...launch.watch import with_cpu
 from ..engine.protocol import EngineMessage, ProtocolError, Signer
 from .api import ClusterAPI
@@ -102,6 +103,8 @@ class Cluster(ClusterAPI):
         self.env = dict(os.environ if env is None else env)
         self.launcher: Launcher = make_launcher(backend, launcher, self.env, **placement)
         self.session_dir = _make_session_dir()
+        if threading.current_thread() is threading.main_thread():
+            remove_on_signals()  # SIGTERM (Jupyter's, after a shutdown request) leaves nothing
         self.key = secrets.token_bytes(32)
         self.signer = Signer(self.key)
         self.gen = 0
@@ -299,7 +302,7 @@ class Cluster(ClusterAPI):
             self._poller.unregister(self.errands.fd)
             self.errands.close()
             self._ctx.term()
-            shutil.rmtree(self.session_dir, ignore_errors=True)
+            remove_session_dir(self.session_dir)
 
     def __enter__(self) -> Cluster:
         return self
@@ -318,7 +321,7 @@ class Cluster(ClusterAPI):
             self._ctl.close()
             self._ctl = None
         if self._world_dir is not None:
-            shutil.rmtree(self._world_dir, ignore_errors=True)
+            remove_session_dir(self._world_dir)
             self._world_dir = None
 
     # -- the launcher ------------------------------------------------------------------

@@ -316,6 +316,7 @@ class MPILauncher(Launcher):
                 ctl.ENV_CTL: world.control,
                 ctl.ENV_KEY: world.control_key.hex(),
                 ctl.ENV_SIZE: str(world.n),
+                mpi4py_engine.ENV_WORLD_DIR: world.directory,
             }
         )
         self._key = world.control_key

@@ -18,6 +18,8 @@ needs comes from the environment (secrets never travel on a command line):
 ``IPYMPI_CTL``           the world's control ROUTER (:mod:`ipympi.core.control`)
 ``IPYMPI_KEY``           hex key signing control messages and exit reports
 ``IPYMPI_SIZE``          the number of ranks the controller asked for
+``IPYMPI_WORLD_DIR``     the world's directory, where the rank notes the shared-memory
+                         files its MPI maps (:mod:`ipympi.launch.sessiondir`)
 =======================  ======================================================
 
 A control thread answers the controller's ``query`` with a ``state`` (idle,
@@ -56,6 +58,7 @@ import time
 from typing import Any, Callable
 
 from ...core import control as ctl
+from ...launch.sessiondir import note_shared_memory
 from ...progress.introspect import (
     describe_location,
     injected_fault,
@@ -70,6 +73,7 @@ __all__ = [
     "ENV_ENGINES",
     "ENV_ENGINE_KEY",
     "ENV_GEN",
+    "ENV_WORLD_DIR",
     "abort_in",
     "main",
     "report_abort",
@@ -79,6 +83,7 @@ __all__ = [
 ENV_ENGINES = "IPYMPI_ENGINES"
 ENV_ENGINE_KEY = "IPYMPI_ENGINE_KEY"
 ENV_GEN = "IPYMPI_GEN"
+ENV_WORLD_DIR = "IPYMPI_WORLD_DIR"  # where a rank notes the shared memory its MPI maps
 SWITCH_INTERVAL = 0.0005  # seconds: the control thread answers within ~1 ms while code runs
 ABORT_LINGER = 2.0  # seconds the witness may take to deliver an abort message
 ABORT_WAIT = 10.0  # seconds an engine whose Abort returned waits to be ended, before it replies
@@ -291,6 +296,8 @@ def serve(stderr_pipe: tuple[int, int], notes: int) -> int:
         return _fail(f"cannot import mpi4py ({exc}): pip install mpi4py, with an MPI")
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
+    if env.get(ENV_WORLD_DIR):  # removed with the world's directory, however the rank ends
+        note_shared_memory(env[ENV_WORLD_DIR], rank)
     expected = int(env.get(ctl.ENV_SIZE, size))
     if size != expected:
         return _fail(

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import sys
@@ -128,7 +127,9 @@ class Supervisor(CommandLoop):
 
     def remove_world_dir(self) -> None:
         if self.world_dir is not None:
-            shutil.rmtree(self.world_dir, ignore_errors=True)
+            from ...launch.sessiondir import remove_session_dir
+
+            remove_session_dir(self.world_dir)
             self.world_dir = None
 
     def fork_engine(self, rank: int, spec: dict[str, Any]) -> int:
