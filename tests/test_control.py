@@ -35,6 +35,7 @@ VALID = [
     {"type": "query", "id": 3},
     {"type": "state", "rank": 1, "state": "idle", "query": 3},
     {"type": "signal", "signal": 2},
+    {"type": "error", "rank": 1, "text": "Traceback (most recent call last):\n..."},
     {"type": "peers", "endpoints": ["tcp://127.0.0.2:5000", "tcp://127.0.0.3:5001"]},
 ]
 KEY = bytes(range(16))

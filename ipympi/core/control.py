@@ -25,6 +25,8 @@ Frames
                           in a world that spans several hosts
     abort      rank → L   ``rank``, ``code`` (int), ``reason`` (str): the rank called
                           ``COMM_WORLD.Abort(code)`` or hit a fatal MPI error
+    error      rank → L   ``rank``, ``text`` (str): the traceback of the rank's uncaught
+                          exception, which the launcher prints (equal ones once)
     state      rank → L   ``rank``, ``state`` (one of ``RANK_STATES``), and optionally
                           ``pid``, ``host``, ``call`` (e.g. ``"Recv"``), ``comm``
                           (a communicator name), ``peer`` and ``tag`` (int or str),
@@ -82,6 +84,7 @@ __all__ = [
     "ENV_RANK",
     "ENV_SESSION_DIR",
     "ENV_SIZE",
+    "ERROR",
     "EXITED",
     "HELLO",
     "MAC_SIZE",
@@ -131,12 +134,13 @@ ENV_BIND = "IPYMPI_BIND"
 # -- message types ----------------------------------------------------------------
 HELLO = "hello"
 ABORT = "abort"
+ERROR = "error"  # a rank's uncaught exception: its traceback, for the launcher to print
 STATE = "state"
 QUERY = "query"
 PEER_EXIT = "peer_exit"
 SIGNAL = "signal"
 PEERS = "peers"
-MESSAGE_TYPES = frozenset({HELLO, ABORT, STATE, QUERY, PEER_EXIT, SIGNAL, PEERS})
+MESSAGE_TYPES = frozenset({HELLO, ABORT, ERROR, STATE, QUERY, PEER_EXIT, SIGNAL, PEERS})
 
 # States a rank reports about itself.
 RANK_STATES = frozenset({"running", "blocked", "idle", "finalized"})
@@ -159,6 +163,7 @@ _LIST = (list,)
 _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     HELLO: {"rank": _INT, "pid": _INT, "host": _STR},
     ABORT: {"rank": _INT, "code": _INT, "reason": _STR},
+    ERROR: {"rank": _INT, "text": _STR},
     STATE: {"rank": _INT, "state": _STR},
     QUERY: {},
     PEER_EXIT: {"rank": _INT, "reason": _STR},

@@ -52,6 +52,8 @@ import zmq
 from .. import mpi4py as mpi4py_name
 from ..core import control as ctl
 from ..core.control import QUERY_TIMEOUT
+from ..core.ranksets import ranks_phrase
+from ..core.tracebacks import group_identical, headed
 from .ctlserver import ControlServer
 from .forwarding import OutputStream, Sink
 from .sessiondir import make_session_dir, remove_session_dir
@@ -251,7 +253,9 @@ class Job:
             ctl.HELLO: self._on_hello,
             ctl.ABORT: self._on_abort,
             ctl.STATE: self._on_state,
+            ctl.ERROR: self._on_error,
         }
+        self._errors: dict[int, str] = {}  # rank -> its uncaught exception, not yet printed
 
     def __enter__(self) -> Job:
         return self
@@ -520,13 +524,21 @@ class Job:
     def _conclude(self) -> int:
         """Report why the job ends, end the ranks and return the exit status."""
         # From here on, a stop request (a further one, for a stop) kills at once.
+        try:
+            return self._conclude_and_report()
+        finally:
+            self._print_errors()  # those that came while the ranks were ended
+
+    def _conclude_and_report(self) -> int:
         if self._stops:
+            self._print_errors()
             signum = self._stops[0]
             self.report(f"received {ctl.signal_name(signum)}; ending the ranks")
             self._end(GRACE, signal.SIGINT, 1)
             return 128 + signum
         if self._failure is not None and self._abort is None:
             self._pump(time.monotonic() + ABORT_GRACE, lambda: self._abort is not None)
+        self._print_errors()
         if self._abort is not None:
             self.report(ctl.format_abort(self._abort))
             self._end(GRACE, signal.SIGTERM, 0)
@@ -643,6 +655,17 @@ class Job:
     def _on_abort(self, rank: RankHandle, msg: dict[str, Any]) -> None:
         if self._abort is None and not self._ending:
             self._abort = msg
+
+    def _on_error(self, rank: RankHandle, msg: dict[str, Any]) -> None:
+        self._errors[rank.rank] = str(msg["text"])
+
+    def _print_errors(self) -> None:
+        """Print the ranks' tracebacks received so far, each distinct one once,
+        headed by the ranks that raised it: ``[ranks 0-3] Traceback ...``."""
+        errors, self._errors = self._errors, {}
+        for lines, ranks in group_identical({r: t.splitlines() for r, t in errors.items()}):
+            text = "\n".join(headed(lines, f"[{ranks_phrase(ranks)}]")) + "\n"
+            self._stderr.write(text.encode(errors="replace"))
 
     def _on_state(self, rank: RankHandle, msg: dict[str, Any]) -> None:
         assert self._control is not None

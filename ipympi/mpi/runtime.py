@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 from typing import Any
 
 from .._version import __version__
@@ -35,6 +36,7 @@ from ..core.constants import (
 from ..core.errors import ERR_OTHER
 from ..core.errors import Exception as MPIException
 from ..core.handle import register
+from ..core.tracebacks import hide_internal, wants_full
 from ..progress.engine import Engine, WaitInfo
 from ..progress.largebuf import allow_peer_reads
 from ..progress.operation import RECV, SEND, Operation
@@ -284,17 +286,37 @@ def _finalize_at_exit() -> None:
             print(f"ipympi: Finalize at exit failed: {reason}", file=sys.stderr)
 
 
+_MAX_TEXT = 1 << 16  # the end of a longer traceback goes to the launcher
+
+
 def _install_excepthook() -> None:
     """An uncaught exception skips the synchronising part of Finalize.
 
     The launcher sees the non-zero exit and ends the other ranks, instead of
-    them waiting in Finalize for a rank that has died.
+    them waiting in Finalize for a rank that has died. Its traceback, without
+    ipympi's own frames (unless ``IPYMPI_TRACEBACK=full``), goes to the launcher,
+    which prints equal ones of several ranks once (:mod:`ipympi.core.tracebacks`);
+    without a launcher to tell, the rank prints it as Python would.
     """
     previous = sys.excepthook
 
     def hook(exc_type: Any, exc: Any, tb: Any) -> None:
         PROCESS.failed = True
-        previous(exc_type, exc, tb)
+        if not wants_full(os.environ):
+            tb = hide_internal(tb)
+            if exc is not None and exc.__traceback__ is not None:
+                exc.__traceback__ = tb
+        engine = PROCESS.engine
+        transport = engine.transport if engine is not None else None
+        if transport is None or transport.ctl is None or exc is None:
+            previous(exc_type, exc, tb)
+            return
+        text = "".join(traceback.format_exception(exc_type, exc, tb))
+        rank = engine.rank if engine is not None else 0
+        try:
+            transport.send_control({"type": "error", "rank": rank, "text": text[-_MAX_TEXT:]})
+        except Exception:
+            previous(exc_type, exc, tb)
 
     sys.excepthook = hook
 

@@ -62,11 +62,11 @@ Collapse (``collapse=True``)
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, NamedTuple
 
 from ...core.ranksets import format_ranks, ranks_phrase
+from ...core.tracebacks import group_identical, strip_ansi
 
 __all__ = [
     "ENDED_BY_ABORT",
@@ -85,14 +85,8 @@ Publish = Callable[[str, dict, dict], None]
 GROUPS = ("order", "rank", "type")
 
 _DISPLAYS = frozenset({"display_data", "update_display_data", "clear_output"})
-_ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 _RED, _RESET = "\x1b[0;31m", "\x1b[0m"
 _GREY, _ORANGE = "\x1b[0;90m", "\x1b[0;31m"  # label colours (ANSI), as IPython's prompts
-
-
-def strip_ansi(text: str) -> str:
-    """``text`` without ANSI escape sequences (colours, cursor moves)."""
-    return _ANSI_RE.sub("", text)
 
 
 class _Publish(NamedTuple):
@@ -528,15 +522,14 @@ def compose_error(
     for desc, ranks in _grouped(others).items():
         parts.append(f"{ranks_phrase(ranks)} {'was' if len(ranks) == 1 else 'were'} {desc}")
     traceback = ["; ".join(parts)]
-    tracebacks: dict[tuple[str, ...], tuple[list[str], list[int]]] = {}
+    tracebacks: dict[int, list[str]] = {}
     for rank in failing:
         lines = [str(line) for line in contents[rank].get("traceback") or []]
         if not lines:
             evalue = str(contents[rank].get("evalue") or "")
             lines = [f"{_ename(contents[rank])}: {evalue}" if evalue else _ename(contents[rank])]
-        key = tuple(strip_ansi(line) for line in lines)
-        tracebacks.setdefault(key, (lines, []))[1].append(rank)
-    for lines, ranks in tracebacks.values():
+        tracebacks[rank] = lines
+    for lines, ranks in group_identical(tracebacks):
         traceback.append(f"{_RED}[{format_ranks(ranks)}:execute]{_RESET}")
         traceback.extend(lines)
     return {"ename": _ename(lead), "evalue": str(lead.get("evalue", "")), "traceback": traceback}

@@ -1,9 +1,9 @@
 """How a rank's exception is told to the controller: the ``error`` message of a cell.
 
 The message carries IPython's traceback and the exception's name and text.
-Tracebacks end at the user's MPI call (:func:`up_to_mpi_call`), as with
-mpi4py: the frames of the MPI implementation say nothing about the user's
-code, nor does the engine's SIGINT handler (:func:`without_frames_of`).
+Tracebacks leave out the frames of the MPI implementation (:func:`up_to_mpi_call`,
+unless ``IPYMPI_TRACEBACK=full``), as with mpi4py: they say nothing about the
+user's code, nor does the engine's SIGINT handler (:func:`without_frames_of`).
 
 An MPI error, of ipympi's MPI or of mpi4py's, is named ``MPI.Exception`` as
 the program knows it, not ``Exception`` (its class's own name), and carries
@@ -21,6 +21,8 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+from ...core.tracebacks import hide_internal, wants_full
+
 __all__ = [
     "MPI_EXCEPTION",
     "error_content",
@@ -30,7 +32,6 @@ __all__ = [
 ]
 
 MPI_EXCEPTION = "MPI.Exception"
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _MPI_MODULES = ("ipympi.core.errors", "mpi4py.MPI")  # where the classes of MPI.Exception live
 # The name of the exception in IPython's traceback, maybe coloured: on its last line,
 # before a colon, and in its header, padded to the width of the line (which it keeps).
@@ -116,12 +117,5 @@ def without_frames_of(tb: Any, code: Any) -> Any:
 
 
 def up_to_mpi_call(tb: Any) -> Any:
-    """``tb`` cut before the first frame inside ipympi that follows user code."""
-    head, previous = tb, None
-    while tb is not None:
-        inside = tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR)
-        if inside and previous is not None:
-            previous.tb_next = None
-            break
-        previous, tb = tb, tb.tb_next
-    return head
+    """``tb`` without ipympi's own frames (all of them with ``IPYMPI_TRACEBACK=full``)."""
+    return tb if wants_full(os.environ) else hide_internal(tb)
