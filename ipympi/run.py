@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any, Callable
 
 from . import mpi4py as mpi4py_name
+from .core.tracebacks import ENV_TRACEBACK
 from .launch.agents import LAUNCHERS, HostsJob
 from .launch.hosts import HostError, parse_hosts, read_hostfile, slurm_hosts
 from .launch.launcher import DEADLOCK_STATUS, PROG, TIMEOUT_STATUS, Job, run_job
@@ -39,6 +40,10 @@ recv(source=1, tag=7) on MPI_COMM_WORLD; rank 1 waits in recv(source=0, tag=7)
 on MPI_COMM_WORLD", and what every rank is doing, interrupts the ranks and
 exits with status {DEADLOCK_STATUS}. A rank that computes, a long transfer or
 a loop of short waits is not a deadlock. --no-deadlock-check turns this off.
+
+errors: a rank's uncaught exception is shown without ipympi's own frames, and
+the same traceback of several ranks once, headed by them: "[ranks 0-3]
+Traceback ...". --full-traceback (or {ENV_TRACEBACK}=full) shows every frame.
 
 exit status: 0 when every rank exits 0; else the first failing rank's status,
 the error code of Abort, {TIMEOUT_STATUS} after --timeout, {DEADLOCK_STATUS} for a deadlock,
@@ -105,6 +110,7 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         usage=f"{prog} [-h] [-n N] [--tag-output] [--timeout S] [--no-deadlock-check] "
+        "[--full-traceback] "
         "[--hosts LIST | --hostfile FILE] [--launcher HOW] [--launcher-exec CMD] [--iface NAME] "
         "[--] (PROGRAM | -m MODULE | -c CODE) [ARGS...]",
         description=_DESCRIPTION,
@@ -128,6 +134,11 @@ def make_parser(prog: str = PROG) -> argparse.ArgumentParser:
         "--no-deadlock-check", dest="deadlock_check", action="store_false",
         help="do not end the job when no rank can progress (a deadlock then "
         "lasts until --timeout, if any)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--full-traceback", action="store_true",
+        help="show ipympi's own frames in a rank's traceback (by default they are "
+        f"left out; {ENV_TRACEBACK}=full does the same)",
     )  # fmt: skip
     parser.add_argument(
         "--no-mpi4py-name", dest="mpi4py_name", action="store_false",
@@ -207,6 +218,8 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         parser.error(str(exc))
     env = dict(os.environ)
     env[mpi4py_name.ENV_SWITCH] = "1" if args.mpi4py_name else "0"
+    if args.full_traceback:
+        env[ENV_TRACEBACK] = "full"
     return run_job(
         program,
         n,

@@ -72,11 +72,13 @@ def test_one_traceback_for_one_mistake_without_ipympi_frames(run_mpi) -> None:
 
 
 def test_the_whole_traceback_on_request(run_mpi) -> None:
-    proc = run_mpi(2, SAME_ERROR, env={tracebacks.ENV_TRACEBACK: "full"})
-    assert proc.returncode == 1
-    assert _internal_frames(proc.stderr), proc.stderr
-    assert "p2p.py" in proc.stderr
-    assert len(HEAD.findall(proc.stderr)) == 1
+    by_env = run_mpi(2, SAME_ERROR, env={tracebacks.ENV_TRACEBACK: "full"})
+    by_flag = run_mpi(2, SAME_ERROR, launcher_args=("--full-traceback",))
+    for proc in (by_env, by_flag):
+        assert proc.returncode == 1
+        assert _internal_frames(proc.stderr), proc.stderr
+        assert "p2p.py" in proc.stderr
+        assert len(HEAD.findall(proc.stderr)) == 1
 
 
 def test_different_errors_are_each_shown(run_mpi) -> None:
