@@ -178,6 +178,10 @@ class ParallelMagics(Magics):
         %mpi config deadlock_after=S
                               on a real MPI: end a cell as a probable deadlock once every
                               rank has sat in an MPI call, silent, for S seconds (default 3)
+        %mpi config keep_messages=on|off
+                              after a cell that failed or was interrupted, keep what it
+                              left unreceived for later cells to receive (default off:
+                              every rank discards it, and the cell's error says so)
         %mpi trace on|off     trace every parallel cell (as %%px --trace): a diagram of
                               every message under each cell
         %mpi show NAME... [-t T]
@@ -355,7 +359,11 @@ class ParallelMagics(Magics):
     def _mpi_config(self, rest: list[str]) -> None:
         cluster = self._cluster()
         if not rest:
-            print(f"on_error={cluster.on_error} deadlock_after={cluster.deadlock_after:g}")
+            keep = "on" if cluster.keep_messages else "off"
+            print(
+                f"on_error={cluster.on_error} deadlock_after={cluster.deadlock_after:g} "
+                f"keep_messages={keep}"
+            )
             return
         for word in rest:
             key, sep, value = word.partition("=")
@@ -365,9 +373,14 @@ class ParallelMagics(Magics):
                 cluster.on_error = value
             elif key == "deadlock_after" and sep:
                 cluster.deadlock_after = _seconds(value, "%mpi config: deadlock_after")
+            elif key == "keep_messages" and sep:
+                if value not in ("on", "off"):
+                    raise UsageError("%mpi config: keep_messages must be on or off")
+                cluster.keep_messages = value == "on"
             else:
                 raise UsageError(
-                    f"%mpi config: expected on_error=VALUE or deadlock_after=SECONDS, not {word!r}"
+                    "%mpi config: expected on_error=VALUE, deadlock_after=SECONDS or "
+                    f"keep_messages=on|off, not {word!r}"
                 )
 
     # -- teaching ------------------------------------------------------------------------

@@ -265,6 +265,7 @@ class Engine:
             )
             self._send(wdest, header + mem)
             if sync:
+                op.send_context = context
                 self._sends[msgid] = op
             else:
                 op.done = True
@@ -276,6 +277,7 @@ class Engine:
         header = _pack_header(
             RTS, SYNC if sync else 0, sig, context, source, tag, self.rank, self.pid, msgid, nbytes
         ) + _pack_address(buffer_address(mem))
+        op.send_context = context
         self._sends[msgid] = op
         self._send(wdest, header)
 
@@ -520,6 +522,22 @@ class Engine:
                     return
         elif op.msgid in self._sends:
             self._reply(wdest, CANCEL, op.msgid)
+
+    def drop_p2p_sends(self) -> list[Operation]:
+        """Forget the point-to-point sends still waiting for their receiver, which
+        drops their messages too (a failed cell's leftovers): they complete as
+        cancelled. The caller holds the engine."""
+        dropped = []
+        for msgid, op in list(self._sends.items()):
+            if op.send_context >= 0 and not op.send_context & 1:
+                del self._sends[msgid]
+                op.mem = None
+                op.cancelled = True
+                op.done = True
+                if op.bsend_pool is not None:
+                    op.bsend_pool.release(op)
+                dropped.append(op)
+        return dropped
 
     def _withdraw_unexpected(self, wsource: int, msgid: int) -> None:
         """Drop an unmatched message of ``wsource`` whose sender cancelled it."""

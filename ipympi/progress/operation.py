@@ -41,6 +41,7 @@ class Operation:
     bsend_pool: Any = None  # the attached buffer (``mpi.bsend.Pool``) it is held in
     rsig = 0  # collective signature of the received message
     peer_died = False  # failed because the peer rank died (not a mismatch)
+    send_context = -1  # the context of a send that waits for its receiver's answer
     # Scatters received packed bytes into the user's memory (receives with a
     # non-contiguous derived datatype); run once by settle().
     unpack: Any = None

@@ -114,6 +114,8 @@ class Cluster(ClusterAPI):
         self.aborted: dict[str, Any] | None = None  # the abort message that ended the world
         self.ended: str | None = None  # why the controller ended the world
         self.on_error = "interrupt"  # what to do with a stuck cell: see watch.ON_ERROR
+        # whether a failed or interrupted cell's unreceived messages stay receivable
+        self.keep_messages = False
         # seconds without visible progress that make a probable deadlock on a real MPI
         self.deadlock_after = DEADLOCK_AFTER
         self.stopped = False  # True after stop(), until the next start()

@@ -24,7 +24,7 @@ from .interrupts import interrupts_at_waits
 from .launchers import ClusterError
 from .records import Submission
 from .render import GROUPS, WORLD_ENDED, OutputRenderer, compose_error
-from .stuck import describe_wait, late_leftovers, look, on_stuck, watch_for
+from .stuck import describe_wait, discard_leftovers, late_leftovers, look, on_stuck, watch_for
 
 if TYPE_CHECKING:
     from ...teach.trace import Trace
@@ -133,6 +133,7 @@ class CellResult:
     stopped: set[int] = field(default_factory=set)  # ranks ended because the cell was stuck
     states: dict[int, dict] = field(default_factory=dict)  # unfinished ranks' MPI states
     traced: bool = False  # the ranks recorded the cell's messages (``--trace``)
+    discarded: str | None = None  # what the ranks dropped that the failed cell left
 
     @property
     def done(self) -> bool:
@@ -241,6 +242,8 @@ class CellResult:
             exc.traceback_lines[0] = "; ".join([self.timeout_text, *stops])
         if ended:
             exc.traceback_lines[0] += f"; {ended}"
+        if self.discarded:
+            exc.traceback_lines.append(self.discarded)
         return exc
 
     @property
@@ -547,10 +550,13 @@ def _follow(
             cluster.forget(req)
     if req.done and req.errors():
         same_world = cluster.gen == gen and not cluster.stopped
-        if same_world and not req.interrupted and not cluster.ended and cluster.aborted is None:
+        alive = same_world and not cluster.ended and cluster.aborted is None
+        if alive and not req.interrupted:
             # Ranks that left a failed cell early may hold news of a collective
             # mismatch, or be a collective ahead: realign them for the next cell.
             cluster.resynchronize()
+        if alive:
+            result.discarded = discard_leftovers(cluster, list(result.targets))
         _report_failure(result)
 
 

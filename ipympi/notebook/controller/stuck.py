@@ -21,7 +21,7 @@ from ...core import control as ctl
 from ...core.control import QUERY_TIMEOUT
 from ...core.ranksets import ranks_phrase
 from ...launch.watch import BuiltinWatch, Verdict
-from ..engine.leftovers import LATE_ARRIVALS, in_flight
+from ..engine.leftovers import LATE_ARRIVALS, discard_note, in_flight
 from .realwatch import RealMPIWatch
 from .records import UNINTERRUPTIBLE, WORLD_WAS_ENDED, Output, Submission
 
@@ -29,7 +29,14 @@ if TYPE_CHECKING:
     from .cluster import Cluster
     from .execute import CellResult
 
-__all__ = ["describe_wait", "late_leftovers", "look", "on_stuck", "watch_for"]
+__all__ = [
+    "describe_wait",
+    "discard_leftovers",
+    "late_leftovers",
+    "look",
+    "on_stuck",
+    "watch_for",
+]
 
 Publish = Callable[[str, dict, dict], None]
 
@@ -109,6 +116,43 @@ def on_stuck(
     else:
         cluster.interrupt(req, resynchronize=True)
     return True
+
+
+def discard_leftovers(cluster: Cluster, targets: list[int]) -> str | None:
+    """After a failed or interrupted cell, have its ranks (``targets``) drop what it
+    left unreceived; the line that says so under the cell, if anything was dropped.
+
+    Every rank has answered the cell, so the counts of messages sent that the
+    replies carry are final: each rank first waits until all the messages sent to
+    it have arrived, then drops its unreceived messages (older ones too: the
+    queue does not tell cells apart), pending receives and sends still waiting
+    for a receiver. The next cell is sent only after every
+    rank has answered this, so no message of the failed cell can reach it. Off
+    with ``%mpi config keep_messages=on``; a real MPI keeps its own queues.
+    """
+    if cluster.keep_messages or cluster.backend != "builtin":
+        return None
+    live = {e.rank: e for e in cluster.engines if e.alive and e.ready}
+    ranks = sorted(rank for rank in targets if rank in live)
+    if not ranks:
+        return None
+    counted = {rank: engine for rank, engine in live.items() if engine.sent}
+    late = in_flight(
+        {rank: engine.sent for rank, engine in counted.items()},
+        {rank: engine.arrived for rank, engine in counted.items()},
+        [rank for rank in ranks if rank in counted],
+    )
+    expect = {str(rank): {str(s): n for s, n in senders.items()} for rank, senders in late.items()}
+    req = cluster.submit("discard", {"expect": expect}, ranks)
+    with contextlib.suppress(KeyboardInterrupt):
+        cluster.pump(time.monotonic() + LATE_ARRIVALS + QUERY_TIMEOUT, lambda: req.done)
+    cluster.forget(req)
+    counts = {
+        rank: reply.content.get("discarded") or {}
+        for rank, reply in req.replies.items()
+        if isinstance(reply.content.get("discarded"), dict)
+    }
+    return discard_note(counts)
 
 
 def late_leftovers(cluster: Cluster, result: CellResult, feed: Output | None) -> None:

@@ -23,8 +23,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ...core.constants import ANY_SOURCE, ANY_TAG
+from ...core.ranksets import ranks_phrase
 
-__all__ = ["LATE_ARRIVALS", "Leftovers", "context_name", "in_flight"]
+__all__ = ["LATE_ARRIVALS", "Leftovers", "context_name", "discard", "in_flight"]
 
 LATE_ARRIVALS = 2.0  # seconds a rank waits for messages the controller knows are on their way
 
@@ -149,6 +150,64 @@ class Leftovers:
                 )
         self._seen = current
         return lines
+
+
+def discard(engine: Any) -> dict[str, int]:
+    """Drop every point-to-point leftover of ``engine`` (the caller must not hold it):
+    unreceived messages, pending receives (cancelled) and sends still waiting for
+    their receiver (cancelled); how many of each.
+
+    After a failed or interrupted cell every rank does this at once, once the
+    messages the cell sent have all arrived (:meth:`Leftovers.await_arrivals`), so
+    that no later cell receives them.
+    """
+    from ...progress.engine import SELF  # (the controller imports this module too)
+
+    counts = {"messages": 0, "receives": 0, "sends": 0}
+    if engine is None or engine.finalized or engine.transport is None:
+        return counts
+    engine.enter()
+    try:
+        engine.poll_once(False)
+        matcher = engine.matcher
+        for env in matcher.pending_unexpected():
+            if env.context % 2 == 0 and matcher.remove(env):
+                counts["messages"] += 1
+                payload = env.payload
+                if payload[1] == SELF and payload[2] is not None:  # a synchronous self-send
+                    payload[2].cancelled = payload[2].done = True
+        for recv in matcher.pending_posted():
+            if recv.context % 2 == 0 and matcher.cancel(recv):
+                counts["receives"] += 1
+                op = recv.handle
+                if op is not None:
+                    op.posted = None
+                    op.cancelled = op.done = True
+        counts["sends"] = len(engine.drop_p2p_sends())
+    finally:
+        engine.leave()
+    return counts
+
+
+def discard_note(counts: Mapping[int, Mapping[str, int]]) -> str | None:
+    """The line under a cell whose leftovers the ranks dropped (``counts``: per rank,
+    :func:`discard`'s counts), or None when there were none."""
+    parts = []
+    for key, one, many in (
+        ("messages", "unreceived message", "unreceived messages"),
+        ("receives", "pending receive", "pending receives"),
+        ("sends", "unanswered send", "unanswered sends"),
+    ):
+        total = sum(int(c.get(key, 0)) for c in counts.values())
+        if total:
+            parts.append(f"{total} {one if total == 1 else many}")
+    if not parts:
+        return None
+    ranks = sorted(r for r, c in counts.items() if any(c.values()))
+    return (
+        f"ipympi: discarded {', '.join(parts)} that this cell left (on {ranks_phrase(ranks)}), "
+        "so that no later cell receives them; %mpi config keep_messages=on keeps them"
+    )
 
 
 def in_flight(

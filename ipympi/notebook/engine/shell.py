@@ -52,7 +52,7 @@ from .errors import (
     without_frames_of,
 )
 from .inputs import RankTransformerManager
-from .leftovers import LATE_ARRIVALS, Leftovers
+from .leftovers import LATE_ARRIVALS, Leftovers, discard
 from .names import UserNames
 from .protocol import EngineMessage, ProtocolError, Signer
 
@@ -261,6 +261,7 @@ class RankEngine:
             "shutdown": self.on_shutdown,
             "recover": self.on_recover,
             "leftovers": self.on_leftovers,
+            "discard": self.on_discard,
         }
         self.running = True
         self.leftovers = Leftovers()
@@ -493,6 +494,14 @@ class RankEngine:
         self.leftovers.await_arrivals(PROCESS.engine, expected, LATE_ARRIVALS)
         self.check_after_cell(take_mismatch=False)
         self.reply({})
+
+    def on_discard(self, msg: EngineMessage) -> None:
+        """After a failed or interrupted cell: wait for the messages still on their way
+        here (``expect``, as for ``leftovers``), then drop every point-to-point leftover."""
+        expect = dict(msg.content.get("expect") or {}).get(str(self.io.rank)) or {}
+        expected = {int(sender): int(count) for sender, count in expect.items()}
+        self.leftovers.await_arrivals(PROCESS.engine, expected, LATE_ARRIVALS)
+        self.reply({"discarded": discard(PROCESS.engine)})
 
     def on_shutdown(self, msg: EngineMessage) -> None:
         self.reply({})
