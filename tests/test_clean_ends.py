@@ -247,6 +247,21 @@ def test_engine_death_then_shutdown_leaves_nothing(kernel_specs: Path, tmp_path:
     assert _wait_empty(tmp) == []
 
 
+def test_sigterm_of_a_stock_kernel_with_a_session_leaves_nothing(
+    kernel_specs: Path, tmp_path: Path
+) -> None:
+    """``%load_ext ipympi`` and ``%mpi start`` in IPython's own kernel."""
+    tmp = _tmp(tmp_path)
+    with KernelSession("python3", kernel_env(TMPDIR=str(tmp))) as k:
+        k.ok("%load_ext ipympi\n%mpi start -n 2", timeout=60)
+        k.ok("%%px\nx = comm.allreduce(rank)", timeout=30)
+        assert _left_over(tmp)
+        processes = [k.pid, *descendants(k.pid)]
+        os.kill(k.pid, signal.SIGTERM)
+        assert wait_gone(processes, GONE_WITHIN) == []
+    assert _wait_empty(tmp) == []
+
+
 def test_killed_kernel_is_reaped_at_the_next_start(kernel_specs: Path, tmp_path: Path) -> None:
     tmp = _tmp(tmp_path)
     with _kernel(tmp) as k:
@@ -267,6 +282,21 @@ def _noted_shm(tmp: Path) -> list[Path]:
     return paths
 
 
+def _mapped_shm(pids: list[int]) -> set[Path]:
+    """The files in /dev/shm that the processes ``pids`` (this test's) map now."""
+    paths = set()
+    for pid in pids:
+        try:
+            lines = Path(f"/proc/{pid}/maps").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].startswith("/dev/shm/") and "(deleted)" not in parts[5]:
+                paths.add(Path(parts[5]))
+    return paths
+
+
 @pytest.mark.skipif(not HAVE_MPI4PY, reason="needs mpi4py and mpiexec (pip install mpi4py mpich)")
 @pytest.mark.parametrize("ending", ["restart", "shutdown", "sigterm", "sigkill"])
 def test_mpi4py_worlds_leave_no_shared_memory(
@@ -274,14 +304,16 @@ def test_mpi4py_worlds_leave_no_shared_memory(
 ) -> None:
     tmp = _tmp(tmp_path)
     with _kernel(tmp, "mpi4py") as k:
+        processes = [k.pid, *descendants(k.pid)]
         shm = _noted_shm(tmp)
         assert shm and all(p.exists() for p in shm), "MPICH maps shared memory in /dev/shm"
-        processes = [k.pid, *descendants(k.pid)]
+        assert _mapped_shm(processes) <= set(shm), "the ranks noted every file they map"
         if ending == "restart":
             k.ok("%mpi restart", timeout=60)
             assert not any(p.exists() for p in shm)
-            shm = _noted_shm(tmp)
             processes = [k.pid, *descendants(k.pid)]
+            shm = _noted_shm(tmp)
+            assert shm and _mapped_shm(processes) <= set(shm)
             k.shutdown()
         elif ending == "shutdown":
             k.shutdown()

@@ -92,6 +92,21 @@ def test_different_errors_are_each_shown(run_mpi) -> None:
     assert _internal_frames(err) == []
 
 
+def test_a_rank_waiting_on_the_failed_one_is_still_reported(run_mpi) -> None:
+    source = """
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    if comm.rank == 1:
+        raise KeyError("missing")
+    comm.recv(source=1)
+    """
+    proc = run_mpi(2, source)
+    assert proc.returncode == 1
+    assert "rank 1" in HEAD.findall(proc.stderr), proc.stderr
+    assert proc.stderr.count("KeyError: 'missing'") == 1
+    assert "ipympi.run: rank 1 exited with status 1" in proc.stderr
+
+
 def test_an_error_under_python_m_mpi4py(tmp_path) -> None:
     prog = tmp_path / "boom.py"
     prog.write_text("from mpi4py import MPI\nif MPI.COMM_WORLD.rank == 1:\n    1 / 0\n")
