@@ -172,6 +172,8 @@ def test_the_note_counts_what_each_rank_dropped() -> None:
         "ipympi: discarded 2 unreceived messages, 1 pending receive, 1 unanswered send "
         "that this cell left (on ranks 0,2)"
     )
+    late = discard_note({1: {"messages": 0, "missing": 1}})
+    assert late is not None and late.endswith("could not be discarded: a later cell may receive it")
 
 
 def test_config_shows_and_checks_keep_messages(fresh: KernelSession) -> None:

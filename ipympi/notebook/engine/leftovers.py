@@ -201,13 +201,22 @@ def discard_note(counts: Mapping[int, Mapping[str, int]]) -> str | None:
         total = sum(int(c.get(key, 0)) for c in counts.values())
         if total:
             parts.append(f"{total} {one if total == 1 else many}")
-    if not parts:
+    missing = sum(int(c.get("missing", 0)) for c in counts.values())
+    if not parts and not missing:
         return None
     ranks = sorted(r for r, c in counts.items() if any(c.values()))
-    return (
-        f"ipympi: discarded {', '.join(parts)} that this cell left (on {ranks_phrase(ranks)}), "
+    said = ", ".join(parts) or "nothing"
+    note = (
+        f"ipympi: discarded {said} that this cell left (on {ranks_phrase(ranks)}), "
         "so that no later cell receives them; %mpi config keep_messages=on keeps them"
     )
+    if missing:
+        note += (
+            f"; {missing} {'message' if missing == 1 else 'messages'} still on the way "
+            f"after {LATE_ARRIVALS:g} s could not be discarded: a later cell may receive "
+            f"{'it' if missing == 1 else 'them'}"
+        )
+    return note
 
 
 def in_flight(

@@ -500,8 +500,14 @@ class RankEngine:
         here (``expect``, as for ``leftovers``), then drop every point-to-point leftover."""
         expect = dict(msg.content.get("expect") or {}).get(str(self.io.rank)) or {}
         expected = {int(sender): int(count) for sender, count in expect.items()}
-        self.leftovers.await_arrivals(PROCESS.engine, expected, LATE_ARRIVALS)
-        self.reply({"discarded": discard(PROCESS.engine)})
+        engine = PROCESS.engine
+        all_came = self.leftovers.await_arrivals(engine, expected, LATE_ARRIVALS)
+        counts = discard(engine)
+        if not all_came and engine is not None and not engine.finalized:
+            arrived = engine.arrived
+            late = [n - arrived[s] for s, n in expected.items() if s < len(arrived)]
+            counts["missing"] = sum(n for n in late if n > 0)
+        self.reply({"discarded": counts})
 
     def on_shutdown(self, msg: EngineMessage) -> None:
         self.reply({})
