@@ -9,6 +9,11 @@ watches the control socket, every rank's stdout/stderr pipe, a pidfd per rank
 and a wake-up pipe for signals: output is forwarded line by line as it comes
 (:mod:`ipympi.launch.forwarding`), exits and control messages are seen at once, and
 every wait has a deadline.
+A rank's uncaught exception comes as an ``error`` control message (its
+traceback without ipympi's frames, :mod:`ipympi.core.tracebacks`): the job prints
+each distinct traceback once, headed by the ranks that raised it, before it says
+why it ends. The session directory is removed at every end
+(:mod:`ipympi.launch.sessiondir`).
 The first failure (a non-zero exit, a death by signal, an ``abort`` message, a
 stop request) ends the job: every rank's process group gets [SIGINT →] SIGTERM
 → SIGKILL, with a bounded wait between the steps. :class:`Rank` is a
@@ -111,9 +116,6 @@ def _die_with_parent() -> Callable[[], None] | None:
             os._exit(1)
 
     return preexec
-
-
-_make_session_dir = make_session_dir
 
 
 # -- one rank ------------------------------------------------------------------------
@@ -269,7 +271,7 @@ class Job:
         if self._started:
             raise RuntimeError("the job was already started")
         self._started = True
-        self.session_dir = _make_session_dir()
+        self.session_dir = make_session_dir()
         self._ctx = zmq.Context()
         self._control = ControlServer(
             self._ctx, ctl.session_key(self.key), self.n, on_bad=self._bad_control

@@ -48,8 +48,8 @@ from typing import Any, Callable
 from ..core import control as ctl
 from .hosts import HostError, bind_address_for
 from .jsonlines import CommandLoop
-from .launcher import THREAD_VARS, _die_with_parent, _make_session_dir
-from .sessiondir import remove_session_dir
+from .launcher import THREAD_VARS, _die_with_parent
+from .sessiondir import make_session_dir, remove_session_dir
 
 __all__ = ["Agent", "main"]
 
@@ -93,7 +93,7 @@ class Agent(CommandLoop):
             for entry in spec["ranks"]:
                 self.emit({"type": "failed", "rank": entry["rank"], "status": 1, "error": str(exc)})
             return
-        self.session_dir = _make_session_dir()
+        self.session_dir = make_session_dir()
         ready = {"type": "ready", "host": socket.gethostname(), "pid": os.getpid(), "bind": bind}
         if note:
             ready["note"] = note

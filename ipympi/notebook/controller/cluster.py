@@ -39,8 +39,7 @@ import zmq
 from ...core import control as ctl
 from ...core.control import QUERY_TIMEOUT
 from ...launch.ctlserver import ControlServer
-from ...launch.launcher import _make_session_dir
-from ...launch.sessiondir import remove_on_signals, remove_session_dir
+from ...launch.sessiondir import make_session_dir, remove_on_signals, remove_session_dir
 from ...launch.watch import with_cpu
 from ..engine.protocol import EngineMessage, ProtocolError, Signer
 from .api import ClusterAPI
@@ -102,7 +101,7 @@ class Cluster(ClusterAPI):
         self.n = n
         self.env = dict(os.environ if env is None else env)
         self.launcher: Launcher = make_launcher(backend, launcher, self.env, **placement)
-        self.session_dir = _make_session_dir()
+        self.session_dir = make_session_dir()
         if threading.current_thread() is threading.main_thread():
             remove_on_signals()  # SIGTERM (Jupyter's, after a shutdown request) leaves nothing
         self.key = secrets.token_bytes(32)

@@ -112,10 +112,11 @@ class Supervisor(CommandLoop):
         """
         from ...core.control import ENV_BIND, ENV_SESSION_DIR
         from ...launch.hosts import bind_address_for
-        from ...launch.launcher import THREAD_VARS, _make_session_dir
+        from ...launch.launcher import THREAD_VARS
+        from ...launch.sessiondir import make_session_dir
 
         self.remove_world_dir()
-        self.world_dir = _make_session_dir()
+        self.world_dir = make_session_dir()
         bind = bind_address_for(str(spec["host"]), spec.get("iface"), str(spec["controller"]))
         cpus = os.cpu_count()
         crowded = cpus is not None and len(spec["ranks"]) >= cpus
