@@ -3,7 +3,8 @@
 Under ``python -m ipympi.run`` a traceback leaves out ipympi's own frames (all
 of them with ``IPYMPI_TRACEBACK=full``), and the same error raised by several
 ranks is printed once, headed by the ranks that raised it; different errors are
-each printed. Other output and the exit status are as before. The grouping and
+each printed. Other output and the exit status are as before. The notebook's
+engines leave the same frames out, through a real kernel. The grouping and
 trimming (:mod:`ipympi.core.tracebacks`) are unit-tested on their own too.
 """
 
@@ -12,8 +13,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 from conftest import _env
+from kernel_helpers import KernelSession, kernel_env, kernel_specs_installed, strip_ansi
 
 from ipympi.core import tracebacks
 
@@ -121,6 +126,27 @@ def test_an_error_under_python_m_mpi4py(tmp_path) -> None:
     assert HEAD.findall(done.stderr) == ["rank 1"], done.stderr
     assert "runpy" not in done.stderr and _internal_frames(done.stderr) == []
     assert "ZeroDivisionError: division by zero" in done.stderr
+
+
+# -- the notebook ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def kernel_specs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with kernel_specs_installed(tmp_path_factory.mktemp("jupyter")) as data_dir:
+        yield data_dir
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_the_notebook_leaves_out_the_same_frames(kernel_specs: Path, full: bool) -> None:
+    extra = {tracebacks.ENV_TRACEBACK: "full"} if full else {}
+    with KernelSession("ipympi", kernel_env(np=2, **extra)) as k:
+        k.ok("None", timeout=60)
+        reply, _ = k.execute("def f():\n    comm.Send('not a buffer', dest=0)\nf()")
+        lines = [strip_ansi(line) for line in reply["content"]["traceback"]]
+    text = "\n".join(lines)
+    assert reply["content"]["ename"] == "TypeError"
+    assert "comm.Send('not a buffer', dest=0)" in text
+    assert text.count("[0,1:execute]") == 1
+    assert ("buffers.py" in text) is full, text
 
 
 # -- pure -----------------------------------------------------------------------------------

@@ -216,11 +216,9 @@ class RankShell(InteractiveShell):
         etype, value, tb = super()._get_exc_info(exc_tuple)
         if etype is KeyboardInterrupt:
             tb = without_frames_of(tb, RankEngine.on_sigint.__code__)
-        if isinstance(etype, type) and issubclass(etype, (KeyboardInterrupt, MPIException)):
-            # As with mpi4py, the traceback ends at the user's MPI call: the
-            # frames of the MPI implementation say nothing about the user's code.
-            tb = up_to_mpi_call(tb)
-        return etype, value, tb
+        # As on the command line, ipympi's own frames are left out (unless
+        # IPYMPI_TRACEBACK=full): they say nothing about the user's code.
+        return etype, value, up_to_mpi_call(tb)
 
     def enable_gui(self, gui: str | None = None) -> None:
         if gui not in (None, "inline"):
