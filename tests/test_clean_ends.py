@@ -3,7 +3,7 @@
 Every ending Jupyter or a user causes is tried on a real launcher or a real
 ``ipympi`` kernel, each started with a private ``TMPDIR`` (the machine's temporary
 folder is shared with other runs), which must be empty afterwards: a shutdown
-request, SIGTERM (alone, and after a shutdown request that timed out on a stuck
+request, SIGTERM and SIGHUP (SIGTERM also after a shutdown request that timed out on a stuck
 cell), SIGINT of the launcher, an engine's death, and SIGKILL of the kernel or of
 the launcher, whose leftovers the next start reaps. On mpi4py with MPICH the
 shared-memory files a world's ranks noted must be gone when the world ends; only
@@ -150,7 +150,7 @@ def _started(proc: subprocess.Popen[str], n: int) -> None:
         assert proc.stdout.readline().strip() == "ready"
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
 def test_launcher_ended_by_a_signal_leaves_nothing(tmp_path: Path, sig: int) -> None:
     tmp = tmp_path / "tmp"
     tmp.mkdir()
@@ -210,11 +210,14 @@ def test_kernel_shutdown_request_leaves_nothing(kernel_specs: Path, tmp_path: Pa
     assert _wait_empty(tmp) == []
 
 
-def test_kernel_sigterm_leaves_nothing(kernel_specs: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_kernel_ended_by_a_signal_leaves_nothing(
+    kernel_specs: Path, tmp_path: Path, sig: int
+) -> None:
     tmp = _tmp(tmp_path)
     with _kernel(tmp) as k:
         processes = [k.pid, *descendants(k.pid)]
-        os.kill(k.pid, signal.SIGTERM)
+        os.kill(k.pid, sig)
         assert wait_gone(processes, GONE_WITHIN) == []
     assert _wait_empty(tmp) == []
 
