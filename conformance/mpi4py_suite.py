@@ -49,7 +49,6 @@ OUT_OF_SCOPE = (  # test files of features ipympi does not implement (see README
     "test_spawn",
     "test_session",
     "test_ulfm",
-    "test_p2p_buf_part",
     "test_cffi",
     "test_ctypes",
     "test_doc",

@@ -162,10 +162,8 @@ def test_functions_cover_mpi4py() -> None:
     [
         ("COMM_WORLD", "Spawn", "dynamic process management"),
         ("COMM_WORLD", "Accept", "dynamic process management"),
-        ("COMM_WORLD", "Psend_init", "partitioned communication"),
         ("COMM_WORLD", "Agree", "fault tolerance (ULFM)"),
         ("COMM_WORLD", "Shrink", "fault tolerance (ULFM)"),
-        ("request", "Pready", "partitioned communication"),
     ],
 )
 def test_methods_of_missing_features_on_existing_classes_raise(

@@ -175,27 +175,18 @@ class _UnsupportedMethods:
 
 
 class CommFeatures(_UnsupportedMethods):
-    """The communicator methods of dynamic processes, partitioned communication and
-    fault tolerance (ULFM), which ``Comm`` inherits as ``NotImplementedError``."""
+    """The communicator methods of dynamic processes and fault tolerance (ULFM), which
+    ``Comm`` inherits as ``NotImplementedError``."""
 
     __slots__ = ()
     _owner = "Comm"
     _features = {
         _DYNAMIC: ("Spawn", "Spawn_multiple", "Accept", "Connect", "Join"),
-        "partitioned communication": ("Psend_init", "Precv_init"),
         "fault tolerance (ULFM)": (
             "Ack_failed", "Get_failed", "Agree", "Iagree", "Revoke", "Is_revoked",
             "Shrink", "Ishrink",
         ),
     }  # fmt: skip
-
-
-class PartitionedFeatures(_UnsupportedMethods):
-    """The partitioned-communication methods of ``Prequest`` (``NotImplementedError``)."""
-
-    __slots__ = ()
-    _owner = "Prequest"
-    _features = {"partitioned communication": ("Pready", "Pready_range", "Pready_list", "Parrived")}
 
 
 WIN_NULL: Win = Win()
