@@ -47,7 +47,6 @@ OUT_OF_SCOPE = (  # test files of features ipympi does not implement (see README
     "test_io",
     "test_dynproc",
     "test_spawn",
-    "test_session",
     "test_ulfm",
     "test_cffi",
     "test_ctypes",
