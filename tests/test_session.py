@@ -161,6 +161,12 @@ def test_handles_subclassing_and_pickling() -> None:
     finally:
         session.Finalize()
 
+    freed = MPI.Session.Init()
+    freed.free()  # free() finalizes a session, and leaves null handles alone
+    assert freed == MPI.SESSION_NULL
+    MPI.SESSION_NULL.free()
+    assert MPI.Session() == MPI.SESSION_NULL
+
     class MySession(MPI.Session):
         pass
 

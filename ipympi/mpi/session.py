@@ -135,6 +135,11 @@ class Session(Handle):
         PROCESS.sessions -= 1
         self._impl = None
 
+    def free(self) -> None:
+        """``Finalize`` the session unless the handle is null (or a constant)."""
+        if self and self is not SESSION_NULL:
+            self.Finalize()
+
     # -- process sets ------------------------------------------------------------------
     @mpi_call
     def Get_num_psets(self, info: Any = INFO_NULL) -> int:
