@@ -167,3 +167,23 @@ def test_errors(run_mpi, n: int) -> None:
     p.Wait(); q.Wait()
     """
     assert_ok(run_mpi(n, program(body)), n)
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_over_an_intercommunicator(run_mpi, n: int) -> None:
+    body = """
+    color = rank % 2
+    local = comm.Split(color, rank)
+    inter = local.Create_intercomm(0, comm, 1 - color, 9)
+    me = local.Get_rank()
+    out = np.zeros(6, "i")
+    sreq = inter.Psend_init(np.full(6, rank, "i"), 3, me, 2)
+    rreq = inter.Precv_init(out, 2, me, 2)
+    for _ in range(2):
+        out[:] = -1
+        rreq.Start(); sreq.Start()
+        sreq.Pready_list([2, 0, 1])
+        MPI.Request.Waitall([rreq, sreq])
+        assert (out == (rank + 1 if color == 0 else rank - 1)).all()
+    """
+    assert_ok(run_mpi(n, program(body)), n)

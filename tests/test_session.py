@@ -178,3 +178,24 @@ def test_handles_subclassing_and_pickling() -> None:
     finally:
         mine.Finalize()
     assert not mine
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_init_after_a_session(run_mpi, n: int) -> None:
+    """MPI.Init after the first session: the world model joins the running engine, and
+    the session's communicator keeps working beside COMM_WORLD."""
+    body = """
+    s = MPI.Session.Init()
+    c = MPI.Intracomm.Create_from_group(s.Create_group("mpi://WORLD"))
+    assert not MPI.Is_initialized()
+    MPI.Init()
+    assert MPI.Is_initialized()
+    w = MPI.COMM_WORLD
+    rank, size = w.Get_rank(), w.Get_size()
+    assert c.allreduce(1) == w.allreduce(1) == size
+    assert c.Get_rank() == rank
+    c.Free()
+    s.Finalize()
+    print(f"OK {rank}", flush=True)
+    """
+    assert_ok(run_mpi(n, NO_INIT_PRELUDE + __import__("textwrap").dedent(body)), n)
