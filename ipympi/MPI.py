@@ -64,6 +64,9 @@ from .mpi import (
     runtime as _runtime,
 )
 from .mpi import (
+    session as _session,
+)
+from .mpi import (
     status as _status,
 )
 from .mpi import (
@@ -94,6 +97,7 @@ _SOURCES: tuple[ModuleType, ...] = (
     _memory,
     _pickle,
     _info,
+    _session,
     _unsupported,
 )
 

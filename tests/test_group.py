@@ -401,9 +401,17 @@ def test_from_ranks() -> None:
         Group._from_ranks([1, 1])
 
 
-def test_create_from_session_pset_is_unavailable() -> None:
-    with pytest.raises(NotImplementedError, match="sessions"):
+def test_create_from_session_pset() -> None:
+    session = MPI.Session.Init()
+    try:
+        group = Group.Create_from_session_pset(session, "mpi://SELF")
+        assert group.Get_size() == 1 and group.Get_rank() == 0
+        group.Free()
+    finally:
+        session.Finalize()
+    with pytest.raises(MPI.Exception) as info:
         Group.Create_from_session_pset(MPI.SESSION_NULL, "mpi://WORLD")
+    assert info.value.Get_error_class() == MPI.ERR_SESSION
 
 
 def test_errors_go_through_comm_world_handler() -> None:

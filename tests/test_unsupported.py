@@ -15,9 +15,8 @@ from ipympi.mpi import unsupported as U
 FEATURES = {
     "Win": "one-sided communication",
     "File": "parallel I/O",
-    "Session": "the sessions model",
 }
-NULLS = {"Win": "WIN_NULL", "File": "FILE_NULL", "Session": "SESSION_NULL"}
+NULLS = {"Win": "WIN_NULL", "File": "FILE_NULL"}
 
 
 def expect_unavailable(call: Callable[[], Any], what: str, feature: str) -> str:
@@ -57,7 +56,6 @@ def test_null_handles(cls_name: str) -> None:
 
 def test_handles_of_different_types_differ() -> None:
     assert U.WIN_NULL != U.FILE_NULL
-    assert U.FILE_NULL != U.SESSION_NULL
 
 
 CREATORS = [
@@ -67,7 +65,6 @@ CREATORS = [
     ("Win", lambda: U.Win.Create_dynamic()),
     ("File", lambda: U.File.Open(None, "x")),
     ("File", lambda: U.File.Delete("x")),
-    ("Session", lambda: U.Session.Init()),
 ]
 
 
@@ -87,8 +84,6 @@ HANDLE_CALLS = [
     ("File", lambda: U.FILE_NULL.Read(bytearray(1))),
     ("File", lambda: U.FILE_NULL.Close()),
     ("File", lambda: U.FILE_NULL.size),
-    ("Session", lambda: U.SESSION_NULL.Finalize()),
-    ("Session", lambda: U.SESSION_NULL.Get_num_psets()),
 ]
 
 
@@ -138,6 +133,7 @@ def test_classes_missing_from_the_core_are_all_here() -> None:
         "Distgraphcomm", "Group", "Request", "Prequest", "Status", "Message", "Datatype",
         "Op", "Errhandler", "Exception", "Pickle", "buffer", "memory", "Info", "Grequest",
         "BottomType", "InPlaceType", "BufferAutomaticType",  # sentinel types in _buffers
+        "Session",
     }  # fmt: skip
     classes = {n for n in dir(mpi) if isinstance(getattr(mpi, n), type)}
     assert classes - core <= set(U.__all__)
@@ -162,10 +158,8 @@ def test_functions_cover_mpi4py() -> None:
     [
         ("COMM_WORLD", "Spawn", "dynamic process management"),
         ("COMM_WORLD", "Accept", "dynamic process management"),
-        ("COMM_WORLD", "Psend_init", "partitioned communication"),
         ("COMM_WORLD", "Agree", "fault tolerance (ULFM)"),
         ("COMM_WORLD", "Shrink", "fault tolerance (ULFM)"),
-        ("request", "Pready", "partitioned communication"),
     ],
 )
 def test_methods_of_missing_features_on_existing_classes_raise(

@@ -38,6 +38,7 @@ from .errhandling import Errhandler, mpi_call, world_errhandler
 from .intercomm import InterMethods
 from .p2p import PointToPoint
 from .process import PROCESS
+from .psend import PartitionedComm
 from .request import Request
 from .topology import TopologyConstructors
 from .unsupported import CommFeatures
@@ -46,7 +47,7 @@ __all__ = ["COMM_NULL", "Comm", "Intercomm", "Intracomm"]
 
 
 @handle_class
-class Comm(PointToPoint, CommAttributes, CommConstructors, CommFeatures, Handle):
+class Comm(PointToPoint, PartitionedComm, CommAttributes, CommConstructors, CommFeatures, Handle):
     """A communication context and the group of ranks that share it.
 
     ``Comm(comm)`` is a new handle to ``comm``'s communicator; the subclass asked

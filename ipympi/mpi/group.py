@@ -32,7 +32,6 @@ from ..core.handle import Handle, Kind, register
 from .args import c_int
 from .errhandling import world_call
 from .process import PROCESS
-from .unsupported import _unavailable
 
 __all__ = ["GROUP_EMPTY", "GROUP_NULL", "Group"]
 
@@ -373,9 +372,10 @@ class Group(Handle):
         return type(self)._new(tuple(p for i, p in enumerate(members) if i not in gone))
 
     @classmethod
-    def Create_from_session_pset(cls, session: Any, pset_name: str) -> NoReturn:
-        """Create a group from a session's process set (not available)."""
-        _unavailable("Group.Create_from_session_pset", "the sessions model")
+    def Create_from_session_pset(cls, session: Any, pset_name: str) -> Group:
+        """The group of process set ``pset_name`` of ``session`` (``Session.Create_group``)."""
+        group: Group = session.Create_group(pset_name)
+        return group
 
     # -- destructor (§6.3.3) --------------------------------------------------------------
     @world_call

@@ -47,6 +47,7 @@ class Process:
         self.world: Comm | None = None  # COMM_WORLD and COMM_SELF (the runtime makes them)
         self.self_comm: Comm | None = None
         self.bsend: Pool | None = None  # the buffer of Attach_buffer (not a communicator's)
+        self.sessions = 0  # sessions alive (``Session.Init``; MPI runs for them too)
 
     def why_unusable(self) -> str:
         """Why MPI calls cannot be made now: not initialized yet, or finalized."""
@@ -55,8 +56,9 @@ class Process:
         return "MPI is not initialized; call MPI.Init() first (or leave ipympi.rc.initialize on)"
 
     def live_engine(self, call: str) -> Engine:
-        """The progress engine, or ``ERR_OTHER`` when MPI is not running."""
-        if not self.initialized or self.finalized or self.engine is None:
+        """The progress engine, or ``ERR_OTHER`` when MPI is not running (neither
+        initialized nor used by a session)."""
+        if not (self.initialized or self.sessions) or self.finalized or self.engine is None:
             raise MPIException(ERR_OTHER, f"{call}: {self.why_unusable()}")
         return self.engine
 

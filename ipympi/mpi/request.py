@@ -34,8 +34,8 @@ from .completion import (
     wait_for,
     wait_info,
 )
+from .partitioned import PartitionedMethods
 from .status import Status
-from .unsupported import PartitionedFeatures
 
 __all__ = ["REQUEST_NULL", "Prequest", "Request"]
 
@@ -222,7 +222,7 @@ class Request(MultipleCompletion, Handle):
         self.Cancel()
 
 
-class Prequest(PartitionedFeatures, Request):
+class Prequest(PartitionedMethods, Request):
     """A persistent request: inactive until ``Start``; reusable after completion.
 
     Its handles share the :class:`_Persistent` request, so ``Prequest(req)`` sees

@@ -131,6 +131,28 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
         raise MPIException(ERR_OTHER, "Init: MPI has been finalized and cannot be restarted")
     if PROCESS.initialized:
         raise MPIException(ERR_OTHER, "Init: MPI is already initialized (Init may be called once)")
+    if not PROCESS.started:  # a session may have started the engine already
+        start_engine()
+    COMM_WORLD._impl, COMM_SELF._impl = _PREDEFINED
+    PROCESS.thread_level = min(required, THREAD_MULTIPLE)
+    PROCESS.main_thread = threading.current_thread()
+    PROCESS.initialized = True
+
+    if setting("finalize") in (None, True):
+        atexit.register(_finalize_at_exit)
+    return PROCESS.thread_level
+
+
+# The states of COMM_WORLD and COMM_SELF, made with the engine, given to them by Init.
+_PREDEFINED: list[Any] = [None, None]
+
+
+def start_engine() -> None:
+    """Join the other ranks: the engine, the rank's socket and the progress thread.
+
+    ``Init`` does it, or the first ``Session.Init`` of a program that uses sessions
+    only; the world model's communicators become usable at ``Init``.
+    """
     env = os.environ
     rank = int(env.pop(_control.ENV_RANK, "0"))
     size = int(env.pop(_control.ENV_SIZE, "1"))
@@ -148,10 +170,10 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
     engine = Engine(rank, size, transport)
     PROCESS.engine = engine
     handler = _default_errhandler()
-    COMM_WORLD._impl = CommImpl(
-        engine, WORLD_CONTEXT, list(range(size)), rank, "MPI_COMM_WORLD", handler, True
-    )
-    COMM_SELF._impl = CommImpl(engine, SELF_CONTEXT, [rank], 0, "MPI_COMM_SELF", handler, True)
+    _PREDEFINED[:] = [
+        CommImpl(engine, WORLD_CONTEXT, list(range(size)), rank, "MPI_COMM_WORLD", handler, True),
+        CommImpl(engine, SELF_CONTEXT, [rank], 0, "MPI_COMM_SELF", handler, True),
+    ]
     PROCESS.started = True
     if transport is not None:
         sys.setswitchinterval(0.0005)  # background progress answers within ~0.6 ms
@@ -167,13 +189,6 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
         PROCESS.progress = engine.progress = progress
         progress.start()
         _install_excepthook()
-    PROCESS.thread_level = min(required, THREAD_MULTIPLE)
-    PROCESS.main_thread = threading.current_thread()
-    PROCESS.initialized = True
-
-    if setting("finalize") in (None, True):
-        atexit.register(_finalize_at_exit)
-    return PROCESS.thread_level
 
 
 def _wait_for_peers(transport: Any, size: int) -> list[str]:
@@ -249,6 +264,30 @@ def Finalize() -> None:
     PROCESS.finalized = True
     COMM_WORLD._impl = None
     COMM_SELF._impl = None
+
+
+def close_engine() -> None:
+    """End a program's MPI without the world model's synchronisation: wait for the
+    outgoing messages, then close (a sessions-only program, at exit)."""
+    engine = PROCESS.engine
+    if engine is None or engine.finalized:
+        return
+    if engine.transport is not None:
+        if not PROCESS.failed:
+            engine.enter()
+            try:
+                engine.wait_until(
+                    lambda: engine.pending_sends() == 0,
+                    lambda: WaitInfo("Session.Finalize (waiting for sends)", "", -1, -1),
+                )
+            finally:
+                engine.leave()
+        engine.finalized = True
+        if PROCESS.progress is not None:
+            PROCESS.progress.stop()
+        engine.transport.close(linger_ms=0 if PROCESS.failed else 1000)
+    engine.finalized = True
+    PROCESS.finalized = True
 
 
 def _finalize_barrier(engine: Engine) -> None:

@@ -1,7 +1,7 @@
 """Object types and functions of mpi4py's ``MPI`` module that ipympi does not implement.
 
-One-sided communication (``Win``), parallel I/O (``File``), the sessions model
-(``Session``) and dynamic process management are outside ipympi's scope. The names
+One-sided communication (``Win``), parallel I/O (``File``) and dynamic process
+management are outside ipympi's scope. The names
 still exist so that programs written for mpi4py import cleanly and can probe for the
 features: the classes are handle classes (:class:`~ipympi.core.handle.Handle`) whose only
 object is the null one (``WIN_NULL``, ...), and every other method, property or
@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Callable, NoReturn
 
-from ..core.errors import ERR_FILE, ERR_SESSION, ERR_WIN
+from ..core.errors import ERR_FILE, ERR_WIN
 from ..core.handle import Handle, Kind, register
 from .info import INFO_NULL
 
 __all__ = [
     "FILE_NULL",
-    "SESSION_NULL",
     "WIN_NULL",
     "Close_port",
     "File",
@@ -29,7 +28,6 @@ __all__ = [
     "Open_port",
     "Publish_name",
     "Register_datarep",
-    "Session",
     "Unpublish_name",
     "Win",
 ]
@@ -142,19 +140,6 @@ class File(_Unsupported):
     )  # fmt: skip
 
 
-class Session(_Unsupported):
-    """MPI session (not available: ipympi uses the world model)."""
-
-    __slots__ = ()
-    _mpi_kind = Kind("Session", 14, ERR_SESSION, None)
-    _feature = "the sessions model"
-    _methods = (
-        *_ERRHANDLER_METHODS,
-        "Init", "Finalize", "Create_group", "Get_info", "Get_num_psets", "Get_nth_pset",
-        "Get_pset_info", "Attach_buffer", "Detach_buffer", "Flush_buffer", "Iflush_buffer",
-    )  # fmt: skip
-
-
 class _UnsupportedMethods:
     """A mixin of methods of features ipympi lacks, for one of its existing classes.
 
@@ -175,14 +160,13 @@ class _UnsupportedMethods:
 
 
 class CommFeatures(_UnsupportedMethods):
-    """The communicator methods of dynamic processes, partitioned communication and
-    fault tolerance (ULFM), which ``Comm`` inherits as ``NotImplementedError``."""
+    """The communicator methods of dynamic processes and fault tolerance (ULFM), which
+    ``Comm`` inherits as ``NotImplementedError``."""
 
     __slots__ = ()
     _owner = "Comm"
     _features = {
         _DYNAMIC: ("Spawn", "Spawn_multiple", "Accept", "Connect", "Join"),
-        "partitioned communication": ("Psend_init", "Precv_init"),
         "fault tolerance (ULFM)": (
             "Ack_failed", "Get_failed", "Agree", "Iagree", "Revoke", "Is_revoked",
             "Shrink", "Ishrink",
@@ -190,18 +174,9 @@ class CommFeatures(_UnsupportedMethods):
     }  # fmt: skip
 
 
-class PartitionedFeatures(_UnsupportedMethods):
-    """The partitioned-communication methods of ``Prequest`` (``NotImplementedError``)."""
-
-    __slots__ = ()
-    _owner = "Prequest"
-    _features = {"partitioned communication": ("Pready", "Pready_range", "Pready_list", "Parrived")}
-
-
 WIN_NULL: Win = Win()
 FILE_NULL: File = File()
-SESSION_NULL: Session = Session()
-register(globals(), ("WIN_NULL", "FILE_NULL", "SESSION_NULL"))  # constants (see core.handle)
+register(globals(), ("WIN_NULL", "FILE_NULL"))  # constants (see core.handle)
 
 
 # --- Module-level functions of unavailable features --------------------------------------
