@@ -9,7 +9,8 @@ On the rank :func:`loads` rebuilds it with the rank's own user namespace as its
 globals, as IPython Parallel does: a name the function reads that is not an
 argument is looked up on the rank when it runs (``lambda: thread.is_alive()``
 reads the rank's ``thread``), and ``global x`` assigns the rank's ``x``.
-Functions of importable modules are pickled by reference, as usual.
+Lambdas and nested functions of other modules go by value too (plain pickle
+cannot send them); top-level functions of modules are pickled by reference.
 
 The controller and the ranks run the same Python (one interpreter's ``marshal``
 format), as ipympi's launchers ensure.
@@ -33,7 +34,11 @@ _local = threading.local()  # the namespace that functions being rebuilt take as
 
 
 def _by_value(func: Any) -> bool:
-    return getattr(func, "__module__", None) in (None, "__main__")
+    """The notebook's functions, and lambdas and nested functions anywhere (which plain
+    pickle cannot send at all)."""
+    if getattr(func, "__module__", None) in (None, "__main__"):
+        return True
+    return func.__name__ == "<lambda>" or "<locals>" in func.__qualname__
 
 
 class _Pickler(pickle.Pickler):
