@@ -430,6 +430,11 @@ class RankEngine:
         self.state = "running"
         try:
             value = func(*args, **kwargs)
+        except Exception as exc:  # the traceback starts in the function, not in the engine
+            if exc.__traceback__ is not None:
+                exc.__traceback__ = exc.__traceback__.tb_next
+            self.reply_error(exc)
+            return
         finally:
             self.executing = False
             self.state = "idle"
