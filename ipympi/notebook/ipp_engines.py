@@ -23,9 +23,36 @@ from typing import Any
 
 import psutil
 from ipyparallel.cluster.launcher import MPIEngineSetLauncher
+from ipyparallel.engine.app import IPEngine
 from traitlets import List
 
-__all__ = ["IpympiEngineSetLauncher"]
+__all__ = ["IpympiEngine", "IpympiEngineSetLauncher", "main"]
+
+ENGINE_MODULE = "ipympi.notebook.ipp_engines"
+
+
+class IpympiEngine(IPEngine):
+    """IPython Parallel's engine, which tells the controller when it is stopped.
+
+    Its ranks stop within a second; IPython Parallel's controller would notice
+    only after its heartbeat timeout (30 s), and meanwhile count them as alive
+    (``restart_engines()`` followed by ``wait_for_engines(n)`` would see the old
+    ones). So a stopped engine unregisters itself first, as one does that has
+    lost its controller.
+    """
+
+    def _signal_stop(self, sig: int, frame: Any) -> None:
+        if self.id is not None and getattr(self, "registrar", None) is not None:
+            try:
+                self.session.send(self.registrar, "unregistration_request", content={"id": self.id})
+            except Exception:
+                self.log.debug("could not unregister", exc_info=True)
+        super()._signal_stop(sig, frame)
+
+
+def main() -> None:
+    """``python -m ipympi.notebook.ipp_engines``: one engine (one rank)."""
+    IpympiEngine.launch_instance()
 
 
 class IpympiEngineSetLauncher(MPIEngineSetLauncher):
@@ -37,6 +64,11 @@ class IpympiEngineSetLauncher(MPIEngineSetLauncher):
         [sys.executable, "-m", "ipympi.run"],
         config=True,
         help="The command that starts the ranks (ipympi's launcher, in place of mpiexec).",
+    )
+    engine_cmd = List(
+        [sys.executable, "-m", ENGINE_MODULE],
+        config=True,
+        help="The command of one engine (IPython Parallel's, unregistering when stopped).",
     )
     mpi_args = List(
         ["--no-deadlock-check"],
@@ -77,6 +109,11 @@ class IpympiEngineSetLauncher(MPIEngineSetLauncher):
 
 def _is_engine(process: psutil.Process) -> bool:
     try:
-        return "ipyparallel.engine" in " ".join(process.cmdline())
+        command = " ".join(process.cmdline())
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
+    return "ipyparallel.engine" in command or ENGINE_MODULE in command
+
+
+if __name__ == "__main__":
+    main()
