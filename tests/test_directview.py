@@ -246,3 +246,32 @@ def test_cluster_context_manager_stops_its_ranks() -> None:
         assert wait_gone(pids) == []
     finally:
         session.set_current(current)
+
+
+def test_display_outputs_and_wait_interactive(rc, capsys) -> None:
+    view = rc[:]
+    ar = view.execute("print('out', rank)")
+    ar.wait_interactive(interval=0.05)
+    assert ar.ready()
+    capsys.readouterr()
+    ar.display_outputs()
+    shown = capsys.readouterr().out
+    for r in range(N):
+        assert f"[stdout:{r}]" in shown and f"out {r}" in shown
+    with pytest.raises(ValueError, match="groupby"):
+        ar.display_outputs("nonsense")
+
+
+def test_activate_binds_the_px_magics_to_the_view(cluster) -> None:
+    from IPython.testing.globalipapp import get_ipython
+
+    shell = get_ipython()
+    rc = cluster.connect_client_sync()  # in IPython: binds %px to all ranks
+    rc[0, 2].activate()
+    shell.run_cell("%px value_here = rank + 7")
+    assert rc[:].pull("value_here", targets=[0, 2], block=True) == [7, 9]
+    with pytest.raises(CompositeError):
+        rc[1]["value_here"]  # rank 1 is not in the view
+    rc[:].activate()
+    with pytest.raises(ValueError, match="suffix"):
+        rc[:].activate("2")
