@@ -407,11 +407,12 @@ def measure_ipyparallel(plan: dict[str, Any], timeout: float) -> dict[str, Any]:
     return result
 
 
-def measure_ipp_api(plan: dict[str, Any], timeout: float) -> tuple[dict, dict]:
-    """The columns of ``_ipp_api``'s table that can run here; why the others cannot."""
+def measure_ipp_api(plan: dict[str, Any], timeout: float, no_ipp: str | None) -> tuple[dict, dict]:
+    """The columns of ``_ipp_api``'s table that can run here; why the others cannot
+    (``no_ipp``: the reason to leave out IPython Parallel's columns)."""
     results, notes = {}, {}
     for column, title in _ipp_api.COLUMNS.items():
-        why = _ipp_api.missing(column)
+        why = no_ipp if no_ipp and column != "ipympi" else _ipp_api.missing(column)
         if why is None:
             announce(SCRIPT, title)
             try:
@@ -563,7 +564,9 @@ def main(argv: list[str] | None = None) -> int:
                     results["ipympi"][f"{key}_{variant}"] = timed[key]
                 results["ipympi"][variant] = timed["version"]
         if not args.no_ipp_api:
-            results["ipp_api"], results["ipp_api_notes"] = measure_ipp_api(plan, args.timeout)
+            results["ipp_api"], results["ipp_api_notes"] = measure_ipp_api(
+                plan, args.timeout, "--no-ipyparallel" if args.no_ipyparallel else None
+            )
         return results
 
     status, results = run_jobs(SCRIPT, run_all)
