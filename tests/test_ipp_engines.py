@@ -6,8 +6,11 @@ driven by IPython Parallel's own client; skipped where ipyparallel is not instal
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -65,3 +68,27 @@ def test_engines_are_ranks_and_stop_signal_restart_work(tmp_path, monkeypatch) -
         rc.close()
         cluster.stop_cluster_sync()
     assert wait_gone(pids) == []
+
+
+def test_ipcluster_start_with_ipympi_engines(tmp_path) -> None:
+    env = dict(os.environ, IPYTHONDIR=str(tmp_path))
+    ipcluster = [sys.executable, "-m", "ipyparallel.cluster"]
+    start = [*ipcluster, "start", "-n", "2", "--engines=ipympi", "--daemonize"]
+    subprocess.run(start, env=env, timeout=60, check=True, capture_output=True)
+    try:
+        code = (
+            "import ipyparallel as ipp\n"
+            "rc = ipp.Client()\n"
+            "rc.wait_for_engines(2, timeout=60)\n"
+            "print(sorted(rc[:].apply_sync(lambda: __import__('mpi4py.MPI').MPI.__name__)))\n"
+            "print(rc[:].apply_sync(__import__('os').getpid))\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code], env=env, timeout=90, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr
+        names, pids = proc.stdout.splitlines()
+        assert names == "['ipympi.MPI', 'ipympi.MPI']"
+    finally:
+        subprocess.run([*ipcluster, "stop"], env=env, timeout=60, capture_output=True)
+    assert wait_gone(ast.literal_eval(pids)) == []
