@@ -275,3 +275,15 @@ def test_activate_binds_the_px_magics_to_the_view(cluster) -> None:
     rc[:].activate()
     with pytest.raises(ValueError, match="suffix"):
         rc[:].activate("2")
+
+
+def test_results_nobody_waits_for_are_let_go(cluster, rc) -> None:
+    view = rc[:]
+    first = view.apply_async(int)
+    assert view.wait(timeout=10)
+    unwaited = [view.push({"k": i}) for i in range(5)]
+    view.apply_sync(int)  # every push has replied by now
+    view.apply_async(int).get()  # a new call lets go of the old results that are in
+    known = set(cluster._session.requests)
+    assert not known & {req for ar in [first, *unwaited] for req in ar.msg_ids}
+    assert all(ar._finished is not None for ar in unwaited)

@@ -88,6 +88,11 @@ class AsyncResult:
         """How many of the ranks' replies have come (the cluster moves only in waits)."""
         return sum(len(cell.request.replies) for cell in self._cells)
 
+    @property
+    def replied(self) -> bool:
+        """Whether every rank's reply is in, without waiting for news."""
+        return all(cell.request.done for cell in self._cells)
+
     # -- waiting ---------------------------------------------------------------------------
     def ready(self) -> bool:
         """Whether every rank has replied (a short look for news first)."""

@@ -70,6 +70,9 @@ class DirectView:
         ar.owner = self
         if self.block if block is None else block:
             return ar.get()
+        for other in self.outstanding:  # results nobody waited for: let the cluster forget them
+            if other.replied:
+                other.wait(0)
         self.outstanding = [other for other in self.outstanding if other._finished is None]
         self.outstanding.append(ar)
         return ar
