@@ -1,7 +1,7 @@
 """Session start-up and per-cell round trips of ipympi, stock ipykernel and IPython Parallel.
 
 ``python benchmarks/session.py [--repeat 5] [--cells 200] [--quick] [--no-ipyparallel]
-[--no-mpi4py] [--json FILE]``
+[--no-mpi4py] [--no-ipp-api] [--json FILE]``
 
 Starts the ``ipympi`` kernel (4 ranks), the stock IPython kernel (one process, the
 floor) and a 4-engine IPython Parallel cluster (when ``ipyparallel`` is installed),
@@ -9,8 +9,10 @@ times how long each takes until a first cell has run, then the round trip of a
 trivial cell and of a cell that prints on every rank, and prints one table of
 min / median. Where mpi4py and an MPI are installed, the ``ipympi`` kernel on the
 mpi4py backend (``IPYMPI_BACKEND=mpi4py``, ranks started by mpiexec) gets two more
-rows: session ready and trivial cell. See ``benchmarks/README.md`` for what each row
-means.
+rows: session ready and trivial cell. A second table times IPython Parallel's client
+API three ways (``ipp.Cluster(engines="mpi")`` on the installed MPI,
+``ipp.Cluster(engines="ipympi")``, ``ipympi.Cluster``): ready and ``apply_sync``
+(see ``_ipp_api.py``). See ``benchmarks/README.md`` for what each row means.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any, Callable
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import _ipp_api  # noqa: E402
 from _harness import (  # noqa: E402
     ROOT,
     BenchmarkError,
@@ -112,6 +115,9 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
         "--no-ipyparallel", action="store_true", help="skip the IPython Parallel column"
     )
     parser.add_argument("--no-mpi4py", action="store_true", help="skip the mpi4py rows")
+    parser.add_argument(
+        "--no-ipp-api", action="store_true", help="skip the table of IPython Parallel's API"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write every time and the table")
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="seconds allowed per operation (60)"
@@ -401,6 +407,24 @@ def measure_ipyparallel(plan: dict[str, Any], timeout: float) -> dict[str, Any]:
     return result
 
 
+def measure_ipp_api(plan: dict[str, Any], timeout: float, no_ipp: str | None) -> tuple[dict, dict]:
+    """The columns of ``_ipp_api``'s table that can run here; why the others cannot
+    (``no_ipp``: the reason to leave out IPython Parallel's columns)."""
+    results, notes = {}, {}
+    for column, title in _ipp_api.COLUMNS.items():
+        why = no_ipp if no_ipp and column != "ipympi" else _ipp_api.missing(column)
+        if why is None:
+            announce(SCRIPT, title)
+            try:
+                results[column] = _ipp_api.measure(column, plan, timeout)
+            except Exception as exc:
+                why = f"error: {exc!r}"
+                print(f"{SCRIPT}: {title} failed: {exc!r}", file=sys.stderr, flush=True)
+        if why is not None:
+            notes[column] = why
+    return results, notes
+
+
 # -- table ----------------------------------------------------------------------------------
 
 
@@ -539,6 +563,10 @@ def main(argv: list[str] | None = None) -> int:
                 for key in MPI4PY_ROWS:
                     results["ipympi"][f"{key}_{variant}"] = timed[key]
                 results["ipympi"][variant] = timed["version"]
+        if not args.no_ipp_api:
+            results["ipp_api"], results["ipp_api_notes"] = measure_ipp_api(
+                plan, args.timeout, "--no-ipyparallel" if args.no_ipyparallel else None
+            )
         return results
 
     status, results = run_jobs(SCRIPT, run_all)
@@ -546,6 +574,8 @@ def main(argv: list[str] | None = None) -> int:
         return status
     table = summarize(results)
     print(render(plan, table, results, errors, skipped, mpi4py_note), flush=True)
+    if "ipp_api" in results:
+        print("\n" + _ipp_api.render(results["ipp_api"], results["ipp_api_notes"]), flush=True)
     if args.json:
         write_document(args.json, plan, skipped, errors, results, table)
     return 1 if errors else 0

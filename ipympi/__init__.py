@@ -13,7 +13,15 @@ from typing import Any
 from ._version import __version__ as __version__
 from .mpi.rc import rc as rc
 
-__all__ = ["__version__", "current", "last_trace", "load_ipython_extension", "on_error", "rc"]
+__all__ = [
+    "Cluster",
+    "__version__",
+    "current",
+    "last_trace",
+    "load_ipython_extension",
+    "on_error",
+    "rc",
+]
 
 
 def current() -> Any:
@@ -55,3 +63,13 @@ def unload_ipython_extension(shell: Any) -> None:
     from .magics import unload_ipython_extension as unload
 
     unload(shell)
+
+
+def __getattr__(name: str) -> Any:
+    """``ipympi.Cluster``: IPython Parallel's cluster API on ipympi's session (imported
+    when first used, so that ``import ipympi`` stays cheap)."""
+    if name == "Cluster":
+        from .notebook.controller.client import Cluster
+
+        return Cluster
+    raise AttributeError(f"module 'ipympi' has no attribute {name!r}")

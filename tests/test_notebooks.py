@@ -262,3 +262,13 @@ def test_latency_notebook_measures_and_plots(executed) -> None:
     summary = text_of(cell_with(notebook, "large messages on this machine"))
     assert "[stdout:0] latency of messages up to 1 KiB: about" in summary
     assert re.search(r"large messages on this machine: (process_vm_readv|chunks)", summary)
+
+
+def test_ipyparallel_users_notebook(executed) -> None:
+    notebook = executed("10_ipyparallel_users.ipynb")
+    # linspace(0, 3, 22) sums to 33: every rank's Allreduce gives the whole sum
+    assert "[33.0, 33.0, 33.0, 33.0]" in text_of(cell_with(notebook, 'view["total"]'))
+    assert "{0: 'rank 0 of 4', 1: 'rank 1 of 4'" in text_of(cell_with(notebook, "get_dict()"))
+    failure = text_of(cell_with(notebook, "view.apply_sync(fragile)"))
+    assert "rank 2 of 4 raised ValueError: rank 2 cannot go on" in failure
+    assert "waiting in allreduce" in failure

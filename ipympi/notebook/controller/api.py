@@ -8,13 +8,12 @@ calling a function on them (``apply``) and running code on them (``execute``, as
 
 from __future__ import annotations
 
-import inspect
 import pickle
-import textwrap
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable, cast
 
 from ...core.ranksets import parse_targets
+from ..engine import byvalue
 from .execute import CellOptions, rank_error, run_cell
 from .publish import publisher_for
 
@@ -34,7 +33,7 @@ class ClusterAPI:
         """Define ``namespace``'s names on the target ranks (pickled once, sent to each)."""
         cluster = _as_cluster(self)
         ranks = parse_targets(targets, cluster.n)
-        data = pickle.dumps(dict(namespace), protocol=pickle.HIGHEST_PROTOCOL)
+        data = byvalue.dumps(dict(namespace))
         _finish(cluster, cluster.submit("push", {"names": sorted(namespace)}, ranks, [data]))
 
     def pull(self, names: str | Sequence[str], targets: Any = None) -> list[Any]:
@@ -53,33 +52,25 @@ class ClusterAPI:
         """Split ``seq`` into contiguous, nearly equal parts; part i becomes ``name`` on
         target rank i."""
         ranks = parse_targets(targets, _as_cluster(self).n)
-        for rank, part in zip(ranks, _split(seq, len(ranks))):
+        for rank, part in zip(ranks, split_parts(seq, len(ranks))):
             self.push({name: part}, [rank])
 
     def gather(self, name: str, targets: Any = None) -> Any:
         """Concatenate ``name`` from the target ranks in rank order (lists, tuples, arrays)."""
-        parts = self.pull(name, targets)
-        first = parts[0] if parts else []
-        if hasattr(first, "__array__") and not isinstance(first, (list, tuple)):
-            import numpy
-
-            return numpy.concatenate(parts)
-        out: list[Any] = []
-        for part in parts:
-            out.extend(part)
-        return type(first)(out) if isinstance(first, tuple) else out
+        return join_parts(self.pull(name, targets))
 
     def apply(
         self, func: Callable[..., Any], *args: Any, targets: Any = None, **kwargs: Any
     ) -> list[Any]:
         """Call ``func(*args, **kwargs)`` on each target rank; the return values in rank order.
 
-        Functions defined in the notebook are sent as source (the ranks have no
-        copy of the notebook's ``__main__``); others are pickled by reference.
+        Functions defined in the notebook (and lambdas) are sent by value and
+        read the rank's variables (:mod:`ipympi.notebook.engine.byvalue`);
+        others are pickled by reference.
         """
         cluster = _as_cluster(self)
         ranks = parse_targets(targets, cluster.n)
-        payload = pickle.dumps((_portable(func), args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        payload = byvalue.dumps((func, args, kwargs))
         values = _finish(cluster, cluster.submit("apply", {}, ranks, [payload]))
         return [values[r] for r in ranks]
 
@@ -131,7 +122,8 @@ def _finish(cluster: Cluster, req: Submission) -> dict[int, Any]:
     return values
 
 
-def _split(seq: Any, n: int) -> list[Any]:
+def split_parts(seq: Any, n: int) -> list[Any]:
+    """``seq`` in ``n`` contiguous, nearly equal parts (numpy arrays, tuples, lists)."""
     if hasattr(seq, "__array__") and not isinstance(seq, (list, tuple)):
         import numpy
 
@@ -143,16 +135,14 @@ def _split(seq: Any, n: int) -> list[Any]:
     return [tuple(p) for p in parts] if isinstance(seq, tuple) else parts
 
 
-def _portable(func: Callable[..., Any]) -> Any:
-    if getattr(func, "__module__", None) not in ("__main__", None):
-        return func
-    try:
-        source = inspect.getsource(func)
-    except (OSError, TypeError):
-        raise TypeError(
-            f"cannot send {func!r} to the ranks: its source is unknown; define it in a %%px cell"
-        ) from None
-    name = func.__name__
-    if name == "<lambda>":
-        raise TypeError("cannot send a lambda to the ranks: define a named function instead")
-    return ("source", name, textwrap.dedent(source))
+def join_parts(parts: list[Any]) -> Any:
+    """The parts joined in order: numpy arrays concatenated, tuples and lists chained."""
+    first = parts[0] if parts else []
+    if hasattr(first, "__array__") and not isinstance(first, (list, tuple)):
+        import numpy
+
+        return numpy.concatenate(parts)
+    out: list[Any] = []
+    for part in parts:
+        out.extend(part)
+    return type(first)(out) if isinstance(first, tuple) else out

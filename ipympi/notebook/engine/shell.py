@@ -43,6 +43,7 @@ from ...core.errors import Exception as MPIException
 from ...mpi.process import PROCESS
 from ...progress import tracing as _trace
 from ...progress.introspect import describe_location
+from . import byvalue
 from .capture import FLUSH_INTERVAL, FdCapture, RankStream
 from .errors import (
     MPI_EXCEPTION,
@@ -405,7 +406,7 @@ class RankEngine:
         return MPIException(ERR_NOT_SAME, f"found at the end of the cell: {mismatch}")
 
     def on_push(self, msg: EngineMessage) -> None:
-        values = pickle.loads(msg.buffers[0]) if msg.buffers else {}
+        values = byvalue.loads(msg.buffers[0], self.shell.user_ns) if msg.buffers else {}
         if not isinstance(values, dict):
             raise TypeError("push needs a dict of names to values")
         self.shell.user_ns.update(values)
@@ -428,6 +429,11 @@ class RankEngine:
         self.state = "running"
         try:
             value = func(*args, **kwargs)
+        except Exception as exc:  # the traceback starts in the function, not in the engine
+            if exc.__traceback__ is not None:
+                exc.__traceback__ = exc.__traceback__.tb_next
+            self.reply_error(exc)
+            return
         finally:
             self.executing = False
             self.state = "idle"
@@ -513,13 +519,9 @@ class RankEngine:
 
 
 def _loads_callable(data: bytes, namespace: dict[str, Any]) -> tuple[Callable, tuple, dict]:
-    """Unpickle ``(function, args, kwargs)``; a function given as source is defined here."""
-    func, args, kwargs = pickle.loads(data)
-    if isinstance(func, tuple) and func and func[0] == "source":
-        _, name, source = func
-        scope = dict(namespace)
-        exec(compile(source, f"<apply {name}>", "exec"), scope)
-        func = scope[name]
+    """Unpickle ``(function, args, kwargs)``; a notebook's function (sent by value,
+    see :mod:`ipympi.notebook.engine.byvalue`) takes ``namespace`` as its globals."""
+    func, args, kwargs = byvalue.loads(data, namespace)
     return func, tuple(args), dict(kwargs)
 
 
