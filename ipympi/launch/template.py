@@ -68,7 +68,10 @@ def preload() -> None:
         import mpi4py.MPI  # noqa: F401  (ipympi's, when the ranks have its mpi4py name)
     except ImportError:
         pass
-    from .. import MPI  # noqa: F401
+    from .. import MPI
+    from ..mpi import runtime  # noqa: F401  (what Init needs, which MPI imports only to start)
+
+    MPI.__all__  # noqa: B018  (every chapter)
 
 
 def _fresh_mpi() -> None:
