@@ -229,8 +229,11 @@ class CommandLoop:
                 for fd in ready:
                     if fd in extra:
                         self.on_readable(fd)
-                if self.commands in ready and not self._read_commands():
-                    return 0
+                if self.commands in ready:
+                    more = self._read_commands()
+                    self.after_commands()
+                    if not more:
+                        return 0
         finally:
             self.end()
 
@@ -263,6 +266,9 @@ class CommandLoop:
 
     def on_readable(self, fd: int) -> None:
         """One of :meth:`watched` is readable."""
+
+    def after_commands(self) -> None:
+        """The commands that came together have been handled."""
 
     def reap(self) -> None:
         """Notice children that have ended (called on every turn of the loop)."""

@@ -18,7 +18,8 @@ template's descriptor ``FD``, that carries each rank's stdin, stdout and stderr
 =========  ==========  ==============================================================
 type       direction   keys
 =========  ==========  ==============================================================
-spawn      L → T       ``rank``, ``env`` (the rank's whole environment), ``plan``
+spawn      L → T       ``rank``, ``set`` and ``unset``: how the rank's environment
+                       differs from the template's; ``plan``
 signal     L → T       ``signal`` (int), ``ranks`` (optional list)
 exit       L → T       end every rank (SIGKILL) and exit (end of file does too)
 ready      T → L       ``pid``
@@ -90,10 +91,12 @@ def _fresh_mpi() -> None:
 class RankTemplate(Forker):
     """The template process's loop (see the module docstring)."""
 
-    def __init__(self, fds: socket.socket) -> None:
+    def __init__(self, fds: socket.socket, environ: Mapping[str, str]) -> None:
         super().__init__()
+        self.environ = dict(environ)  # as the launcher started the template
         self.fds = fds
         self.private_fds = [fds.fileno()]
+        self.gate: tuple[int, int] | None = None  # what the ranks just forked wait on
 
     def handle(self, command: dict[str, Any]) -> bool:
         kind = command.get("type")
@@ -111,26 +114,47 @@ class RankTemplate(Forker):
         _, fds, _, _ = socket.recv_fds(self.fds, 1, 3)
         rank, spec = int(command["rank"]), command["plan"]
         stdin, stdout, stderr = fds
+        if self.gate is None:
+            self.gate = os.pipe()
+        gate = self.gate
 
         def body() -> int:
             from .pymain import run
 
+            os.close(gate[1])
+            os.read(gate[0], 1)  # until the template has forked this batch
+            os.close(gate[0])
             _fresh_mpi()
             return run(spec)
 
         try:
-            pid = self.fork_child(rank, command["env"], body, (stdin, stdout, stderr))
+            env = {k: v for k, v in self.environ.items() if k not in command["unset"]}
+            env.update(command["set"])
+            pid = self.fork_child(rank, env, body, (stdin, stdout, stderr))
         finally:
             for fd in fds:
                 os.close(fd)
         self.emit({"type": "spawned", "rank": rank, "pid": pid})
 
+    def after_commands(self) -> None:
+        """Let the ranks just forked run: forking them all first, before they compete
+        with the template for the processors, starts a large job sooner."""
+        if self.gate is not None:
+            for fd in self.gate:
+                os.close(fd)
+            self.gate = None
+
+    def end(self) -> None:
+        self.after_commands()
+        super().end()
+
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     fds = socket.socket(fileno=int(args[0]))
+    environ = dict(os.environ)
     preload()
-    return RankTemplate(fds).run({"type": "ready", "pid": os.getpid()})
+    return RankTemplate(fds, environ).run({"type": "ready", "pid": os.getpid()})
 
 
 # -- the launcher's side -----------------------------------------------------------------
@@ -196,6 +220,7 @@ class TemplateProcess(JsonLinesProcess):
             )
         finally:
             theirs.close()
+        self.env = dict(env)
         self.ranks: dict[int, ForkedRank] = {}
 
     def spawn(
@@ -213,7 +238,10 @@ class TemplateProcess(JsonLinesProcess):
         try:
             with contextlib.suppress(OSError):  # a dead template: its end of file tells
                 socket.send_fds(self._mine, [b"f"], [source, out_w, err_w])
-            self.command({"type": "spawn", "rank": rank, "env": dict(env), "plan": spec})
+            changed = {k: v for k, v in env.items() if self.env.get(k) != v}
+            unset = [k for k in self.env if k not in env]
+            command = {"type": "spawn", "rank": rank, "set": changed, "unset": unset, "plan": spec}
+            self.command(command)
         finally:
             for fd in (out_w, err_w) if stdin else (out_w, err_w, source):
                 os.close(fd)
