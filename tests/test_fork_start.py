@@ -39,7 +39,8 @@ def facts(**extra):
         file=globals().get("__file__"), var=os.environ.get("MY_VAR"),
         ipympi_vars=sorted(k for k in os.environ
                            if k.startswith("IPYMPI_") and k != "IPYMPI_FORK_RANKS"),
-        flags=list(sys.flags), handlers=handlers, forked="ipympi.launch.forker" in sys.modules,
+        flags=list(sys.flags), orig_argv=sys.orig_argv[1:], handlers=handlers,
+        forked="ipympi.launch.forker" in sys.modules,
         main_is_module=sys.modules["__main__"].__dict__ is globals(), **extra,
     )
 """
@@ -311,17 +312,16 @@ def test_a_missing_script_fails_as_python_does(tmp_path: Path) -> None:
 # -- deciding how to start a rank (no processes) ----------------------------------------
 def test_plan_forks_only_this_interpreter_without_options(tmp_path: Path) -> None:
     me = sys.executable
-    assert pymain.plan([me, "prog.py", "-O"]) == {
-        "kind": "script",
-        "target": "prog.py",
-        "argv": ["prog.py", "-O"],
+    cases = {
+        ("prog.py", "-O"): ("script", "prog.py", ["prog.py", "-O"]),
+        ("-m", "mod", "a"): ("module", "mod", ["-m", "a"]),
+        ("-c", "pass"): ("code", "pass", ["-c"]),
     }
-    assert pymain.plan([me, "-m", "mod", "a"]) == {
-        "kind": "module",
-        "target": "mod",
-        "argv": ["-m", "a"],
-    }
-    assert pymain.plan([me, "-c", "pass"]) == {"kind": "code", "target": "pass", "argv": ["-c"]}
+    for args, (kind, target, argv) in cases.items():
+        found = pymain.plan([me, *args])
+        assert found is not None
+        assert (found["kind"], found["target"], found["argv"]) == (kind, target, argv)
+        assert found["orig_argv"] == [me, *args]
     for argv in (
         [me],
         [me, "-"],

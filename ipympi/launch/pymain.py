@@ -9,7 +9,7 @@ interpreter option, followed by a script, ``-m MODULE`` or ``-c CODE``. Anything
 zip to run, a program read from stdin) returns None and is started with exec, as before.
 
 :func:`run` then does in the child what the interpreter's own start does: ``sys.argv``;
-``sys.path[0]`` (the script's folder with symbolic links resolved, the working
+``sys.orig_argv``, ``sys.path[0]`` (the script's folder with symbolic links resolved, the working
 directory for ``-m``, ``''`` for ``-c``); a fresh ``__main__`` module the program runs
 in (so ``if __name__ == "__main__"`` and pickling classes defined there work); the exit
 status of ``sys.exit(n)`` (an uncaught exception prints its traceback through
@@ -31,7 +31,8 @@ from typing import Any
 
 __all__ = ["Plan", "plan", "run", "same_interpreter"]
 
-Plan = dict[str, Any]  # {"kind": "script" | "module" | "code", "target": str, "argv": [...]}
+# {"kind": "script" | "module" | "code", "target": str, "argv": sys.argv, "orig_argv": [...]}
+Plan = dict[str, Any]
 
 
 def same_interpreter(program: str, environ: dict[str, str] | None = None) -> bool:
@@ -61,12 +62,12 @@ def plan(argv: Sequence[str], environ: dict[str, str] | None = None) -> Plan | N
         if not rest or not rest[0]:
             return None
         kind = "module" if first == "-m" else "code"
-        return {"kind": kind, "target": rest[0], "argv": [first, *rest[1:]]}
+        return {"kind": kind, "target": rest[0], "argv": [first, *rest[1:]], "orig_argv": [*argv]}
     if first.startswith("-"):  # an interpreter option, or "-" (the program on stdin)
         return None
     if os.path.isdir(first) or (os.path.isfile(first) and _is_zip(first)):
         return None
-    return {"kind": "script", "target": first, "argv": [first, *rest]}
+    return {"kind": "script", "target": first, "argv": [first, *rest], "orig_argv": [*argv]}
 
 
 def _is_zip(path: str) -> bool:
@@ -88,6 +89,7 @@ def _start(spec: Plan) -> int | None:
     """Run the program; None when it ran to its end, else the status it could not start with."""
     kind, target = spec["kind"], spec["target"]
     sys.argv = list(spec["argv"])
+    sys.orig_argv = list(spec["orig_argv"])
     main = _fresh_main()
     if kind == "module":
         import runpy
