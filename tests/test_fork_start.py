@@ -39,7 +39,7 @@ def facts(**extra):
         file=globals().get("__file__"), var=os.environ.get("MY_VAR"),
         ipympi_vars=sorted(k for k in os.environ
                            if k.startswith("IPYMPI_") and k != "IPYMPI_FORK_RANKS"),
-        flags=list(sys.flags), orig_argv=sys.orig_argv[1:], handlers=handlers,
+        flags=list(sys.flags), orig_argv=getattr(sys, "orig_argv", [""])[1:], handlers=handlers,
         forked="ipympi.launch.forker" in sys.modules,
         main_is_module=sys.modules["__main__"].__dict__ is globals(), **extra,
     )
@@ -337,3 +337,19 @@ def test_plan_forks_only_this_interpreter_without_options(tmp_path: Path) -> Non
     names = [p.name for p in beside.iterdir() if os.path.realpath(p) == os.path.realpath(me)]
     for name in names:
         assert pymain.same_interpreter(str(beside / name)), name
+
+
+def test_a_launcher_without_stdin_starts_its_ranks(tmp_path: Path) -> None:
+    script = tmp_path / "read.py"
+    script.write_text("import sys\nprint('read', repr(sys.stdin.read()), flush=True)\n")
+    cmd = [sys.executable, "-m", "ipympi.run", "-n", "2", "--timeout", "20", str(script)]
+    proc = subprocess.run(
+        ["/bin/sh", "-c", 'exec "$@" <&-', "sh", *cmd],
+        capture_output=True,
+        text=True,
+        timeout=40,
+        env=_env(),
+        cwd=str(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["read ''"] * 2, proc.stdout

@@ -89,7 +89,8 @@ def _start(spec: Plan) -> int | None:
     """Run the program; None when it ran to its end, else the status it could not start with."""
     kind, target = spec["kind"], spec["target"]
     sys.argv = list(spec["argv"])
-    sys.orig_argv = list(spec["orig_argv"])
+    if hasattr(sys, "orig_argv"):  # Python 3.10 and later
+        sys.orig_argv = list(spec["orig_argv"])  # type: ignore[attr-defined,unused-ignore]
     main = _fresh_main()
     if kind == "module":
         import runpy

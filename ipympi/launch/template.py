@@ -158,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # -- the launcher's side -----------------------------------------------------------------
+def _has_stdin() -> bool:
+    """Whether this process was started with a stdin (else descriptor 0 may be anything
+    it opened since, and the rank gets /dev/null)."""
+    return sys.__stdin__ is not None
+
+
 class ForkedRank:
     """A Popen-shaped handle on a rank the template forked; its exit comes as an event."""
 
@@ -234,6 +240,7 @@ class TemplateProcess(JsonLinesProcess):
         self.ranks[rank] = handle
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        stdin = stdin and _has_stdin()
         source = 0 if stdin else os.open(os.devnull, os.O_RDONLY)
         try:
             with contextlib.suppress(OSError):  # a dead template: its end of file tells
