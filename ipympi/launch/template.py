@@ -61,7 +61,8 @@ def enabled(environ: Mapping[str, str]) -> bool:
 
 # -- the template's side ---------------------------------------------------------------
 def preload() -> None:
-    """Import what a rank needs before it runs its program, without starting MPI."""
+    """Import what a rank needs before it runs its program, without starting MPI
+    (``ipympi.rc.initialize`` is left off; also for the notebook's engines)."""
     from ..mpi import rc as rc_module
 
     rc_module.rc.initialize = False

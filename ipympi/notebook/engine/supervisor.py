@@ -53,10 +53,9 @@ def preload() -> None:
 
     with contextlib.suppress(ImportError):
         import numpy  # noqa: F401
-    from ...mpi.rc import rc
+    from ...launch.template import preload as preload_mpi
 
-    rc.initialize = False  # each engine initializes MPI after the fork
-    from ... import MPI  # noqa: F401
+    preload_mpi()  # MPI and its runtime, not started: each engine starts MPI after the fork
     from . import shell  # noqa: F401
 
 
