@@ -1,4 +1,5 @@
-"""Smoke tests of the benchmark drivers ``p2p.py``, ``collectives.py`` and ``session.py``.
+"""Smoke tests of the benchmark drivers ``p2p.py``, ``collectives.py``, ``session.py``,
+``faults.py`` and ``startup.py``.
 
 Each runs with ``--quick`` (and ``--no-mpi4py`` or ``--no-ipyparallel``) and prints a
 complete table.
@@ -157,3 +158,36 @@ def test_faults_prints_every_scenario_with_a_report() -> None:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert re.fullmatch(NUMBER, cells[1]), row
         assert cells[2] and cells[4] == "yes", row
+
+
+STARTUP_ROWS = [
+    f"{row}: {kind}, s" for row in ("-n 2 hello", "import MPI") for kind in ("wall", "cpu")
+]
+
+
+@pytest.mark.timeout(150)
+def test_startup_prints_every_row() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "startup.py"),
+            "--trials",
+            "1",
+            "--ranks",
+            "2",
+            "--timeout",
+            "40",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(ROOT),
+    )
+    detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert proc.returncode == 0, detail
+    lines = proc.stdout.splitlines()
+    cell = rf"(?:{PAIR}|n/a)"
+    row_format = re.compile(rf"^(?P<label>\S.*?)\s+{PAIR}\s+{cell}\s+(?:{NUMBER}x|n/a)$")
+    assert [m["label"] for line in lines if (m := row_format.match(line))] == STARTUP_ROWS, detail
+    assert any(line.startswith("mpiexec/mpi4py: ") for line in lines), detail
+    assert any(line.startswith("targets: ") for line in lines), detail

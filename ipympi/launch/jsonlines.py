@@ -34,7 +34,8 @@ class JsonLinesProcess:
     ``fd`` is its event pipe (non-blocking, for the caller's poller); with
     ``capture_stderr``, ``err_fd`` is its stderr pipe, read by
     :meth:`read_errors`. The process gets its own session (a terminal's Ctrl-C
-    does not reach it), and ``preexec`` runs in the child before exec.
+    does not reach it), ``preexec`` runs in the child before exec, and it inherits
+    the descriptors ``pass_fds`` besides its standard streams.
     """
 
     def __init__(
@@ -44,6 +45,7 @@ class JsonLinesProcess:
         *,
         capture_stderr: bool = False,
         preexec: Callable[[], None] | None = None,
+        pass_fds: Sequence[int] = (),
     ) -> None:
         self.argv = list(argv)
         self.proc = subprocess.Popen(
@@ -54,6 +56,7 @@ class JsonLinesProcess:
             env=None if env is None else dict(env),
             start_new_session=True,
             preexec_fn=preexec,
+            pass_fds=tuple(pass_fds),
         )
         assert self.proc.stdout is not None
         self.fd = self.proc.stdout.fileno()
@@ -226,8 +229,11 @@ class CommandLoop:
                 for fd in ready:
                     if fd in extra:
                         self.on_readable(fd)
-                if self.commands in ready and not self._read_commands():
-                    return 0
+                if self.commands in ready:
+                    more = self._read_commands()
+                    self.after_commands()
+                    if not more:
+                        return 0
         finally:
             self.end()
 
@@ -260,6 +266,9 @@ class CommandLoop:
 
     def on_readable(self, fd: int) -> None:
         """One of :meth:`watched` is readable."""
+
+    def after_commands(self) -> None:
+        """The commands that came together have been handled."""
 
     def reap(self) -> None:
         """Notice children that have ended (called on every turn of the loop)."""

@@ -59,6 +59,7 @@ from ..core import control as ctl
 from ..core.control import QUERY_TIMEOUT
 from ..core.ranksets import ranks_phrase
 from ..core.tracebacks import group_identical, headed
+from . import pymain, template
 from .ctlserver import ControlServer
 from .forwarding import OutputStream, Sink
 from .sessiondir import make_session_dir, remove_session_dir
@@ -240,6 +241,8 @@ class Job:
         self._abort: dict[str, Any] | None = None
         self._states: dict[int, dict[str, Any]] = {}
         self._reaped: set[int] = set()  # ranks whose exit has been noticed
+        self._template: template.TemplateProcess | None = None  # forks the ranks, if any
+        self._plan: pymain.Plan = {}
         # Looking for a deadlock: when the next look starts, the ranks asked in
         # the look under way (None between looks) and when it stops waiting for
         # answers, the running ranks' states at the previous look, and the
@@ -297,33 +300,50 @@ class Job:
         return control.bind(ctl.control_address(self.session_dir))
 
     def _start_ranks(self, preexec: Callable[[], None] | None) -> None:
-        """Start every rank (here, on this machine)."""
+        """Start every rank (here, on this machine): forked from a template process
+        when the program is a Python program it can run (:mod:`ipympi.launch.template`)."""
+        plan = pymain.plan(self.argv, self.env) if template.enabled(self.env) else None
+        if plan is not None:
+            # The template's environment is the ranks' without what differs per rank.
+            shared = rank_environment(self.env, 0, self.n, "", "", os.cpu_count())
+            for name in (ctl.ENV_RANK, ctl.ENV_SIZE, ctl.ENV_SESSION_DIR, ctl.ENV_CTL, ctl.ENV_KEY):
+                if name not in self.env:
+                    shared.pop(name, None)
+            self._template = template.TemplateProcess(shared, preexec)
+            self._plan = plan
+            self._watch(self._template.fd, self._read_template)
         for rank in range(self.n):
             self._spawn(rank, preexec)
 
     def _spawn(self, rank: int, preexec: Callable[[], None] | None) -> None:
         assert self.session_dir is not None and self.ctl_address is not None
         env = rank_environment(self.env, rank, self.n, self.session_dir, self.key, os.cpu_count())
-        popen = subprocess.Popen(
-            self.argv,
-            stdin=None if rank == 0 else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-            preexec_fn=preexec,
-        )
-        handle = Rank(rank, popen)
+        handle: Rank | template.ForkedRank
+        if self._template is not None:
+            handle, pipes = self._template.spawn(rank, env, self._plan, stdin=rank == 0)
+        else:
+            popen = subprocess.Popen(
+                self.argv,
+                stdin=None if rank == 0 else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                start_new_session=True,
+                preexec_fn=preexec,
+            )
+            handle = Rank(rank, popen)
+            assert popen.stdout is not None and popen.stderr is not None
+            pipes = [popen.stdout, popen.stderr]
         self.ranks.append(handle)
         prefix = b"[%d] " % rank if self.tag_output else None
-        assert popen.stdout is not None and popen.stderr is not None
-        for pipe, sink in ((popen.stdout, self._stdout), (popen.stderr, self._stderr)):
+        for pipe, sink in zip(pipes, (self._stdout, self._stderr)):
             stream = OutputStream(pipe, sink, prefix)
             self._streams[stream.fd] = stream
             self._watch(stream.fd, functools.partial(self._read_output, stream.fd))
-        with contextlib.suppress(AttributeError, OSError):  # no pidfd: _pump ticks
-            handle.pidfd = os.pidfd_open(popen.pid)
-            self._watch(handle.pidfd, lambda: None)
+        if isinstance(handle, Rank):
+            with contextlib.suppress(AttributeError, OSError):  # no pidfd: _pump ticks
+                handle.pidfd = os.pidfd_open(handle.pid)
+                self._watch(handle.pidfd, lambda: None)
 
     def wait(self, timeout: float | None = None) -> int:
         """Run the job until it is over and return its exit status.
@@ -415,6 +435,9 @@ class Job:
             self._close_stream(fd)
         for rank in self.ranks:
             self._close_pidfd(rank)
+        if self._template is not None:
+            self._unwatch(self._template.fd)
+            self._template.close()
         if self._control is not None:
             self._control.close()
         if self._ctx is not None:
@@ -632,6 +655,10 @@ class Job:
         stream = self._streams.get(fd)
         if stream is not None and not stream.read():
             self._close_stream(fd)
+
+    def _read_template(self) -> None:
+        if self._template is not None and not self._template.dispatch():
+            self._unwatch(self._template.fd)
 
     def _close_stream(self, fd: int) -> None:
         stream = self._streams.pop(fd, None)

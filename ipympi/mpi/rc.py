@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Callable
 
-__all__ = ["Rc", "rc", "setting", "settle"]
+__all__ = ["Rc", "rc", "reset", "setting", "settle"]
 
 THREAD_LEVELS = ("multiple", "serialized", "funneled", "single")
 ERROR_MODES = ("exception", "default", "abort", "fatal")
@@ -177,3 +177,10 @@ def setting(name: str) -> Any:
     if not _settled:
         settle()
     return _settled[name]
+
+
+def reset() -> None:
+    """Put every option of :data:`rc` back to its default and forget what was settled:
+    for a rank forked from a process that imported ``ipympi.MPI`` before it."""
+    Rc.__init__(rc)
+    _settled.clear()

@@ -11,7 +11,6 @@ sending the data in frames.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import sys
@@ -23,12 +22,25 @@ class _IoVec(ctypes.Structure):
     _fields_ = (("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t))
 
 
-def _load_readv():
+def _load_libc() -> ctypes.CDLL | None:
+    """The C library (Linux), found among the symbols already loaded: no search of the
+    library path (``find_library`` runs ``ldconfig``, tens of milliseconds per process)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        fn = libc.process_vm_readv
+        return ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _load_libc()
+
+
+def _load_readv():
+    if _LIBC is None:
+        return None
+    try:
+        fn = _LIBC.process_vm_readv
     except (OSError, AttributeError):
         return None
     fn.restype = ctypes.c_ssize_t
@@ -70,12 +82,11 @@ def allow_peer_reads() -> None:
     ranks are siblings, so each rank allows any process of the same user.
     Harmless where Yama is absent; ignored where ``prctl`` is unavailable.
     """
-    if not sys.platform.startswith("linux"):
+    if _LIBC is None:
         return
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         pr_set_ptracer, pr_set_ptracer_any = 0x59616D61, ctypes.c_ulong(-1)
-        libc.prctl(pr_set_ptracer, pr_set_ptracer_any, 0, 0, 0)
+        _LIBC.prctl(pr_set_ptracer, pr_set_ptracer_any, 0, 0, 0)
     except (OSError, AttributeError):
         pass
 

@@ -5,7 +5,8 @@ fork. So the controller starts this single-threaded process once
 (``python -m ipympi.notebook.engine``); it imports everything an engine needs
 (IPython's shell, zmq, numpy, the MPI core) and then forks one engine per
 rank whenever the controller asks, in a few milliseconds each. It creates no
-zmq context: a context does not survive a fork.
+zmq context: a context does not survive a fork. The forking itself is
+:class:`ipympi.launch.forker.Forker`'s, as for the ranks of ``ipympi.run``.
 
 It talks to the controller through its standard streams, one JSON object per
 line: commands on stdin (``spawn``, ``signal``, ``exit``), events on stdout
@@ -28,15 +29,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import socket
 import sys
-import time
-import traceback
 from typing import Any
 
 from ... import mpi4py as mpi4py_name
-from ...launch.jsonlines import CommandLoop
+from ...launch.forker import Forker
 
 __all__ = ["Supervisor", "main", "preload"]
 
@@ -54,23 +52,21 @@ def preload() -> None:
 
     with contextlib.suppress(ImportError):
         import numpy  # noqa: F401
-    from ...mpi.rc import rc
+    from ...launch.template import preload as preload_mpi
 
-    rc.initialize = False  # each engine initializes MPI after the fork
-    from ... import MPI  # noqa: F401
+    preload_mpi()  # MPI and its runtime, not started: each engine starts MPI after the fork
     from . import shell  # noqa: F401
 
 
-class Supervisor(CommandLoop):
-    """Forks engines on command and reports their exits."""
+class Supervisor(Forker):
+    """Forks engines on command and reports their exits (see ``launch.forker``)."""
 
     def __init__(self, commands: int = 0, events: int = 1) -> None:
         super().__init__(commands, events)
-        self.children: dict[int, int] = {}  # pid -> rank
         self.world_dir: str | None = None  # made here, for a world on several hosts
 
     def end(self) -> None:
-        self.kill_all()
+        super().end()
         self.remove_world_dir()
 
     def handle(self, command: dict[str, Any]) -> bool:
@@ -88,15 +84,10 @@ class Supervisor(CommandLoop):
                     return True
             for rank in command["ranks"]:
                 pid = self.fork_engine(int(rank), command)
-                self.children[pid] = int(rank)
                 self.emit({"type": "spawned", "rank": rank, "pid": pid})
             return True
         if kind == "signal":
-            ranks = {int(rank) for rank in command["ranks"]}
-            for pid, rank in list(self.children.items()):
-                if rank in ranks:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(pid, int(command["signal"]))
+            self.handle_signal(command)
             return True
         if kind == "exit":
             return False
@@ -134,51 +125,12 @@ class Supervisor(CommandLoop):
             self.world_dir = None
 
     def fork_engine(self, rank: int, spec: dict[str, Any]) -> int:
-        pid = os.fork()
-        if pid:
-            return pid
-        status = 1
-        try:
-            os.setpgid(0, 0)  # Ctrl-C of the engine reaches its own children too
-            signal.set_wakeup_fd(-1)
-            for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
-                signal.signal(signum, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            devnull = os.open(os.devnull, os.O_RDWR)
-            os.dup2(devnull, 0)
-            os.dup2(2, 1)  # never write into the event pipe
-            os.close(devnull)
-            self.close_wakeup()
-            os.environ.update(spec["env"][str(rank)])
+        def body() -> int:
             from .shell import run_engine
 
-            status = run_engine(rank, spec, bytes.fromhex(spec["key"]))
-        except BaseException:
-            with contextlib.suppress(Exception):
-                os.write(2, f"ipympi engine {rank}: {traceback.format_exc()}".encode())
-        finally:
-            os._exit(status)
+            return run_engine(rank, spec, bytes.fromhex(spec["key"]))
 
-    def reap(self) -> None:
-        while self.children:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            rank = self.children.pop(pid, None)
-            code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-            self.emit({"type": "exited", "rank": rank, "pid": pid, "returncode": code})
-
-    def kill_all(self) -> None:
-        for pid in list(self.children):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 2.0
-        while self.children and time.monotonic() < deadline:
-            self.reap()
-            time.sleep(0.01)
+        return self.fork_child(rank, {**os.environ, **spec["env"][str(rank)]}, body)
 
 
 def main() -> int:

@@ -1,0 +1,295 @@
+"""The rank template of ``ipympi.run``: one warmed-up process per host that forks the ranks.
+
+A job whose program is a Python program this interpreter can run as it is
+(:func:`ipympi.launch.pymain.plan`: ``prog.py``, ``-m MODULE``, ``-c CODE``, no interpreter
+options) does not start N interpreters that each import MPI: it starts one
+``python -m ipympi.launch.template FD``, which imports what a rank needs (ipympi's MPI,
+its ``mpi4py`` name, the transport) without starting MPI or creating a zmq context, and
+forks every rank from it (:class:`~ipympi.launch.forker.Forker`). Each rank then imports
+``MPI`` afresh, which starts MPI with the rank's environment and its own ``rc`` settings,
+and runs the program as ``python`` would (:func:`ipympi.launch.pymain.run`). Anything
+else (``hostname``, ``python -O prog.py``, another Python) is exec'd as before.
+
+The launcher and the template speak the JSON lines of :mod:`ipympi.launch.jsonlines`
+(commands on the template's stdin, events on its stdout), plus a Unix socket, the
+template's descriptor ``FD``, that carries each rank's stdin, stdout and stderr
+(``SCM_RIGHTS``) just before its ``spawn`` command:
+
+=========  ==========  ==============================================================
+type       direction   keys
+=========  ==========  ==============================================================
+spawn      L → T       ``rank``, ``set`` and ``unset``: how the rank's environment
+                       differs from the template's; ``plan``
+signal     L → T       ``signal`` (int), ``ranks`` (optional list)
+exit       L → T       end every rank (SIGKILL) and exit (end of file does too)
+ready      T → L       ``pid``
+spawned    T → L       ``rank``, ``pid``
+exited     T → L       ``rank``, ``pid``, ``returncode`` (-n after signal n)
+=========  ==========  ==============================================================
+
+:class:`TemplateProcess` is the launcher's side, :class:`ForkedRank` a Popen-shaped
+handle on a rank it forked. ``IPYMPI_FORK_RANKS=0`` turns forking off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any, Callable
+
+from .forker import Forker
+from .jsonlines import JsonLinesProcess
+
+__all__ = ["ENV_SWITCH", "ForkedRank", "TemplateProcess", "enabled", "main", "preload"]
+
+ENV_SWITCH = "IPYMPI_FORK_RANKS"
+_OFF = ("0", "no", "off", "false", "n")
+_MAIN = "ipympi.launch.template"
+
+
+def enabled(environ: Mapping[str, str]) -> bool:
+    """Whether ranks may be forked from a template (``IPYMPI_FORK_RANKS`` is not off)."""
+    return environ.get(ENV_SWITCH, "1").strip().lower() not in _OFF
+
+
+# -- the template's side ---------------------------------------------------------------
+def preload() -> None:
+    """Import what a rank needs before it runs its program, without starting MPI
+    (``ipympi.rc.initialize`` is left off; also for the notebook's engines)."""
+    from ..mpi import rc as rc_module
+
+    rc_module.rc.initialize = False
+    try:
+        import mpi4py.MPI  # noqa: F401  (ipympi's, when the ranks have its mpi4py name)
+    except ImportError:
+        pass
+    from .. import MPI
+    from ..mpi import runtime  # noqa: F401  (what Init needs, which MPI imports only to start)
+
+    MPI.__all__  # noqa: B018  (every chapter)
+
+
+def _fresh_mpi() -> None:
+    """In a forked rank: forget the template's import of ``MPI`` and its ``rc``, so that
+    the program's ``import`` starts MPI as in a new process."""
+    from ..mpi import rc as rc_module
+
+    rc_module.reset()
+    for name in ("ipympi.MPI", "mpi4py.MPI"):
+        sys.modules.pop(name, None)
+        package = sys.modules.get(name.split(".")[0])
+        if package is not None and "MPI" in vars(package):
+            delattr(package, "MPI")
+
+
+class RankTemplate(Forker):
+    """The template process's loop (see the module docstring)."""
+
+    def __init__(self, fds: socket.socket, environ: Mapping[str, str]) -> None:
+        super().__init__()
+        self.environ = dict(environ)  # as the launcher started the template
+        self.fds = fds
+        self.private_fds = [fds.fileno()]
+        self.gate: tuple[int, int] | None = None  # what the ranks just forked wait on
+
+    def handle(self, command: dict[str, Any]) -> bool:
+        kind = command.get("type")
+        if kind == "spawn":
+            self.spawn(command)
+        elif kind == "signal":
+            self.handle_signal(command)
+        elif kind == "exit":
+            return False
+        else:
+            print(f"ipympi template: unknown command {kind!r}", file=sys.stderr, flush=True)
+        return True
+
+    def spawn(self, command: dict[str, Any]) -> None:
+        _, fds, _, _ = socket.recv_fds(self.fds, 1, 3)
+        rank, spec = int(command["rank"]), command["plan"]
+        stdin, stdout, stderr = fds
+        if self.gate is None:
+            self.gate = os.pipe()
+        gate = self.gate
+
+        def body() -> int:
+            from .pymain import run
+
+            os.close(gate[1])
+            os.read(gate[0], 1)  # until the template has forked this batch
+            os.close(gate[0])
+            _fresh_mpi()
+            return run(spec)
+
+        try:
+            env = {k: v for k, v in self.environ.items() if k not in command["unset"]}
+            env.update(command["set"])
+            pid = self.fork_child(rank, env, body, (stdin, stdout, stderr))
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.emit({"type": "spawned", "rank": rank, "pid": pid})
+
+    def after_commands(self) -> None:
+        """Let the ranks just forked run: forking them all first, before they compete
+        with the template for the processors, starts a large job sooner."""
+        if self.gate is not None:
+            for fd in self.gate:
+                os.close(fd)
+            self.gate = None
+
+    def end(self) -> None:
+        self.after_commands()
+        super().end()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    fds = socket.socket(fileno=int(args[0]))
+    environ = dict(os.environ)
+    preload()
+    return RankTemplate(fds, environ).run({"type": "ready", "pid": os.getpid()})
+
+
+# -- the launcher's side -----------------------------------------------------------------
+def _has_stdin() -> bool:
+    """Whether this process was started with a stdin (else descriptor 0 may be anything
+    it opened since, and the rank gets /dev/null)."""
+    return sys.__stdin__ is not None
+
+
+class ForkedRank:
+    """A Popen-shaped handle on a rank the template forked; its exit comes as an event."""
+
+    local = False  # no pidfd: the template's ``exited`` event tells the job
+
+    def __init__(self, rank: int, template: TemplateProcess) -> None:
+        self.rank = rank
+        self.template = template
+        self.pid: int | None = None
+        self.returncode: int | None = None
+        self.hello: dict[str, Any] | None = None
+        self.pidfd: int | None = None
+
+    @property
+    def mpi_pid(self) -> int | None:
+        if self.hello is not None:
+            return int(self.hello["pid"])
+        return self.pid
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.returncode is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired(self.template.argv, timeout or 0.0)
+            self.template.pump(left)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the rank's process group (through the template until its pid is known)."""
+        if self.returncode is not None:
+            return
+        if self.pid is None:
+            self.template.command({"type": "signal", "signal": int(sig), "ranks": [self.rank]})
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
+class TemplateProcess(JsonLinesProcess):
+    """The launcher's handle on a running template: spawns ranks, dispatches events."""
+
+    def __init__(self, env: Mapping[str, str], preexec: Callable[[], None] | None) -> None:
+        self._mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            super().__init__(
+                [sys.executable, "-m", _MAIN, str(theirs.fileno())],
+                env,
+                preexec=preexec,
+                pass_fds=(theirs.fileno(),),
+            )
+        finally:
+            theirs.close()
+        self.env = dict(env)
+        self.ranks: dict[int, ForkedRank] = {}
+
+    def spawn(
+        self, rank: int, env: Mapping[str, str], spec: dict[str, Any], stdin: bool
+    ) -> tuple[ForkedRank, list[Any]]:
+        """Fork ``rank``: its handle and the read ends of its stdout and stderr pipes.
+
+        With ``stdin`` the rank reads the launcher's stdin, else /dev/null.
+        """
+        handle = ForkedRank(rank, self)
+        self.ranks[rank] = handle
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        stdin = stdin and _has_stdin()
+        source = 0 if stdin else os.open(os.devnull, os.O_RDONLY)
+        try:
+            with contextlib.suppress(OSError):  # a dead template: its end of file tells
+                socket.send_fds(self._mine, [b"f"], [source, out_w, err_w])
+            changed = {k: v for k, v in env.items() if self.env.get(k) != v}
+            unset = [k for k in self.env if k not in env]
+            command = {"type": "spawn", "rank": rank, "set": changed, "unset": unset, "plan": spec}
+            self.command(command)
+        finally:
+            for fd in (out_w, err_w) if stdin else (out_w, err_w, source):
+                os.close(fd)
+        return handle, [os.fdopen(out_r, "rb", buffering=0), os.fdopen(err_r, "rb", buffering=0)]
+
+    def dispatch(self) -> bool:
+        """Handle the events the template has written (its exits, their pids); False
+        once it is gone (and its ranks, which die with it)."""
+        events = self.read()
+        if events is None:
+            for handle in self.ranks.values():
+                if handle.returncode is None:
+                    handle.returncode = -signal.SIGKILL
+            return False
+        for event in events:
+            found = self.ranks.get(event.get("rank", -1))
+            if found is None:
+                continue
+            handle = found
+            if event.get("type") == "spawned":
+                handle.pid = int(event["pid"])
+            elif event.get("type") == "exited":
+                handle.pid = int(event["pid"])
+                handle.returncode = int(event["returncode"])
+        return True
+
+    def pump(self, timeout: float | None) -> None:
+        """Wait up to ``timeout`` seconds for events, and handle them."""
+        if self.gone:  # every rank has its return code
+            return
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if ready:
+            self.dispatch()
+
+    def close(self) -> None:
+        """End of file on its stdin (it kills what is left and exits); reap it."""
+        self.stop(2.0)
+        self._mine.close()
+
+
+if __name__ == "__main__":
+    # No interpreter shutdown to wait for: the launcher waits for this exit.
+    os._exit(main())
