@@ -30,6 +30,8 @@ from .mpi import (
 from .mpi import (
     errhandling as _errhandling,
 )
+from .mpi import file as _file
+from .mpi import file_view as _file_view
 from .mpi import (
     grequest as _grequest,
 )
@@ -89,6 +91,8 @@ _SOURCES: tuple[ModuleType, ...] = (
     _group,
     _comm,
     _topology,
+    _file,
+    _file_view,
     _neighbor,
     _runtime,
     _memory,

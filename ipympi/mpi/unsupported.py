@@ -1,6 +1,6 @@
 """Object types and functions of mpi4py's ``MPI`` module that ipympi does not implement.
 
-One-sided communication (``Win``), parallel I/O (``File``), the sessions model
+One-sided communication (``Win``), the sessions model
 (``Session``) and dynamic process management are outside ipympi's scope. The names
 still exist so that programs written for mpi4py import cleanly and can probe for the
 features: the classes are handle classes (:class:`~ipympi.core.handle.Handle`) whose only
@@ -12,23 +12,20 @@ from __future__ import annotations
 
 from typing import Any, Callable, NoReturn
 
-from ..core.errors import ERR_FILE, ERR_SESSION, ERR_WIN
+from ..core.errors import ERR_SESSION, ERR_WIN
 from ..core.handle import Handle, Kind, register
 from .info import INFO_NULL
 
 __all__ = [
-    "FILE_NULL",
     "SESSION_NULL",
     "WIN_NULL",
     "Close_port",
-    "File",
     "Get_abi_fortran_info",
     "Get_abi_info",
     "Get_abi_version",
     "Lookup_name",
     "Open_port",
     "Publish_name",
-    "Register_datarep",
     "Session",
     "Unpublish_name",
     "Win",
@@ -116,32 +113,6 @@ class Win(_Unsupported):
     )  # fmt: skip
 
 
-class File(_Unsupported):
-    """File handle for parallel I/O (not available)."""
-
-    __slots__ = ()
-    _mpi_kind = Kind("File", 4, ERR_FILE, None)
-    _feature = "parallel I/O"
-    _methods = (
-        *_ERRHANDLER_METHODS,
-        "Open", "Close", "Delete", "Sync", "Preallocate", "Get_size", "Set_size",
-        "Get_amode", "Get_atomicity", "Set_atomicity", "Get_group", "Get_info", "Set_info",
-        "Get_view", "Set_view", "Get_type_extent", "Get_byte_offset",
-        "Seek", "Seek_shared", "Get_position", "Get_position_shared",
-        "Read", "Read_all", "Read_at", "Read_at_all", "Read_shared", "Read_ordered",
-        "Read_all_begin", "Read_all_end", "Read_at_all_begin", "Read_at_all_end",
-        "Read_ordered_begin", "Read_ordered_end",
-        "Write", "Write_all", "Write_at", "Write_at_all", "Write_shared", "Write_ordered",
-        "Write_all_begin", "Write_all_end", "Write_at_all_begin", "Write_at_all_end",
-        "Write_ordered_begin", "Write_ordered_end",
-        "Iread", "Iread_all", "Iread_at", "Iread_at_all", "Iread_shared",
-        "Iwrite", "Iwrite_all", "Iwrite_at", "Iwrite_at_all", "Iwrite_shared",
-    )  # fmt: skip
-    _properties = (
-        "amode", "atomicity", "group", "group_rank", "group_size", "info", "size",
-    )  # fmt: skip
-
-
 class Session(_Unsupported):
     """MPI session (not available: ipympi uses the world model)."""
 
@@ -199,9 +170,8 @@ class PartitionedFeatures(_UnsupportedMethods):
 
 
 WIN_NULL: Win = Win()
-FILE_NULL: File = File()
 SESSION_NULL: Session = Session()
-register(globals(), ("WIN_NULL", "FILE_NULL", "SESSION_NULL"))  # constants (see core.handle)
+register(globals(), ("WIN_NULL", "SESSION_NULL"))  # constants (see core.handle)
 
 
 # --- Module-level functions of unavailable features --------------------------------------
@@ -230,11 +200,6 @@ def Unpublish_name(service_name: str, port_name: str, info: Any = INFO_NULL) -> 
 def Lookup_name(service_name: str, info: Any = INFO_NULL) -> NoReturn:
     """Look up a published service name (not available)."""
     _unavailable("Lookup_name", _DYNAMIC)
-
-
-def Register_datarep(datarep: str, *args: Any, **kwargs: Any) -> NoReturn:
-    """Register a file data representation (not available)."""
-    _unavailable("Register_datarep", "parallel I/O")
 
 
 def Get_abi_version() -> NoReturn:
