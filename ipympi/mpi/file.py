@@ -180,6 +180,14 @@ class File(FileAccess, Handle):
     def _reduce_created(self) -> Any:
         raise ValueError(f"cannot pickle {self!r}: an open file is local to its ranks")
 
+    def __enter__(self) -> File:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Leaving a ``with`` block closes the file (collective), unless already closed."""
+        if self._impl is not None:
+            self.Close()
+
     def _live(self) -> FileImpl:
         impl = self._impl
         if impl is None:
@@ -287,6 +295,8 @@ class File(FileAccess, Handle):
         impl = self._live()
         size = _size_arg(size, "Set_size")
         problem = None
+        if impl.size > 1:
+            impl.comm.Barrier()  # the ranks' earlier accesses come first
         if impl.rank == 0:
             problem = _try(lambda: os.ftruncate(impl.fd, size), "Set_size", impl)
         _agree(impl.comm, problem)
