@@ -95,7 +95,8 @@ def test_ordered_and_split_collectives(run_mpi):
         fh.Write_ordered_begin(np.full(2, 10 + rank, "h"))
         fh.Write_ordered_end(np.zeros(0, "h"))
         comm.Barrier()
-        expect = [r for r in range(size) for _ in range(r + 1)] + [10 + r for r in range(size) for _ in range(2)]
+        expect = [r for r in range(size) for _ in range(r + 1)]
+        expect += [10 + r for r in range(size) for _ in range(2)]
         assert np.frombuffer(read_all_bytes(), "h").tolist() == expect
         fh.Seek_shared(0)
         mine = np.zeros(rank + 1, "h")
@@ -164,7 +165,8 @@ def test_subarray_darray_struct_and_resized_views(run_mpi):
         fh.Set_size(0)
         fh.Set_view(16 * rank, MPI.INT, ftype)
         fh.Write_all(np.arange(6, dtype="i") + 10 * rank)
-        assert fh.Get_byte_offset(1) == 16 * rank + 8 and fh.Get_byte_offset(2) == 16 * (rank + size)
+        assert fh.Get_byte_offset(1) == 16 * rank + 8
+        assert fh.Get_byte_offset(2) == 16 * (rank + size)
         comm.Barrier()
         raw = np.frombuffer(read_all_bytes().ljust(48 * size, b"\\0"), "i").reshape(-1, 4)
         assert raw[rank::size, 0].tolist() == [10 * rank + i for i in (0, 2, 4)], raw

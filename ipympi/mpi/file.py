@@ -180,6 +180,11 @@ class File(FileAccess, Handle):
     def _reduce_created(self) -> Any:
         raise ValueError(f"cannot pickle {self!r}: an open file is local to its ranks")
 
+    def free(self) -> None:
+        """Close the file if it is open (``Close``); a null handle stays as it is."""
+        if self._impl is not None:
+            self.Close()
+
     def __enter__(self) -> File:
         return self
 
