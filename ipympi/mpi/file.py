@@ -91,8 +91,8 @@ class SharedPointer:
 class FileImpl:
     """One open file on this rank (what ``File`` handles refer to)."""
 
-    __slots__ = ("__weakref__", "amode", "atomic", "comm", "errhandler", "fd", "hints",
-                 "path", "pos", "shared", "split", "view")  # fmt: skip
+    __slots__ = ("__weakref__", "amode", "atomic", "comm", "dirty", "errhandler", "fd",
+                 "hints", "path", "pos", "shared", "split", "view")  # fmt: skip
 
     def __init__(self, path: str, amode: int, fd: int, comm: Any, shared: SharedPointer) -> None:
         self.path = path
@@ -104,6 +104,7 @@ class FileImpl:
         self.hints: dict[str, str] = dict(_DEFAULT_HINTS)
         self.hints["cb_nodes"] = str(comm.Get_size())
         self.atomic = False
+        self.dirty = False  # written since the last Sync
         self.pos = 0  # the individual file pointer, in etypes of the view
         self.view: View = native_view()
         self.split: Any = None  # the pending split collective: (call, status)
@@ -303,7 +304,13 @@ class File(FileAccess, Handle):
         if impl.size > 1:
             impl.comm.Barrier()  # the ranks' earlier accesses come first
         if impl.rank == 0:
-            problem = _try(lambda: os.ftruncate(impl.fd, size), "Set_size", impl)
+
+            def resize() -> None:
+                if size != os.fstat(impl.fd).st_size:  # (truncating costs even when idle)
+                    os.ftruncate(impl.fd, size)
+                    impl.dirty = True
+
+            problem = _try(resize, "Set_size", impl)
         _agree(impl.comm, problem)
 
     @mpi_call
@@ -314,6 +321,7 @@ class File(FileAccess, Handle):
         problem = None
         if impl.rank == 0 and size > os.fstat(impl.fd).st_size:
             problem = _try(lambda: os.posix_fallocate(impl.fd, 0, size), "Preallocate", impl)
+            impl.dirty = True
         _agree(impl.comm, problem)
 
     @mpi_call
@@ -354,9 +362,10 @@ class File(FileAccess, Handle):
     def Sync(self) -> None:
         """Transfer this rank's writes to the storage device (collective)."""
         impl = self._live()
-        if impl.amode & (MODE_WRONLY | MODE_RDWR):
+        if impl.dirty:
             try:
-                os.fsync(impl.fd)
+                os.fdatasync(impl.fd)
+                impl.dirty = False
             except OSError as exc:
                 raise os_error(exc, "Sync") from None
 

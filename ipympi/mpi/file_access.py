@@ -101,6 +101,7 @@ def transfer(impl: Any, write: bool, buf: Any, start: Start, call: str) -> tuple
         fcntl.lockf(impl.fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH, high - low, low)
     try:
         if write:
+            impl.dirty = True
             _write_segments(impl.fd, view.to_file(spec.mem, datatype, count), offs, lens)
             return spec.mem.nbytes, fbytes // view.esize
         native = view.datarep in ("native", "internal")
