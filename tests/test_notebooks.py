@@ -262,3 +262,15 @@ def test_latency_notebook_measures_and_plots(executed) -> None:
     summary = text_of(cell_with(notebook, "large messages on this machine"))
     assert "[stdout:0] latency of messages up to 1 KiB: about" in summary
     assert re.search(r"large messages on this machine: (process_vm_readv|chunks)", summary)
+
+
+@pytest.mark.timeout(NOTEBOOK_TIMEOUT)
+def test_parallel_io_notebook_writes_one_array(executed) -> None:
+    notebook = executed("09_parallel_io.ipynb")
+    written = text_of(cell_with(notebook, "fh.Write_all(local)"))
+    assert all(f"rank {r}: wrote 192 bytes" in written for r in range(RANKS)), written
+    numpy_read = text_of(cell_with(notebook, "np.fromfile(path"))
+    assert "every element in its place: True" in numpy_read, numpy_read
+    mpi_read = text_of(cell_with(notebook, "fh.Read_all(back, status)"))
+    for r in range(RANKS):
+        assert f"rank {r}: read 24 doubles, same as written: True" in mpi_read, mpi_read
