@@ -24,6 +24,15 @@ def read_all_bytes():
 )
 
 
+def test_file_has_every_method_of_mpi4py() -> None:
+    mpi = pytest.importorskip("mpi4py.MPI")
+    from ipympi import MPI
+
+    theirs = {n for n in dir(mpi.File) if not n.startswith("_")}
+    assert theirs - set(dir(MPI.File)) == set()
+    assert MPI.FILE_NULL.Get_errhandler() == MPI.ERRORS_RETURN
+
+
 def run(run_mpi, n: int, body: str, timeout: float = 30) -> None:
     proc = run_mpi(n, mpi_program(PRELUDE, body), timeout=timeout)
     assert_ok(proc, n)
