@@ -92,7 +92,7 @@ class FileImpl:
     """One open file on this rank (what ``File`` handles refer to)."""
 
     __slots__ = ("__weakref__", "amode", "atomic", "comm", "dirty", "errhandler", "fd",
-                 "hints", "path", "pos", "shared", "split", "view")  # fmt: skip
+                 "hints", "path", "pos", "shared", "split", "view", "world_rank")  # fmt: skip
 
     def __init__(self, path: str, amode: int, fd: int, comm: Any, shared: SharedPointer) -> None:
         self.path = path
@@ -108,6 +108,8 @@ class FileImpl:
         self.pos = 0  # the individual file pointer, in etypes of the view
         self.view: View = native_view()
         self.split: Any = None  # the pending split collective: (call, status)
+        world = PROCESS.world
+        self.world_rank = int(world.Get_rank()) if world is not None else 0
 
     @property
     def rank(self) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import operator
 import os
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -35,6 +36,7 @@ from ..core.constants import (
     SEEK_SET,
 )
 from ..core.errors import Exception as MPIException
+from ..progress import tracing
 from ..progress.operation import RECV, Operation
 from .buffers import recv_buffer, send_buffer
 from .datatype import BYTE, Datatype
@@ -83,6 +85,7 @@ def _read_segments(fd: int, target: memoryview, offs: np.ndarray, lens: np.ndarr
 def transfer(impl: Any, write: bool, buf: Any, start: Start, call: str) -> tuple[int, int]:
     """Move ``buf``'s message to or from the file at the position ``start`` gives;
     return (bytes of memory moved, etypes asked for)."""
+    t0 = time.perf_counter()
     spec = send_buffer(buf) if write else recv_buffer(buf)
     view = impl.view
     count, datatype = spec.count, spec.datatype
@@ -103,6 +106,7 @@ def transfer(impl: Any, write: bool, buf: Any, start: Start, call: str) -> tuple
         if write:
             impl.dirty = True
             _write_segments(impl.fd, view.to_file(spec.mem, datatype, count), offs, lens)
+            _traced(impl, call, offs, fbytes, t0)
             return spec.mem.nbytes, fbytes // view.esize
         native = view.datarep in ("native", "internal")
         target = spec.mem if native else memoryview(bytearray(fbytes))
@@ -112,6 +116,7 @@ def transfer(impl: Any, write: bool, buf: Any, start: Start, call: str) -> tuple
     finally:
         if locked:
             fcntl.lockf(impl.fd, fcntl.LOCK_UN, high - low, low)
+    _traced(impl, call, offs, got, t0)
     if native:
         nbytes = got
     else:
@@ -123,6 +128,12 @@ def transfer(impl: Any, write: bool, buf: Any, start: Start, call: str) -> tuple
     if spec.unpack is not None and nbytes:
         spec.unpack(nbytes)
     return nbytes, fbytes // view.esize
+
+
+def _traced(impl: Any, call: str, offs: np.ndarray, nbytes: int, t0: float) -> None:
+    if tracing.current is not None:
+        offset = int(offs[0]) if len(offs) else 0
+        tracing.file_access(impl.world_rank, call, impl.path, offset, nbytes, len(offs), t0)
 
 
 def _status(status: Any, nbytes: int) -> None:
