@@ -12,7 +12,7 @@ PRELUDE = (
 import os
 import tempfile
 
-folder = comm.bcast(tempfile.mkdtemp(prefix="fileio-") if rank == 0 else None, 0)
+folder = comm.bcast(tempfile.mkdtemp(prefix="fileio-", dir=".") if rank == 0 else None, 0)
 name = os.path.join(folder, "data.bin")
 RW = MPI.MODE_CREATE | MPI.MODE_RDWR
 
