@@ -43,8 +43,6 @@ OUT_OF_SCOPE = (  # test files of features ipympi does not implement (see README
     "test_rma",
     "test_rma_nb",
     "test_win",
-    "test_file",
-    "test_io",
     "test_dynproc",
     "test_spawn",
     "test_ulfm",

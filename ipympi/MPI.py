@@ -36,6 +36,8 @@ _SOURCES: tuple[str, ...] = (
     "ipympi.mpi.group",
     "ipympi.mpi.comm",
     "ipympi.mpi.topology",
+    "ipympi.mpi.file",
+    "ipympi.mpi.file_view",
     "ipympi.mpi.neighbor",
     "ipympi.mpi.runtime",
     "ipympi.mpi.memory",

@@ -191,3 +191,38 @@ def test_startup_prints_every_row() -> None:
     assert [m["label"] for line in lines if (m := row_format.match(line))] == STARTUP_ROWS, detail
     assert any(line.startswith("mpiexec/mpi4py: ") for line in lines), detail
     assert any(line.startswith("targets: ") for line in lines), detail
+
+
+IO_ROWS = [
+    f"{label}: {phase}"
+    for label in (
+        "contiguous Write_at_all / Read_at_all",
+        "interleaved vector view Write_all / Read_all",
+    )
+    for phase in ("write", "read")
+]
+
+
+def test_io_quick_prints_every_row() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "io.py"),
+            "--quick",
+            "--no-mpi4py",
+            "--trials",
+            "1",
+            "--timeout",
+            "40",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        cwd=str(ROOT),
+    )
+    detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert proc.returncode == 0, detail
+    row_format = re.compile(rf"^(?P<label>\S.*?)\s+{PAIR}\s+n/a\s+n/a$")
+    found = [match["label"] for match in map(row_format.match, proc.stdout.splitlines()) if match]
+    assert found == IO_ROWS, detail
+    assert "mpi4py: n/a (--no-mpi4py)" in proc.stdout.splitlines(), detail

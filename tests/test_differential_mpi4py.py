@@ -78,6 +78,7 @@ SIZES: dict[str, tuple[int, ...]] = {
     "buffers": (2, 4),
     "errors": (2,),
     "environment": (2,),
+    "fileio": (2, 4),
 }
 CASES = [(program, n) for program, sizes in SIZES.items() for n in sizes]
 IMPLS = ("ipympi", "mpi4py")

@@ -272,3 +272,15 @@ def test_ipyparallel_users_notebook(executed) -> None:
     failure = text_of(cell_with(notebook, "view.apply_sync(fragile)"))
     assert "rank 2 of 4 raised ValueError: rank 2 cannot go on" in failure
     assert "waiting in allreduce" in failure
+
+
+@pytest.mark.timeout(NOTEBOOK_TIMEOUT)
+def test_parallel_io_notebook_writes_one_array(executed) -> None:
+    notebook = executed("09_parallel_io.ipynb")
+    written = text_of(cell_with(notebook, "fh.Write_all(local)"))
+    assert all(f"rank {r}: wrote 192 bytes" in written for r in range(RANKS)), written
+    numpy_read = text_of(cell_with(notebook, "np.fromfile(path"))
+    assert "every element in its place: True" in numpy_read, numpy_read
+    mpi_read = text_of(cell_with(notebook, "fh.Read_all(back, status)"))
+    for r in range(RANKS):
+        assert f"rank {r}: read 24 doubles, same as written: True" in mpi_read, mpi_read

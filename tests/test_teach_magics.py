@@ -86,6 +86,30 @@ def test_px_trace_draws_the_cells_messages(kernel: KernelSession) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_px_trace_shows_file_operations(kernel: KernelSession, tmp_path) -> None:
+    path = str(tmp_path / "traced.bin")
+    out = kernel.ok(
+        "%%px --trace\n"
+        f"fh = MPI.File.Open(comm, {path!r}, MPI.MODE_CREATE | MPI.MODE_RDWR)\n"
+        "fh.Write_at_all(rank * 24, np.zeros(3))\n"
+        "fh.Close()\n"
+    )
+    (shown,) = displays(out)
+    text = strip_ansi(shown["text/plain"])
+    assert f"{RANKS} file operations" in text, text
+    for r in range(RANKS):
+        assert f"rank {r}  Write_at_all  offset {r * 24}, 24 bytes" in text, text
+    assert "File operations:" in shown["text/html"]
+    ops = kernel.value(
+        "import ipympi\n"
+        "sorted((r['rank'], r['offset'], r['bytes']) for r in ipympi.last_trace().file_ops)"
+    )
+    assert ops == [[r, r * 24, 24] for r in range(RANKS)] or ops == [
+        (r, r * 24, 24) for r in range(RANKS)
+    ]
+
+
+@pytest.mark.timeout(60)
 def test_untraced_cells_draw_nothing_and_keep_the_last_trace(kernel: KernelSession) -> None:
     kernel.ok("%%px --trace\ncomm.Barrier()")
     before = kernel.value("ipympi.last_trace().summary()")

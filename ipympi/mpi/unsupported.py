@@ -1,6 +1,6 @@
 """Object types and functions of mpi4py's ``MPI`` module that ipympi does not implement.
 
-One-sided communication (``Win``), parallel I/O (``File``) and dynamic process
+One-sided communication (``Win``) and dynamic process
 management are outside ipympi's scope. The names
 still exist so that programs written for mpi4py import cleanly and can probe for the
 features: the classes are handle classes (:class:`~ipympi.core.handle.Handle`) whose only
@@ -12,22 +12,19 @@ from __future__ import annotations
 
 from typing import Any, Callable, NoReturn
 
-from ..core.errors import ERR_FILE, ERR_WIN
+from ..core.errors import ERR_WIN
 from ..core.handle import Handle, Kind, register
 from .info import INFO_NULL
 
 __all__ = [
-    "FILE_NULL",
     "WIN_NULL",
     "Close_port",
-    "File",
     "Get_abi_fortran_info",
     "Get_abi_info",
     "Get_abi_version",
     "Lookup_name",
     "Open_port",
     "Publish_name",
-    "Register_datarep",
     "Unpublish_name",
     "Win",
 ]
@@ -114,32 +111,6 @@ class Win(_Unsupported):
     )  # fmt: skip
 
 
-class File(_Unsupported):
-    """File handle for parallel I/O (not available)."""
-
-    __slots__ = ()
-    _mpi_kind = Kind("File", 4, ERR_FILE, None)
-    _feature = "parallel I/O"
-    _methods = (
-        *_ERRHANDLER_METHODS,
-        "Open", "Close", "Delete", "Sync", "Preallocate", "Get_size", "Set_size",
-        "Get_amode", "Get_atomicity", "Set_atomicity", "Get_group", "Get_info", "Set_info",
-        "Get_view", "Set_view", "Get_type_extent", "Get_byte_offset",
-        "Seek", "Seek_shared", "Get_position", "Get_position_shared",
-        "Read", "Read_all", "Read_at", "Read_at_all", "Read_shared", "Read_ordered",
-        "Read_all_begin", "Read_all_end", "Read_at_all_begin", "Read_at_all_end",
-        "Read_ordered_begin", "Read_ordered_end",
-        "Write", "Write_all", "Write_at", "Write_at_all", "Write_shared", "Write_ordered",
-        "Write_all_begin", "Write_all_end", "Write_at_all_begin", "Write_at_all_end",
-        "Write_ordered_begin", "Write_ordered_end",
-        "Iread", "Iread_all", "Iread_at", "Iread_at_all", "Iread_shared",
-        "Iwrite", "Iwrite_all", "Iwrite_at", "Iwrite_at_all", "Iwrite_shared",
-    )  # fmt: skip
-    _properties = (
-        "amode", "atomicity", "group", "group_rank", "group_size", "info", "size",
-    )  # fmt: skip
-
-
 class _UnsupportedMethods:
     """A mixin of methods of features ipympi lacks, for one of its existing classes.
 
@@ -175,8 +146,7 @@ class CommFeatures(_UnsupportedMethods):
 
 
 WIN_NULL: Win = Win()
-FILE_NULL: File = File()
-register(globals(), ("WIN_NULL", "FILE_NULL"))  # constants (see core.handle)
+register(globals(), ("WIN_NULL",))  # constants (see core.handle)
 
 
 # --- Module-level functions of unavailable features --------------------------------------
@@ -205,11 +175,6 @@ def Unpublish_name(service_name: str, port_name: str, info: Any = INFO_NULL) -> 
 def Lookup_name(service_name: str, info: Any = INFO_NULL) -> NoReturn:
     """Look up a published service name (not available)."""
     _unavailable("Lookup_name", _DYNAMIC)
-
-
-def Register_datarep(datarep: str, *args: Any, **kwargs: Any) -> NoReturn:
-    """Register a file data representation (not available)."""
-    _unavailable("Register_datarep", "parallel I/O")
 
 
 def Get_abi_version() -> NoReturn:

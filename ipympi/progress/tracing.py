@@ -32,6 +32,9 @@ controller, are drawn as a message diagram (``ipympi.teach``). Record format:
   came). A round without messages is a local step of the algorithm, such as
   ``"local: rotate into place"``. ``t1`` stays None for a call (or round) still
   running when tracing stopped.
+* ``{"type": "file", "t0", "t1", "rank", "call", "file", "offset", "bytes",
+  "segments"}``: one data access of ``MPI.File`` by this rank: the file's path, the
+  first file byte it touched, the bytes it moved and the number of contiguous pieces.
 * ``{"type": "truncated", "dropped": n}``: last, when more than ``limit``
   records were produced (the first ``limit`` are kept).
 
@@ -63,7 +66,17 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Tracer", "active", "attach", "recording", "records", "snapshot", "start", "stop"]
+__all__ = [
+    "Tracer",
+    "active",
+    "attach",
+    "file_access",
+    "recording",
+    "records",
+    "snapshot",
+    "start",
+    "stop",
+]
 
 _now = time.perf_counter
 
@@ -347,6 +360,25 @@ def stop() -> list[dict[str, Any]]:
     """
     previous = _swap(None)
     return previous.finish() if previous is not None else []
+
+
+def file_access(rank: int, call: str, path: str, offset: int, nbytes: int, segments: int,
+                t0: float) -> None:  # fmt: skip
+    """Record a file data access of this rank that started at ``t0`` and ends now."""
+    tracer = current
+    if tracer is None or not tracer.on:
+        return
+    record = {"type": "file", "t0": t0, "t1": _now(), "rank": rank, "call": call,
+              "file": path, "offset": offset, "bytes": nbytes, "segments": segments}  # fmt: skip
+    engine = _engine()
+    live = engine is not None and not engine.finalized
+    if live:
+        engine.enter()
+    try:
+        tracer._add(record)
+    finally:
+        if live:
+            engine.leave()
 
 
 def active() -> bool:

@@ -159,7 +159,10 @@ def render_text(trace: Trace, width: int = 100) -> str:
     lines = [f"Trace: {trace.summary()}"]
     if trace.empty:
         return lines[0]
-    lines += _lane_chart(trace, width)
-    lines.append("")
-    lines += _event_lines(trace, width)
+    if trace.messages or trace.collectives or trace.unmatched_receives:
+        lines += _lane_chart(trace, width)
+        lines.append("")
+        lines += _event_lines(trace, width)
+    if trace.file_ops:
+        lines += ["", "File operations:", *(f"  {line}" for line in trace.file_lines())]
     return "\n".join(lines)

@@ -13,6 +13,7 @@ steps. The drawings (:mod:`.diagram`) and the round-by-round explanations
 from __future__ import annotations
 
 import bisect
+import html
 import math
 from collections import defaultdict, deque
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,6 +35,7 @@ _REQUIRED = {
     "send": ("t", "rank", "peer", "context", "tag", "bytes", "call"),
     "recv": ("t", "rank", "peer", "context", "tag", "bytes", "call"),
     "coll": ("t0", "t1", "rank", "context", "seq", "call"),
+    "file": ("t0", "t1", "rank", "call", "offset", "bytes"),
     "truncated": (),
 }
 
@@ -368,8 +370,10 @@ class Trace:
         collectives: list[TracedCollective],
         unmatched_receives: list[dict[str, Any]],
         truncated: bool,
+        file_ops: Sequence[dict[str, Any]] = (),
     ) -> None:
         self.ranks = ranks
+        self.file_ops = sorted(file_ops, key=lambda r: (float(r["t0"]), int(r["rank"])))
         self.records = records
         self.messages = messages
         self.collectives = collectives
@@ -412,12 +416,13 @@ class Trace:
             ordered,
             unmatched,
             bool(by_kind["truncated"]),
+            by_kind["file"],
         )
 
     # -- views -------------------------------------------------------------------------
     @property
     def empty(self) -> bool:
-        return not (self.messages or self.collectives or self.unmatched_receives)
+        return not (self.messages or self.collectives or self.unmatched_receives or self.file_ops)
 
     @property
     def dropped(self) -> int:
@@ -442,7 +447,8 @@ class Trace:
             text = (
                 f"{plural(len(self.ranks), 'rank')}, {plural(len(self.messages), 'message')}, "
                 f"{plural(n_coll, 'collective')}, "
-                f"{format_time(self.duration)}"
+                + (f"{plural(len(self.file_ops), 'file operation')}, " if self.file_ops else "")
+                + f"{format_time(self.duration)}"
             )
         if self.truncated:
             text += f", truncated ({self.dropped} records dropped)"
@@ -453,6 +459,15 @@ class Trace:
 
     def to_svg(self, width: int = 900) -> str:
         return render_svg(self, width)
+
+    def file_lines(self) -> list[str]:
+        """One line per file data access: time, rank, call, offset, bytes and pieces."""
+        return [
+            f"{format_time(self.relative(float(r['t0'])))}  rank {r['rank']}  {r['call']}  "
+            f"offset {r['offset']}, {plural(int(r['bytes']), 'byte')}"
+            + (f" in {r['segments']} pieces" if int(r.get("segments") or 1) > 1 else "")
+            for r in self.file_ops
+        ]
 
     def to_text(self, width: int = 100) -> str:
         return render_text(self, width)
@@ -467,6 +482,14 @@ class Trace:
         svg = self.to_svg()
         return {
             "image/svg+xml": svg,
-            "text/html": f'<div class="ipympi-trace">{svg}</div>',
+            "text/html": f'<div class="ipympi-trace">{svg}{file_table(self)}</div>',
             "text/plain": self.to_text(),
         }
+
+
+def file_table(trace: Trace) -> str:
+    """The file operations of ``trace`` as an HTML list (empty without any)."""
+    if not trace.file_ops:
+        return ""
+    items = "".join(f"<li><code>{html.escape(line)}</code></li>" for line in trace.file_lines())
+    return f'<div class="ipympi-file-ops">File operations:<ul>{items}</ul></div>'

@@ -1,0 +1,364 @@
+"""Parallel I/O with real ranks: views, the three positionings, shared pointers, split
+collectives, consistency, errors and error handlers of ``MPI.File``."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import MPI_PRELUDE, assert_ok, mpi_program
+
+PRELUDE = (
+    MPI_PRELUDE
+    + """
+import os
+import tempfile
+
+folder = comm.bcast(tempfile.mkdtemp(prefix="fileio-", dir=".") if rank == 0 else None, 0)
+name = os.path.join(folder, "data.bin")
+RW = MPI.MODE_CREATE | MPI.MODE_RDWR
+
+
+def read_all_bytes():
+    with open(name, "rb") as f:
+        return f.read()
+"""
+)
+
+
+def test_file_has_every_method_of_mpi4py() -> None:
+    mpi = pytest.importorskip("mpi4py.MPI")
+    from ipympi import MPI
+
+    theirs = {n for n in dir(mpi.File) if not n.startswith("_")}
+    assert theirs - set(dir(MPI.File)) == set()
+    assert MPI.FILE_NULL.Get_errhandler() == MPI.ERRORS_RETURN
+
+
+def run(run_mpi, n: int, body: str, timeout: float = 30) -> None:
+    proc = run_mpi(n, mpi_program(PRELUDE, body), timeout=timeout)
+    assert_ok(proc, n)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_explicit_individual_and_shared_positionings(run_mpi, n):
+    run(
+        run_mpi,
+        n,
+        """
+        with MPI.File.Open(comm, name, RW | MPI.MODE_DELETE_ON_CLOSE) as fh:
+            st = MPI.Status()
+            fh.Write_at(rank * 16, np.full(4, rank, "i"), st)
+            assert st.Get_count(MPI.INT) == 4
+            comm.Barrier()
+            back = np.zeros(4 * size, "i")
+            fh.Read_at_all(0, back, st)
+            assert back.tolist() == [r for r in range(size) for _ in range(4)], back
+            assert st.Get_count(MPI.INT) == 4 * size
+            # individual pointer: each rank its own place, nonblocking
+            fh.Seek(rank * 16 + 100)
+            fh.Iwrite(np.full(2, 7 + rank, "i")).Wait()
+            fh.Iwrite_all(np.full(2, 9 + rank, "i")).Wait()
+            assert fh.Get_position() == rank * 16 + 116
+            fh.Seek(-16, MPI.SEEK_CUR)
+            got = np.zeros(4, "i")
+            req = fh.Iread_all(got)
+            req.Wait(st)
+            assert got.tolist() == [7 + rank] * 2 + [9 + rank] * 2 and st.Get_count(MPI.INT) == 4
+            comm.Barrier()
+            fh.Seek(0, MPI.SEEK_END)
+            assert fh.Get_position() == fh.Get_size() == 100 + 16 * size
+            # reading past the end: a short count
+            fh.Read_at(fh.Get_size() - 4, got, st)
+            assert st.Get_count(MPI.INT) == 1
+            comm.Barrier()
+            # shared pointer: every rank's record lands once, whole
+            fh.Seek_shared(0)
+            for i in range(3):
+                fh.Write_shared(np.full(8, rank * 10 + i, "i"))
+            comm.Barrier()
+            assert fh.Get_position_shared() == 3 * 8 * 4 * size
+            comm.Barrier()
+            if rank == 0:
+                data = np.frombuffer(read_all_bytes(), "i")[: 24 * size].reshape(-1, 8)
+                assert sorted(row[0] for row in data) == sorted(
+                    r * 10 + i for r in range(size) for i in range(3))
+                assert all(len(set(row)) == 1 for row in data)
+            comm.Barrier()
+            fh.Seek_shared(0)
+            fh.Iwrite_shared(np.zeros(1, "i")).Wait()
+            comm.Barrier()
+            assert fh.Get_position_shared() == 4 * size
+        comm.Barrier()
+        assert not os.path.exists(name)
+        """,
+    )
+
+
+def test_ordered_and_split_collectives(run_mpi):
+    run(
+        run_mpi,
+        3,
+        """
+        fh = MPI.File.Open(comm, name, RW)
+        fh.Set_view(0, MPI.SHORT, MPI.SHORT)
+        fh.Write_ordered(np.full(rank + 1, rank, "h"))
+        fh.Write_ordered_begin(np.full(2, 10 + rank, "h"))
+        fh.Write_ordered_end(np.zeros(0, "h"))
+        comm.Barrier()
+        expect = [r for r in range(size) for _ in range(r + 1)]
+        expect += [10 + r for r in range(size) for _ in range(2)]
+        assert np.frombuffer(read_all_bytes(), "h").tolist() == expect
+        fh.Seek_shared(0)
+        mine = np.zeros(rank + 1, "h")
+        st = MPI.Status()
+        fh.Read_ordered_begin(mine)
+        fh.Read_ordered_end(mine, st)
+        assert mine.tolist() == [rank] * (rank + 1) and st.Get_count(MPI.SHORT) == rank + 1
+        # split collectives on explicit offsets and the individual pointer
+        fh.Write_at_all_begin(100 + rank, np.full(1, 50 + rank, "h"))
+        raises(MPI.ERR_OTHER, fh.Write_all_begin, np.zeros(1, "h"))
+        fh.Write_at_all_end(None, st)
+        raises(MPI.ERR_OTHER, fh.Read_all_end, None)
+        comm.Barrier()
+        got = np.zeros(size, "h")
+        fh.Read_at_all_begin(100, got)
+        fh.Read_at_all_end(got, st)
+        assert got.tolist() == [50 + r for r in range(size)] and st.Get_count(MPI.SHORT) == size
+        fh.Seek(100)
+        fh.Read_all_begin(got)
+        fh.Read_all_end(got)
+        fh.Write_all_begin(got)
+        fh.Write_all_end(got)
+        assert fh.Get_position() == 100 + 2 * size
+        fh.Close()
+        comm.Barrier()
+        if rank == 0:
+            MPI.File.Delete(name)
+        """,
+    )
+
+
+def test_subarray_darray_struct_and_resized_views(run_mpi):
+    run(
+        run_mpi,
+        4,
+        """
+        # a 2x2 process grid, each rank owning a 3x5 block of a 6x10 global array
+        gshape, lshape = (6, 10), (3, 5)
+        coords = divmod(rank, 2)
+        start = [c * l for c, l in zip(coords, lshape)]
+        local = np.arange(15, dtype="d").reshape(lshape) + 100 * rank
+        sub = MPI.DOUBLE.Create_subarray(gshape, lshape, start).Commit()
+        fh = MPI.File.Open(comm, name, RW)
+        fh.Set_view(8, MPI.DOUBLE, sub)
+        fh.Write_all(local)
+        comm.Barrier()
+        whole = np.frombuffer(read_all_bytes()[8:], "d").reshape(gshape)
+        assert (whole[start[0]:start[0] + 3, start[1]:start[1] + 5] == local).all()
+        back = np.zeros(lshape)
+        fh.Seek(0)
+        fh.Read_all(back)
+        assert (back == local).all()
+        # the same layout as a block distributed array
+        darr = MPI.DOUBLE.Create_darray(4, rank, gshape, [MPI.DISTRIBUTE_BLOCK] * 2,
+                                         [MPI.DISTRIBUTE_DFLT_DARG] * 2, [2, 2]).Commit()
+        fh.Set_view(8, MPI.DOUBLE, darr)
+        back[:] = 0
+        fh.Read_all(back)
+        assert (back == local).all()
+        disp, et, ft, rep = fh.Get_view()
+        assert (disp, et, rep) == (8, MPI.DOUBLE, "native") and ft.Get_extent() == darr.Get_extent()
+        ft.Free()
+        # a struct filetype resized so that the ranks interleave
+        st_type = MPI.Datatype.Create_struct([1, 1], [0, 8], [MPI.INT, MPI.INT])
+        ftype = st_type.Create_resized(0, 16 * size).Commit()
+        fh.Set_size(0)
+        fh.Set_view(16 * rank, MPI.INT, ftype)
+        fh.Write_all(np.arange(6, dtype="i") + 10 * rank)
+        assert fh.Get_byte_offset(1) == 16 * rank + 8
+        assert fh.Get_byte_offset(2) == 16 * (rank + size)
+        comm.Barrier()
+        raw = np.frombuffer(read_all_bytes().ljust(48 * size, b"\\0"), "i").reshape(-1, 4)
+        assert raw[rank::size, 0].tolist() == [10 * rank + i for i in (0, 2, 4)], raw
+        assert raw[rank::size, 2].tolist() == [10 * rank + i for i in (1, 3, 5)], raw
+        for t in (sub, darr, st_type, ftype):
+            t.Free()
+        fh.Close()
+        comm.Barrier()
+        if rank == 0:
+            MPI.File.Delete(name)
+        """,
+    )
+
+
+def test_external32_is_big_endian_and_reads_back(run_mpi):
+    run(
+        run_mpi,
+        2,
+        """
+        fh = MPI.File.Open(comm, name, RW | MPI.MODE_DELETE_ON_CLOSE)
+        fh.Set_view(0, MPI.INT, MPI.INT, "external32")
+        fh.Write_at_all(rank, np.array([0x01020304 + rank], "i"))
+        assert fh.Get_type_extent(MPI.LONG) == 4 and fh.Get_type_extent(MPI.DOUBLE) == 8
+        comm.Barrier()
+        assert read_all_bytes() == bytes([1, 2, 3, 4, 1, 2, 3, 5])
+        got = np.zeros(2, "i")
+        fh.Read_at_all(0, got)
+        assert got.tolist() == [0x01020304, 0x01020305]
+        # LONG takes 4 bytes in the file, 8 in memory
+        fh.Set_view(0, MPI.LONG, MPI.LONG, "external32")
+        fh.Write_at_all(2 + rank, np.array([-2 - rank], "l"))
+        comm.Barrier()
+        assert read_all_bytes()[8:16] == (b"\\xff\\xff\\xff\\xfe\\xff\\xff\\xff\\xfd")
+        back = np.zeros(2, "l")
+        fh.Read_at(2, back)
+        assert back.tolist() == [-2, -3]
+        raises(MPI.ERR_UNSUPPORTED_DATAREP, fh.Set_view, 0, MPI.INT, MPI.INT, "no-such-rep")
+        fh.Close()
+        """,
+    )
+
+
+def test_consistency_sync_barrier_sync(run_mpi):
+    run(
+        run_mpi,
+        2,
+        """
+        fh = MPI.File.Open(comm, name, RW | MPI.MODE_DELETE_ON_CLOSE)
+        assert not fh.Get_atomicity()
+        for atomic in (False, True):
+            fh.Set_atomicity(atomic)
+            assert fh.atomicity is atomic
+            for step in range(5):
+                if rank == step % 2:
+                    fh.Write_at(0, np.full(64, step, "i"))
+                fh.Sync()
+                comm.Barrier()
+                fh.Sync()
+                got = np.zeros(64, "i")
+                fh.Read_at(0, got)
+                assert (got == step).all(), (atomic, step, got)
+                comm.Barrier()
+        fh.Close()
+        """,
+    )
+
+
+def test_open_modes_and_errors(run_mpi):
+    run(
+        run_mpi,
+        2,
+        """
+        raises(MPI.ERR_NO_SUCH_FILE, MPI.File.Open, comm, name)
+        raises(MPI.ERR_AMODE, MPI.File.Open, comm, name, MPI.MODE_RDONLY | MPI.MODE_CREATE)
+        raises(MPI.ERR_AMODE, MPI.File.Open, comm, name, MPI.MODE_RDWR | MPI.MODE_SEQUENTIAL)
+        raises(MPI.ERR_NOT_SAME, MPI.File.Open, comm, name, RW if rank else MPI.MODE_RDONLY)
+        raises(MPI.ERR_NO_SUCH_FILE, MPI.File.Delete, name)
+        fh = MPI.File.Open(comm, name, RW | MPI.MODE_EXCL)
+        assert fh.Get_errhandler() == MPI.ERRORS_RETURN
+        assert fh.group_size == size and fh.group_rank == rank
+        assert MPI.Group.Compare(fh.group, comm.Get_group()) == MPI.IDENT
+        fh.Close()
+        assert fh == MPI.FILE_NULL
+        raises(MPI.ERR_FILE_EXISTS, MPI.File.Open, comm, name, RW | MPI.MODE_EXCL)
+        raises(MPI.ERR_FILE, fh.Get_size)
+        # read-only and write-only files
+        fh = MPI.File.Open(comm, name, MPI.MODE_RDONLY | MPI.MODE_UNIQUE_OPEN)
+        raises(MPI.ERR_READ_ONLY, fh.Write_at, 0, b"x")
+        raises(MPI.ERR_READ_ONLY, fh.Set_size, 10)
+        fh.Close()
+        fh = MPI.File.Open(comm, name, MPI.MODE_WRONLY)
+        raises(MPI.ERR_ACCESS, fh.Read_at, 0, bytearray(1))
+        fh.Close()
+        # sequential files have only the shared pointer
+        fh = MPI.File.Open(comm, name, MPI.MODE_WRONLY | MPI.MODE_SEQUENTIAL)
+        raises(MPI.ERR_UNSUPPORTED_OPERATION, fh.Write_at, 0, b"x")
+        raises(MPI.ERR_UNSUPPORTED_OPERATION, fh.Seek, 0)
+        fh.Write_ordered(bytes([65 + rank]))
+        fh.Close()
+        comm.Barrier()
+        assert read_all_bytes() == b"AB"
+        # a user error handler, and FILE_NULL's as the default of new files
+        seen = []
+        eh = MPI.File.Create_errhandler(lambda f, code: seen.append(MPI.Get_error_class(code)))
+        MPI.FILE_NULL.Set_errhandler(eh)
+        raises(MPI.ERR_NO_SUCH_FILE, MPI.File.Open, comm, name + ".none")
+        fh = MPI.File.Open(comm, name, MPI.MODE_RDONLY)
+        assert fh.Get_errhandler() == eh
+        raises(MPI.ERR_READ_ONLY, fh.Write, b"x")
+        assert seen == [MPI.ERR_NO_SUCH_FILE, MPI.ERR_READ_ONLY], seen
+        MPI.FILE_NULL.Set_errhandler(MPI.ERRORS_RETURN)
+        fh.Close()
+        eh.Free()
+        comm.Barrier()
+        if rank == 0:
+            MPI.File.Delete(name)
+        """,
+    )
+
+
+def test_a_failed_rank_does_not_hang_the_others(run_mpi):
+    run(
+        run_mpi,
+        3,
+        """
+        fh = MPI.File.Open(comm, name, RW | MPI.MODE_DELETE_ON_CLOSE)
+        fh.Write_at_all(rank * 4, np.full(1, rank, "i"))
+        fh.Seek_shared(200)
+        # rank 1's collective write fails (a negative offset); the others' land
+        if rank == 1:
+            raises(MPI.ERR_ARG, fh.Write_at_all, -8, np.full(1, 99, "i"))
+            try:  # a bad buffer: mpi4py's ValueError
+                fh.Write_ordered([b"abc", MPI.INT])
+            except ValueError:
+                pass
+            else:
+                raise AssertionError("no ValueError")
+        else:
+            fh.Write_at_all(100 + rank * 4, np.full(1, 50 + rank, "i"))
+            fh.Write_ordered(np.full(1, 7, "i"))
+        comm.Barrier()
+        got = np.zeros(3, "i")
+        fh.Read_at(0, got)
+        assert got.tolist() == [0, 1, 2]
+        fh.Close()
+        """,
+    )
+
+
+def test_size_preallocate_info_and_datarep(run_mpi):
+    run(
+        run_mpi,
+        2,
+        """
+        fh = MPI.File.Open(comm, name, RW | MPI.MODE_DELETE_ON_CLOSE,
+                           MPI.Info.Create({"access_style": "write_once"}))
+        fh.Preallocate(1000)
+        assert fh.Get_size() == 1000
+        fh.Set_size(10)
+        assert fh.size == 10
+        info = fh.Get_info()
+        assert info.Get("access_style") == "write_once" and info.Get("cb_nodes") == str(size)
+        fh.info = MPI.Info.Create({"cb_buffer_size": "4096"})
+        assert fh.info.Get("cb_buffer_size") == "4096"
+        raises(MPI.ERR_ARG, fh.Set_size, -1)
+        assert fh.Get_amode() == RW | MPI.MODE_DELETE_ON_CLOSE
+        # a registered representation: the file holds each int doubled
+        def write_fn(userbuf, datatype, count, filebuf, position):
+            np.frombuffer(filebuf, "i")[:count] = np.frombuffer(userbuf, "i")[:count] * 2
+        def read_fn(userbuf, datatype, count, filebuf, position):
+            np.frombuffer(userbuf, "i")[:count] = np.frombuffer(filebuf, "i")[:count] // 2
+        if rank == 0:
+            MPI.Register_datarep("doubled", read_fn, write_fn, lambda t: t.extent)
+        raises(MPI.ERR_DUP_DATAREP, MPI.Register_datarep, "native", None, None, len)
+        if rank == 1:
+            MPI.Register_datarep("doubled", read_fn, write_fn, lambda t: t.extent)
+        fh.Set_view(0, MPI.INT, MPI.INT, "doubled")
+        fh.Write_at_all(rank, np.array([21 + rank], "i"))
+        comm.Barrier()
+        assert np.frombuffer(read_all_bytes()[:8], "i").tolist() == [42, 44]
+        got = np.zeros(2, "i")
+        fh.Read_at(0, got)
+        assert got.tolist() == [21, 22]
+        fh.Close()
+        """,
+    )
