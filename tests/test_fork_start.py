@@ -353,3 +353,16 @@ def test_a_launcher_without_stdin_starts_its_ranks(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["read ''"] * 2, proc.stdout
+
+
+@pytest.mark.parametrize("fork", [True, False], ids=["forked", "exec"])
+def test_a_plain_program_s_traceback_starts_in_the_program(tmp_path: Path, fork: bool) -> None:
+    (tmp_path / "bad.py").write_text("x = 1\nx = x / 0\n")
+    result = launch(tmp_path, ["bad.py"], n=1, fork=fork)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.splitlines()
+    start = lines.index("Traceback (most recent call last):")
+    where = f'  File "{tmp_path / "bad.py"}", line 2, in <module>'
+    assert lines[start + 1] == where, result.stderr
+    assert "ZeroDivisionError: division by zero" in result.stderr
+    assert "pymain" not in result.stderr, result.stderr

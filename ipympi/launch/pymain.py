@@ -107,19 +107,18 @@ def _start(spec: Plan) -> int | None:
         with open(target, "rb") as file:
             source = file.read()
     except OSError as exc:
-        name = os.path.basename(sys.executable)
-        path = os.path.abspath(target)
-        print(
-            f"{name}: can't open file {path!r}: [Errno {exc.errno}] {exc.strerror}", file=sys.stderr
-        )
+        name, path = os.path.basename(sys.executable), os.path.abspath(target)
+        reason = f"[Errno {exc.errno}] {exc.strerror}"
+        print(f"{name}: can't open file {path!r}: {reason}", file=sys.stderr)
         return 2
     sys.path[0] = os.path.dirname(os.path.realpath(target))
     from importlib.machinery import SourceFileLoader
 
-    main.__file__ = target
+    path = os.path.abspath(target)  # as Python 3.9 and later name the script
+    main.__file__ = path
     main.__dict__["__cached__"] = None
-    main.__loader__ = SourceFileLoader("__main__", target)
-    exec(compile(source, target, "exec"), main.__dict__)
+    main.__loader__ = SourceFileLoader("__main__", path)
+    exec(compile(source, path, "exec"), main.__dict__)
     return None
 
 
@@ -148,6 +147,7 @@ def run(spec: Plan) -> int:
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
         with contextlib.suppress(BaseException):
+            exc.__traceback__ = _program_frames(exc.__traceback__)
             sys.excepthook(type(exc), exc, exc.__traceback__)
         status = 1
     status = _finalize(status)
@@ -155,6 +155,14 @@ def run(spec: Plan) -> int:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
     return status
+
+
+def _program_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` without this module's own frames at its head: the traceback starts where
+    ``python PROG`` would start it, in the program (or in runpy for ``-m``)."""
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return tb
 
 
 def _finalize(status: int) -> int:
