@@ -31,7 +31,7 @@ from ..core.schedule import NEIGHBORHOOD, Algorithm, Round
 from . import commbuild as cb
 from .args import c_int, c_ints
 from .buffers import send_buffer
-from .coll.bufforms import blocks, vector, wvector
+from .coll.bufforms import blocks, exchange, vector
 from .comm import Intracomm
 from .commimpl import TopoImpl, handle_class
 from .errhandling import mpi_call
@@ -133,19 +133,7 @@ class Topocomm(Intracomm):
 
     def _alltoall_n(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: Form) -> Any:
         ins, outs, _ = self._edges(call)
-        if kind == "Alltoall":
-            _, recvs, finish = blocks(recvbuf, len(ins), writable=True)
-            _, sends, _ = blocks(sendbuf, len(outs), writable=False)
-            if sends and recvs and sends[0].nbytes != recvs[0].nbytes:
-                raise MPIException(
-                    ERR_COUNT,
-                    f"{call}: blocks of {sends[0].nbytes} bytes are sent but blocks of "
-                    f"{recvs[0].nbytes} bytes are expected",
-                )
-        else:
-            parse = wvector if kind == "Alltoallw" else vector
-            recvs, finish = parse(recvbuf, len(ins), writable=True)
-            sends, _ = parse(sendbuf, len(outs), writable=False)
+        sends, recvs, finish = exchange(call, kind, sendbuf, recvbuf, len(outs), len(ins), False)
         return self._neighbor(call, kind, mode, sends, recvs, _done(finish))
 
     # -- buffer forms ------------------------------------------------------------------

@@ -156,8 +156,8 @@ class SendRecv(PointToPointMixin):
         status: Status | None = None,
     ) -> None:
         """Send and receive at once, as if by two threads; no cyclic deadlock."""
-        send_mem = send_buffer(sendbuf).mem
-        recv = recv_buffer(recvbuf)
+        send_mem = send_buffer(sendbuf, dest).mem
+        recv = recv_buffer(recvbuf, source)
         self._sendrecv(
             "Sendrecv", send_mem, dest, sendtag, recv.mem, source, recvtag, status, recv.unpack
         )
@@ -198,8 +198,8 @@ class SendRecv(PointToPointMixin):
         recvtag: int = ANY_TAG,
     ) -> Request:
         """Nonblocking ``Sendrecv``: one request, complete when both halves are."""
-        send_mem = send_buffer(sendbuf).mem
-        recv = recv_buffer(recvbuf)
+        send_mem = send_buffer(sendbuf, dest).mem
+        recv = recv_buffer(recvbuf, source)
         _, rop, sop, _ = self._start_sendrecv(
             "Isendrecv", send_mem, dest, sendtag, recv.mem, source, recvtag, recv.unpack
         )

@@ -26,7 +26,7 @@ from ..commlock import comm_locked
 from ..errhandling import mpi_call
 from ..pickling import object_items, pickle
 from ..request import Prequest, Request
-from .bufforms import blocks, vector, wvector
+from .bufforms import blocks, exchange, vector
 from .inter_core import InterCollBase, no_in_place, once, shifted
 
 __all__ = ["InterExchanges"]
@@ -137,13 +137,7 @@ class InterExchanges(InterCollBase):
     def _alltoall(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: Form) -> Any:
         no_in_place(call, sendbuf, recvbuf)
         m = self.Get_remote_size()
-        if kind == "Alltoall":
-            _, sends, _ = blocks(sendbuf, m, writable=False)
-            _, recvs, finish = blocks(recvbuf, m, writable=True)
-        else:
-            parse = wvector if kind == "Alltoallw" else vector
-            recvs, finish = parse(recvbuf, m, writable=True)
-            sends, _ = parse(sendbuf, m, writable=False)
+        sends, recvs, finish = exchange(call, kind, sendbuf, recvbuf, m, m, False)
         return self._exchange(call, kind, sends, recvs, finish, mode)
 
     @mpi_call

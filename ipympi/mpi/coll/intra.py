@@ -28,7 +28,7 @@ from ..pickling import object_items, pickle
 from ..rawmem import IN_PLACE
 from ..request import Prequest, Request
 from . import fast
-from .bufforms import blocks, in_place, unpack_after, vector, wvector
+from .bufforms import blocks, exchange, in_place, unpack_after, vector
 from .runner import CollOp, check_reported, run_blocking, run_in_mode
 
 if TYPE_CHECKING:
@@ -202,7 +202,7 @@ class Collectives(CommMixin):
         return self._gather("Igather", sendbuf, recvbuf, root, NONBLOCKING, v=False)
 
     @mpi_call
-    def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
+    def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
         return self._gather("Gather_init", sendbuf, recvbuf, root, PERSISTENT, v=False)
 
     @mpi_call
@@ -215,7 +215,7 @@ class Collectives(CommMixin):
         return self._gather("Igatherv", sendbuf, recvbuf, root, NONBLOCKING, v=True)
 
     @mpi_call
-    def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
+    def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
         return self._gather("Gatherv_init", sendbuf, recvbuf, root, PERSISTENT, v=True)
 
     @mpi_call
@@ -284,7 +284,7 @@ class Collectives(CommMixin):
         return self._scatter("Iscatter", sendbuf, recvbuf, root, NONBLOCKING, v=False)
 
     @mpi_call
-    def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
+    def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
         return self._scatter("Scatter_init", sendbuf, recvbuf, root, PERSISTENT, v=False)
 
     @mpi_call
@@ -297,7 +297,9 @@ class Collectives(CommMixin):
         return self._scatter("Iscatterv", sendbuf, recvbuf, root, NONBLOCKING, v=True)
 
     @mpi_call
-    def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
+    def Scatterv_init(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None
+    ) -> Prequest:
         return self._scatter("Scatterv_init", sendbuf, recvbuf, root, PERSISTENT, v=True)
 
     @mpi_call
@@ -399,25 +401,7 @@ class Collectives(CommMixin):
     def _alltoall(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: Form) -> Any:
         impl = self._live()
         size = impl.size
-        if kind == "Alltoall":
-            _, recvs, finish = blocks(recvbuf, size, writable=True)
-            if in_place(sendbuf):
-                sends = [memoryview(bytes(view)) for view in recvs]
-            else:
-                _, sends, _ = blocks(sendbuf, size, writable=False)
-                if sends[0].nbytes != recvs[0].nbytes:
-                    raise MPIException(
-                        ERR_COUNT,
-                        f"{call}: blocks of {sends[0].nbytes} bytes are sent but blocks of "
-                        f"{recvs[0].nbytes} bytes are expected",
-                    )
-        else:
-            parse = wvector if kind == "Alltoallw" else vector
-            recvs, finish = parse(recvbuf, size, writable=True)
-            if in_place(sendbuf):
-                sends = [memoryview(bytes(view)) for view in recvs]
-            else:
-                sends, _ = parse(sendbuf, size, writable=False)
+        sends, recvs, finish = exchange(call, kind, sendbuf, recvbuf, size, size, True)
         if (
             mode is BLOCKING
             and fast.alltoall(self, impl, call, kind, sends, recvs) is not fast.GENERAL
