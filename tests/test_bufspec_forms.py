@@ -220,3 +220,9 @@ def test_exchange_kinds() -> None:
     assert (len(sends), len(recvs)) == (2, 4) and sends[0].nbytes == recvs[0].nbytes
     with pytest.raises(Exception, match="blocks of 8 bytes are sent"):
         exchange("Alltoall", "Alltoall", A[:6], out, 3, 3, True)
+
+
+def test_exchange_across_an_intercommunicator_takes_blocks_of_two_sizes() -> None:
+    out = np.zeros(6, "i")
+    sends, recvs, _ = exchange("Alltoall", "Alltoall", A[:4], out, 2, 2, False, inter=True)
+    assert [v.nbytes for v in sends] == [8, 8] and [v.nbytes for v in recvs] == [12, 12]

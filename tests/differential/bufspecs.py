@@ -84,7 +84,12 @@ relative.Free()
 # PROC_NULL takes anything as its buffer
 comm.Send(object(), MPI.PROC_NULL)
 comm.Recv([object(), 1, 2, 3, 4, 5], MPI.PROC_NULL)
+comm.Sendrecv(None, MPI.PROC_NULL, 0, None, MPI.PROC_NULL, 0)
+comm.Sendrecv_replace(None, MPI.PROC_NULL, 0, MPI.PROC_NULL, 0)
+comm.Isendrecv(None, MPI.PROC_NULL, 0, None, MPI.PROC_NULL, 0).Wait()
+MPI.Message(MPI.MESSAGE_NO_PROC).Recv(None)
 out("p2p_proc_null", "ok")
+error("err_replace_none", comm.Sendrecv_replace, None, rank, 0, MPI.PROC_NULL, 0, message=False)
 
 # --- errors of point-to-point forms -------------------------------------------------------
 

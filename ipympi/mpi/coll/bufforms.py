@@ -335,12 +335,21 @@ def _datatype_item(item: Any) -> Datatype:
 
 
 def exchange(
-    call: str, kind: str, sendbuf: Any, recvbuf: Any, sends: int, recvs: int, in_place_ok: bool
+    call: str,
+    kind: str,
+    sendbuf: Any,
+    recvbuf: Any,
+    sends: int,
+    recvs: int,
+    in_place_ok: bool,
+    inter: bool = False,
 ) -> tuple[list[memoryview], list[memoryview], Finish | None]:
     """The blocks of an ``Alltoall``, ``Alltoallv`` or ``Alltoallw`` (``kind``): ``sends``
     blocks to send and ``recvs`` to receive (they differ for neighbourhoods), and the
     receive side's finishing step. With ``in_place_ok``, an in-place send buffer sends
-    a copy of the receive buffer's blocks."""
+    a copy of the receive buffer's blocks. An ``Alltoall``'s blocks sent and received
+    have one size (``ERR_COUNT``), except across an intercommunicator (``inter``), where
+    each group's blocks go to the other."""
     if kind == "Alltoall":
         _, into, finish = blocks(recvbuf, recvs, writable=True)
     else:
@@ -350,7 +359,7 @@ def exchange(
     if kind != "Alltoall":
         return (wvector if kind == "Alltoallw" else vector)(sendbuf, sends, False)[0], into, finish
     _, out, _ = blocks(sendbuf, sends, writable=False)
-    if out and into and out[0].nbytes != into[0].nbytes:
+    if not inter and out and into and out[0].nbytes != into[0].nbytes:
         raise MPIException(
             ERR_COUNT,
             f"{call}: blocks of {out[0].nbytes} bytes are sent but blocks of "

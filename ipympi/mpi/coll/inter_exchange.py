@@ -137,7 +137,7 @@ class InterExchanges(InterCollBase):
     def _alltoall(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: Form) -> Any:
         no_in_place(call, sendbuf, recvbuf)
         m = self.Get_remote_size()
-        sends, recvs, finish = exchange(call, kind, sendbuf, recvbuf, m, m, False)
+        sends, recvs, finish = exchange(call, kind, sendbuf, recvbuf, m, m, False, inter=True)
         return self._exchange(call, kind, sends, recvs, finish, mode)
 
     @mpi_call
