@@ -226,3 +226,9 @@ def test_exchange_across_an_intercommunicator_takes_blocks_of_two_sizes() -> Non
     out = np.zeros(6, "i")
     sends, recvs, _ = exchange("Alltoall", "Alltoall", A[:4], out, 2, 2, False, inter=True)
     assert [v.nbytes for v in sends] == [8, 8] and [v.nbytes for v in recvs] == [12, 12]
+
+
+def test_none_is_no_collective_buffer() -> None:
+    for parse in (lambda: blocks(None, 2, True), lambda: vector(None, 2, False)):
+        with pytest.raises(TypeError, match="NoneType"):
+            parse()

@@ -162,7 +162,7 @@ class CommConstructors(CommMixin):
 
     # -- hints ---------------------------------------------------------------------------
     @mpi_call
-    def Set_info(self, info: Any) -> None:
+    def Set_info(self, info: Info) -> None:
         """Replace the communicator's hints by those of ``info``."""
         impl = self._live()
         if info is None:
@@ -181,7 +181,7 @@ class CommConstructors(CommMixin):
         return self.Get_info()
 
     @info.setter
-    def info(self, info: Any) -> None:
+    def info(self, info: Info) -> None:
         self.Set_info(info)
 
     def _idup(self, call: str, hints: dict[str, str]) -> tuple[Comm, Request]:
@@ -243,7 +243,7 @@ class CommConstructors(CommMixin):
 
     # -- subsets -----------------------------------------------------------------------
     @mpi_call
-    def Create(self, group: Any) -> Comm:
+    def Create(self, group: Group) -> Comm:
         """The communicator of ``group`` (a subgroup of this one) for its members.
 
         Collective over this communicator; processes may pass different, disjoint
@@ -274,7 +274,7 @@ class CommConstructors(CommMixin):
         return self._split("Split", impl, color, key)
 
     @mpi_call
-    def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> Comm:
+    def Split_type(self, split_type: int, key: int = 0, info: Info | None = None) -> Comm:
         """Split by type of shared resource; the only level ipympi knows is the host.
 
         ``COMM_TYPE_SHARED`` groups the processes of each host, as do the guided types

@@ -20,7 +20,7 @@ the name of the corresponding global one (``Allgather`` for
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core import constants as K
 from ..core import contexts as ctx
@@ -38,6 +38,9 @@ from .errhandling import mpi_call
 from .pickling import object_items, pickle
 from .request import Prequest, Request
 from .topology import CartTopo, DistGraphTopo, GraphTopo, _errhandler
+
+if TYPE_CHECKING:
+    from .info import Info
 
 __all__ = ["Cartcomm", "Distgraphcomm", "Graphcomm", "Topocomm"]
 
@@ -147,7 +150,9 @@ class Topocomm(Intracomm):
         return self._allgather_n("Ineighbor_allgather", sendbuf, recvbuf, NONBLOCKING, False)
 
     @mpi_call
-    def Neighbor_allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Neighbor_allgather_init(
+        self, sendbuf: Any, recvbuf: Any, info: Info | None = None
+    ) -> Prequest:
         return self._allgather_n("Neighbor_allgather_init", sendbuf, recvbuf, PERSISTENT, v=False)
 
     @mpi_call
@@ -159,7 +164,9 @@ class Topocomm(Intracomm):
         return self._allgather_n("Ineighbor_allgatherv", sendbuf, recvbuf, NONBLOCKING, True)
 
     @mpi_call
-    def Neighbor_allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Neighbor_allgatherv_init(
+        self, sendbuf: Any, recvbuf: Any, info: Info | None = None
+    ) -> Prequest:
         return self._allgather_n("Neighbor_allgatherv_init", sendbuf, recvbuf, PERSISTENT, v=True)
 
     @mpi_call
@@ -172,7 +179,9 @@ class Topocomm(Intracomm):
         return self._alltoall_n("Ineighbor_alltoall", "Alltoall", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
-    def Neighbor_alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Neighbor_alltoall_init(
+        self, sendbuf: Any, recvbuf: Any, info: Info | None = None
+    ) -> Prequest:
         return self._alltoall_n("Neighbor_alltoall_init", "Alltoall", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call
@@ -184,7 +193,9 @@ class Topocomm(Intracomm):
         return self._alltoall_n("Ineighbor_alltoallv", "Alltoallv", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
-    def Neighbor_alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Neighbor_alltoallv_init(
+        self, sendbuf: Any, recvbuf: Any, info: Info | None = None
+    ) -> Prequest:
         return self._alltoall_n(
             "Neighbor_alltoallv_init", "Alltoallv", sendbuf, recvbuf, PERSISTENT
         )
@@ -198,7 +209,9 @@ class Topocomm(Intracomm):
         return self._alltoall_n("Ineighbor_alltoallw", "Alltoallw", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
-    def Neighbor_alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Neighbor_alltoallw_init(
+        self, sendbuf: Any, recvbuf: Any, info: Info | None = None
+    ) -> Prequest:
         return self._alltoall_n(
             "Neighbor_alltoallw_init", "Alltoallw", sendbuf, recvbuf, PERSISTENT
         )

@@ -35,6 +35,7 @@ from .handles import CommMixin
 
 if TYPE_CHECKING:
     from .commimpl import CommImpl
+    from .info import Info
     from .neighbor import Cartcomm, Distgraphcomm, Graphcomm
 
 __all__ = ["UNWEIGHTED", "WEIGHTS_EMPTY", "Compute_dims", "TopologyConstructors"]
@@ -379,7 +380,7 @@ class TopologyConstructors(CommMixin):
         destinations: Sequence[int],
         sourceweights: Any = None,
         destweights: Any = None,
-        info: Any = None,
+        info: Info | None = None,
         reorder: bool = False,
     ) -> Distgraphcomm:
         """A distributed graph given by each process's own in- and out-neighbours."""
@@ -405,7 +406,7 @@ class TopologyConstructors(CommMixin):
         degrees: Sequence[int],
         destinations: Sequence[int],
         weights: Any = None,
-        info: Any = None,
+        info: Info | None = None,
         reorder: bool = False,
     ) -> Distgraphcomm:
         """A distributed graph from edges any process may specify.

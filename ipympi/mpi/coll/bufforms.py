@@ -141,6 +141,8 @@ def blocks(
             n = whole.mem.nbytes // size
             mem = whole.mem
             return whole, [mem[r * n : (r + 1) * n] for r in range(size)], None
+    if spec is None:
+        acquire(spec, writable)  # TypeError: None is no buffer, as in mpi4py
     buf, count_item, displ_item, type_item = split_items(spec)
     count = count_of(count_item, "count")
     displ = count_of(displ_item, "displacement") or 0
@@ -216,6 +218,8 @@ def _displs(item: Any, counts: list[int], size: int) -> list[int]:
 
 def vector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Finish | None]:
     """Parse a ``v`` variant's buffer: one byte view per rank and the finishing step."""
+    if spec is None:
+        acquire(spec, writable)  # TypeError: None is no buffer, as in mpi4py
     buf, counts_item, displs_item, type_item = split_items(spec, (tuple,))
     counts = _counts(counts_item, size)
     datatype = datatype_of(type_item)
