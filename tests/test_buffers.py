@@ -152,8 +152,8 @@ def test_explicit_datatype_overrides_the_format() -> None:
 
 @pytest.mark.parametrize(
     "spec",
-    [None, [None, 0, D.INT], [None, D.INT], [None, None, D.INT], [BOTTOM, 0, D.INT],
-     (None, 0, D.DOUBLE)],
+    [[None, 0, D.INT], [None, D.INT], [None, None, D.INT], [BOTTOM, 0, D.INT],
+     (None, 0, D.DOUBLE), [None, (0, 0), D.DOUBLE], [None, 0, 0, D.INT]],
     ids=repr,
 )  # fmt: skip
 def test_empty_specs(spec: Any) -> None:
@@ -286,6 +286,10 @@ def _stable_id(text: str) -> str:
         ({}, TypeError),
         (object(), TypeError),
         (BOTTOM, KeyError),
+        (None, TypeError),
+        ([None, None], KeyError),
+        ([A, (1, 2), 0, D.DOUBLE], TypeError),  # a pair only in the 2- and 3-item forms
+        ([A, (1,)], ValueError),
         (BUFFER_AUTOMATIC, TypeError),
     ],
     ids=lambda v: _stable_id(repr(v)[:40]) if not isinstance(v, int) else str(v),
@@ -328,7 +332,7 @@ def test_error_messages_name_the_problem(spec: Any, fragment: str) -> None:
 
 
 def test_none_and_in_place_are_empty_messages() -> None:
-    for spec in (None, [None, D.INT]):
+    for spec in ([None, D.INT], [None, 0, D.INT]):
         assert send_buffer(spec).count == 0 and recv_buffer(spec).nbytes == 0
     for spec in (IN_PLACE, [IN_PLACE, 0, D.INT]):
         assert send_buffer(spec).count == 0

@@ -76,6 +76,7 @@ SIZES: dict[str, tuple[int, ...]] = {
     "requests": (2, 4),
     "lowercase": (2, 4),
     "buffers": (2, 4),
+    "bufspecs": (1, 3),
     "errors": (2,),
     "environment": (2,),
     "fileio": (2, 4),

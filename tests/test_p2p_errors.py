@@ -273,7 +273,7 @@ def test_truncation_keeps_status_and_later_messages(run_mpi, n: int) -> None:
 
     # zero-size receive buffer, non-empty message
     req = send(np.ones(1, "i"), 19)
-    raises(MPI.ERR_TRUNCATE, comm.Recv, None, prv, 19, st)
+    raises(MPI.ERR_TRUNCATE, comm.Recv, [None, MPI.BYTE], prv, 19, st)
     assert st.tag == 19
     req.Wait()
 

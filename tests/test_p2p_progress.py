@@ -265,7 +265,7 @@ req.Wait()
 
 # -- zero-length messages (P-6)
 for tag, (out, inp) in enumerate([
-    (np.empty(0, "i"), np.empty(0, "i")), (b"", bytearray()), (None, None),
+    (np.empty(0, "i"), np.empty(0, "i")), (b"", bytearray()), ([None, MPI.INT], [None, MPI.INT]),
     ([None, 0, MPI.INT], [None, 0, MPI.INT]), (np.empty(0), np.full(3, 9.0)),
 ], start=20):
     req = comm.Isend(out, nxt, tag)
@@ -274,7 +274,7 @@ for tag, (out, inp) in enumerate([
     assert (st.source, st.tag, st.Get_count(), st.Get_count(MPI.INT)) == (prv, tag, 0, 0)
 assert (inp == 9.0).all()  # an empty message leaves the buffer alone
 req = comm.Issend(b"", nxt, 30)
-comm.Recv(None, prv, 30, st)
+comm.Recv([None, MPI.BYTE], prv, 30, st)
 req.Wait()
 assert st.Get_count() == 0
 comm.Sendrecv(b"", nxt, 31, bytearray(), prv, 31, st)
@@ -286,7 +286,7 @@ assert (st.source, st.Get_count()) == (rank, 0)
 req = comm.Isend(b"", nxt, 33)
 comm.Probe(prv, 33, st)
 assert st.Get_count() == 0
-comm.Recv(None, prv, 33)
+comm.Recv([None, 0, MPI.BYTE], prv, 33)
 req.Wait()
 
 # -- self-sends (P-5): nonblocking send to myself, then receive

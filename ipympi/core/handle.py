@@ -39,9 +39,12 @@ import copyreg
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from .errors import Exception as MPIException
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["HANDLE_SIZE", "Handle", "Kind", "UserLimit", "constant", "register"]
 
@@ -158,7 +161,7 @@ class Handle:
         if cls.__module__.startswith(("ipympi.core.", "ipympi.mpi.")):  # the MPI objects' layers
             _MPI_CLASSES.add(cls)
 
-    def __new__(cls, obj: Any = None) -> Any:
+    def __new__(cls, obj: Any = None) -> Self:
         self = object.__new__(cls)
         if obj is None:
             self._become(cls._mpi_kind.null)
@@ -238,7 +241,7 @@ class Handle:
         return self.handle
 
     @classmethod
-    def fromhandle(cls, handle: int) -> Any:
+    def fromhandle(cls, handle: int) -> Self:
         """A new handle to the object whose handle number is ``handle``."""
         target = cls._mpi_kind.target(handle)
         # as in mpi4py, a class of this package, not the program's subclass; the one
@@ -246,15 +249,15 @@ class Handle:
         null = target is cls._mpi_kind.null
         obj: Handle = object.__new__(mpi_class(cls) if null else cls._class_for(target))
         obj._become(target)
-        return obj
+        return cast("Self", obj)
 
     @classmethod
-    def fromint(cls, arg: int) -> Any:
+    def fromint(cls, arg: int) -> Self:
         """A new handle from a C integer handle (see :meth:`fromhandle`)."""
         return cls.fromhandle(arg)
 
     @classmethod
-    def f2py(cls, arg: int) -> Any:
+    def f2py(cls, arg: int) -> Self:
         """A new handle from a Fortran handle (see :meth:`fromhandle`)."""
         return cls.fromhandle(arg)
 

@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.constants import PROC_NULL
 from ..core.errors import ERR_BUFFER, ERR_TYPE
 from ..core.errors import Exception as MPIException
 from ..core.typemap import element_dtype
@@ -167,7 +168,6 @@ def as_ndarray(spec: BufferSpec) -> np.ndarray:
 # is an ``MPI.Exception``.
 
 _EMPTY_MEM = memoryview(bytearray())
-_EXPECTED = "expecting a buffer or a list/tuple [buf, count, displ, datatype]"
 
 
 def _ndarray_datatype(dtype: np.dtype) -> Datatype | None:
@@ -207,25 +207,40 @@ def ndarray_spec(array: np.ndarray, writable: bool) -> BufferSpec | None:
     return BufferSpec(view.cast("B"), array.size, datatype, array=array)
 
 
-def send_buffer(spec: Any) -> BufferSpec:
-    """Parse a send buffer argument; read-only memory is accepted."""
+def send_buffer(spec: Any, peer: int = 0) -> BufferSpec:
+    """Parse a send buffer argument; read-only memory is accepted.
+
+    With ``peer`` (the destination) ``PROC_NULL`` the argument is not looked at: the
+    message is empty, whatever it is, as in mpi4py.
+    """
+    if peer == PROC_NULL:
+        return BufferSpec(_EMPTY_MEM, 0, BYTE)
     if type(spec) is np.ndarray:
         whole = ndarray_spec(spec, False)
         if whole is not None:
             return whole
     if type(spec) is list or type(spec) is tuple:
         return _parse_sequence(spec, False)
+    if spec is None:
+        acquire(spec, False)  # TypeError: None is no buffer, as in mpi4py
     return message(spec, None, None, None, False)
 
 
-def recv_buffer(spec: Any) -> BufferSpec:
-    """Parse a receive buffer argument; the memory must be writable (else ``BufferError``)."""
+def recv_buffer(spec: Any, peer: int = 0) -> BufferSpec:
+    """Parse a receive buffer argument; the memory must be writable (else ``BufferError``).
+
+    With ``peer`` (the source) ``PROC_NULL`` the argument is not looked at.
+    """
+    if peer == PROC_NULL:
+        return BufferSpec(_EMPTY_MEM, 0, BYTE)
     if type(spec) is np.ndarray:
         whole = ndarray_spec(spec, True)
         if whole is not None:
             return whole
     if type(spec) is list or type(spec) is tuple:
         return _parse_sequence(spec, True)
+    if spec is None:
+        acquire(spec, True)  # TypeError: None is no buffer, as in mpi4py
     return message(spec, None, None, None, True)
 
 
@@ -236,36 +251,44 @@ def _parse_sequence(spec: list[Any] | tuple[Any, ...], writable: bool) -> Buffer
         if buf is not None and buf is not BOTTOM and buf is not IN_PLACE:
             return elements(acquire(buf, writable)[0], None, 0, spec[1], writable, 0)
     buf, count_item, displ_item, type_item = split_items(spec)
-    if type(count_item) is tuple or type(count_item) is list:
-        if displ_item is not None:
-            raise ValueError("message: a (count, displ) pair and a displacement both given")
-        count_item, displ_item = count_item  # ValueError unless a pair
     return message(
         buf, count_of(count_item, "count"), count_of(displ_item, "displacement"), type_item,
         writable,
     )  # fmt: skip
 
 
-def split_items(spec: Any) -> tuple[Any, Any, Any, Any]:
+_PAIRS = (list, tuple)
+
+
+def split_items(spec: Any, pairs: tuple[type, ...] = _PAIRS) -> tuple[Any, Any, Any, Any]:
     """The items ``(buf, count, displ, datatype)`` of a buffer form, None where left out.
 
-    A bare buffer has no other items; in ``[buf, x]``, ``x`` is the datatype when it is
-    None, an ``MPI.Datatype`` or a type code, else the count (which may be a
-    ``(count, displ)`` pair; vector forms read ``counts`` and ``displs`` there).
+    mpi4py's rules: a bare buffer has no other items; in ``[buf, x]``, ``x`` is the
+    datatype when it is an ``MPI.Datatype`` or a type code, else the count; only in the
+    two- and three-item forms ``[buf, x]`` and ``[buf, x, datatype]`` is an ``x`` of one
+    of the ``pairs`` types the ``(count, displ)`` pair (the vector forms pass ``tuple``
+    alone: a list there is the counts); ``[buf, count, displ, datatype]`` is read as it
+    stands. Another number of items is a ``ValueError``.
     """
     if type(spec) is not list and type(spec) is not tuple:
         return spec, None, None, None
     n = len(spec)
-    if n == 2:
-        buf, item = spec
-        if item is None or isinstance(item, (Datatype, str)):
-            return buf, None, None, item
-        return buf, item, None, None
-    if n == 3:
-        return spec[0], spec[1], None, spec[2]
     if n == 4:
         return spec[0], spec[1], spec[2], spec[3]
-    raise ValueError(f"message: expecting 2 to 4 items [buf, count, displ, datatype], got {n}")
+    if n == 2:
+        buf, count = spec
+        if isinstance(count, (Datatype, str)):
+            return buf, None, None, count
+        datatype = None
+    elif n == 3:
+        buf, count, datatype = spec
+    else:
+        raise ValueError("message: expecting 2 to 4 items")
+    if isinstance(count, pairs):
+        pair: Any = count
+        count, displ = pair  # ValueError unless a pair
+        return buf, count, displ, datatype
+    return buf, count, None, datatype
 
 
 def count_of(item: Any, what: str) -> int | None:
@@ -294,7 +317,7 @@ def datatype_of(item: Any) -> Datatype | None:
             return Datatype.fromcode(item)
         except ValueError:
             pass
-    raise KeyError(f"cannot map {item!r} to an MPI datatype")
+    raise KeyError(f"cannot map {item!r} to MPI datatype")
 
 
 def format_datatype(fmt: str, itemsize: int) -> Datatype:
@@ -308,7 +331,7 @@ def format_datatype(fmt: str, itemsize: int) -> Datatype:
     try:
         return datatype_for_format(fmt, itemsize)
     except MPIException:
-        raise KeyError(f"cannot map {fmt!r} to an MPI datatype") from None
+        raise KeyError(f"cannot map {fmt!r} to MPI datatype") from None
 
 
 _NATIVE_ORDER = "<" if sys.byteorder == "little" else ">"
@@ -334,23 +357,31 @@ def message(
     return elements(mem, count, displ or 0, datatype, writable, 0)
 
 
+def not_a_multiple(length: int, impl: _TypeImpl) -> ValueError:
+    """The error of a buffer of ``length`` bytes that holds no whole number of elements."""
+    return ValueError(
+        f"message: cannot infer count, buffer length {length} is not a multiple of "
+        f"datatype extent {impl.extent} (lb:{impl.lb}, ub:{impl.lb + impl.extent})"
+    )
+
+
 def _empty(
     buf: Any, count: int | None, displ: int | None, datatype: Datatype | None, writable: bool
 ) -> BufferSpec:
     """Spec for None, ``BOTTOM`` and ``IN_PLACE`` as the buffer of one message.
 
-    Bare None (and ``IN_PLACE`` as a send buffer where a call does not take it) is an
-    empty message, as mpi4py takes it with ``PROC_NULL``; ``IN_PLACE`` is never a
-    receive buffer (``ERR_BUFFER``); collectives turn None into ``IN_PLACE`` where
-    they allow that. ``BOTTOM`` with a count is the absolute addresses of a derived
-    datatype; otherwise the message is empty.
+    None and ``BOTTOM`` need a datatype (``KeyError``, as in mpi4py); ``IN_PLACE`` as a
+    send buffer where a call does not take it is an empty message, and never a receive
+    buffer (``ERR_BUFFER``); collectives turn None into ``IN_PLACE`` where they allow
+    that. ``BOTTOM`` with a count is the absolute addresses of a derived datatype;
+    otherwise the message is empty.
     """
     if buf is IN_PLACE and writable:
         raise MPIException(ERR_BUFFER, "MPI.IN_PLACE is not a receive buffer")
     if datatype is None:
-        if buf is IN_PLACE or (buf is None and count is None and displ is None):
+        if buf is IN_PLACE:
             return BufferSpec(_EMPTY_MEM, 0, BYTE)
-        raise KeyError("cannot map None to an MPI datatype")
+        raise KeyError("cannot map None to MPI datatype")
     if count and buf is BOTTOM:
         return _absolute(count, displ or 0, datatype, writable)
     if count:
@@ -422,16 +453,13 @@ def elements(
             raise ValueError(f"message: cannot handle a displacement or count, datatype is {what}")
         if displ * extent > nbytes:
             raise ValueError(
-                f"message: displacement {displ} out of bounds, the buffer holds "
-                f"{nbytes // extent} items of extent {extent}"
+                f"message: displacement {displ} out of bounds, "
+                f"number of datatype entries {nbytes // extent}"
             )
     if count is None:
         count, remainder = divmod(nbytes - displ * extent, extent)
         if remainder:
-            raise ValueError(
-                f"message: cannot infer count, buffer length {nbytes - displ * extent} is not "
-                f"a multiple of datatype extent {extent}"
-            )
+            raise not_a_multiple(nbytes - displ * extent, impl)
     if count == 0 and not datatype:
         return BufferSpec(_EMPTY_MEM, 0, BYTE)
     impl = _usable(datatype)

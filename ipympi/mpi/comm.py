@@ -123,12 +123,12 @@ class Comm(PointToPoint, PartitionedComm, CommAttributes, CommConstructors, Comm
         raise exc
 
     @classmethod
-    def Create_errhandler(cls, errhandler_fn: Callable[[Comm, int], None]) -> Any:
+    def Create_errhandler(cls, errhandler_fn: Callable[[Comm, int], None]) -> Errhandler:
         """A new error handler calling ``errhandler_fn(comm, errorcode)``."""
         return Errhandler._create_user(errhandler_fn)
 
     @mpi_call
-    def Get_errhandler(self) -> Any:
+    def Get_errhandler(self) -> Errhandler:
         return Errhandler(self._live().errhandler)
 
     @mpi_call

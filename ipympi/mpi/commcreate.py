@@ -23,7 +23,7 @@ thread, on the attributes as they are at that moment.
 from __future__ import annotations
 
 import pickle
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..core import algorithms as algo
 from ..core import constants as K
@@ -48,8 +48,12 @@ from .process import PROCESS
 from .request import Request
 
 if TYPE_CHECKING:
+    from typing_extensions import Self
+
     from .comm import Comm
     from .commimpl import CommImpl
+    from .group import Group
+    from .info import Info
     from .request import Request
 
 __all__ = ["CommConstructors", "IntraConstructors"]
@@ -71,13 +75,13 @@ class CommConstructors(CommMixin):
 
     # -- groups and comparison ---------------------------------------------------------
     @mpi_call
-    def Get_group(self) -> Any:
+    def Get_group(self) -> Group:
         """The group of the communicator (the local group of an intercommunicator)."""
 
         return Group._from_ranks(self._live().world_ranks)
 
     @property
-    def group(self) -> Any:
+    def group(self) -> Group:
         return self.Get_group()
 
     @mpi_call
@@ -122,7 +126,7 @@ class CommConstructors(CommMixin):
         return dict(self._live().info) if info is None else cb.hints_of(info, call)
 
     @mpi_call
-    def Dup(self, info: Any = None) -> Comm:
+    def Dup(self, info: Info | None = None) -> Self:
         """A new communicator with the same group, a new context and copied attributes.
 
         It keeps this communicator's hints, or takes those of ``info`` if given.
@@ -130,34 +134,35 @@ class CommConstructors(CommMixin):
         hints = self._hints_for(info, "Dup")
         comm = self._dup("Dup")
         comm._impl.info = hints  # type: ignore[union-attr]
-        return comm
+        return cast("Self", comm)  # a communicator of this one's kind
 
     @mpi_call
-    def Dup_with_info(self, info: Any) -> Comm:
+    def Dup_with_info(self, info: Info) -> Self:
         """``Dup`` with the hints of ``info`` instead of this communicator's."""
         hints = cb.hints_of(info, "Dup_with_info")
         comm = self._dup("Dup_with_info")
         comm._impl.info = hints  # type: ignore[union-attr]
-        return comm
+        return cast("Self", comm)
 
     @mpi_call
-    def Clone(self) -> Comm:
+    def Clone(self) -> Self:
         """``Dup``: a communicator of the same kind, group, topology and hints."""
         return self.Dup()
 
     @mpi_call
-    def Idup(self, info: Any = None) -> tuple[Comm, Request]:
+    def Idup(self, info: Info | None = None) -> tuple[Self, Request]:
         """Nonblocking ``Dup``: ``(newcomm, request)``; use newcomm once the request completes."""
-        return self._idup("Idup", self._hints_for(info, "Idup"))
+        return cast("tuple[Self, Request]", self._idup("Idup", self._hints_for(info, "Idup")))
 
     @mpi_call
-    def Idup_with_info(self, info: Any) -> tuple[Comm, Request]:
+    def Idup_with_info(self, info: Info) -> tuple[Self, Request]:
         """``Idup`` with the hints of ``info`` instead of this communicator's."""
-        return self._idup("Idup_with_info", cb.hints_of(info, "Idup_with_info"))
+        hints = cb.hints_of(info, "Idup_with_info")
+        return cast("tuple[Self, Request]", self._idup("Idup_with_info", hints))
 
     # -- hints ---------------------------------------------------------------------------
     @mpi_call
-    def Set_info(self, info: Any) -> None:
+    def Set_info(self, info: Info) -> None:
         """Replace the communicator's hints by those of ``info``."""
         impl = self._live()
         if info is None:
@@ -167,16 +172,16 @@ class CommConstructors(CommMixin):
         impl.info = cb.hints_of(info, "Set_info")
 
     @mpi_call
-    def Get_info(self) -> Any:
+    def Get_info(self) -> Info:
         """A new ``MPI.Info`` holding the communicator's hints (the caller frees it)."""
         return new_info(self._live().info)
 
     @property
-    def info(self) -> Any:
+    def info(self) -> Info:
         return self.Get_info()
 
     @info.setter
-    def info(self, info: Any) -> None:
+    def info(self, info: Info) -> None:
         self.Set_info(info)
 
     def _idup(self, call: str, hints: dict[str, str]) -> tuple[Comm, Request]:
@@ -238,7 +243,7 @@ class CommConstructors(CommMixin):
 
     # -- subsets -----------------------------------------------------------------------
     @mpi_call
-    def Create(self, group: Any) -> Comm:
+    def Create(self, group: Group) -> Comm:
         """The communicator of ``group`` (a subgroup of this one) for its members.
 
         Collective over this communicator; processes may pass different, disjoint
@@ -269,7 +274,7 @@ class CommConstructors(CommMixin):
         return self._split("Split", impl, color, key)
 
     @mpi_call
-    def Split_type(self, split_type: int, key: int = 0, info: Any = None) -> Comm:
+    def Split_type(self, split_type: int, key: int = 0, info: Info | None = None) -> Comm:
         """Split by type of shared resource; the only level ipympi knows is the host.
 
         ``COMM_TYPE_SHARED`` groups the processes of each host, as do the guided types

@@ -34,6 +34,7 @@ from .process import PROCESS
 
 if TYPE_CHECKING:
     from .commimpl import CommImpl
+    from .info import Info
 
 __all__ = ["FROM_GROUP", "GroupConstructors", "agree_among", "create_from_groups"]
 
@@ -207,7 +208,7 @@ class GroupConstructors(CommMixin):
     __slots__ = ()
 
     @mpi_call
-    def Create_group(self, group: Any, tag: int = 0) -> Any:
+    def Create_group(self, group: Group, tag: int = 0) -> Any:
         """The communicator of ``group``, called only by the group's members.
 
         A caller outside the group (e.g. with ``GROUP_EMPTY``) gets ``COMM_NULL``
@@ -228,9 +229,9 @@ class GroupConstructors(CommMixin):
     @classmethod
     def Create_from_group(
         cls,
-        group: Any,
+        group: Group,
         stringtag: str = "org.mpi4py",
-        info: Any = None,
+        info: Info | None = None,
         errhandler: Any = None,
     ) -> Any:
         """The communicator of ``group``, called by its members only, without a parent.

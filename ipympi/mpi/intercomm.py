@@ -47,6 +47,7 @@ from .process import PROCESS
 if TYPE_CHECKING:
     from .comm import Comm
     from .commimpl import CommImpl
+    from .info import Info
 
 __all__ = ["InterMethods", "create_intercomm"]
 
@@ -257,7 +258,7 @@ class InterMethods(InterCollectives):
         return parts[lo : lo + impl.size]
 
     @mpi_call
-    def Create(self, group: Any) -> Comm:
+    def Create(self, group: Group) -> Comm:
         """The intercommunicator of ``group`` (a subgroup of the local group) and the
         subgroup the remote processes pass; ``COMM_NULL`` if the caller is not in its
         group or either group is empty."""
@@ -282,7 +283,7 @@ class InterMethods(InterCollectives):
         remote_group: Any,
         remote_leader: int,
         stringtag: str = "org.mpi4py",
-        info: Any = None,
+        info: Info | None = None,
         errhandler: Any = None,
     ) -> Any:
         """The intercommunicator of two disjoint groups, without a parent communicator.
@@ -295,5 +296,5 @@ class InterMethods(InterCollectives):
             local_group, local_leader, remote_group, remote_leader, stringtag, info, errhandler
         )
 
-    def Create_group(self, group: Any, tag: int = 0) -> Any:
+    def Create_group(self, group: Group, tag: int = 0) -> Any:
         raise MPIException(ERR_COMM, "Create_group: not defined on an intercommunicator")

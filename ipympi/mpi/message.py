@@ -88,17 +88,21 @@ class Message(Handle):
         self._drop()  # the predefined MESSAGE_NO_PROC stays as it is
         return op
 
+    def _source(self) -> int:
+        """PROC_NULL for ``MESSAGE_NO_PROC`` (whose buffer is not read, as in mpi4py)."""
+        return PROC_NULL if self._impl is _NO_PROC else ANY_SOURCE
+
     @mpi_call
     def Recv(self, buf: Any, status: Status | None = None) -> None:
         """Receive the matched message into ``buf``."""
-        spec = recv_buffer(buf)
+        spec = recv_buffer(buf, self._source())
         op = self._take("Mrecv", spec.mem)
         op.unpack = spec.unpack
         Request._of(op).Wait(status)
 
     @mpi_call
     def Irecv(self, buf: Any) -> Request:
-        spec = recv_buffer(buf)
+        spec = recv_buffer(buf, self._source())
         op = self._take("Imrecv", spec.mem)
         op.unpack = spec.unpack
         return Request._of(op)

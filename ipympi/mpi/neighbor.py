@@ -20,7 +20,7 @@ the name of the corresponding global one (``Allgather`` for
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core import constants as K
 from ..core import contexts as ctx
@@ -31,13 +31,16 @@ from ..core.schedule import NEIGHBORHOOD, Algorithm, Round
 from . import commbuild as cb
 from .args import c_int, c_ints
 from .buffers import send_buffer
-from .coll.bufforms import blocks, vector, wvector
+from .coll.bufforms import blocks, exchange, vector
 from .comm import Intracomm
 from .commimpl import TopoImpl, handle_class
 from .errhandling import mpi_call
 from .pickling import object_items, pickle
 from .request import Prequest, Request
 from .topology import CartTopo, DistGraphTopo, GraphTopo, _errhandler
+
+if TYPE_CHECKING:
+    from .info import Info
 
 __all__ = ["Cartcomm", "Distgraphcomm", "Graphcomm", "Topocomm"]
 
@@ -133,19 +136,7 @@ class Topocomm(Intracomm):
 
     def _alltoall_n(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: Form) -> Any:
         ins, outs, _ = self._edges(call)
-        if kind == "Alltoall":
-            _, recvs, finish = blocks(recvbuf, len(ins), writable=True)
-            _, sends, _ = blocks(sendbuf, len(outs), writable=False)
-            if sends and recvs and sends[0].nbytes != recvs[0].nbytes:
-                raise MPIException(
-                    ERR_COUNT,
-                    f"{call}: blocks of {sends[0].nbytes} bytes are sent but blocks of "
-                    f"{recvs[0].nbytes} bytes are expected",
-                )
-        else:
-            parse = wvector if kind == "Alltoallw" else vector
-            recvs, finish = parse(recvbuf, len(ins), writable=True)
-            sends, _ = parse(sendbuf, len(outs), writable=False)
+        sends, recvs, finish = exchange(call, kind, sendbuf, recvbuf, len(outs), len(ins), False)
         return self._neighbor(call, kind, mode, sends, recvs, _done(finish))
 
     # -- buffer forms ------------------------------------------------------------------
@@ -159,7 +150,9 @@ class Topocomm(Intracomm):
         return self._allgather_n("Ineighbor_allgather", sendbuf, recvbuf, NONBLOCKING, False)
 
     @mpi_call
-    def Neighbor_allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Neighbor_allgather_init(
+        self, sendbuf: Any, recvbuf: Any, info: Info | None = None
+    ) -> Prequest:
         return self._allgather_n("Neighbor_allgather_init", sendbuf, recvbuf, PERSISTENT, v=False)
 
     @mpi_call
@@ -171,7 +164,9 @@ class Topocomm(Intracomm):
         return self._allgather_n("Ineighbor_allgatherv", sendbuf, recvbuf, NONBLOCKING, True)
 
     @mpi_call
-    def Neighbor_allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Neighbor_allgatherv_init(
+        self, sendbuf: Any, recvbuf: Any, info: Info | None = None
+    ) -> Prequest:
         return self._allgather_n("Neighbor_allgatherv_init", sendbuf, recvbuf, PERSISTENT, v=True)
 
     @mpi_call
@@ -184,7 +179,9 @@ class Topocomm(Intracomm):
         return self._alltoall_n("Ineighbor_alltoall", "Alltoall", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
-    def Neighbor_alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Neighbor_alltoall_init(
+        self, sendbuf: Any, recvbuf: Any, info: Info | None = None
+    ) -> Prequest:
         return self._alltoall_n("Neighbor_alltoall_init", "Alltoall", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call
@@ -196,7 +193,9 @@ class Topocomm(Intracomm):
         return self._alltoall_n("Ineighbor_alltoallv", "Alltoallv", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
-    def Neighbor_alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Neighbor_alltoallv_init(
+        self, sendbuf: Any, recvbuf: Any, info: Info | None = None
+    ) -> Prequest:
         return self._alltoall_n(
             "Neighbor_alltoallv_init", "Alltoallv", sendbuf, recvbuf, PERSISTENT
         )
@@ -210,7 +209,9 @@ class Topocomm(Intracomm):
         return self._alltoall_n("Ineighbor_alltoallw", "Alltoallw", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
-    def Neighbor_alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Neighbor_alltoallw_init(
+        self, sendbuf: Any, recvbuf: Any, info: Info | None = None
+    ) -> Prequest:
         return self._alltoall_n(
             "Neighbor_alltoallw_init", "Alltoallw", sendbuf, recvbuf, PERSISTENT
         )

@@ -219,22 +219,22 @@ class PointToPoint(SendRecv):
     @_mpi_call
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Standard-mode blocking send of a buffer."""
-        self._blocking_send("Send", send_buffer(buf).mem, dest, tag, STANDARD)
+        self._blocking_send("Send", send_buffer(buf, dest).mem, dest, tag, STANDARD)
 
     @_mpi_call
     def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Synchronous send: returns once the matching receive has started."""
-        self._blocking_send("Ssend", send_buffer(buf).mem, dest, tag, SYNCHRONOUS)
+        self._blocking_send("Ssend", send_buffer(buf, dest).mem, dest, tag, SYNCHRONOUS)
 
     @_mpi_call
     def Rsend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Ready send: the matching receive must already be posted."""
-        self._blocking_send("Rsend", send_buffer(buf).mem, dest, tag, READY)
+        self._blocking_send("Rsend", send_buffer(buf, dest).mem, dest, tag, READY)
 
     @_mpi_call
     def Bsend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Buffered send through the attached buffer; local, never waits for the receiver."""
-        self._blocking_send("Bsend", send_buffer(buf).mem, dest, tag, BUFFERED)
+        self._blocking_send("Bsend", send_buffer(buf, dest).mem, dest, tag, BUFFERED)
 
     # -- blocking receive --------------------------------------------------------
     @_mpi_call
@@ -246,36 +246,36 @@ class PointToPoint(SendRecv):
         status: Status | None = None,
     ) -> None:
         """Blocking receive into a buffer."""
-        spec = recv_buffer(buf)
+        spec = recv_buffer(buf, source)
         self._blocking_recv("Recv", spec.mem, source, tag, status, spec.unpack)
 
     # -- nonblocking buffer operations -----------------------------------------
     @_mpi_call
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Isend", send_buffer(buf).mem, dest, tag, STANDARD)
+        return self._nonblocking_send("Isend", send_buffer(buf, dest).mem, dest, tag, STANDARD)
 
     @_mpi_call
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Issend", send_buffer(buf).mem, dest, tag, SYNCHRONOUS)
+        return self._nonblocking_send("Issend", send_buffer(buf, dest).mem, dest, tag, SYNCHRONOUS)
 
     @_mpi_call
     def Irsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Irsend", send_buffer(buf).mem, dest, tag, READY)
+        return self._nonblocking_send("Irsend", send_buffer(buf, dest).mem, dest, tag, READY)
 
     @_mpi_call
     def Ibsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Ibsend", send_buffer(buf).mem, dest, tag, BUFFERED)
+        return self._nonblocking_send("Ibsend", send_buffer(buf, dest).mem, dest, tag, BUFFERED)
 
     @_mpi_call
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-        spec = recv_buffer(buf)
+        spec = recv_buffer(buf, source)
         return self._nonblocking_recv("Irecv", spec.mem, source, tag, spec.unpack)
 
     # -- persistent requests ------------------------------------------------------
     def _persistent_send(
         self, call: str, buf: Any, dest: int, tag: int, mode: SendMode
     ) -> Prequest:
-        spec = send_buffer(buf)
+        spec = send_buffer(buf, dest)
         _, dest, tag = self._send_checked(call, dest, tag)
 
         def start() -> Operation:
@@ -308,7 +308,7 @@ class PointToPoint(SendRecv):
 
     @_mpi_call
     def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
-        spec: BufferSpec = recv_buffer(buf)
+        spec: BufferSpec = recv_buffer(buf, source)
         _, source, tag = self._recv_checked("Recv_init", source, tag)
 
         def start() -> Operation:
@@ -360,7 +360,7 @@ class PointToPoint(SendRecv):
     @_mpi_call
     def Mprobe(
         self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
-    ) -> Any:
+    ) -> Message:
         """Matched probe: the message is set aside for ``Message.Recv``."""
         env = self._probe("Mprobe", source, tag, status, block=True, take=True)
         return Message._of(self, env)
@@ -368,7 +368,7 @@ class PointToPoint(SendRecv):
     @_mpi_call
     def Improbe(
         self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
-    ) -> Any:
+    ) -> Message | None:
         """Nonblocking matched probe: a ``Message`` or ``None``."""
         env = self._probe("Improbe", source, tag, status, block=False, take=True)
         return None if env is None else Message._of(self, env)
@@ -453,14 +453,14 @@ class PointToPoint(SendRecv):
     @_mpi_call
     def mprobe(
         self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
-    ) -> Any:
+    ) -> Message:
         env = self._probe("mprobe", source, tag, status, block=True, take=True)
         return Message._of(self, env)
 
     @_mpi_call
     def improbe(
         self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
-    ) -> Any:
+    ) -> Message | None:
         env = self._probe("improbe", source, tag, status, block=False, take=True)
         return None if env is None else Message._of(self, env)
 

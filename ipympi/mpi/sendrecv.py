@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..core.constants import ANY_SOURCE, ANY_TAG
+from ..core.constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from ..core.errors import Exception as MPIException
 from ..core.modes import STANDARD
 from ..progress.engine import WaitInfo
@@ -156,8 +156,8 @@ class SendRecv(PointToPointMixin):
         status: Status | None = None,
     ) -> None:
         """Send and receive at once, as if by two threads; no cyclic deadlock."""
-        send_mem = send_buffer(sendbuf).mem
-        recv = recv_buffer(recvbuf)
+        send_mem = send_buffer(sendbuf, dest).mem
+        recv = recv_buffer(recvbuf, source)
         self._sendrecv(
             "Sendrecv", send_mem, dest, sendtag, recv.mem, source, recvtag, status, recv.unpack
         )
@@ -173,8 +173,9 @@ class SendRecv(PointToPointMixin):
         status: Status | None = None,
     ) -> None:
         """Send ``buf`` and replace its contents with the received message."""
-        outgoing = bytes(send_buffer(buf).mem)  # a copy: the receive overwrites buf
-        spec = recv_buffer(buf)
+        peer = _peer_of(dest, source)
+        outgoing = bytes(send_buffer(buf, peer).mem)  # a copy: the receive overwrites buf
+        spec = recv_buffer(buf, peer)
         self._sendrecv(
             "Sendrecv_replace",
             outgoing,
@@ -198,8 +199,8 @@ class SendRecv(PointToPointMixin):
         recvtag: int = ANY_TAG,
     ) -> Request:
         """Nonblocking ``Sendrecv``: one request, complete when both halves are."""
-        send_mem = send_buffer(sendbuf).mem
-        recv = recv_buffer(recvbuf)
+        send_mem = send_buffer(sendbuf, dest).mem
+        recv = recv_buffer(recvbuf, source)
         _, rop, sop, _ = self._start_sendrecv(
             "Isendrecv", send_mem, dest, sendtag, recv.mem, source, recvtag, recv.unpack
         )
@@ -215,8 +216,9 @@ class SendRecv(PointToPointMixin):
         recvtag: int = ANY_TAG,
     ) -> Request:
         """Nonblocking ``Sendrecv_replace``: ``buf`` is sent as it is now."""
-        outgoing = bytes(send_buffer(buf).mem)
-        spec = recv_buffer(buf)
+        peer = _peer_of(dest, source)
+        outgoing = bytes(send_buffer(buf, peer).mem)
+        spec = recv_buffer(buf, peer)
         _, rop, sop, _ = self._start_sendrecv(
             "Isendrecv_replace", outgoing, dest, sendtag, spec.mem, source, recvtag, spec.unpack
         )
@@ -237,3 +239,9 @@ class SendRecv(PointToPointMixin):
         data = dumps_message(sendobj, dest)
         rop = self._sendrecv("sendrecv", data, dest, sendtag, None, source, recvtag, status)
         return loads_message(rop)
+
+
+def _peer_of(dest: int, source: int) -> int:
+    """The rank whose presence makes ``Sendrecv_replace`` read its buffer: the source,
+    else the destination (PROC_NULL when both are, as in mpi4py)."""
+    return source if source != PROC_NULL else dest

@@ -15,11 +15,14 @@ import copyreg
 import struct
 from array import array
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.constants import ANY_SOURCE, ANY_TAG, UNDEFINED
 from ..core.errors import ERR_COUNT, SUCCESS
 from ..core.errors import Exception as MPIException
+
+if TYPE_CHECKING:
+    from .datatype import Datatype
 
 __all__ = ["Status"]
 
@@ -163,7 +166,7 @@ class Status:
         """Set the error code."""
         self.error = error
 
-    def Get_count(self, datatype: Any = None) -> int:
+    def Get_count(self, datatype: Datatype | None = None) -> int:
         """Number of whole ``datatype`` entries received (``BYTE`` by default), or
         ``UNDEFINED``.
 
@@ -179,14 +182,14 @@ class Status:
             return UNDEFINED
         return count // size
 
-    def Get_elements(self, datatype: Any) -> int:
+    def Get_elements(self, datatype: Datatype) -> int:
         """Number of basic elements received (equal to Get_count for basic types)."""
         getter = getattr(datatype, "_elements_in", None)
         if getter is not None:
             return int(getter(self.count))
         return self.Get_count(datatype)
 
-    def Set_elements(self, datatype: Any, count: int) -> None:
+    def Set_elements(self, datatype: Datatype, count: int) -> None:
         """Set the count so that ``Get_elements(datatype)`` returns ``count``."""
         count = _as_int(count, "count")
         if count < 0:

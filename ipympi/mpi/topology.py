@@ -35,6 +35,8 @@ from .handles import CommMixin
 
 if TYPE_CHECKING:
     from .commimpl import CommImpl
+    from .info import Info
+    from .neighbor import Cartcomm, Distgraphcomm, Graphcomm
 
 __all__ = ["UNWEIGHTED", "WEIGHTS_EMPTY", "Compute_dims", "TopologyConstructors"]
 
@@ -343,7 +345,7 @@ class TopologyConstructors(CommMixin):
     @mpi_call
     def Create_cart(
         self, dims: Sequence[int], periods: Sequence[bool] | None = None, reorder: bool = False
-    ) -> Any:
+    ) -> Cartcomm:
         """A new communicator with a Cartesian topology (``MPI_Cart_create``).
 
         Ranks are kept; processes beyond ``prod(dims)`` get ``COMM_NULL``.
@@ -361,7 +363,7 @@ class TopologyConstructors(CommMixin):
     @mpi_call
     def Create_graph(
         self, index: Sequence[int], edges: Sequence[int], reorder: bool = False
-    ) -> Any:
+    ) -> Graphcomm:
         """A new communicator with a graph topology (``MPI_Graph_create``).
 
         ``index[i]`` is the total degree of nodes ``0..i``; processes beyond
@@ -378,9 +380,9 @@ class TopologyConstructors(CommMixin):
         destinations: Sequence[int],
         sourceweights: Any = None,
         destweights: Any = None,
-        info: Any = None,
+        info: Info | None = None,
         reorder: bool = False,
-    ) -> Any:
+    ) -> Distgraphcomm:
         """A distributed graph given by each process's own in- and out-neighbours."""
         call = "Create_dist_graph_adjacent"
         size = self._live().size
@@ -404,9 +406,9 @@ class TopologyConstructors(CommMixin):
         degrees: Sequence[int],
         destinations: Sequence[int],
         weights: Any = None,
-        info: Any = None,
+        info: Info | None = None,
         reorder: bool = False,
-    ) -> Any:
+    ) -> Distgraphcomm:
         """A distributed graph from edges any process may specify.
 
         ``sources[i]`` has ``degrees[i]`` out-edges, listed in turn in

@@ -10,16 +10,18 @@ Collectives read their buffers in three shapes beyond the single message of
 * Vectors (the ``v`` variants)::
 
       [buf, counts, displs, datatype]     [buf, (counts, displs), datatype]
+      [buf, counts, datatype]             [buf, (counts, displs)]
       [buf, counts]    [buf, datatype]    buf
 
   ``counts`` is a sequence of one count per rank, or one integer for every rank, or
-  None to divide the buffer evenly; ``displs`` (in elements) is a sequence, one integer
-  ``d`` for displacements ``0, d, 2d, ...``, or None to pack the blocks one after the
-  other. A tuple where the counts go is always the ``(counts, displs)`` pair; a list
-  there is the counts.
+  None to deal the buffer's elements out (the first ranks get one more where they do
+  not divide evenly); ``displs`` (in elements) is a sequence, one integer ``d`` for
+  displacements ``0, d, 2d, ...``, or None to pack the blocks one after the other. As in
+  mpi4py, a tuple is the ``(counts, displs)`` pair only in the two- and three-item forms;
+  a list there, and anything in the four-item form, is the counts.
 * Alltoallw's ``[buf, counts, displs, datatypes]`` and ``[buf, (counts, displs),
-  datatypes]`` with byte displacements and one datatype per rank, and
-  ``[buf, datatypes]`` (one element of each, packed one after the other).
+  datatypes]`` with byte displacements and one ``MPI.Datatype`` per rank, and
+  ``[buf, datatypes]`` (one element of each, all at byte 0).
 
 ``None`` as ``buf`` is an empty buffer; ``BOTTOM`` takes the displacements of the
 datatypes as addresses. Which collectives take ``IN_PLACE`` (and None meaning it) is for
@@ -45,12 +47,13 @@ from ..buffers import (
     format_datatype,
     message,
     ndarray_spec,
+    not_a_multiple,
     split_items,
 )
 from ..datatype import BYTE, Datatype
 from ..rawmem import BOTTOM, IN_PLACE, absolute_memory, acquire
 
-__all__ = ["blocks", "in_place", "unpack_after", "vector", "wvector"]
+__all__ = ["blocks", "exchange", "in_place", "unpack_after", "vector", "wvector"]
 
 Finish = Callable[[Any], Any]
 
@@ -107,10 +110,7 @@ def _entries(mem: memoryview, displ: int, datatype: Datatype) -> int:
         raise ValueError(f"message: cannot infer count, datatype is {what}")
     entries, remainder = divmod(mem.nbytes - displ * extent, extent)
     if remainder or entries < 0:
-        raise ValueError(
-            f"message: cannot infer count, buffer length {mem.nbytes} is not a multiple of "
-            f"datatype extent {extent}"
-        )
+        raise not_a_multiple(mem.nbytes - displ * extent, datatype._impl)
     return entries
 
 
@@ -141,9 +141,9 @@ def blocks(
             n = whole.mem.nbytes // size
             mem = whole.mem
             return whole, [mem[r * n : (r + 1) * n] for r in range(size)], None
+    if spec is None:
+        acquire(spec, writable)  # TypeError: None is no buffer, as in mpi4py
     buf, count_item, displ_item, type_item = split_items(spec)
-    if type(count_item) is tuple or type(count_item) is list:
-        count_item, displ_item = count_item
     count = count_of(count_item, "count")
     displ = count_of(displ_item, "displacement") or 0
     datatype = datatype_of(type_item)
@@ -162,12 +162,16 @@ def blocks(
 # --- Vectors ----------------------------------------------------------------------
 
 
-def _sequence(item: Any, size: int, what: str) -> list[int]:
-    """``size`` integers from a sequence of them (``ValueError`` for another length)."""
+def _sequence(item: Any, size: int, what: str | None) -> list[int]:
+    """``size`` integers from a sequence of them (``ValueError`` for another length).
+
+    Negative values are an ``ERR_COUNT`` when ``what`` names them, else allowed (byte
+    displacements from ``BOTTOM``).
+    """
     values = [operator.index(v) for v in item]  # TypeError for non-integers
     if len(values) != size:
         raise ValueError(f"expecting {size} items, got {len(values)}")
-    if any(v < 0 for v in values):
+    if what is not None and any(v < 0 for v in values):
         raise MPIException(ERR_COUNT, f"negative {what} in {values}")
     return values
 
@@ -214,18 +218,14 @@ def _displs(item: Any, counts: list[int], size: int) -> list[int]:
 
 def vector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Finish | None]:
     """Parse a ``v`` variant's buffer: one byte view per rank and the finishing step."""
-    buf, counts_item, displs_item, type_item = split_items(spec)
-    if type(counts_item) is tuple:
-        if len(counts_item) != 2:
-            raise ValueError(f"expecting 2 items, got {len(counts_item)}")
-        if displs_item is not None:
-            raise ValueError("message: a (counts, displs) pair and displacements both given")
-        counts_item, displs_item = counts_item
+    if spec is None:
+        acquire(spec, writable)  # TypeError: None is no buffer, as in mpi4py
+    buf, counts_item, displs_item, type_item = split_items(spec, (tuple,))
     counts = _counts(counts_item, size)
     datatype = datatype_of(type_item)
     if buf is None or buf is BOTTOM:
         if datatype is None:
-            raise KeyError("cannot map None to an MPI datatype")
+            raise KeyError("cannot map None to MPI datatype")
         counts = counts if counts is not None else [0] * size
         displs = _displs(displs_item, counts, size)
         extent = datatype._impl.extent if datatype else 0
@@ -233,13 +233,19 @@ def vector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Fini
         return _placed(buf, places, writable)
     mem, datatype = _memory(buf, datatype, writable)
     if counts is None:
-        counts = [_split_evenly(_entries(mem, 0, datatype), size)] * size
+        counts = _spread(_entries(mem, 0, datatype), size)
     displs = _displs(displs_item, counts, size)
     specs = [  # a block of no data is empty wherever its displacement points
         elements(mem, count, displ if count else 0, datatype, writable, 0)
         for count, displ in zip(counts, displs)
     ]
     return [s.mem for s in specs], _finish_all(specs) if writable else None
+
+
+def _spread(entries: int, size: int) -> list[int]:
+    """Counts of ``entries`` elements dealt to ``size`` ranks, the first ranks one more."""
+    share, extra = divmod(entries, size) if size else (0, 0)
+    return [share + (r < extra) for r in range(size)]
 
 
 def _placed(
@@ -278,39 +284,35 @@ def _placed(
 
 
 def wvector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Finish | None]:
-    """Parse an Alltoallw buffer: per-rank counts, byte displacements and datatypes."""
-    if type(spec) is not list and type(spec) is not tuple:
-        raise TypeError(
-            f"expecting a list [buf, counts, displs, datatypes], not {type(spec).__name__}"
-        )
-    if len(spec) == 2:
+    """Parse an Alltoallw buffer: per-rank counts, byte displacements and datatypes.
+
+    ``[buf, datatypes]`` is one element of each datatype, all at byte 0 of ``buf`` (the
+    datatypes' own displacements place them); None and ``BOTTOM`` need the counts and
+    displacements.
+    """
+    n = len(spec)  # TypeError for a bare buffer
+    if n == 2:
         buf, types_item = spec
         counts_item = displs_item = None
-    elif len(spec) < 2:
-        raise ValueError(f"message: expecting 2 to 4 items, got {len(spec)}")
-    elif len(spec) == 3:
-        buf, pair, types_item = spec
-        counts_item, displs_item = pair  # the (counts, displs) pair
-    elif len(spec) == 4:
+    elif n == 3:
+        buf, (counts_item, displs_item), types_item = spec  # ValueError unless a pair
+    elif n == 4:
         buf, counts_item, displs_item, types_item = spec
     else:
-        raise ValueError(f"message: expecting 2 to 4 items, got {len(spec)}")
+        raise ValueError("message: expecting 2 to 4 items")
+    if buf is None or buf is BOTTOM:
+        if counts_item is None:
+            raise ValueError("message: BOTTOM requires counts")
+        if displs_item is None:
+            raise ValueError("message: BOTTOM requires displs")
+    if counts_item is None and displs_item is None:
+        counts, displs = [1] * size, [0] * size
+    else:
+        counts = _sequence(counts_item, size, "count")
+        displs = _sequence(displs_item, size, None)
     if len(types_item) != size:  # TypeError for a single datatype
         raise ValueError(f"expecting {size} items, got {len(types_item)}")
-    datatypes = [datatype_of(item) for item in types_item]
-    if counts_item is None and displs_item is None:
-        counts = [1] * size
-        displs, total = [], 0
-        for datatype in datatypes:
-            displs.append(total)
-            total += datatype._impl.extent if datatype else 0
-    else:
-        if counts_item is None or displs_item is None:
-            raise ValueError("message: expecting counts and displacements, or neither")
-        if len(counts_item) != size or len(displs_item) != size:
-            raise ValueError(f"expecting {size} counts and displacements")
-        counts = _sequence(counts_item, size, "count")
-        displs = [operator.index(d) for d in displs_item]
+    datatypes = [_datatype_item(item) for item in types_item]
     places = list(zip(counts, displs, datatypes))
     if buf is None or buf is BOTTOM:
         return _placed(buf, places, writable)
@@ -322,5 +324,49 @@ def wvector(spec: Any, size: int, writable: bool) -> tuple[list[memoryview], Fin
             continue
         if displ < 0 or displ > mem.nbytes:
             raise ValueError(f"message: displacement {displ} out of bounds of {mem.nbytes} bytes")
-        specs.append(elements(mem, count, 0, datatype, writable, displ))  # type: ignore[arg-type]
+        specs.append(elements(mem, count, 0, datatype, writable, displ))
     return [s.mem for s in specs], _finish_all(specs) if writable else None
+
+
+def _datatype_item(item: Any) -> Datatype:
+    """One of Alltoallw's datatypes: an ``MPI.Datatype`` (type codes are not taken there)."""
+    if not isinstance(item, Datatype):
+        raise TypeError(f"Cannot convert {type(item).__name__} to MPI.Datatype")
+    return item
+
+
+# --- Alltoall's three kinds ------------------------------------------------------------
+
+
+def exchange(
+    call: str,
+    kind: str,
+    sendbuf: Any,
+    recvbuf: Any,
+    sends: int,
+    recvs: int,
+    in_place_ok: bool,
+    inter: bool = False,
+) -> tuple[list[memoryview], list[memoryview], Finish | None]:
+    """The blocks of an ``Alltoall``, ``Alltoallv`` or ``Alltoallw`` (``kind``): ``sends``
+    blocks to send and ``recvs`` to receive (they differ for neighbourhoods), and the
+    receive side's finishing step. With ``in_place_ok``, an in-place send buffer sends
+    a copy of the receive buffer's blocks. An ``Alltoall``'s blocks sent and received
+    have one size (``ERR_COUNT``), except across an intercommunicator (``inter``), where
+    each group's blocks go to the other."""
+    if kind == "Alltoall":
+        _, into, finish = blocks(recvbuf, recvs, writable=True)
+    else:
+        into, finish = (wvector if kind == "Alltoallw" else vector)(recvbuf, recvs, True)
+    if in_place_ok and in_place(sendbuf):
+        return [memoryview(bytes(view)) for view in into], into, finish
+    if kind != "Alltoall":
+        return (wvector if kind == "Alltoallw" else vector)(sendbuf, sends, False)[0], into, finish
+    _, out, _ = blocks(sendbuf, sends, writable=False)
+    if not inter and out and into and out[0].nbytes != into[0].nbytes:
+        raise MPIException(
+            ERR_COUNT,
+            f"{call}: blocks of {out[0].nbytes} bytes are sent but blocks of "
+            f"{into[0].nbytes} bytes are expected",
+        )
+    return out, into, finish

@@ -18,7 +18,7 @@ persistent (``Bcast_init``...); ``IN_PLACE`` is refused (``ERR_BUFFER``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core import algorithms as algo
 from ...core.errors import ERR_COMM
@@ -32,6 +32,10 @@ from .inter_core import layout
 from .inter_exchange import InterExchanges
 from .inter_reduce import InterReductions
 from .inter_rooted import InterRooted
+
+if TYPE_CHECKING:
+    from ..info import Info
+    from ..op import Op
 
 __all__ = ["InterCollectives"]
 
@@ -64,7 +68,7 @@ class InterCollectives(InterRooted, InterExchanges, InterReductions):
         return self._barrier("Ibarrier", NONBLOCKING)
 
     @mpi_call
-    def Barrier_init(self, info: Any = None) -> Prequest:
+    def Barrier_init(self, info: Info | None = None) -> Prequest:
         return self._barrier("Barrier_init", PERSISTENT)
 
     # -- not defined on intercommunicators --------------------------------------------------
@@ -73,33 +77,37 @@ class InterCollectives(InterRooted, InterExchanges, InterReductions):
         raise MPIException(ERR_COMM, f"{call}: not defined on an intercommunicator")
 
     @mpi_call
-    def Scan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
+    def Scan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         self._undefined("Scan")
 
     @mpi_call
-    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         self._undefined("Exscan")
 
     @mpi_call
-    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
+    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
         return self._undefined("Iscan")
 
     @mpi_call
-    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
+    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
         return self._undefined("Iexscan")
 
     @mpi_call
-    def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Prequest:
+    def Scan_init(
+        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Info | None = None
+    ) -> Prequest:
         return self._undefined("Scan_init")
 
     @mpi_call
-    def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None) -> Prequest:
+    def Exscan_init(
+        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Info | None = None
+    ) -> Prequest:
         return self._undefined("Exscan_init")
 
     @mpi_call
-    def scan(self, sendobj: Any, op: Any = SUM) -> Any:
+    def scan(self, sendobj: Any, op: Op = SUM) -> Any:
         return self._undefined("scan")
 
     @mpi_call
-    def exscan(self, sendobj: Any, op: Any = SUM) -> Any:
+    def exscan(self, sendobj: Any, op: Op = SUM) -> Any:
         return self._undefined("exscan")

@@ -16,7 +16,7 @@ one-group Alltoall does with every rank.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core import algorithms as algo
 from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
@@ -26,8 +26,11 @@ from ..commlock import comm_locked
 from ..errhandling import mpi_call
 from ..pickling import object_items, pickle
 from ..request import Prequest, Request
-from .bufforms import blocks, vector, wvector
+from .bufforms import blocks, exchange, vector
 from .inter_core import InterCollBase, no_in_place, once, shifted
+
+if TYPE_CHECKING:
+    from ..info import Info
 
 __all__ = ["InterExchanges"]
 
@@ -102,11 +105,11 @@ class InterExchanges(InterCollBase):
         return self._allgather("Iallgatherv", sendbuf, recvbuf, True, NONBLOCKING)
 
     @mpi_call
-    def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Info | None = None) -> Prequest:
         return self._allgather("Allgather_init", sendbuf, recvbuf, False, PERSISTENT)
 
     @mpi_call
-    def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Info | None = None) -> Prequest:
         return self._allgather("Allgatherv_init", sendbuf, recvbuf, True, PERSISTENT)
 
     @mpi_call
@@ -137,13 +140,7 @@ class InterExchanges(InterCollBase):
     def _alltoall(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: Form) -> Any:
         no_in_place(call, sendbuf, recvbuf)
         m = self.Get_remote_size()
-        if kind == "Alltoall":
-            _, sends, _ = blocks(sendbuf, m, writable=False)
-            _, recvs, finish = blocks(recvbuf, m, writable=True)
-        else:
-            parse = wvector if kind == "Alltoallw" else vector
-            recvs, finish = parse(recvbuf, m, writable=True)
-            sends, _ = parse(sendbuf, m, writable=False)
+        sends, recvs, finish = exchange(call, kind, sendbuf, recvbuf, m, m, False, inter=True)
         return self._exchange(call, kind, sends, recvs, finish, mode)
 
     @mpi_call
@@ -174,15 +171,15 @@ class InterExchanges(InterCollBase):
         return self._alltoall("Ialltoallw", "Alltoallw", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
-    def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Info | None = None) -> Prequest:
         return self._alltoall("Alltoall_init", "Alltoall", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call
-    def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Info | None = None) -> Prequest:
         return self._alltoall("Alltoallv_init", "Alltoallv", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call
-    def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Info | None = None) -> Prequest:
         return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call

@@ -19,7 +19,7 @@ group's reduction into blocks. The element counts of both groups must be equal.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -36,6 +36,10 @@ from ..pickling import pickle
 from ..request import Prequest, Request
 from .inter_core import InterCollBase, no_in_place, nothing, shifted
 from .reduce import _object_op, _Reduction
+
+if TYPE_CHECKING:
+    from ..info import Info
+    from ..op import Op
 
 __all__ = ["InterReductions"]
 
@@ -87,22 +91,22 @@ class InterReductions(InterCollBase):
         return self._inter(call, "Reduce", uroot, build, mode)
 
     @mpi_call
-    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> None:
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> None:
         """The ``ROOT`` process receives the reduction of the other group's buffers."""
         self._reduce("Reduce", sendbuf, recvbuf, op, root, BLOCKING)
 
     @mpi_call
-    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0) -> Request:
+    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> Request:
         return self._reduce("Ireduce", sendbuf, recvbuf, op, root, NONBLOCKING)
 
     @mpi_call
     def Reduce_init(
-        self, sendbuf: Any, recvbuf: Any, op: Any = SUM, root: int = 0, info: Any = None
+        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0, info: Info | None = None
     ) -> Prequest:
         return self._reduce("Reduce_init", sendbuf, recvbuf, op, root, PERSISTENT)
 
     @mpi_call
-    def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
+    def reduce(self, sendobj: Any, op: Op = SUM, root: int = 0) -> Any:
         """Lower-case Reduce: the ``ROOT`` process returns the other group's reduction."""
         role, uroot = self._role(root, "reduce")
         combine = _object_op(op, "reduce")
@@ -156,22 +160,22 @@ class InterReductions(InterCollBase):
         return self._inter(call, "Allreduce", 0, build, mode)
 
     @mpi_call
-    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         """Each group receives the reduction of the other group's buffers."""
         self._allreduce("Allreduce", sendbuf, recvbuf, op, BLOCKING)
 
     @mpi_call
-    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
         return self._allreduce("Iallreduce", sendbuf, recvbuf, op, NONBLOCKING)
 
     @mpi_call
     def Allreduce_init(
-        self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None
+        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Info | None = None
     ) -> Prequest:
         return self._allreduce("Allreduce_init", sendbuf, recvbuf, op, PERSISTENT)
 
     @mpi_call
-    def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
+    def allreduce(self, sendobj: Any, op: Op = SUM) -> Any:
         """Lower-case Allreduce: each group returns the other group's reduction."""
         combine = _object_op(op, "allreduce")
         values = red.ObjectValues(combine)
@@ -264,7 +268,7 @@ class InterReductions(InterCollBase):
         return self._inter(call, kind, 0, build, mode)
 
     @mpi_call
-    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> None:
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
         """Block ``rank`` (``recvcount`` elements) of the other group's reduction."""
         self._reduce_scatter(
             "Reduce_scatter_block",
@@ -277,7 +281,7 @@ class InterReductions(InterCollBase):
         )
 
     @mpi_call
-    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Any = SUM) -> Request:
+    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
         return self._reduce_scatter(
             "Ireduce_scatter_block",
             "Reduce_scatter_block",
@@ -290,7 +294,7 @@ class InterReductions(InterCollBase):
 
     @mpi_call
     def Reduce_scatter_block_init(
-        self, sendbuf: Any, recvbuf: Any, op: Any = SUM, info: Any = None
+        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Info | None = None
     ) -> Prequest:
         return self._reduce_scatter(
             "Reduce_scatter_block_init",
@@ -304,7 +308,7 @@ class InterReductions(InterCollBase):
 
     @mpi_call
     def Reduce_scatter(
-        self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM
+        self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM
     ) -> None:
         """``recvcounts[rank]`` elements of the other group's reduction, in rank order."""
         self._reduce_scatter(
@@ -313,7 +317,7 @@ class InterReductions(InterCollBase):
 
     @mpi_call
     def Ireduce_scatter(
-        self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM
+        self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM
     ) -> Request:
         return self._reduce_scatter(
             "Ireduce_scatter", "Reduce_scatter", sendbuf, recvbuf, recvcounts, op, NONBLOCKING
@@ -321,7 +325,12 @@ class InterReductions(InterCollBase):
 
     @mpi_call
     def Reduce_scatter_init(
-        self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Any = SUM, info: Any = None
+        self,
+        sendbuf: Any,
+        recvbuf: Any,
+        recvcounts: Any = None,
+        op: Op = SUM,
+        info: Info | None = None,
     ) -> Prequest:
         return self._reduce_scatter(
             "Reduce_scatter_init",

@@ -21,7 +21,7 @@ Gatherv/Scatterv do with every rank.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core import algorithms as algo
 from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
@@ -33,6 +33,9 @@ from ..pickling import object_items, pickle
 from ..request import Prequest, Request
 from .bufforms import blocks, unpack_after, vector
 from .inter_core import InterCollBase, no_in_place, nothing, once, shifted
+
+if TYPE_CHECKING:
+    from ..info import Info
 
 __all__ = ["InterRooted"]
 
@@ -79,7 +82,7 @@ class InterRooted(InterCollBase):
         return self._bcast("Ibcast", buf, root, NONBLOCKING)
 
     @mpi_call
-    def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> Prequest:
+    def Bcast_init(self, buf: Any, root: int = 0, info: Info | None = None) -> Prequest:
         return self._bcast("Bcast_init", buf, root, PERSISTENT)
 
     @mpi_call
@@ -166,11 +169,15 @@ class InterRooted(InterCollBase):
         return self._gather("Igatherv", sendbuf, recvbuf, root, True, NONBLOCKING)
 
     @mpi_call
-    def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
+    def Gather_init(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Info | None = None
+    ) -> Prequest:
         return self._gather("Gather_init", sendbuf, recvbuf, root, False, PERSISTENT)
 
     @mpi_call
-    def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
+    def Gatherv_init(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Info | None = None
+    ) -> Prequest:
         return self._gather("Gatherv_init", sendbuf, recvbuf, root, True, PERSISTENT)
 
     @mpi_call
@@ -265,12 +272,14 @@ class InterRooted(InterCollBase):
         return self._scatter("Iscatterv", sendbuf, recvbuf, root, True, NONBLOCKING)
 
     @mpi_call
-    def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Prequest:
+    def Scatter_init(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Info | None = None
+    ) -> Prequest:
         return self._scatter("Scatter_init", sendbuf, recvbuf, root, False, PERSISTENT)
 
     @mpi_call
     def Scatterv_init(
-        self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Info | None = None
     ) -> Prequest:
         return self._scatter("Scatterv_init", sendbuf, recvbuf, root, True, PERSISTENT)
 

@@ -28,11 +28,12 @@ from ..pickling import object_items, pickle
 from ..rawmem import IN_PLACE
 from ..request import Prequest, Request
 from . import fast
-from .bufforms import blocks, in_place, unpack_after, vector, wvector
+from .bufforms import blocks, exchange, in_place, unpack_after, vector
 from .runner import CollOp, check_reported, run_blocking, run_in_mode
 
 if TYPE_CHECKING:
     from ..comm import CommImpl
+    from ..info import Info
 
 __all__ = ["Collectives"]
 
@@ -99,7 +100,7 @@ class Collectives(CommMixin):
         return self._barrier("Ibarrier", NONBLOCKING)
 
     @mpi_call
-    def Barrier_init(self, info: Any = None) -> Prequest:
+    def Barrier_init(self, info: Info | None = None) -> Prequest:
         return self._barrier("Barrier_init", PERSISTENT)
 
     # -- bcast --------------------------------------------------------------------
@@ -138,7 +139,7 @@ class Collectives(CommMixin):
         return self._bcast("Ibcast", buf, root, NONBLOCKING)
 
     @mpi_call
-    def Bcast_init(self, buf: Any, root: int = 0, info: Any = None) -> Prequest:
+    def Bcast_init(self, buf: Any, root: int = 0, info: Info | None = None) -> Prequest:
         return self._bcast("Bcast_init", buf, root, PERSISTENT)
 
     @mpi_call
@@ -202,7 +203,9 @@ class Collectives(CommMixin):
         return self._gather("Igather", sendbuf, recvbuf, root, NONBLOCKING, v=False)
 
     @mpi_call
-    def Gather_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
+    def Gather_init(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Info | None = None
+    ) -> Prequest:
         return self._gather("Gather_init", sendbuf, recvbuf, root, PERSISTENT, v=False)
 
     @mpi_call
@@ -215,7 +218,9 @@ class Collectives(CommMixin):
         return self._gather("Igatherv", sendbuf, recvbuf, root, NONBLOCKING, v=True)
 
     @mpi_call
-    def Gatherv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
+    def Gatherv_init(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Info | None = None
+    ) -> Prequest:
         return self._gather("Gatherv_init", sendbuf, recvbuf, root, PERSISTENT, v=True)
 
     @mpi_call
@@ -284,7 +289,9 @@ class Collectives(CommMixin):
         return self._scatter("Iscatter", sendbuf, recvbuf, root, NONBLOCKING, v=False)
 
     @mpi_call
-    def Scatter_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
+    def Scatter_init(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Info | None = None
+    ) -> Prequest:
         return self._scatter("Scatter_init", sendbuf, recvbuf, root, PERSISTENT, v=False)
 
     @mpi_call
@@ -297,7 +304,9 @@ class Collectives(CommMixin):
         return self._scatter("Iscatterv", sendbuf, recvbuf, root, NONBLOCKING, v=True)
 
     @mpi_call
-    def Scatterv_init(self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Any = None) -> Any:
+    def Scatterv_init(
+        self, sendbuf: Any, recvbuf: Any, root: int = 0, info: Info | None = None
+    ) -> Prequest:
         return self._scatter("Scatterv_init", sendbuf, recvbuf, root, PERSISTENT, v=True)
 
     @mpi_call
@@ -369,7 +378,7 @@ class Collectives(CommMixin):
         return self._allgather("Iallgather", sendbuf, recvbuf, NONBLOCKING, v=False)
 
     @mpi_call
-    def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Allgather_init(self, sendbuf: Any, recvbuf: Any, info: Info | None = None) -> Prequest:
         return self._allgather("Allgather_init", sendbuf, recvbuf, PERSISTENT, v=False)
 
     @mpi_call
@@ -381,7 +390,7 @@ class Collectives(CommMixin):
         return self._allgather("Iallgatherv", sendbuf, recvbuf, NONBLOCKING, v=True)
 
     @mpi_call
-    def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Allgatherv_init(self, sendbuf: Any, recvbuf: Any, info: Info | None = None) -> Prequest:
         return self._allgather("Allgatherv_init", sendbuf, recvbuf, PERSISTENT, v=True)
 
     @mpi_call
@@ -399,25 +408,7 @@ class Collectives(CommMixin):
     def _alltoall(self, call: str, kind: str, sendbuf: Any, recvbuf: Any, mode: Form) -> Any:
         impl = self._live()
         size = impl.size
-        if kind == "Alltoall":
-            _, recvs, finish = blocks(recvbuf, size, writable=True)
-            if in_place(sendbuf):
-                sends = [memoryview(bytes(view)) for view in recvs]
-            else:
-                _, sends, _ = blocks(sendbuf, size, writable=False)
-                if sends[0].nbytes != recvs[0].nbytes:
-                    raise MPIException(
-                        ERR_COUNT,
-                        f"{call}: blocks of {sends[0].nbytes} bytes are sent but blocks of "
-                        f"{recvs[0].nbytes} bytes are expected",
-                    )
-        else:
-            parse = wvector if kind == "Alltoallw" else vector
-            recvs, finish = parse(recvbuf, size, writable=True)
-            if in_place(sendbuf):
-                sends = [memoryview(bytes(view)) for view in recvs]
-            else:
-                sends, _ = parse(sendbuf, size, writable=False)
+        sends, recvs, finish = exchange(call, kind, sendbuf, recvbuf, size, size, True)
         if (
             mode is BLOCKING
             and fast.alltoall(self, impl, call, kind, sends, recvs) is not fast.GENERAL
@@ -439,7 +430,7 @@ class Collectives(CommMixin):
         return self._alltoall("Ialltoall", "Alltoall", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
-    def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Alltoall_init(self, sendbuf: Any, recvbuf: Any, info: Info | None = None) -> Prequest:
         return self._alltoall("Alltoall_init", "Alltoall", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call
@@ -451,7 +442,7 @@ class Collectives(CommMixin):
         return self._alltoall("Ialltoallv", "Alltoallv", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
-    def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Alltoallv_init(self, sendbuf: Any, recvbuf: Any, info: Info | None = None) -> Prequest:
         return self._alltoall("Alltoallv_init", "Alltoallv", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call
@@ -464,7 +455,7 @@ class Collectives(CommMixin):
         return self._alltoall("Ialltoallw", "Alltoallw", sendbuf, recvbuf, NONBLOCKING)
 
     @mpi_call
-    def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Any = None) -> Prequest:
+    def Alltoallw_init(self, sendbuf: Any, recvbuf: Any, info: Info | None = None) -> Prequest:
         return self._alltoall("Alltoallw_init", "Alltoallw", sendbuf, recvbuf, PERSISTENT)
 
     @mpi_call

@@ -39,7 +39,7 @@ from . import fast
 from .bufforms import in_place as in_place_or_none
 
 if TYPE_CHECKING:
-    pass
+    from ..info import Info
 
 __all__ = ["Reductions"]
 
@@ -158,12 +158,12 @@ class Reductions(CollectiveMixin):
 
     @mpi_call
     def Reduce_init(
-        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0, info: Any = None
+        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0, info: Info | None = None
     ) -> Prequest:
         return self._reduce("Reduce_init", sendbuf, recvbuf, op, root, PERSISTENT)
 
     @mpi_call
-    def reduce(self, sendobj: Any, op: Any = SUM, root: int = 0) -> Any:
+    def reduce(self, sendobj: Any, op: Op = SUM, root: int = 0) -> Any:
         """Combine one Python object per rank; the root returns the result, others None."""
         impl = self._live()
         root = self._check_root(impl, root, "reduce")
@@ -223,12 +223,12 @@ class Reductions(CollectiveMixin):
 
     @mpi_call
     def Allreduce_init(
-        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None
+        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Info | None = None
     ) -> Prequest:
         return self._allreduce("Allreduce_init", sendbuf, recvbuf, op, PERSISTENT)
 
     @mpi_call
-    def allreduce(self, sendobj: Any, op: Any = SUM) -> Any:
+    def allreduce(self, sendobj: Any, op: Op = SUM) -> Any:
         """Combine one Python object per rank; every rank returns the result."""
         values = _PREDEFINED_OBJECT_VALUES.get(op._impl) if type(op) is Op else None
         if values is None:
@@ -335,7 +335,7 @@ class Reductions(CollectiveMixin):
 
     @mpi_call
     def Reduce_scatter_block_init(
-        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None
+        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Info | None = None
     ) -> Prequest:
         return self._reduce_scatter(
             "Reduce_scatter_block_init",
@@ -366,7 +366,12 @@ class Reductions(CollectiveMixin):
 
     @mpi_call
     def Reduce_scatter_init(
-        self, sendbuf: Any, recvbuf: Any, recvcounts: Any = None, op: Op = SUM, info: Any = None
+        self,
+        sendbuf: Any,
+        recvbuf: Any,
+        recvcounts: Any = None,
+        op: Op = SUM,
+        info: Info | None = None,
     ) -> Prequest:
         return self._reduce_scatter(
             "Reduce_scatter_init",
@@ -400,7 +405,9 @@ class Reductions(CollectiveMixin):
         return self._scan("Iscan", "Scan", sendbuf, recvbuf, op, NONBLOCKING)
 
     @mpi_call
-    def Scan_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None) -> Prequest:
+    def Scan_init(
+        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Info | None = None
+    ) -> Prequest:
         return self._scan("Scan_init", "Scan", sendbuf, recvbuf, op, PERSISTENT)
 
     @mpi_call
@@ -413,11 +420,13 @@ class Reductions(CollectiveMixin):
         return self._scan("Iexscan", "Exscan", sendbuf, recvbuf, op, NONBLOCKING)
 
     @mpi_call
-    def Exscan_init(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Any = None) -> Prequest:
+    def Exscan_init(
+        self, sendbuf: Any, recvbuf: Any, op: Op = SUM, info: Info | None = None
+    ) -> Prequest:
         return self._scan("Exscan_init", "Exscan", sendbuf, recvbuf, op, PERSISTENT)
 
     @mpi_call
-    def scan(self, sendobj: Any, op: Any = SUM) -> Any:
+    def scan(self, sendobj: Any, op: Op = SUM) -> Any:
         """Inclusive prefix reduction of Python objects."""
         values = red.ObjectValues(_object_op(op, "scan"))
 
@@ -427,7 +436,7 @@ class Reductions(CollectiveMixin):
         return self._collective("scan", "scan", 0, plan, BLOCKING)
 
     @mpi_call
-    def exscan(self, sendobj: Any, op: Any = SUM) -> Any:
+    def exscan(self, sendobj: Any, op: Op = SUM) -> Any:
         """Exclusive prefix reduction of Python objects; rank 0 returns None."""
         values = red.ObjectValues(_object_op(op, "exscan"))
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import cast
 
 __all__ = ["main"]
 
@@ -40,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         run.main(args)
         return
     master = world.Get_rank() == 0
-    local = world.Split(0 if master else 1, world.Get_rank())
+    local = cast(MPI.Intracomm, world.Split(0 if master else 1, world.Get_rank()))
     intercomm = local.Create_intercomm(0, world, 1 if master else 0)
     if not master:
         import_main(_program(args))

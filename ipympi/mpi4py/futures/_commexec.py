@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from ... import MPI
 from ._executor import MPIPoolExecutor, ThreadPoolExecutor, shared_pool
@@ -62,7 +62,7 @@ class MPICommExecutor:
             self._executor = ThreadPoolExecutor(1, **self._options)
             return self._executor
         master = comm.Get_rank() == root
-        local = comm.Split(0 if master else 1, comm.Get_rank())
+        local = cast(MPI.Intracomm, comm.Split(0 if master else 1, comm.Get_rank()))
         first_worker = 1 if root == 0 else 0
         intercomm = local.Create_intercomm(0, comm, first_worker if master else root)
         self._comms = [intercomm, local]

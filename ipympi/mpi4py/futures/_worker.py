@@ -25,7 +25,7 @@ import sys
 import traceback
 import types
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from ... import MPI
 from ._pools import RESULT_TAG, TASK_TAG, run_initializer
@@ -40,7 +40,7 @@ def get_comm_workers() -> MPI.Intracomm:
 
     ``MPI.COMM_NULL`` outside a worker.
     """
-    return _comm_workers[-1] if _comm_workers else MPI.COMM_NULL
+    return _comm_workers[-1] if _comm_workers else cast(MPI.Intracomm, MPI.COMM_NULL)
 
 
 def serve(comm: MPI.Intercomm, workers: MPI.Intracomm) -> None:

@@ -31,7 +31,7 @@ import sys
 import threading
 from array import array
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from ... import MPI
 from ._pkl5_request import Matched, Request, Transfer, copy_status
@@ -308,7 +308,7 @@ def _peers(comm: MPI.Comm) -> tuple[bool, int, int]:
     """``(inter, number of peers, own rank or -1)``: the peers are the remote group of
     an intercommunicator, the whole group (including oneself) of an intracommunicator."""
     if comm.Is_inter():
-        return True, comm.Get_remote_size(), -1
+        return True, cast(MPI.Intercomm, comm).Get_remote_size(), -1
     return False, comm.Get_size(), comm.Get_rank()
 
 
@@ -330,9 +330,7 @@ def _bcast(comm: MPI.Comm, obj: Any, root: int) -> Any:
     if inter:  # only the root knows how many buffers follow: it sends to each receiver
         private = _private(comm)
         if root == MPI.ROOT:
-            _exchange(
-                private, [(peer, head, buffers) for peer in range(comm.Get_remote_size())], []
-            )
+            _exchange(private, [(peer, head, buffers) for peer in range(_peers(comm)[1])], [])
         if root in (MPI.ROOT, MPI.PROC_NULL):
             return None
         return _exchange(private, [], [(root, length[0])])[0]
@@ -480,15 +478,15 @@ class Comm(MPI.Comm):
         """Blocking send in synchronous mode."""
         Request(_post(self, MPI.Comm.Issend, obj, dest, tag)).wait()
 
-    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:  # type: ignore[override]
         """Nonblocking send in standard mode."""
         return Request(_post(self, MPI.Comm.Isend, obj, dest, tag))
 
-    def ibsend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+    def ibsend(self, obj: Any, dest: int, tag: int = 0) -> Request:  # type: ignore[override]
         """Nonblocking send in buffered mode."""
         return Request(_post(self, MPI.Comm.Ibsend, obj, dest, tag))
 
-    def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+    def issend(self, obj: Any, dest: int, tag: int = 0) -> Request:  # type: ignore[override]
         """Nonblocking send in synchronous mode."""
         return Request(_post(self, MPI.Comm.Issend, obj, dest, tag))
 
@@ -502,7 +500,7 @@ class Comm(MPI.Comm):
         """Blocking receive (``buf`` is not used: the memory is allocated here)."""
         return mprobe(self, source, tag, status).recv(status)
 
-    def irecv(
+    def irecv(  # type: ignore[override]
         self, buf: Any = None, source: int = MPI.ANY_SOURCE, tag: int = MPI.ANY_TAG
     ) -> Request:
         """Nonblocking receive: not supported, raises ``RuntimeError``.
@@ -530,7 +528,7 @@ class Comm(MPI.Comm):
         finally:
             request.wait()
 
-    def mprobe(
+    def mprobe(  # type: ignore[override]
         self,
         source: int = MPI.ANY_SOURCE,
         tag: int = MPI.ANY_TAG,
@@ -539,7 +537,7 @@ class Comm(MPI.Comm):
         """Blocking test for a matched message."""
         return mprobe(self, source, tag, status)
 
-    def improbe(
+    def improbe(  # type: ignore[override]
         self,
         source: int = MPI.ANY_SOURCE,
         tag: int = MPI.ANY_TAG,
@@ -548,7 +546,7 @@ class Comm(MPI.Comm):
         """Nonblocking test for a matched message."""
         return improbe(self, source, tag, status)
 
-    def bcast(self, obj: Any, root: int = 0) -> Any:
+    def bcast(self, obj: Any = None, root: int = 0) -> Any:
         """Broadcast."""
         return _bcast(self, obj, root)
 
@@ -556,7 +554,7 @@ class Comm(MPI.Comm):
         """Gather."""
         return _gather(self, sendobj, root)
 
-    def scatter(self, sendobj: Sequence[Any] | None, root: int = 0) -> Any:
+    def scatter(self, sendobj: Sequence[Any] | None = None, root: int = 0) -> Any:
         """Scatter."""
         return _scatter(self, sendobj, root)
 
