@@ -408,7 +408,7 @@ def generate() -> str:
     """The text of ``MPI.pyi`` for the ``ipympi.MPI`` importable now."""
     from . import MPI  # the module this script describes
 
-    names = sorted(set(vars(MPI)["__all__"]))
+    names = sorted(set(MPI.__all__))
     exported = {name: getattr(MPI, name) for name in names}
     writer = _Writer(MPI, exported)
     constants, functions, classes, aliases = [], [], [], []
@@ -451,7 +451,8 @@ def generate() -> str:
         third.append(f"from typing_extensions import {', '.join(sorted(writer.extensions))}\n")
     if third:
         head += ["\n", *third]
-    body = ["\n", *constants, "\n", *functions]
+    listed = "".join(f'    "{name}",\n' for name in names)
+    body = ["\n", f"__all__ = [\n{listed}]\n\n", *constants, "\n", *functions]
     for text in [*classes, *helpers]:
         body += ["\n", text]
     if aliases:
