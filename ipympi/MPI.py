@@ -72,6 +72,7 @@ from .mpi import (
 from .mpi import (
     unsupported as _unsupported,
 )
+from .mpi import win as _win
 from .mpi.rc import settle as _settle_rc
 
 _SOURCES: tuple[ModuleType, ...] = (
@@ -94,6 +95,7 @@ _SOURCES: tuple[ModuleType, ...] = (
     _memory,
     _pickle,
     _info,
+    _win,
     _unsupported,
 )
 

@@ -1,10 +1,10 @@
 """Object types and functions of mpi4py's ``MPI`` module that ipympi does not implement.
 
-One-sided communication (``Win``), parallel I/O (``File``), the sessions model
-(``Session``) and dynamic process management are outside ipympi's scope. The names
+Parallel I/O (``File``), the sessions model (``Session``) and dynamic process
+management are outside ipympi's scope. The names
 still exist so that programs written for mpi4py import cleanly and can probe for the
 features: the classes are handle classes (:class:`~ipympi.core.handle.Handle`) whose only
-object is the null one (``WIN_NULL``, ...), and every other method, property or
+object is the null one (``FILE_NULL``, ...), and every other method, property or
 function raises ``NotImplementedError`` naming the missing feature.
 """
 
@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, NoReturn
 
-from ..core.errors import ERR_FILE, ERR_SESSION, ERR_WIN
+from ..core.errors import ERR_FILE, ERR_SESSION
 from ..core.handle import Handle, Kind, register
 from .info import INFO_NULL
 
 __all__ = [
     "FILE_NULL",
     "SESSION_NULL",
-    "WIN_NULL",
     "Close_port",
     "File",
     "Get_abi_fortran_info",
@@ -31,7 +30,6 @@ __all__ = [
     "Register_datarep",
     "Session",
     "Unpublish_name",
-    "Win",
 ]
 
 
@@ -92,28 +90,6 @@ class _Unsupported(Handle):
 
 _DYNAMIC = "dynamic process management"
 _ERRHANDLER_METHODS = ("Call_errhandler", "Create_errhandler", "Get_errhandler", "Set_errhandler")
-
-
-class Win(_Unsupported):
-    """Window for one-sided communication (not available)."""
-
-    __slots__ = ()
-    _mpi_kind = Kind("Win", 8, ERR_WIN, None)
-    _feature = "one-sided communication"
-    _methods = (
-        *_ERRHANDLER_METHODS,
-        "Create", "Allocate", "Allocate_shared", "Create_dynamic", "Attach", "Detach", "Free",
-        "Put", "Get", "Accumulate", "Get_accumulate", "Fetch_and_op", "Compare_and_swap",
-        "Rput", "Rget", "Raccumulate", "Rget_accumulate",
-        "Fence", "Start", "Complete", "Post", "Wait", "Test",
-        "Lock", "Unlock", "Lock_all", "Unlock_all",
-        "Flush", "Flush_all", "Flush_local", "Flush_local_all", "Sync", "Shared_query",
-        "Get_group", "Get_info", "Set_info", "Get_name", "Set_name",
-        "Create_keyval", "Free_keyval", "Get_attr", "Set_attr", "Delete_attr", "tomemory",
-    )  # fmt: skip
-    _properties = (
-        "attrs", "flavor", "group", "group_rank", "group_size", "info", "model", "name",
-    )  # fmt: skip
 
 
 class File(_Unsupported):
@@ -198,10 +174,9 @@ class PartitionedFeatures(_UnsupportedMethods):
     _features = {"partitioned communication": ("Pready", "Pready_range", "Pready_list", "Parrived")}
 
 
-WIN_NULL: Win = Win()
 FILE_NULL: File = File()
 SESSION_NULL: Session = Session()
-register(globals(), ("WIN_NULL", "FILE_NULL", "SESSION_NULL"))  # constants (see core.handle)
+register(globals(), ("FILE_NULL", "SESSION_NULL"))  # constants (see core.handle)
 
 
 # --- Module-level functions of unavailable features --------------------------------------
