@@ -53,7 +53,14 @@ from ..core.handle import Handle, Kind, register
 from ..progress.largebuf import buffer_address
 from ..progress.shm import Segment
 from .args import c_int
-from .attributes import create_keyval, delete_attributes, free_keyval, lookup
+from .attributes import (
+    create_keyval,
+    delete_attr,
+    delete_attributes,
+    free_keyval,
+    lookup,
+    set_attr,
+)
 from .comm import Comm, Intracomm
 from .errhandling import Errhandler, mpi_call, world_call, world_errhandler
 from .group import Group
@@ -510,21 +517,14 @@ class Win(WinOperations, WinSynchronization, Handle):
         impl = self._live()
         if c_int(keyval) in self._PREDEFINED:
             raise MPIException(ERR_KEYVAL, f"Set_attr: predefined attribute {keyval}")
-        kv = lookup("win", keyval, "Set_attr")
-        old = impl.attrs.pop(kv.number, None)
-        impl.attrs[kv.number] = (kv, attrval)
-        if old is not None and kv.delete_fn is not None:
-            kv.delete_fn(self, kv.number, old[1])
+        set_attr(self, impl, "win", keyval, attrval)  # type: ignore[arg-type]
 
     @mpi_call
     def Delete_attr(self, keyval: int) -> None:
         impl = self._live()
         if c_int(keyval) in self._PREDEFINED:
             raise MPIException(ERR_KEYVAL, f"Delete_attr: predefined attribute {keyval}")
-        kv = lookup("win", keyval, "Delete_attr")
-        entry = impl.attrs.pop(kv.number, None)
-        if entry is not None and entry[0].delete_fn is not None:
-            entry[0].delete_fn(self, kv.number, entry[1])
+        delete_attr(self, impl, "win", keyval)  # type: ignore[arg-type]
 
     @staticmethod
     def _attrs(impl: WinImpl) -> tuple[int, int, int]:
