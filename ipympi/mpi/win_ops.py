@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 __all__ = ["WinOperations"]
 
 _LEAVES: dict[int, Datatype] = {}
+# (op, origin type, target type) ids -> (op object, basic type) of checks that passed
+_CHECKED: dict[tuple[int, int, int], tuple[Any, Datatype]] = {}
 
 
 def _basic(datatype: Datatype) -> Datatype | None:
@@ -109,7 +111,7 @@ def _done(win: Any, call: str, rank: int) -> Request:
 class _Region:
     """``count`` elements of ``datatype`` at byte ``offset`` of a target's memory."""
 
-    __slots__ = ("count", "datatype", "layout", "offset", "target")
+    __slots__ = ("count", "datatype", "layout", "nbytes", "offset", "target")
 
     def __init__(self, target: Target, offset: int, count: int, datatype: Datatype) -> None:
         self.target = target
@@ -117,10 +119,16 @@ class _Region:
         self.count = count
         self.datatype = datatype
         self.layout = datatype._impl.layout
+        self.nbytes = int(count * self.layout.packed)
 
-    @property
-    def nbytes(self) -> int:
-        return int(self.count * self.layout.packed)
+    def direct(self) -> np.ndarray | None:
+        """The target's bytes as a view of this process's memory, when the elements are
+        one dense run this process can address (then combining happens in place)."""
+        array, layout = self.target.array, self.layout
+        if array is None or not layout.raw:
+            return None
+        start = self.offset + layout.lb
+        return array[start : start + self.nbytes]
 
     def read(self, out: np.ndarray) -> None:
         """Copy the elements, packed, into ``out``."""
@@ -247,6 +255,23 @@ class WinOperations:
 
     @staticmethod
     def _check_op(op: Any, origin: Datatype, region: _Region, call: str) -> Datatype:
+        key = (
+            id(op._impl) if isinstance(op, Op) else 0,
+            id(origin._impl),
+            id(region.datatype._impl),
+        )
+        known = _CHECKED.get(key)
+        if known is not None and known[0] is op._impl and region.count:
+            return known[1]
+        basic = WinOperations._check_op_slowly(op, origin, region, call)
+        if region.count and basic._impl.predefined:
+            if len(_CHECKED) > 256:
+                _CHECKED.clear()
+            _CHECKED[key] = (op._impl, basic)
+        return basic
+
+    @staticmethod
+    def _check_op_slowly(op: Any, origin: Datatype, region: _Region, call: str) -> Datatype:
         if not isinstance(op, Op):
             raise TypeError(f"{call}: op must be an MPI.Op, not {type(op).__name__}")
         if not op or not op._is_predefined():
@@ -306,11 +331,25 @@ class WinOperations:
     ) -> None:
         """Read-combine-write ``region`` with packed ``origin`` (holding its lock);
         ``fetch`` (a packed array or None) gets the old contents."""
+        if not region.nbytes:
+            return
+        here = region.direct()
+        if here is not None:  # in place, in memory this process addresses
+            if fetch is not None:
+                fetch[: region.nbytes] = here
+            if op._impl is NO_OP._impl:
+                return
+            if op._impl is REPLACE._impl:
+                here[:] = origin[: region.nbytes]
+                return
+            dtype = _np_dtype(basic)
+            op._reduce_arrays(origin[: region.nbytes].view(dtype), here.view(dtype), basic)
+            return
         old = np.empty(region.nbytes, np.uint8)
         region.read(old)
         if fetch is not None:
             fetch[: region.nbytes] = old
-        if op == NO_OP or not region.nbytes:
+        if op == NO_OP:
             return
         if op == REPLACE:
             region.write(origin)
