@@ -43,6 +43,7 @@ from ..core.errors import (
     ERR_RANK,
     ERR_RMA_ATTACH,
     ERR_RMA_FLAVOR,
+    ERR_RMA_SHARED,
     ERR_RMA_SYNC,
     ERR_SIZE,
     ERR_UNSUPPORTED_OPERATION,
@@ -208,8 +209,9 @@ class Win(WinOperations, WinSynchronization, Handle):
         hosts = private.allgather(PROCESS.host_name())
         if len(set(hosts)) > 1:
             private.Free()
+            shared = flavor == K.WIN_FLAVOR_SHARED
             raise MPIException(
-                ERR_UNSUPPORTED_OPERATION,
+                ERR_RMA_SHARED if shared else ERR_UNSUPPORTED_OPERATION,
                 f"{call}: the ranks of a window must share one host; this communicator "
                 f"spans {len(set(hosts))} hosts ({', '.join(sorted(set(hosts)))})",
             )
