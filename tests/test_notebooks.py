@@ -262,3 +262,21 @@ def test_latency_notebook_measures_and_plots(executed) -> None:
     summary = text_of(cell_with(notebook, "large messages on this machine"))
     assert "[stdout:0] latency of messages up to 1 KiB: about" in summary
     assert re.search(r"large messages on this machine: (process_vm_readv|chunks)", summary)
+
+
+def test_one_sided_notebook_teaches_epochs_and_counters(executed) -> None:
+    notebook = executed("08_one_sided.ipynb")
+    ring = text_of(cell_with(notebook, "win.Put(np.array([float(rank)]), right, 0)"))
+    for r in range(RANKS):
+        assert f"rank {r}: element 0 = {(r - 1) % RANKS} (put there by rank" in ring, ring
+    assert f"sum of 1..{RANKS} = {RANKS * (RANKS + 1) // 2}" in text_of(
+        cell_with(notebook, "win.Accumulate(np.array([rank + 1.0])")
+    )
+    tickets = text_of(cell_with(notebook, "tickets = []"))
+    assert f"tickets drawn: {list(range(3 * RANKS))}; all distinct: True" in tickets, tickets
+    assert f"element 3 = {RANKS - 1}" in text_of(cell_with(notebook, "win.Post(others)"))
+    shared = text_of(cell_with(notebook, "Allocate_shared"))
+    for r in range(RANKS):
+        assert f"rank {r}: my memory holds {100 + (r - 1) % RANKS}" in shared, shared
+    errors = text_of(cell_with(notebook, "win.Fence(MPI.MODE_NOSUCCEED)"))
+    assert errors.count("ERR_RMA_SYNC? True") == RANKS, errors
