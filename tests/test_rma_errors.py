@@ -100,3 +100,28 @@ def test_lock_cycle_is_a_conflict_not_a_hang(run_mpi) -> None:
         timeout=40,
     )
     assert_ok(proc, 2)
+
+
+def test_a_rank_stuck_in_lock_or_fence_is_reported(run_mpi) -> None:
+    proc = run_mpi(
+        3,
+        program("""
+        win = MPI.Win.Allocate(8, comm=comm)
+        if rank == 0:
+            win.Lock(1)                  # ... and never unlocks
+            comm.Barrier()
+            comm.recv(source=1, tag=3)   # waits for a message rank 1 never sends
+        elif rank == 1:
+            comm.Barrier()
+            win.Lock(1)                  # waits for rank 0's lock
+        else:
+            comm.Barrier()
+            win.Fence()                  # waits for the others to fence
+        """),
+        timeout=40,
+    )
+    err = proc.stderr
+    assert proc.returncode == 125, err  # the launcher's deadlock status
+    assert "rank 1 waits in Win.Lock(peer=1) on Allocate window" in err, err
+    assert "rank 0 waits in recv(source=1, tag=3) on MPI_COMM_WORLD" in err, err
+    assert "rank 2 waits in " in err and "on Allocate window" in err, err

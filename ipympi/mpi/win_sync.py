@@ -21,6 +21,8 @@ what the synchronisation calls add is ordering between ranks:
 from __future__ import annotations
 
 import errno
+import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from ..core import constants as K
@@ -33,10 +35,12 @@ from ..core.errors import (
     ERR_RMA_SYNC,
 )
 from ..core.errors import Exception as MPIException
+from ..progress.engine import WaitInfo
 from .args import c_int
 from .datatype import BYTE
 from .errhandling import mpi_call
 from .group import Group
+from .process import PROCESS
 from .request import Request
 
 if TYPE_CHECKING:
@@ -99,8 +103,22 @@ class WinSynchronization:
         return rank
 
     def _take(self, impl: WinImpl, start: int, length: int, exclusive: bool, call: str) -> None:
+        """Take the byte-range lock; while it waits, the rank reports itself blocked in
+        ``call`` for the target (hang reports, the controller's status queries)."""
         segment = impl.segment
         assert segment is not None
+        if segment.try_lock(start, length, exclusive):
+            return
+        engine = PROCESS.engine
+        me = threading.get_ident()
+        if engine is not None:
+            peer = start if length == 1 else None  # Lock: the target; Lock_all: all
+            name = impl.comm._live().name
+
+            def info() -> WaitInfo:  # no tag: reports show "Win.Lock(peer=1)"
+                return WaitInfo(f"Win.{call}", name, peer, None)  # type: ignore[arg-type]
+
+            engine.blocked[me] = (info, time.monotonic())
         try:
             segment.lock(start, length, exclusive)
         except OSError as exc:
@@ -110,6 +128,9 @@ class WinSynchronization:
                     f"{call}: taking this lock would deadlock with locks other ranks hold",
                 ) from None
             raise
+        finally:
+            if engine is not None:
+                engine.blocked.pop(me, None)
 
     # -- active target: fence ---------------------------------------------------------
     @mpi_call
