@@ -159,10 +159,13 @@ class _Region:
         self._remote(packed, write=True)
 
     def _remote(self, local: np.ndarray, write: bool) -> None:
-        off, length, pos = runs(self.layout, self.count)
         here = int(local.ctypes.data)
         there = self.target.base + self.offset
-        pieces = [(here + int(p), there + int(o), int(n)) for o, n, p in zip(off, length, pos)]
+        if self.layout.raw:  # one dense run
+            pieces = [(here, there + self.layout.lb, self.nbytes)]
+        else:
+            off, length, pos = runs(self.layout, self.count)
+            pieces = [(here + int(p), there + int(o), int(n)) for o, n, p in zip(off, length, pos)]
         try:
             remote_copy(self.target.pid, pieces, write)
         except OSError as exc:
