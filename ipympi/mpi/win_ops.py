@@ -424,6 +424,23 @@ class WinOperations:
         disp = operator.index(target_disp)
         region = self._region(impl, where, disp, 1, spec.datatype, "Fetch_and_op")
         basic = self._check_op(op, spec.datatype, region, "Fetch_and_op")
+        segment, byte = impl.segment, impl.size + where.rank
+        here = region.direct()
+        if here is not None and spec.array is not None and out.array is not None:
+            # one element of addressable memory: combine in place, no copies
+            target = here.view(spec.array.dtype)
+            if segment is not None:
+                segment.lock(byte, 1, True)
+            try:
+                out.array.reshape(-1)[0] = target[0]
+                if op._impl is REPLACE._impl:
+                    target[0] = spec.array.reshape(-1)[0]
+                elif op._impl is not NO_OP._impl:
+                    op._reduce_arrays(spec.array.reshape(-1), target, basic)
+            finally:
+                if segment is not None:
+                    segment.unlock(byte, 1)
+            return
         with self._mutex(impl, where):
             self._combine(region, basic, op, _packed(spec), _packed(out))
         if out.unpack is not None:
