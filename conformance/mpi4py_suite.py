@@ -40,9 +40,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_SCRIPT = os.path.join(HERE, "_rank.py")
 MPI4PY_VERSION = "4.1.2"
 OUT_OF_SCOPE = (  # test files of features ipympi does not implement (see README.md)
-    "test_rma",
-    "test_rma_nb",
-    "test_win",
     "test_dynproc",
     "test_spawn",
     "test_ulfm",

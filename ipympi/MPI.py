@@ -44,6 +44,7 @@ _SOURCES: tuple[str, ...] = (
     "ipympi.mpi.pickling",
     "ipympi.mpi.info",
     "ipympi.mpi.session",
+    "ipympi.mpi.win",
     "ipympi.mpi.unsupported",
 )
 

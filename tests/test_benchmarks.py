@@ -226,3 +226,35 @@ def test_io_quick_prints_every_row() -> None:
     found = [match["label"] for match in map(row_format.match, proc.stdout.splitlines()) if match]
     assert found == IO_ROWS, detail
     assert "mpi4py: n/a (--no-mpi4py)" in proc.stdout.splitlines(), detail
+
+
+RMA_ROWS = [
+    "Put 8 B + Flush",
+    "Get 8 B + Flush",
+    "Put 1 MiB, Fence",
+    "Fetch_and_op + Flush",
+    "shared 1 MiB load+store",
+]
+
+
+def test_rma_quick_prints_every_row() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "rma.py"),
+            "--quick",
+            "--no-mpi4py",
+            "--timeout",
+            "40",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        cwd=str(ROOT),
+    )
+    detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
+    assert proc.returncode == 0, detail
+    row_format = re.compile(rf"^(?P<label>\S.*?)\s+(?P<ours>{PAIR})\s+n/a\s+n/a\b")
+    found = [match["label"] for match in map(row_format.match, proc.stdout.splitlines()) if match]
+    assert found == RMA_ROWS, detail
+    assert "mpi4py: n/a (--no-mpi4py)" in proc.stdout, detail

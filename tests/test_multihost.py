@@ -363,3 +363,22 @@ def test_no_agent_or_rank_outlives_a_killed_launcher(tmp_path: Path) -> None:
         launcher.kill()
         launcher.wait(10)
     assert wait_gone(pids + [int(pid) for pid in agents]) == []
+
+
+def test_windows_work_within_a_host_and_refuse_to_span_hosts(run_mpi) -> None:
+    body = """
+    raises(MPI.ERR_UNSUPPORTED_OPERATION, MPI.Win.Allocate, 8, 1, MPI.INFO_NULL, comm)
+    raises(MPI.ERR_RMA_SHARED, MPI.Win.Allocate_shared, 8, 1, MPI.INFO_NULL, comm)
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    win = MPI.Win.Allocate_shared(8, 8, MPI.INFO_NULL, node)
+    win.Fence()
+    win.Put(np.array([rank], 'i8'), (node.rank + 1) % node.size)
+    win.Fence()
+    peers = node.allgather(rank)
+    got = np.frombuffer(win.tomemory(), 'i8')[0]
+    assert got == peers[(node.rank - 1) % node.size], (got, peers)
+    win.Free()
+    node.Free()
+    """
+    proc = run_mpi(4, mpi_program(MPI_PRELUDE, body), launcher_args=HOSTS)
+    assert_ok(proc, 4)

@@ -284,3 +284,22 @@ def test_parallel_io_notebook_writes_one_array(executed) -> None:
     mpi_read = text_of(cell_with(notebook, "fh.Read_all(back, status)"))
     for r in range(RANKS):
         assert f"rank {r}: read 24 doubles, same as written: True" in mpi_read, mpi_read
+
+
+@pytest.mark.timeout(NOTEBOOK_TIMEOUT)
+def test_one_sided_notebook_teaches_epochs_and_counters(executed) -> None:
+    notebook = executed("08_one_sided.ipynb")
+    ring = text_of(cell_with(notebook, "win.Put(np.array([float(rank)]), right, 0)"))
+    for r in range(RANKS):
+        assert f"rank {r}: element 0 = {(r - 1) % RANKS} (put there by rank" in ring, ring
+    assert f"sum of 1..{RANKS} = {RANKS * (RANKS + 1) // 2}" in text_of(
+        cell_with(notebook, "win.Accumulate(np.array([rank + 1.0])")
+    )
+    tickets = text_of(cell_with(notebook, "tickets = []"))
+    assert f"tickets drawn: {list(range(3 * RANKS))}; all distinct: True" in tickets, tickets
+    assert f"element 3 = {RANKS - 1}" in text_of(cell_with(notebook, "win.Post(others)"))
+    shared = text_of(cell_with(notebook, "Allocate_shared"))
+    for r in range(RANKS):
+        assert f"rank {r}: my memory holds {100 + (r - 1) % RANKS}" in shared, shared
+    errors = text_of(cell_with(notebook, "win.Fence(MPI.MODE_NOSUCCEED)"))
+    assert errors.count("ERR_RMA_SYNC? True") == RANKS, errors

@@ -19,7 +19,7 @@ from .extfloat import ExternalFloats
 from .typemap import Layout, leaves
 from .typemap_count import complete_bytes
 
-__all__ = ["ext32_size", "from_external", "gather", "scatter", "to_external"]
+__all__ = ["ext32_size", "from_external", "gather", "runs", "scatter", "to_external"]
 
 _I64 = np.int64
 _UINTS = {
@@ -111,6 +111,15 @@ def _plan(layout: Layout, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     plan = (off, length, pos)
     layout._cache["plan"] = (count, plan)
     return plan
+
+
+def runs(layout: Layout, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The byte runs of ``count`` elements: (memory offset, length, packed position),
+    adjacent runs merged; for copies that other code makes run by run."""
+    if count <= 0 or not len(layout.off):
+        empty: np.ndarray = np.zeros(0, dtype=_I64)
+        return empty, empty, empty
+    return _plan(layout, count)
 
 
 def gather(

@@ -59,7 +59,14 @@ if TYPE_CHECKING:
 
     AttrHolder = Union[CommImpl, _TypeImpl]
 
-__all__ = ["CommAttributes", "TypeAttributes", "copy_attributes", "delete_attributes"]
+__all__ = [
+    "CommAttributes",
+    "TypeAttributes",
+    "copy_attributes",
+    "delete_attr",
+    "delete_attributes",
+    "set_attr",
+]
 
 PREDEFINED = frozenset(
     (K.TAG_UB, K.HOST, K.IO, K.WTIME_IS_GLOBAL, K.UNIVERSE_SIZE, K.APPNUM, K.LASTUSEDCODE)
@@ -235,7 +242,7 @@ class CommAttributes(CommMixin):
     @mpi_call
     def Set_attr(self, keyval: int, attrval: Any) -> None:
         """Attach ``attrval`` under ``keyval``, deleting any value already there first."""
-        _set_attr(self, self._live(), "comm", keyval, attrval)
+        set_attr(self, self._live(), "comm", keyval, attrval)
 
     @mpi_call
     def Get_attr(self, keyval: int) -> Any:
@@ -251,10 +258,11 @@ class CommAttributes(CommMixin):
     @mpi_call
     def Delete_attr(self, keyval: int) -> None:
         """Remove attribute ``keyval`` (running its delete callback); absent is fine."""
-        _delete_attr(self, self._live(), "comm", keyval)
+        delete_attr(self, self._live(), "comm", keyval)
 
 
-def _set_attr(obj: Any, impl: AttrHolder, kind: str, keyval: Any, attrval: Any) -> None:
+def set_attr(obj: Any, impl: AttrHolder, kind: str, keyval: Any, attrval: Any) -> None:
+    """``Set_attr`` of ``keyval`` (of object kind ``kind``) on ``impl``."""
     kv = lookup(kind, keyval, "Set_attr")
     old = impl.attrs.pop(kv.number, None)  # re-set: it becomes the last one set
     impl.attrs[kv.number] = (kv, attrval)
@@ -262,7 +270,8 @@ def _set_attr(obj: Any, impl: AttrHolder, kind: str, keyval: Any, attrval: Any) 
         _quiet_delete(obj, old[0], old[1], "Set_attr")
 
 
-def _delete_attr(obj: Any, impl: AttrHolder, kind: str, keyval: Any) -> None:
+def delete_attr(obj: Any, impl: AttrHolder, kind: str, keyval: Any) -> None:
+    """``Delete_attr`` of ``keyval`` on ``impl``, running its delete callback."""
     kv = lookup(kind, keyval, "Delete_attr")
     entry = impl.attrs.pop(kv.number, None)
     if entry is not None:
@@ -291,7 +300,7 @@ class TypeAttributes(DatatypeMixin):
 
     def Set_attr(self, keyval: int, attrval: Any) -> None:
         """Attach ``attrval`` under ``keyval``, deleting any value already there first."""
-        _set_attr(self, self._live(), "type", keyval, attrval)
+        set_attr(self, self._live(), "type", keyval, attrval)
 
     def Get_attr(self, keyval: int) -> Any:
         """Value of attribute ``keyval``, or ``None`` when it is not set."""
@@ -301,7 +310,7 @@ class TypeAttributes(DatatypeMixin):
 
     def Delete_attr(self, keyval: int) -> None:
         """Remove attribute ``keyval`` (running its delete callback); absent is fine."""
-        _delete_attr(self, self._live(), "type", keyval)
+        delete_attr(self, self._live(), "type", keyval)
 
     def Dup(self) -> Datatype:
         """Return a new datatype with the same type map (combiner ``COMBINER_DUP``).

@@ -157,6 +157,8 @@ def address_of(obj: Any) -> int:
     if obj is IN_PLACE:
         return -1
     if isinstance(obj, np.ndarray):
+        if getattr(obj, "_released", False):
+            return 0  # an empty or released MPI.buffer: no memory, address 0
         return int(obj.__array_interface__["data"][0])
     try:
         view = memoryview(obj)

@@ -1,23 +1,19 @@
-"""Object types and functions of mpi4py's ``MPI`` module that ipympi does not implement.
+"""Functions and methods of mpi4py's ``MPI`` module that ipympi does not implement.
 
-One-sided communication (``Win``) and dynamic process
-management are outside ipympi's scope. The names
+Process spawning, the port and name functions of dynamic process management, fault
+tolerance (ULFM) and the standard ABI's queries are outside ipympi's scope. The names
 still exist so that programs written for mpi4py import cleanly and can probe for the
-features: the classes are handle classes (:class:`~ipympi.core.handle.Handle`) whose only
-object is the null one (``WIN_NULL``, ...), and every other method, property or
-function raises ``NotImplementedError`` naming the missing feature.
+features: each raises ``NotImplementedError`` naming the missing feature, as mpi4py
+raises it on an MPI without the feature.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, NoReturn
 
-from ..core.errors import ERR_WIN
-from ..core.handle import Handle, Kind, register
 from .info import INFO_NULL
 
 __all__ = [
-    "WIN_NULL",
     "Close_port",
     "Get_abi_fortran_info",
     "Get_abi_info",
@@ -26,26 +22,19 @@ __all__ = [
     "Open_port",
     "Publish_name",
     "Unpublish_name",
-    "Win",
 ]
 
 
-def _unavailable(what: str, feature: str, called: str | None = None) -> NoReturn:
-    message = f"MPI.{what} is not available in ipympi: {feature} is outside its scope"
-    if called is not None:
-        message += f" (called {called})"
-    raise NotImplementedError(message)
+def _unavailable(what: str, feature: str) -> NoReturn:
+    raise NotImplementedError(
+        f"MPI.{what} is not available in ipympi: {feature} is outside its scope"
+    )
 
 
-def _stub_method(
-    cls_name: str, name: str, feature: str, whole_class: bool = True
-) -> Callable[..., NoReturn]:
-    """A method raising ``NotImplementedError``: the class is unavailable, or (not
-    ``whole_class``) only this method of an available class."""
+def _stub_method(cls_name: str, name: str, feature: str) -> Callable[..., NoReturn]:
+    """A method of an available class raising ``NotImplementedError``."""
 
     def method(*args: Any, **kwargs: Any) -> NoReturn:
-        if whole_class:
-            _unavailable(cls_name, feature, f"{cls_name}.{name}")
         _unavailable(f"{cls_name}.{name}", feature)
 
     method.__name__ = method.__qualname__ = name
@@ -53,62 +42,7 @@ def _stub_method(
     return method
 
 
-def _stub_property(cls_name: str, name: str, feature: str) -> property:
-    def getter(self: Any) -> NoReturn:
-        _unavailable(cls_name, feature, f"{cls_name}.{name}")
-
-    return property(getter, doc=f"Not available: {feature} is outside ipympi's scope.")
-
-
-class _Unsupported(Handle):
-    """A handle class of a feature ipympi does not implement: only its null handle exists.
-
-    Subclasses list mpi4py's method and property names, which are generated as stubs
-    raising ``NotImplementedError``.
-    """
-
-    __slots__ = ("_impl",)
-    _feature = ""
-    _methods: tuple[str, ...] = ()
-    _properties: tuple[str, ...] = ()
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "_methods" not in cls.__dict__:
-            return  # a program's subclass: its methods are its own
-        for name in cls._methods:
-            setattr(cls, name, _stub_method(cls.__name__, name, cls._feature))
-        for name in cls._properties:
-            setattr(cls, name, _stub_property(cls.__name__, name, cls._feature))
-
-    def __repr__(self) -> str:
-        return f"MPI.{type(self).__name__.upper()}_NULL"
-
-
 _DYNAMIC = "dynamic process management"
-_ERRHANDLER_METHODS = ("Call_errhandler", "Create_errhandler", "Get_errhandler", "Set_errhandler")
-
-
-class Win(_Unsupported):
-    """Window for one-sided communication (not available)."""
-
-    __slots__ = ()
-    _mpi_kind = Kind("Win", 8, ERR_WIN, None)
-    _feature = "one-sided communication"
-    _methods = (
-        *_ERRHANDLER_METHODS,
-        "Create", "Allocate", "Allocate_shared", "Create_dynamic", "Attach", "Detach", "Free",
-        "Put", "Get", "Accumulate", "Get_accumulate", "Fetch_and_op", "Compare_and_swap",
-        "Rput", "Rget", "Raccumulate", "Rget_accumulate",
-        "Fence", "Start", "Complete", "Post", "Wait", "Test",
-        "Lock", "Unlock", "Lock_all", "Unlock_all",
-        "Flush", "Flush_all", "Flush_local", "Flush_local_all", "Sync", "Shared_query",
-        "Get_group", "Get_info", "Set_info", "Get_name", "Set_name",
-        "Create_keyval", "Free_keyval", "Get_attr", "Set_attr", "Delete_attr", "tomemory",
-    )  # fmt: skip
-    _properties = (
-        "attrs", "flavor", "group", "group_rank", "group_size", "info", "model", "name",
-    )  # fmt: skip
 
 
 class _UnsupportedMethods:
@@ -127,7 +61,7 @@ class _UnsupportedMethods:
         super().__init_subclass__(**kwargs)
         for feature, names in cls.__dict__.get("_features", {}).items():
             for name in names:
-                setattr(cls, name, _stub_method(cls._owner, name, feature, whole_class=False))
+                setattr(cls, name, _stub_method(cls._owner, name, feature))
 
 
 class CommFeatures(_UnsupportedMethods):
@@ -143,10 +77,6 @@ class CommFeatures(_UnsupportedMethods):
             "Shrink", "Ishrink",
         ),
     }  # fmt: skip
-
-
-WIN_NULL: Win = Win()
-register(globals(), ("WIN_NULL",))  # constants (see core.handle)
 
 
 # --- Module-level functions of unavailable features --------------------------------------

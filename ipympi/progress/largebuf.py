@@ -15,7 +15,7 @@ import errno
 import os
 import sys
 
-__all__ = ["VmReader", "allow_peer_reads", "buffer_address"]
+__all__ = ["VmReader", "allow_peer_reads", "buffer_address", "remote_copy"]
 
 
 class _IoVec(ctypes.Structure):
@@ -36,11 +36,11 @@ def _load_libc() -> ctypes.CDLL | None:
 _LIBC = _load_libc()
 
 
-def _load_readv():
+def _load_readv(name: str = "process_vm_readv"):
     if _LIBC is None:
         return None
     try:
-        fn = _LIBC.process_vm_readv
+        fn = getattr(_LIBC, name)
     except (OSError, AttributeError):
         return None
     fn.restype = ctypes.c_ssize_t
@@ -56,6 +56,7 @@ def _load_readv():
 
 
 _readv = _load_readv()
+_writev = _load_readv("process_vm_writev")
 
 # One call moves at most this much (the kernel may return short reads anyway).
 _CHUNK = 1 << 30
@@ -127,3 +128,46 @@ class VmReader:
                 raise OSError(errno.EFAULT, f"process_vm_readv from pid {pid} read nothing")
             done += got
         return True
+
+
+# At most this many pieces per system call (the kernel's IOV_MAX).
+_IOV_MAX = 1024
+
+
+def remote_copy(pid: int, pieces: list[tuple[int, int, int]], write: bool) -> None:
+    """Copy between this process and ``pid``'s memory, piece by piece.
+
+    Each piece is ``(local_address, remote_address, length)``; ``write`` copies
+    local to remote (``process_vm_writev``), else remote to local. This is how a
+    rank reaches another rank's window memory that is not in a shared segment.
+    Failures raise ``OSError`` (``EFAULT`` for memory the target does not have,
+    ``EPERM`` where the kernel forbids it, ``ENOSYS`` off Linux).
+    """
+    fn = _writev if write else _readv
+    if fn is None:
+        raise OSError(errno.ENOSYS, "process_vm_readv/writev are not available")
+    pieces = [piece for piece in pieces if piece[2] > 0]
+    for first in range(0, len(pieces), _IOV_MAX):
+        batch = pieces[first : first + _IOV_MAX]
+        count = len(batch)
+        local = (_IoVec * count)(*[_IoVec(a, n) for a, _, n in batch])
+        remote = (_IoVec * count)(*[_IoVec(r, n) for _, r, n in batch])
+        total = sum(n for _, _, n in batch)
+        got = fn(pid, local, count, remote, count, 0)
+        if got < 0:
+            err = ctypes.get_errno()
+            raise OSError(
+                err,
+                f"process_vm_{'writev' if write else 'readv'} with pid {pid}: {os.strerror(err)}",
+            )
+        if got == 0 and total:
+            raise OSError(errno.EFAULT, f"process_vm transfer with pid {pid} moved nothing")
+        if got != total:  # a short transfer: move what is left
+            rest, skip = [], got
+            for a, r, n in batch:
+                if skip >= n:
+                    skip -= n
+                    continue
+                rest.append((a + skip, r + skip, n - skip))
+                skip = 0
+            remote_copy(pid, rest, write)

@@ -1,0 +1,127 @@
+"""Shared-memory segments that the ranks of one host map together, and locks on them.
+
+A segment is a file in ``/dev/shm`` (the system's temporary folder where that is
+missing) that one rank creates and the others open and map; as soon as every rank has
+it open, the creator unlinks the name. The memory then lives exactly as long as some
+rank maps it: nothing is ever left behind, even when a rank is killed. The ranks that
+share a segment agree on its name through a collective of their own choosing (the
+caller passes the name along); this module does no communication.
+
+A segment's file descriptor also carries POSIX byte-range locks (``fcntl``): a rank
+locks byte ``i`` shared or exclusive, blocks until it may, and the kernel releases its
+locks when it dies. Locks belong to the process (not the thread), so a rank never
+conflicts with itself; the kernel detects deadlocks between processes (``EDEADLK``).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import mmap
+import os
+import secrets
+import tempfile
+
+import numpy as np
+
+__all__ = ["Segment", "segment_folder"]
+
+
+def segment_folder() -> str:
+    """Where segments are created: ``/dev/shm`` (memory) if usable, else the temp folder."""
+    folder = "/dev/shm"
+    if os.path.isdir(folder) and os.access(folder, os.W_OK):
+        return folder
+    return tempfile.gettempdir()
+
+
+class Segment:
+    """One mapped shared-memory segment of ``size`` bytes (``size`` may be 0).
+
+    Create it on one rank with :meth:`create`, pass :attr:`name` to the others, which
+    call :meth:`open`; once all have it open, the creator calls :meth:`unlink`.
+    :attr:`array` is a ``uint8`` numpy view of the whole segment.
+    """
+
+    def __init__(self, name: str, fd: int, size: int) -> None:
+        self.name = name
+        self.fd = fd
+        self.size = size
+        self._map: mmap.mmap | None = None
+        if size:
+            self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            self.array = np.frombuffer(self._map, dtype=np.uint8)
+        else:
+            self.array = np.zeros(0, dtype=np.uint8)
+        self.address = int(self.array.ctypes.data) if size else 0
+
+    @classmethod
+    def create(cls, size: int, prefix: str = "ipympi") -> Segment:
+        """A new segment of ``size`` zeroed bytes under a fresh, unguessable name."""
+        folder = segment_folder()
+        while True:
+            name = os.path.join(folder, f"{prefix}-{os.getpid()}-{secrets.token_hex(8)}")
+            try:
+                fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+                break
+            except FileExistsError:
+                continue
+        try:
+            os.ftruncate(fd, size)
+            return cls(name, fd, size)
+        except BaseException:
+            os.close(fd)
+            os.unlink(name)
+            raise
+
+    @classmethod
+    def open(cls, name: str, size: int) -> Segment:
+        """Map the segment another rank created under ``name``."""
+        fd = os.open(name, os.O_RDWR)
+        try:
+            return cls(name, fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def unlink(self) -> None:
+        """Remove the segment's name (the memory stays while it is mapped)."""
+        try:
+            os.unlink(self.name)
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        """Unmap and close (releasing this process's locks). Views of :attr:`array`
+        that are still alive keep the mapping until they go away."""
+        self.array = np.zeros(0, dtype=np.uint8)
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:
+                pass  # numpy views are still exported; the map goes with them
+            self._map = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    # -- byte-range locks ---------------------------------------------------------------
+    def lock(self, start: int, length: int = 1, exclusive: bool = True) -> None:
+        """Block until this process holds bytes ``[start, start + length)`` locked."""
+        kind = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+        fcntl.lockf(self.fd, kind, length, start, os.SEEK_SET)
+
+    def try_lock(self, start: int, length: int = 1, exclusive: bool = True) -> bool:
+        """Lock without waiting; False when another process holds a conflicting lock."""
+        kind = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+        try:
+            fcntl.lockf(self.fd, kind, length, start, os.SEEK_SET)
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                return False
+            raise
+        return True
+
+    def unlock(self, start: int, length: int = 1) -> None:
+        """Release this process's lock on ``[start, start + length)``."""
+        fcntl.lockf(self.fd, fcntl.LOCK_UN, length, start, os.SEEK_SET)
