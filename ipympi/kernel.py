@@ -15,6 +15,7 @@ writes the kernel spec).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 from typing import Any
 
@@ -37,6 +38,11 @@ from .notebook.controller.launchers import ClusterError
 from .notebook.controller.urgent import UrgentMagics
 
 __all__ = ["IpympiKernel", "main"]
+
+# What IPython's ExecutionInfo takes besides the cell, store_history, silent and
+# shell_futures: IPython 8.0 takes nothing more, later releases add cell_id,
+# cell_meta and transformed_cell.
+_INFO_FIELDS = frozenset(inspect.signature(ExecutionInfo).parameters)
 
 # Seconds rank 0 gets to answer a completion or inspection. Its first completion
 # loads jedi's caches (about 2 s here, as in a stock kernel), so a loaded machine
@@ -245,7 +251,10 @@ def run_parallel_cell(
     if silent:
         store_history = False
     source = "".join(cell_magic(["%%px\n", *body]))
-    info = ExecutionInfo(code, store_history, silent, True, cell_id, cell_meta, source)
+    extra = {"cell_id": cell_id, "cell_meta": cell_meta, "transformed_cell": source}
+    info = ExecutionInfo(
+        code, store_history, silent, True, **{k: v for k, v in extra.items() if k in _INFO_FIELDS}
+    )
     result = ExecutionResult(info)
     result.execution_count = count = shell.execution_count
     shell._last_traceback = None
