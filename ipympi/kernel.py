@@ -15,6 +15,7 @@ writes the kernel spec).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 from typing import Any
 
@@ -25,6 +26,7 @@ if __name__ == "__main__":
     # this process imports ipykernel below.
     session.prestart()
 
+import IPython
 from ipykernel.ipkernel import IPythonKernel
 from ipykernel.kernelapp import IPKernelApp
 from IPython.core.inputtransformer2 import cell_magic
@@ -37,6 +39,14 @@ from .notebook.controller.launchers import ClusterError
 from .notebook.controller.urgent import UrgentMagics
 
 __all__ = ["IpympiKernel", "main"]
+
+# What IPython's ExecutionInfo takes besides the cell, store_history, silent and
+# shell_futures: IPython 8 takes cell_id, IPython 9 also cell_meta and
+# transformed_cell.
+_INFO_FIELDS = frozenset(inspect.signature(ExecutionInfo).parameters)
+
+# IPython 9 counts a cell (execution_count) before running it, IPython 8 after.
+_COUNTS_FIRST = IPython.version_info[0] >= 9
 
 # Seconds rank 0 gets to answer a completion or inspection. Its first completion
 # loads jedi's caches (about 2 s here, as in a stock kernel), so a loaded machine
@@ -245,12 +255,15 @@ def run_parallel_cell(
     if silent:
         store_history = False
     source = "".join(cell_magic(["%%px\n", *body]))
-    info = ExecutionInfo(code, store_history, silent, True, cell_id, cell_meta, source)
+    extra = {"cell_id": cell_id, "cell_meta": cell_meta, "transformed_cell": source}
+    info = ExecutionInfo(
+        code, store_history, silent, True, **{k: v for k, v in extra.items() if k in _INFO_FIELDS}
+    )
     result = ExecutionResult(info)
     result.execution_count = count = shell.execution_count
     shell._last_traceback = None
     shell._last_traceback_during_displayhook = False
-    if store_history:
+    if store_history and _COUNTS_FIRST:
         shell.execution_count += 1
     try:
         shell.events.trigger("pre_execute")
@@ -276,6 +289,8 @@ def run_parallel_cell(
         shell.last_execution_result = result
         if store_history:
             shell.history_manager.store_output(count)
+            if not _COUNTS_FIRST:
+                shell.execution_count += 1
     finally:
         shell.events.trigger("post_execute")
         if not silent:

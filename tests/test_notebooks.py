@@ -199,7 +199,9 @@ def test_heat_equation_notebook_matches_the_serial_solution(executed) -> None:
     assert "DIFFERS" not in check
     plot = cell_with(notebook, "plt.show()")
     assert "image/png" in mime_types(plot)
-    assert [o.metadata.get("ipympi", {}).get("rank") for o in plot.outputs if "data" in o] == [0]
+    shown = [o.metadata.get("ipympi", {}) for o in plot.outputs if "data" in o]
+    # A slow cell also keeps its cleared progress line (an empty display).
+    assert [m.get("rank") for m in shown if not m.get("progress")] == [0]
 
 
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT)

@@ -22,7 +22,7 @@ from .typemap_count import complete_bytes
 __all__ = ["ext32_size", "from_external", "gather", "runs", "scatter", "to_external"]
 
 _I64 = np.int64
-_UINTS = {
+_UINTS: dict[int, np.dtype[Any]] = {
     1: np.dtype(np.uint8),
     2: np.dtype(np.uint16),
     4: np.dtype(np.uint32),

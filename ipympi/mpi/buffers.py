@@ -495,7 +495,7 @@ def _packed_spec(
             gather(layout, user, origin, count, packed)
 
         repack()
-        return BufferSpec(memoryview(packed), count, datatype, repack=repack)
+        return BufferSpec(packed.data, count, datatype, repack=repack)
     area = bytearray(size)
     target = np.frombuffer(area, dtype=np.uint8) if size else np.empty(0, np.uint8)
 

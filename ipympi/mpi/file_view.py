@@ -151,7 +151,7 @@ class View:
             if write_fn is None:
                 raise MPIException(E.ERR_CONVERSION, f"{rep}: no write conversion")
             write_fn(packed, datatype, count, out, 0)
-        return memoryview(out)
+        return out.data
 
     def from_file(self, data: np.ndarray, datatype: Datatype, count: int, into: memoryview) -> None:
         """Convert ``count`` elements in the file's form into packed memory ``into``."""

@@ -114,7 +114,9 @@ class buffer(np.ndarray):
         if size == 0:
             return _null()
         else:
-            array = np.frombuffer((ctypes.c_ubyte * size).from_address(address), np.uint8)
+            array = np.frombuffer(
+                memoryview((ctypes.c_ubyte * size).from_address(address)), np.uint8
+            )
         if readonly:
             array.flags.writeable = False
         return buffer._make(array, None, True)

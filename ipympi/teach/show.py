@@ -202,7 +202,7 @@ def fetch(
         said = "name {} is" if len(nowhere) == 1 else "names {} are"
         where = "any rank" if len(ranks) == cluster.n else _ranks_label(ranks)
         error = NameError(f"{said.format(listed)} not defined on {where}")
-        error.name = nowhere[0]  # type: ignore[attr-defined]  # read from Python 3.10 on
+        error.name = nowhere[0]
         raise error
     return values
 

@@ -238,7 +238,7 @@ class InterReductions(InterCollBase):
 
         def build(rank: int, n: int, lo: int, ro: int) -> tuple[Algorithm, Any]:
             values = args.values
-            mem = memoryview(scratch).cast("B") if scratch.size else memoryview(bytearray())
+            mem = scratch.data.cast("B") if scratch.size else memoryview(bytearray())
 
             def run() -> Algorithm:
                 commutative = args.op._commutative

@@ -294,7 +294,7 @@ class Reductions(CollectiveMixin):
                 result = yield from red.reduce_binomial(
                     rank, size, 0, args.values, args.fresh(), commutative
                 )
-                mem = memoryview(scratch).cast("B") if scratch.size else memoryview(bytearray())
+                mem = scratch.data.cast("B") if scratch.size else memoryview(bytearray())
                 if rank == 0:
                     flat = memoryview(result).cast("B") if result.size else memoryview(b"")
                     views = [

@@ -163,7 +163,7 @@ class StayProbe:
         self._answered = False
         self._position = position
         self._since = now
-        _thread.interrupt_main(self.signum)  # type: ignore[call-arg]  # usable: Python 3.10+
+        _thread.interrupt_main(self.signum)  # type: ignore[arg-type]  # any signal number works
         return 0.0
 
 
