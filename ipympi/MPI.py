@@ -55,6 +55,9 @@ from .mpi import (
     pickling as _pickle,
 )
 from .mpi import (
+    ports as _ports,
+)
+from .mpi import (
     rawmem as _rawmem,
 )
 from .mpi import (
@@ -99,6 +102,7 @@ _SOURCES: tuple[ModuleType, ...] = (
     _info,
     _session,
     _unsupported,
+    _ports,
 )
 
 

@@ -100,21 +100,12 @@ def test_probing_with_hasattr_does_not_raise() -> None:
 
 
 FUNCTIONS = {
-    "Open_port": "dynamic process management",
-    "Close_port": "dynamic process management",
-    "Publish_name": "dynamic process management",
-    "Unpublish_name": "dynamic process management",
-    "Lookup_name": "dynamic process management",
     "Register_datarep": "parallel I/O",
     "Get_abi_version": "the standard ABI",
     "Get_abi_info": "the standard ABI",
     "Get_abi_fortran_info": "the standard ABI",
 }
 FUNCTION_ARGS: dict[str, tuple[Any, ...]] = {
-    "Close_port": ("port",),
-    "Publish_name": ("service", "port"),
-    "Unpublish_name": ("service", "port"),
-    "Lookup_name": ("service",),
     "Register_datarep": ("rep",),
 }
 
@@ -156,8 +147,8 @@ def test_functions_cover_mpi4py() -> None:
 @pytest.mark.parametrize(
     ("owner", "name", "feature"),
     [
-        ("COMM_WORLD", "Spawn", "dynamic process management"),
-        ("COMM_WORLD", "Accept", "dynamic process management"),
+        ("COMM_WORLD", "Spawn", "spawning processes"),
+        ("COMM_WORLD", "Spawn_multiple", "spawning processes"),
         ("COMM_WORLD", "Agree", "fault tolerance (ULFM)"),
         ("COMM_WORLD", "Shrink", "fault tolerance (ULFM)"),
     ],

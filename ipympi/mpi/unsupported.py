@@ -1,7 +1,7 @@
 """Object types and functions of mpi4py's ``MPI`` module that ipympi does not implement.
 
-One-sided communication (``Win``), parallel I/O (``File``) and dynamic process
-management are outside ipympi's scope. The names
+One-sided communication (``Win``), parallel I/O (``File``) and spawning processes
+(``Spawn``) are outside ipympi's scope. The names
 still exist so that programs written for mpi4py import cleanly and can probe for the
 features: the classes are handle classes (:class:`~ipympi.core.handle.Handle`) whose only
 object is the null one (``WIN_NULL``, ...), and every other method, property or
@@ -14,21 +14,15 @@ from typing import Any, Callable, NoReturn
 
 from ..core.errors import ERR_FILE, ERR_WIN
 from ..core.handle import Handle, Kind, register
-from .info import INFO_NULL
 
 __all__ = [
     "FILE_NULL",
     "WIN_NULL",
-    "Close_port",
     "File",
     "Get_abi_fortran_info",
     "Get_abi_info",
     "Get_abi_version",
-    "Lookup_name",
-    "Open_port",
-    "Publish_name",
     "Register_datarep",
-    "Unpublish_name",
     "Win",
 ]
 
@@ -88,7 +82,7 @@ class _Unsupported(Handle):
         return f"MPI.{type(self).__name__.upper()}_NULL"
 
 
-_DYNAMIC = "dynamic process management"
+_DYNAMIC = "spawning processes"
 _ERRHANDLER_METHODS = ("Call_errhandler", "Create_errhandler", "Get_errhandler", "Set_errhandler")
 
 
@@ -166,7 +160,7 @@ class CommFeatures(_UnsupportedMethods):
     __slots__ = ()
     _owner = "Comm"
     _features = {
-        _DYNAMIC: ("Spawn", "Spawn_multiple", "Accept", "Connect", "Join"),
+        _DYNAMIC: ("Spawn", "Spawn_multiple"),
         "fault tolerance (ULFM)": (
             "Ack_failed", "Get_failed", "Agree", "Iagree", "Revoke", "Is_revoked",
             "Shrink", "Ishrink",
@@ -180,31 +174,6 @@ register(globals(), ("WIN_NULL", "FILE_NULL"))  # constants (see core.handle)
 
 
 # --- Module-level functions of unavailable features --------------------------------------
-
-
-def Open_port(info: Any = INFO_NULL) -> NoReturn:
-    """Open a port for accepting connections (not available)."""
-    _unavailable("Open_port", _DYNAMIC)
-
-
-def Close_port(port_name: str) -> NoReturn:
-    """Close a port (not available)."""
-    _unavailable("Close_port", _DYNAMIC)
-
-
-def Publish_name(service_name: str, port_name: str, info: Any = INFO_NULL) -> NoReturn:
-    """Publish a service name (not available)."""
-    _unavailable("Publish_name", _DYNAMIC)
-
-
-def Unpublish_name(service_name: str, port_name: str, info: Any = INFO_NULL) -> NoReturn:
-    """Unpublish a service name (not available)."""
-    _unavailable("Unpublish_name", _DYNAMIC)
-
-
-def Lookup_name(service_name: str, info: Any = INFO_NULL) -> NoReturn:
-    """Look up a published service name (not available)."""
-    _unavailable("Lookup_name", _DYNAMIC)
 
 
 def Register_datarep(datarep: str, *args: Any, **kwargs: Any) -> NoReturn:
