@@ -8,6 +8,8 @@ at the test's own directory.
 
 from __future__ import annotations
 
+import textwrap
+
 import pytest
 from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
@@ -129,35 +131,62 @@ def test_names_within_a_job(run_mpi, tmp_path):
 
 
 def test_names_across_jobs(run_mpi, tmp_path):
-    """A name one job publishes is found by another job of the same user; connecting
-    to the other job's port is refused with ERR_PORT."""
+    """A name one job publishes is found by another job of the same user, and connecting
+    to the other job's port is refused with ERR_PORT; Finalize withdraws the names a
+    process left published; the name of a process that died unpublished is stale."""
+    (tmp_path / "other.py").write_text(
+        textwrap.dedent(
+            """
+            from ipympi import MPI
+            port = MPI.Lookup_name("ipympi-cross")
+            assert port.startswith("ipympi-port:")
+            try:
+                MPI.COMM_WORLD.Connect(port)
+            except MPI.Exception as exc:
+                assert exc.Get_error_class() == MPI.ERR_PORT and "another job" in str(exc)
+            else:
+                raise AssertionError("Connect to another job's port did not raise")
+            print("OTHER OK", MPI.COMM_WORLD.rank, flush=True)
+            """
+        )
+    )
+    run(
+        run_mpi,
+        tmp_path,
+        2,
+        """
+        import subprocess, sys
+        port = MPI.Open_port()
+        if rank == 0:
+            MPI.Publish_name("ipympi-cross", port)
+            other = subprocess.run(
+                [sys.executable, "-m", "ipympi.run", "-n", "2", "--timeout", "20", "other.py"],
+                capture_output=True, text=True, timeout=30,
+            )
+            assert other.returncode == 0, other.stdout + other.stderr
+            assert other.stdout.count("OTHER OK") == 2, other.stdout
+        comm.Barrier()
+        """,
+    )
     run(
         run_mpi,
         tmp_path,
         1,
         """
+        import subprocess, sys
+        raises(MPI.ERR_NAME, MPI.Lookup_name, "ipympi-cross")   # withdrawn at Finalize
+        died = subprocess.run(
+            [sys.executable, "-c", "import os; from ipympi import MPI; "
+             "MPI.Publish_name('ipympi-dead', MPI.Open_port()); os._exit(0)"],
+            capture_output=True, text=True, timeout=30,
+        )
+        assert died.returncode == 0, died.stderr
+        raises(MPI.ERR_NAME, MPI.Lookup_name, "ipympi-dead")
         port = MPI.Open_port()
-        MPI.Publish_name("ipympi-cross", port)
-        print("PORT", port, flush=True)
+        MPI.Publish_name("ipympi-dead", port)                    # free again
+        MPI.Unpublish_name("ipympi-dead", port)
         """,
     )
-    proc = run(
-        run_mpi,
-        tmp_path,
-        2,
-        """
-        port = MPI.Lookup_name("ipympi-cross")
-        assert port.startswith("ipympi-port:")
-        exc = raises(MPI.ERR_PORT, MPI.COMM_WORLD.Connect, port)
-        assert "another job" in str(exc), exc
-        comm.Barrier()
-        if rank == 0:
-            MPI.Unpublish_name("ipympi-cross", port)
-        comm.Barrier()
-        raises(MPI.ERR_NAME, MPI.Lookup_name, "ipympi-cross")
-        """,
-    )
-    assert proc.returncode == 0
 
 
 def test_join_over_a_socket(run_mpi, tmp_path):

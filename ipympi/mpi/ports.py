@@ -15,7 +15,10 @@ two separately started jobs cannot reach each other's transports: ``Connect`` to
 of another job raises ``ERR_PORT`` saying so.
 
 Names (``Publish_name``...) are files in a per-user directory of the temp folder (mode
-0700), so that a job can look up a name another job of the same user published.
+0700), so that a job can look up a name another job of the same user published. Each
+records its publisher's host and process id: ``Finalize`` withdraws the names a process
+left published, and the name of a process that ended without ``Finalize`` counts as
+unpublished.
 
 ``Comm.Join(fd)``: both ends send their job and world rank and their context
 contribution over the socket, and build the intercommunicator from what they read.
@@ -36,6 +39,7 @@ from ..core import contexts as ctx
 from ..core.errors import ERR_ARG, ERR_NAME, ERR_OTHER, ERR_PORT, ERR_SERVICE
 from ..core.errors import Exception as MPIException
 from . import commbuild as cb
+from . import finalize_hooks
 from .args import c_int
 from .commimpl import CommImpl, comm_class
 from .errhandling import ERRORS_RETURN, mpi_call, world_call
@@ -298,11 +302,42 @@ def _name_file(service: Any, call: str) -> str:
     return os.path.join(_names_dir(), service.encode().hex())
 
 
+def _read_name(path: str) -> str | None:
+    """The port published in ``path``; ``None`` if there is none or its publisher has
+    ended without unpublishing it (the stale entry is removed)."""
+    try:
+        with open(path, encoding="utf-8") as src:
+            host, pid, port = src.read().split("\n", 2)
+    except (FileNotFoundError, ValueError):
+        return None
+    if host == socket.gethostname() and not _alive(int(pid)):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return None
+    return port
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+_published: dict[str, str] = {}  # service -> port, published by this process
+
+
 @world_call
 def Publish_name(service_name: str, port_name: str, info: Any = INFO_NULL) -> None:
     """Publish ``port_name`` under ``service_name`` for ``Lookup_name``."""
     path = _name_file(service_name, "Publish_name")
     _parse(port_name, "Publish_name")
+    _read_name(path)  # drops a stale entry
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -310,32 +345,39 @@ def Publish_name(service_name: str, port_name: str, info: Any = INFO_NULL) -> No
             ERR_SERVICE, f"Publish_name: {service_name!r} is published already"
         ) from None
     with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(port_name)
+        out.write(f"{socket.gethostname()}\n{os.getpid()}\n{port_name}")
+    _published[service_name] = port_name
 
 
 @world_call
 def Unpublish_name(service_name: str, port_name: str, info: Any = INFO_NULL) -> None:
     """Withdraw a name ``Publish_name`` published."""
     path = _name_file(service_name, "Unpublish_name")
-    try:
-        with open(path, encoding="utf-8") as src:
-            published = src.read()
-    except FileNotFoundError:
-        published = None
-    if published != port_name:
+    if _read_name(path) != port_name:
         raise MPIException(
             ERR_SERVICE,
             f"Unpublish_name: {service_name!r} is not published with port {port_name!r}",
         )
     os.unlink(path)
+    _published.pop(service_name, None)
 
 
 @world_call
 def Lookup_name(service_name: str, info: Any = INFO_NULL) -> str:
     """The port name published under ``service_name``."""
-    path = _name_file(service_name, "Lookup_name")
-    try:
-        with open(path, encoding="utf-8") as src:
-            return src.read()
-    except FileNotFoundError:
-        raise MPIException(ERR_NAME, f"Lookup_name: {service_name!r} is not published") from None
+    port = _read_name(_name_file(service_name, "Lookup_name"))
+    if port is None:
+        raise MPIException(ERR_NAME, f"Lookup_name: {service_name!r} is not published")
+    return port
+
+
+def _unpublish_all() -> None:
+    """At ``Finalize``: withdraw the names this process published and left published."""
+    for service, port in list(_published.items()):
+        del _published[service]
+        path = _name_file(service, "Finalize")
+        if _read_name(path) == port:
+            os.unlink(path)
+
+
+finalize_hooks.register(_unpublish_all)
