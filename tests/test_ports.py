@@ -251,6 +251,22 @@ def test_errors(run_mpi, tmp_path):
         raises(MPI.ERR_ARG, MPI.Comm.Join, -1)
         with open("plain.txt", "w") as f:
             raises(MPI.ERR_ARG, MPI.Comm.Join, f.fileno())    # not a socket
+        raises(MPI.ERR_PORT, MPI.Publish_name, "svc", "not a port")
+        try:
+            MPI.Open_port("not an info")
+        except TypeError:
+            pass
+        else:
+            raise AssertionError("Open_port took a str as info")
+        # a port closed while a Connect waits on it: the Connect is refused
+        if rank == 0:
+            port = MPI.Open_port()
+            comm.send(port, 1)
+            time.sleep(2.0)
+            MPI.Close_port(port)
+        else:
+            exc = raises(MPI.ERR_PORT, MPI.COMM_SELF.Connect, comm.recv(source=0))
+            assert "closed" in str(exc), exc
         # nothing lost: the world still works
         assert comm.allreduce(1) == size
         """,

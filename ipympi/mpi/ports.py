@@ -46,6 +46,7 @@ from .errhandling import ERRORS_RETURN, mpi_call, world_call
 from .info import INFO_NULL
 from .intercomm import _bcast_object
 from .process import PROCESS
+from .status import Status
 
 __all__ = [
     "Close_port",
@@ -94,6 +95,7 @@ def _parse(port: Any, call: str) -> tuple[str, int, int]:
 @world_call
 def Open_port(info: Any = INFO_NULL) -> str:
     """Open a port for ``Accept`` and return its name."""
+    cb.hints_of(info, "Open_port")
     engine = PROCESS.live_engine("Open_port")
     port = f"{_PREFIX}:{_job()}:{engine.rank}:{next(_ids)}"
     path = _port_file(port)
@@ -120,6 +122,14 @@ def Close_port(port_name: str) -> None:
             os.unlink(path)
         except FileNotFoundError:
             pass
+    # Connect requests already waiting on the port are refused, not left waiting.
+    ident = _parse(port_name, "Close_port")[2]
+    link = _wire(PROCESS.live_engine("Close_port"), "Close_port")
+    status = Status()
+    while link.iprobe(K.ANY_SOURCE, 2 * ident, status):
+        link.recv(None, status.source, 2 * ident)
+        refusal = ("error", ERR_PORT, f"port {port_name!r} was closed before accepting")
+        link.send(refusal, status.source, 2 * ident + 1)
 
 
 # -- Accept and Connect ------------------------------------------------------------------
@@ -177,9 +187,10 @@ def _connect_root(impl: CommImpl, parts: list[Any], port: Any) -> Any:
     return answer[1], answer[2], answer[3]
 
 
-def _establish(comm: Any, call: str, port: Any, root: Any, at_root: Any) -> Any:
+def _establish(comm: Any, call: str, port: Any, info: Any, root: Any, at_root: Any) -> Any:
     """Accept or Connect on the intracommunicator ``comm``: collective over its group."""
     impl = comm._live()
+    cb.hints_of(info, call)
     root = c_int(root)
     if not 0 <= root < impl.size:
         raise MPIException(ERR_ARG, f"{call}: root {root} is not a rank (size {impl.size})")
@@ -209,12 +220,12 @@ class PortMethods:
     @mpi_call
     def Accept(self, port_name: str, info: Any = INFO_NULL, root: int = 0) -> Any:
         """Accept a connection on ``port_name`` (significant at ``root``): collective."""
-        return _establish(self, "Accept", port_name, root, _accept_root)
+        return _establish(self, "Accept", port_name, info, root, _accept_root)
 
     @mpi_call
     def Connect(self, port_name: str, info: Any = INFO_NULL, root: int = 0) -> Any:
         """Connect to the port ``port_name`` (significant at ``root``): collective."""
-        return _establish(self, "Connect", port_name, root, _connect_root)
+        return _establish(self, "Connect", port_name, info, root, _connect_root)
 
 
 # -- Comm.Join -----------------------------------------------------------------------------
@@ -335,6 +346,7 @@ _published: dict[str, str] = {}  # service -> port, published by this process
 @world_call
 def Publish_name(service_name: str, port_name: str, info: Any = INFO_NULL) -> None:
     """Publish ``port_name`` under ``service_name`` for ``Lookup_name``."""
+    cb.hints_of(info, "Publish_name")
     path = _name_file(service_name, "Publish_name")
     _parse(port_name, "Publish_name")
     _read_name(path)  # drops a stale entry
@@ -352,6 +364,7 @@ def Publish_name(service_name: str, port_name: str, info: Any = INFO_NULL) -> No
 @world_call
 def Unpublish_name(service_name: str, port_name: str, info: Any = INFO_NULL) -> None:
     """Withdraw a name ``Publish_name`` published."""
+    cb.hints_of(info, "Unpublish_name")
     path = _name_file(service_name, "Unpublish_name")
     if _read_name(path) != port_name:
         raise MPIException(
@@ -365,6 +378,7 @@ def Unpublish_name(service_name: str, port_name: str, info: Any = INFO_NULL) -> 
 @world_call
 def Lookup_name(service_name: str, info: Any = INFO_NULL) -> str:
     """The port name published under ``service_name``."""
+    cb.hints_of(info, "Lookup_name")
     port = _read_name(_name_file(service_name, "Lookup_name"))
     if port is None:
         raise MPIException(ERR_NAME, f"Lookup_name: {service_name!r} is not published")
