@@ -154,7 +154,7 @@ class _UnsupportedMethods:
 
 
 class CommFeatures(_UnsupportedMethods):
-    """The communicator methods of dynamic processes and fault tolerance (ULFM), which
+    """The communicator methods of spawning processes and fault tolerance (ULFM), which
     ``Comm`` inherits as ``NotImplementedError``."""
 
     __slots__ = ()
