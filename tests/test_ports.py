@@ -8,6 +8,7 @@ at the test's own directory.
 
 from __future__ import annotations
 
+import sys
 import textwrap
 
 import pytest
@@ -288,3 +289,34 @@ def test_spawn_is_still_out_of_scope(run_mpi, tmp_path):
         """,
     )
     assert proc.returncode == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux loopback")
+def test_accept_connect_across_hosts(run_mpi, tmp_path):
+    """Ranks on two "hosts" (loopback addresses, each with its own session directory,
+    talking over tcp): a group connects to a port of a rank on the other host."""
+    body = """
+        low = rank < 2
+        half = comm.Split(0 if low else 1, rank)
+        if low:
+            port = MPI.Open_port() if rank == 0 else None
+            if rank == 0:
+                comm.send(port, 2)
+            ic = half.Accept(port)
+        else:
+            ic = half.Connect(comm.recv(source=0) if rank == 2 else None)
+        assert ic.allreduce(rank) == (5 if low else 1)
+        if rank == 0:
+            MPI.Close_port(port)
+        merged = ic.Merge(not low)
+        assert merged.allgather(rank) == [0, 1, 2, 3]
+        merged.Free(); ic.Free()
+        """
+    proc = run_mpi(
+        4,
+        mpi_program(MPI_PRELUDE, body),
+        timeout=40,
+        launcher_args=("--hosts", "127.0.0.2:2,127.0.0.3:2"),
+        env={"TMPDIR": str(tmp_path)},
+    )
+    assert_ok(proc, 4)

@@ -9,10 +9,13 @@ broadcast, as ``Create_intercomm`` does (:mod:`ipympi.mpi.intercomm`). The traff
 travels on :data:`~ipympi.core.contexts.PORTS`, a context no communicator uses, with
 tag ``2 * id`` for requests and ``2 * id + 1`` for answers.
 
-An open port of a launched job is also a file in the job's private session directory,
-so that ``Connect`` to a closed port raises ``ERR_PORT`` instead of waiting. The ranks of
-two separately started jobs cannot reach each other's transports: ``Connect`` to a port
-of another job raises ``ERR_PORT`` saying so.
+An open port of a launched job is also a file in the job's private session directory
+(on the acceptor's host), so that ``Connect`` to a closed port raises ``ERR_PORT``
+instead of waiting; ``Close_port`` refuses the requests already waiting on the port. A
+``Connect`` to a port of a rank on another host cannot see that file: if the port is
+closed before the request arrives, the ``Connect`` waits (as for a port never accepted).
+The ranks of two separately started jobs cannot reach each other's transports:
+``Connect`` to a port of another job raises ``ERR_PORT`` saying so.
 
 Names (``Publish_name``...) are files in a per-user directory of the temp folder (mode
 0700), so that a job can look up a name another job of the same user published. Each
@@ -26,6 +29,7 @@ contribution over the socket, and build the intercommunicator from what they rea
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import os
 import pickle
@@ -64,8 +68,11 @@ _open: set[str] = set()  # ports this process opened and has not closed
 
 
 def _job() -> str:
-    """This job's identity: its session directory's name, or the process of a singleton."""
+    """This job's identity, the same on all its ranks (on every host): a digest of the
+    job's secret key, or the process of a singleton."""
     transport = PROCESS.live_engine("Open_port").transport
+    if transport is not None and transport.key:
+        return hashlib.sha256(b"ipympi-port\0" + transport.key).hexdigest()[:16]
     if transport is not None:
         return os.path.basename(transport.session_dir.rstrip("/"))
     return f"single-{socket.gethostname()}-{os.getpid()}"
@@ -173,7 +180,9 @@ def _connect_root(impl: CommImpl, parts: list[Any], port: Any) -> Any:
             ERR_PORT,
             f"{call}: {port!r} is a port of another job; ipympi connects only ranks of one job",
         )
-    path = _port_file(port)
+    # the acceptor's session directory is this one unless it runs on another host
+    remote = engine.transport is not None and acceptor in engine.transport.remote
+    path = None if remote else _port_file(port)
     if acceptor >= engine.size or (path is not None and not os.path.exists(path)):
         raise MPIException(ERR_PORT, f"{call}: port {port!r} is not open")
     if path is None and acceptor == engine.rank and port not in _open:
