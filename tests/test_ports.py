@@ -196,7 +196,7 @@ def test_join_over_a_socket(run_mpi, tmp_path):
         tmp_path,
         3,
         """
-        import socket
+        import os, socket
         path = "join.sock"
         if rank == 0:
             server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -211,7 +211,9 @@ def test_join_over_a_socket(run_mpi, tmp_path):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.connect(path)
         if rank in (0, 2):
+            sock.setblocking(False)
             ic = MPI.Comm.Join(sock.fileno())
+            assert not os.get_blocking(sock.fileno())   # the caller's mode is kept
             sock.close()
             assert ic.Is_inter() and (ic.size, ic.remote_size, ic.rank) == (1, 1, 0)
             assert ic.Get_remote_group().Translate_ranks([0], comm.Get_group()) == [2 - rank]

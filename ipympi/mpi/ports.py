@@ -244,6 +244,7 @@ _LEN = struct.Struct("!I")
 
 def _exchange(fd: int, data: bytes) -> bytes:
     """Send ``data`` on the socket ``fd`` and read the other end's."""
+    blocking = os.get_blocking(fd)  # the caller's socket shares the flag: restored below
     sock = socket.socket(fileno=os.dup(fd))
     try:
         sock.setblocking(True)
@@ -252,6 +253,7 @@ def _exchange(fd: int, data: bytes) -> bytes:
         return _recv_exact(sock, _LEN.unpack(head)[0])
     finally:
         sock.close()
+        os.set_blocking(fd, blocking)
 
 
 def _recv_exact(sock: socket.socket, count: int) -> bytes:
