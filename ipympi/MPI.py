@@ -45,6 +45,7 @@ _SOURCES: tuple[str, ...] = (
     "ipympi.mpi.info",
     "ipympi.mpi.session",
     "ipympi.mpi.win",
+    "ipympi.mpi.ports",
     "ipympi.mpi.unsupported",
 )
 

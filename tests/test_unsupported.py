@@ -20,26 +20,16 @@ def expect_unavailable(call: Callable[[], Any], what: str, feature: str) -> str:
 
 
 def test_message_format() -> None:
-    message = expect_unavailable(lambda: U.Open_port(), "Open_port", "dynamic process management")
+    message = expect_unavailable(lambda: U.Get_abi_info(), "Get_abi_info", "the standard ABI")
     assert message.endswith("is outside its scope")
 
 
 FUNCTIONS = {
-    "Open_port": "dynamic process management",
-    "Close_port": "dynamic process management",
-    "Publish_name": "dynamic process management",
-    "Unpublish_name": "dynamic process management",
-    "Lookup_name": "dynamic process management",
     "Get_abi_version": "the standard ABI",
     "Get_abi_info": "the standard ABI",
     "Get_abi_fortran_info": "the standard ABI",
 }
-FUNCTION_ARGS: dict[str, tuple[Any, ...]] = {
-    "Close_port": ("port",),
-    "Publish_name": ("service", "port"),
-    "Unpublish_name": ("service", "port"),
-    "Lookup_name": ("service",),
-}
+FUNCTION_ARGS: dict[str, tuple[Any, ...]] = {}
 
 
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
@@ -64,8 +54,8 @@ def test_functions_cover_mpi4py() -> None:
 @pytest.mark.parametrize(
     ("owner", "name", "feature"),
     [
-        ("COMM_WORLD", "Spawn", "dynamic process management"),
-        ("COMM_WORLD", "Accept", "dynamic process management"),
+        ("COMM_WORLD", "Spawn", "spawning processes"),
+        ("COMM_WORLD", "Spawn_multiple", "spawning processes"),
         ("COMM_WORLD", "Agree", "fault tolerance (ULFM)"),
         ("COMM_WORLD", "Shrink", "fault tolerance (ULFM)"),
     ],

@@ -125,7 +125,7 @@ __all__ = [
 
 # --- Version of the standard this implementation reports (Get_version) ------------------
 # The MPI 4.1 interface of the chapters ipympi implements (mpi4py 4.1's API); the features
-# it leaves out (one-sided communication, I/O, dynamic processes, sessions, ...) raise
+# it leaves out (one-sided communication, I/O, spawning processes, ...) raise
 # NotImplementedError when used.
 VERSION: int = 4
 SUBVERSION: int = 1

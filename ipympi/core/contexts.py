@@ -57,6 +57,7 @@ from typing import Any
 __all__ = [
     "INTERNAL",
     "NB_FIRST",
+    "PORTS",
     "Contribution",
     "Offer",
     "choose",
@@ -75,6 +76,7 @@ __all__ = [
 INTERNAL = 0x80000000  # flag of internal contexts (user contexts stay below it)
 FIRST_USER = 4  # 0/1 are COMM_WORLD's, 2/3 COMM_SELF's
 LIMIT = INTERNAL  # user contexts are even numbers in [FIRST_USER, LIMIT)
+PORTS = INTERNAL | 3  # ports' traffic (mpi.ports): no communicator's internal context is odd
 NB_FIRST = 0x40000000  # nonblocking agreements use [NB_FIRST, LIMIT), blocking ones below
 OFFER = 64  # ids offered per participant in a nonblocking agreement's first attempt
 

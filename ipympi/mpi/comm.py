@@ -37,6 +37,7 @@ from .commlock import lock_of, table_of
 from .errhandling import Errhandler, mpi_call, world_errhandler
 from .intercomm import InterMethods
 from .p2p import PointToPoint
+from .ports import JoinMethod, PortMethods
 from .process import PROCESS
 from .psend import PartitionedComm
 from .request import Request
@@ -47,7 +48,15 @@ __all__ = ["COMM_NULL", "Comm", "Intercomm", "Intracomm"]
 
 
 @handle_class
-class Comm(PointToPoint, PartitionedComm, CommAttributes, CommConstructors, CommFeatures, Handle):
+class Comm(
+    PointToPoint,
+    PartitionedComm,
+    CommAttributes,
+    CommConstructors,
+    JoinMethod,
+    CommFeatures,
+    Handle,
+):
     """A communication context and the group of ranks that share it.
 
     ``Comm(comm)`` is a new handle to ``comm``'s communicator; the subclass asked
@@ -281,7 +290,9 @@ class Comm(PointToPoint, PartitionedComm, CommAttributes, CommConstructors, Comm
 
 
 @handle_class
-class Intracomm(Comm, Collectives, Reductions, IntraConstructors, TopologyConstructors):
+class Intracomm(
+    Comm, Collectives, Reductions, IntraConstructors, TopologyConstructors, PortMethods
+):
     """A communicator within one group of ranks."""
 
     __slots__ = ()

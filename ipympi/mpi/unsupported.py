@@ -1,34 +1,25 @@
 """Functions and methods of mpi4py's ``MPI`` module that ipympi does not implement.
 
-Process spawning, the port and name functions of dynamic process management, fault
-tolerance (ULFM) and the standard ABI's queries are outside ipympi's scope. The names
-still exist so that programs written for mpi4py import cleanly and can probe for the
-features: each raises ``NotImplementedError`` naming the missing feature, as mpi4py
-raises it on an MPI without the feature.
+Spawning processes (``Comm.Spawn``), fault tolerance (ULFM) and the standard ABI's
+queries are outside ipympi's scope. The names still exist so that programs written for
+mpi4py import cleanly and can probe for the features: each raises ``NotImplementedError``
+naming the missing feature, as mpi4py raises it on an MPI without the feature.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, NoReturn
 
-from .info import INFO_NULL
-
 __all__ = [
-    "Close_port",
     "Get_abi_fortran_info",
     "Get_abi_info",
     "Get_abi_version",
-    "Lookup_name",
-    "Open_port",
-    "Publish_name",
-    "Unpublish_name",
 ]
 
 
 def _unavailable(what: str, feature: str) -> NoReturn:
-    raise NotImplementedError(
-        f"MPI.{what} is not available in ipympi: {feature} is outside its scope"
-    )
+    message = f"MPI.{what} is not available in ipympi: {feature} is outside its scope"
+    raise NotImplementedError(message)
 
 
 def _stub_method(cls_name: str, name: str, feature: str) -> Callable[..., NoReturn]:
@@ -40,9 +31,6 @@ def _stub_method(cls_name: str, name: str, feature: str) -> Callable[..., NoRetu
     method.__name__ = method.__qualname__ = name
     method.__doc__ = f"Not available: {feature} is outside ipympi's scope."
     return method
-
-
-_DYNAMIC = "dynamic process management"
 
 
 class _UnsupportedMethods:
@@ -65,13 +53,13 @@ class _UnsupportedMethods:
 
 
 class CommFeatures(_UnsupportedMethods):
-    """The communicator methods of dynamic processes and fault tolerance (ULFM), which
+    """The communicator methods of spawning processes and fault tolerance (ULFM), which
     ``Comm`` inherits as ``NotImplementedError``."""
 
     __slots__ = ()
     _owner = "Comm"
     _features = {
-        _DYNAMIC: ("Spawn", "Spawn_multiple", "Accept", "Connect", "Join"),
+        "spawning processes": ("Spawn", "Spawn_multiple"),
         "fault tolerance (ULFM)": (
             "Ack_failed", "Get_failed", "Agree", "Iagree", "Revoke", "Is_revoked",
             "Shrink", "Ishrink",
@@ -80,31 +68,6 @@ class CommFeatures(_UnsupportedMethods):
 
 
 # --- Module-level functions of unavailable features --------------------------------------
-
-
-def Open_port(info: Any = INFO_NULL) -> NoReturn:
-    """Open a port for accepting connections (not available)."""
-    _unavailable("Open_port", _DYNAMIC)
-
-
-def Close_port(port_name: str) -> NoReturn:
-    """Close a port (not available)."""
-    _unavailable("Close_port", _DYNAMIC)
-
-
-def Publish_name(service_name: str, port_name: str, info: Any = INFO_NULL) -> NoReturn:
-    """Publish a service name (not available)."""
-    _unavailable("Publish_name", _DYNAMIC)
-
-
-def Unpublish_name(service_name: str, port_name: str, info: Any = INFO_NULL) -> NoReturn:
-    """Unpublish a service name (not available)."""
-    _unavailable("Unpublish_name", _DYNAMIC)
-
-
-def Lookup_name(service_name: str, info: Any = INFO_NULL) -> NoReturn:
-    """Look up a published service name (not available)."""
-    _unavailable("Lookup_name", _DYNAMIC)
 
 
 def Get_abi_version() -> NoReturn:

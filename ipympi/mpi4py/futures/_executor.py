@@ -29,8 +29,8 @@ from ._pools import Client, MPIPool, ProcessPool, ThreadPool, WorkItem
 __all__ = ["MPIPoolExecutor", "ProcessPoolExecutor", "ThreadPoolExecutor", "shared_pool"]
 
 _SPAWN_UNAVAILABLE = (
-    "MPIPoolExecutor needs MPI.Comm.Spawn to start its workers, and ipympi has no "
-    "dynamic process management: run the program under "
+    "MPIPoolExecutor needs MPI.Comm.Spawn to start its workers, and ipympi does not "
+    "spawn processes: run the program under "
     "'python -m ipympi.run -n N python -m mpi4py.futures prog.py' (rank 0 runs it, "
     "the other ranks are the workers), or use MPICommExecutor"
 )
