@@ -19,6 +19,7 @@ import importlib
 import sys
 from typing import Any
 
+from .mpi import pickling as _pickling
 from .mpi.rc import settle as _settle_rc
 
 _SOURCES: tuple[str, ...] = (
@@ -131,6 +132,7 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__getattr__("__all__"), *_EXTRA})
 
 
+_pickling.read_environment()
 if _settle_rc()["initialize"]:
     from .mpi import runtime as _runtime
 

@@ -20,10 +20,22 @@ from .memory import buffer
 
 __all__ = ["Pickle", "dumps_message", "loads_message", "object_items", "pickle"]
 
-# The defaults, read once when MPI is imported, as mpi4py reads them.
-_DEFAULT_PROTOCOL = int(os.environ.get("MPI4PY_PICKLE_PROTOCOL", _stdlib_pickle.HIGHEST_PROTOCOL))
-# bytes from which a buffer goes out of band
-_DEFAULT_THRESHOLD = int(os.environ.get("MPI4PY_PICKLE_THRESHOLD", 256 * 1024))
+# The defaults, read when MPI is imported (read_environment), as mpi4py reads them.
+_DEFAULT_PROTOCOL = _stdlib_pickle.HIGHEST_PROTOCOL
+_DEFAULT_THRESHOLD = 256 * 1024  # bytes from which a buffer goes out of band
+
+
+def read_environment() -> None:
+    """Take the defaults from ``MPI4PY_PICKLE_PROTOCOL`` and ``MPI4PY_PICKLE_THRESHOLD``
+    now, and give them to ``MPI.pickle``: ``ipympi.MPI`` calls it when it is imported
+    (in a rank forked from a template that imported this module before the program set
+    its environment, too)."""
+    global _DEFAULT_PROTOCOL, _DEFAULT_THRESHOLD
+    env = os.environ
+    _DEFAULT_PROTOCOL = int(env.get("MPI4PY_PICKLE_PROTOCOL", _stdlib_pickle.HIGHEST_PROTOCOL))
+    _DEFAULT_THRESHOLD = int(env.get("MPI4PY_PICKLE_THRESHOLD", 256 * 1024))
+    pickle.PROTOCOL = _DEFAULT_PROTOCOL
+    pickle.THRESHOLD = None
 
 
 class Pickle:

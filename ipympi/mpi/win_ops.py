@@ -303,10 +303,10 @@ class WinOperations:
 
     def _put(self, origin: Any, target_rank: int, target: Any, call: str) -> None:
         impl = self._live()
-        spec = send_buffer(origin)
         where = self._reach(impl, target_rank, call)
-        if where is None:
+        if where is None:  # PROC_NULL: the origin buffer is not read, as in mpi4py
             return
+        spec = send_buffer(origin)
         region = self._region(impl, where, *_target_spec(target, spec), call)
         self._same_size(spec, region, call)
         region.write(_packed(spec))
@@ -318,10 +318,10 @@ class WinOperations:
 
     def _get(self, origin: Any, target_rank: int, target: Any, call: str) -> None:
         impl = self._live()
-        spec = recv_buffer(origin)
         where = self._reach(impl, target_rank, call)
-        if where is None:
+        if where is None:  # PROC_NULL: the origin buffer is not read, as in mpi4py
             return
+        spec = recv_buffer(origin)
         region = self._region(impl, where, *_target_spec(target, spec), call)
         self._same_size(spec, region, call)
         region.read(_packed(spec))
@@ -367,13 +367,13 @@ class WinOperations:
         self, origin: Any, result: Any, target_rank: int, target: Any, op: Any, call: str
     ) -> None:
         impl = self._live()
+        where = self._reach(impl, target_rank, call)
+        if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
+            return
         spec = send_buffer(origin)
         out = (
             recv_buffer(result) if result is not None or call.startswith(("Get", "Rget")) else None
         )
-        where = self._reach(impl, target_rank, call)
-        if where is None:
-            return
         if out is not None and op == NO_OP and spec.count == 0:
             spec = BufferSpec(spec.mem, out.count, out.datatype)
         region = self._region(impl, where, *_target_spec(target, spec), call)
@@ -414,13 +414,13 @@ class WinOperations:
     ) -> None:
         """Combine one element into the target with ``op``, fetching its old value."""
         impl = self._live()
+        where = self._reach(impl, target_rank, "Fetch_and_op")
+        if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
+            return
         spec = send_buffer(origin)
         out = recv_buffer(result)
         self._single(spec, "origin", None)
         self._single(out, "result", spec)
-        where = self._reach(impl, target_rank, "Fetch_and_op")
-        if where is None:
-            return
         disp = operator.index(target_disp)
         region = self._region(impl, where, disp, 1, spec.datatype, "Fetch_and_op")
         basic = self._check_op(op, spec.datatype, region, "Fetch_and_op")
@@ -453,15 +453,15 @@ class WinOperations:
         """Replace one target element by the origin's if it equals ``compare``;
         ``result`` gets the old value."""
         impl = self._live()
+        where = self._reach(impl, target_rank, "Compare_and_swap")
+        if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
+            return
         spec = send_buffer(origin)
         cmp = send_buffer(compare)
         out = recv_buffer(result)
         self._single(spec, "origin", None)
         self._single(cmp, "compare", spec)
         self._single(out, "result", spec)
-        where = self._reach(impl, target_rank, "Compare_and_swap")
-        if where is None:
-            return
         disp = operator.index(target_disp)
         region = self._region(impl, where, disp, 1, spec.datatype, "Compare_and_swap")
         fetch = _packed(out)
