@@ -26,8 +26,11 @@ from ipyparallel.cluster.launcher import MPIEngineSetLauncher
 from ipyparallel.engine.app import IPEngine
 from traitlets import List
 
+from ..launch import template
+
 __all__ = ["IpympiEngine", "IpympiEngineSetLauncher", "main"]
 
+TEMPLATE_MODULE = template.__name__  # the command line of forked ranks too
 ENGINE_MODULE = "ipympi.notebook.ipp_engines"
 
 
@@ -99,7 +102,7 @@ class IpympiEngineSetLauncher(MPIEngineSetLauncher):
         except psutil.NoSuchProcess:
             ranks = []
         for rank in ranks:
-            if _is_engine(rank):
+            if _is_engine(rank, self.pid):
                 try:
                     os.kill(rank.pid, sig)
                 except ProcessLookupError:
@@ -107,9 +110,14 @@ class IpympiEngineSetLauncher(MPIEngineSetLauncher):
         return super().signal(sig) if sig == signal.SIGTERM else None
 
 
-def _is_engine(process: psutil.Process) -> bool:
+def _is_engine(process: psutil.Process, launcher: int) -> bool:
+    """Whether ``process``, one of the launcher's descendants, is an engine: started
+    with an engine's command line, or forked from the launcher's rank template (its
+    command line is the template's; the template itself is the launcher's child)."""
     try:
         command = " ".join(process.cmdline())
+        if TEMPLATE_MODULE in command:
+            return process.ppid() != launcher
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return False
     return "ipyparallel.engine" in command or ENGINE_MODULE in command
