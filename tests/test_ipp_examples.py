@@ -28,6 +28,7 @@ pytest.importorskip("matplotlib")
 sys.path.insert(0, str(ROOT / "conformance"))
 import ipp_examples  # noqa: E402
 
+pytestmark = pytest.mark.ipp_examples  # a CI step of its own (see pyproject.toml)
 CELL_TIMEOUT = 120
 CASES = [
     pytest.param(name, route, id=f"{route}-{name.removesuffix('.ipynb').replace(' ', '_')}")
