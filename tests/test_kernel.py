@@ -154,7 +154,7 @@ def run_failing(kernel: KernelSession, code: str, timeout: float = 30.0) -> tupl
 
 def result_pairs(messages: list[dict]) -> list[tuple[str, dict]]:
     """(label text, execute_result message) for each result; no other messages allowed."""
-    assert len(messages) % 2 == 0, kinds(messages)
+    assert len(messages) % 2 == 0, [(m["msg_type"], m["content"]) for m in messages]
     pairs = []
     for label, result in zip(messages[::2], messages[1::2]):
         assert kinds([label, result]) == ["stream", "execute_result"]
