@@ -118,6 +118,9 @@ class KernelSession:
     def __init__(self, kernel_name: str, env: dict[str, str]) -> None:
         self.km = KernelManager(kernel_name=kernel_name)
         self.km.start_kernel(env=env)
+        # Shell replies read while waiting for another's (requests of two subshells, or a
+        # cell's reply that comes while a subshell's request is followed), by request id.
+        self._replies: dict[str, dict] = {}
         try:
             self.kc = self.km.client()
             self.kc.start_channels()
@@ -175,10 +178,14 @@ class KernelSession:
                 return messages
 
     def shell_reply(self, msg_id: str, deadline: float) -> dict:
+        if msg_id in self._replies:
+            return self._replies.pop(msg_id)
         while True:
             msg = self.kc.get_shell_msg(timeout=_left(deadline, f"the reply to {msg_id}"))
-            if msg["parent_header"].get("msg_id") == msg_id:
+            parent = msg["parent_header"].get("msg_id")
+            if parent == msg_id:
                 return msg
+            self._replies[parent] = msg
 
     def request(self, method: str, *args: Any, timeout: float = 15.0, **kwargs: Any) -> dict:
         """Send a shell request (``complete``, ``inspect``, ...); return its reply's content."""

@@ -258,6 +258,12 @@ class Cluster(ClusterAPI):
     def ready(self) -> bool:
         return bool(self.engines) and all(e.ready and e.alive for e in self.engines)
 
+    @property
+    def ending(self) -> bool:
+        """Whether the world is being stopped (by ``stop``, maybe from another thread, such
+        as a kernel subshell's ``%mpi stop``) or has been: no more requests to its ranks."""
+        return self._stopping or self.stopped
+
     def stop(self, grace: float = STOP_GRACE) -> None:
         """End the world: ask every engine to finalize and exit, then TERM, then KILL."""
         alive = [e for e in self.engines if e.alive]

@@ -549,7 +549,7 @@ def _follow(
         if req.done:
             cluster.forget(req)
     if req.done and req.errors():
-        same_world = cluster.gen == gen and not cluster.stopped
+        same_world = cluster.gen == gen and not cluster.ending
         alive = same_world and not cluster.ended and cluster.aborted is None
         if alive and not req.interrupted:
             # Ranks that left a failed cell early may hold news of a collective
