@@ -36,16 +36,25 @@ NUMBER = r"\d+(?:\.\d+)?"
 PAIR = rf"{NUMBER} / {NUMBER}"
 
 
-def test_p2p_quick_prints_every_row() -> None:
+def run_benchmark(
+    script: str, args: list[str], timeout: float
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run ``benchmarks/script`` with ``args``; it must succeed. The process and a text
+    of its exit status and output for assertion messages."""
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "p2p.py"), "--quick", "--no-mpi4py"],
+        [sys.executable, str(ROOT / "benchmarks" / script), *args],
         capture_output=True,
         text=True,
-        timeout=45,
+        timeout=timeout,
         cwd=str(ROOT),
     )
     detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
     assert proc.returncode == 0, detail
+    return proc, detail
+
+
+def test_p2p_quick_prints_every_row() -> None:
+    proc, detail = run_benchmark("p2p.py", ["--quick", "--no-mpi4py"], timeout=45)
     lines = proc.stdout.splitlines()
     assert any(line.startswith("one-way latency") for line in lines), detail
     assert any(line.startswith("bandwidth") for line in lines), detail
@@ -67,22 +76,9 @@ def test_p2p_quick_prints_every_row() -> None:
 
 
 def test_collectives_quick_prints_every_row() -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "collectives.py"),
-            "--quick",
-            "--no-mpi4py",
-            "--timeout",
-            "40",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=50,
-        cwd=str(ROOT),
+    proc, detail = run_benchmark(
+        "collectives.py", ["--quick", "--no-mpi4py", "--timeout", "40"], timeout=50
     )
-    detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    assert proc.returncode == 0, detail
     lines = proc.stdout.splitlines()
     assert any(" 2 ranks " in line and " 4 ranks " in line for line in lines), detail
     row_format = re.compile(
@@ -98,22 +94,9 @@ SESSION_ROWS = ["session ready, s", "trivial cell, ms", "print on every rank, ms
 
 @pytest.mark.timeout(150)
 def test_session_quick_prints_every_row() -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "session.py"),
-            "--quick",
-            "--no-ipyparallel",
-            "--timeout",
-            "40",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(ROOT),
+    proc, detail = run_benchmark(
+        "session.py", ["--quick", "--no-ipyparallel", "--timeout", "40"], timeout=120
     )
-    detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    assert proc.returncode == 0, detail
     lines = proc.stdout.splitlines()
     row_format = re.compile(
         rf"^(?P<label>\S.*?)\s+(?P<ipympi>{PAIR})\s+(?P<ipykernel>{PAIR})\s+n/a"
@@ -139,15 +122,7 @@ FAULT_SCENARIOS = 11
 
 @pytest.mark.timeout(150)
 def test_faults_prints_every_scenario_with_a_report() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "faults.py"), "--np", "2"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(ROOT),
-    )
-    detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    assert proc.returncode == 0, detail
+    proc, detail = run_benchmark("faults.py", ["--np", "2"], timeout=120)
     rows = [
         line
         for line in proc.stdout.splitlines()
@@ -167,24 +142,9 @@ STARTUP_ROWS = [
 
 @pytest.mark.timeout(150)
 def test_startup_prints_every_row() -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "startup.py"),
-            "--trials",
-            "1",
-            "--ranks",
-            "2",
-            "--timeout",
-            "40",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=str(ROOT),
+    proc, detail = run_benchmark(
+        "startup.py", ["--trials", "1", "--ranks", "2", "--timeout", "40"], timeout=120
     )
-    detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    assert proc.returncode == 0, detail
     lines = proc.stdout.splitlines()
     cell = rf"(?:{PAIR}|n/a)"
     row_format = re.compile(rf"^(?P<label>\S.*?)\s+{PAIR}\s+{cell}\s+(?:{NUMBER}x|n/a)$")
@@ -204,24 +164,9 @@ IO_ROWS = [
 
 
 def test_io_quick_prints_every_row() -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "io.py"),
-            "--quick",
-            "--no-mpi4py",
-            "--trials",
-            "1",
-            "--timeout",
-            "40",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=50,
-        cwd=str(ROOT),
+    proc, detail = run_benchmark(
+        "io.py", ["--quick", "--no-mpi4py", "--trials", "1", "--timeout", "40"], timeout=50
     )
-    detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    assert proc.returncode == 0, detail
     row_format = re.compile(rf"^(?P<label>\S.*?)\s+{PAIR}\s+n/a\s+n/a$")
     found = [match["label"] for match in map(row_format.match, proc.stdout.splitlines()) if match]
     assert found == IO_ROWS, detail
@@ -238,22 +183,9 @@ RMA_ROWS = [
 
 
 def test_rma_quick_prints_every_row() -> None:
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "rma.py"),
-            "--quick",
-            "--no-mpi4py",
-            "--timeout",
-            "40",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=50,
-        cwd=str(ROOT),
+    proc, detail = run_benchmark(
+        "rma.py", ["--quick", "--no-mpi4py", "--timeout", "40"], timeout=50
     )
-    detail = f"exit {proc.returncode}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}"
-    assert proc.returncode == 0, detail
     row_format = re.compile(rf"^(?P<label>\S.*?)\s+(?P<ours>{PAIR})\s+n/a\s+n/a\b")
     found = [match["label"] for match in map(row_format.match, proc.stdout.splitlines()) if match]
     assert found == RMA_ROWS, detail
