@@ -470,17 +470,10 @@ def _create(path: str, amode: int) -> Any:
         return (E.ERR_NO_SUCH_FILE, f"Open: no such file {path!r}")
     if amode & MODE_SEQUENTIAL and not amode & (MODE_RDONLY | MODE_WRONLY):
         return (E.ERR_AMODE, "Open: MODE_SEQUENTIAL needs MODE_RDONLY or MODE_WRONLY")
-    fd, record = tempfile.mkstemp(prefix=".ipympi-shfp-", dir=_job_dir())
+    # in the job's private directory (the temp folder without a launcher)
+    fd, record = tempfile.mkstemp(prefix=".ipympi-shfp-", dir=PROCESS.job_dir())
     os.close(fd)
     return record
-
-
-def _job_dir() -> str | None:
-    """The job's private directory, which goes with the job however it ends (the temp
-    folder for a process started without the launcher)."""
-    engine = PROCESS.engine
-    transport = engine.transport if engine is not None else None
-    return transport.session_dir if transport is not None else None
 
 
 FILE_NULL: File = File()

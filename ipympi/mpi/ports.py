@@ -80,11 +80,12 @@ def _job() -> str:
 
 def _port_file(port: str) -> str | None:
     """The file marking ``port`` open, in the job's session directory (launched jobs)."""
-    transport = PROCESS.live_engine("Open_port").transport
-    if transport is None:
+    PROCESS.live_engine("Open_port")
+    folder = PROCESS.job_dir()
+    if folder is None:
         return None
     _, rank, ident = _parse(port, "Open_port")
-    return os.path.join(transport.session_dir, f"port-{rank}-{ident}")
+    return os.path.join(folder, f"port-{rank}-{ident}")
 
 
 def _parse(port: Any, call: str) -> tuple[str, int, int]:

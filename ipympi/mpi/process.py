@@ -70,6 +70,12 @@ class Process:
         """
         return self.host or socket.gethostname()
 
+    def job_dir(self) -> str | None:
+        """The job's private directory on this host, which goes with the job however it
+        ends (None in a process started without the launcher)."""
+        transport = self.engine.transport if self.engine is not None else None
+        return transport.session_dir if transport is not None else None
+
     def world_rank(self) -> int | None:
         """This process's rank in ``COMM_WORLD`` (still known after Finalize), else None."""
         impl = self.world._impl if self.world is not None else None
