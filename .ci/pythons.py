@@ -138,6 +138,10 @@ def main(which: str) -> int:
     say(f"{name} ({python}) with {label}")
     venv = ROOT / ".venvs" / f"py{version[0]}.{version[1]}-{which}"
     vpython = str(venv / "bin" / "python")
+    # As if the virtualenv were activated: IPython, finding $VIRTUAL_ENV naming CI's
+    # main virtualenv, would warn at each shell's start and put that one on sys.path.
+    os.environ["VIRTUAL_ENV"] = str(venv)
+    os.environ["PATH"] = os.pathsep.join([str(venv / "bin"), os.environ.get("PATH", "")])
     uv = installer()
     if uv:
         run(uv, "venv", "--quiet", "--clear", "--python", python, str(venv))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import logging
 import sys
 from typing import Any
 
@@ -317,6 +318,16 @@ class IpympiKernelApp(IPKernelApp):
     @default("outstream_class")
     def _default_outstream_class(self) -> str:
         return "ipympi.notebook.outstream.OutStream"
+
+    def init_kernel(self) -> None:
+        # ipympi's log (output a rank wrote outside any cell, a bad control frame) goes
+        # where the kernel's own log goes, the terminal: through the root logger it
+        # would reach sys.stderr, which is the running cell's output here.
+        logger = logging.getLogger("ipympi")
+        for handler in self.log.handlers:
+            logger.addHandler(handler)
+        logger.propagate = not logger.handlers
+        super().init_kernel()
 
 
 def main() -> None:

@@ -115,9 +115,10 @@ class KernelSession:
     manager, or call :meth:`shutdown`.
     """
 
-    def __init__(self, kernel_name: str, env: dict[str, str]) -> None:
+    def __init__(self, kernel_name: str, env: dict[str, str], stderr: Any = None) -> None:
+        """``stderr``: a file for the kernel process's own stderr (default: ours)."""
         self.km = KernelManager(kernel_name=kernel_name)
-        self.km.start_kernel(env=env)
+        self.km.start_kernel(env=env, **({} if stderr is None else {"stderr": stderr}))
         # Shell replies read while waiting for another's (requests of two subshells, or a
         # cell's reply that comes while a subshell's request is followed), by request id.
         self._replies: dict[str, dict] = {}

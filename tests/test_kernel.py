@@ -700,6 +700,30 @@ def test_inspect_engine_variable(kernel: KernelSession) -> None:
 
 
 # -- life cycle ---------------------------------------------------------------------------
+@pytest.mark.timeout(90)
+def test_what_ranks_write_at_start_up_goes_to_the_kernel_log(
+    kernel_specs: Path, tmp_path: Path
+) -> None:
+    # IPython warns at every shell's start when $VIRTUAL_ENV names another
+    # virtualenv than the one it runs in: each rank's start-up writes that warning.
+    log = tmp_path / "kernel.log"
+    env = kernel_env(np=2, VIRTUAL_ENV=str(tmp_path / "another-venv"))
+    with log.open("w") as stderr, KernelSession(KERNEL, env, stderr=stderr) as kernel:
+        cells = [run(kernel, "None", timeout=60)[1], run(kernel, "%mpi restart", timeout=60)[1]]
+        cells += [run(kernel, "rank")[1] for _ in range(3)]
+        assert [
+            m["content"]
+            for cell in cells
+            for m in cell
+            if m["msg_type"] == "stream" and m["content"]["name"] == "stderr"
+        ] == []
+    text = log.read_text()
+    for rank in (0, 1):
+        # two worlds' ranks: the first one's and the restarted one's
+        assert text.count(f"[stderr:{rank}] ") == 2, text
+    assert "virtualenv" in text
+
+
 @pytest.mark.timeout(60)
 def test_mpi_restart_with_fewer_ranks(fresh_kernel: KernelSession) -> None:
     kernel = fresh_kernel

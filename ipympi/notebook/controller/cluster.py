@@ -659,6 +659,8 @@ class Cluster(ClusterAPI):
                 continue
             req = self.requests.get(msg.parent or "")
             if req is None:
+                if msg.parent is None and msg.type == "stream":
+                    _log_unrequested(rank, msg.content)
                 continue
             if msg.type == "reply":
                 self._flush_batch(req, batches.pop(req.id, []))
@@ -748,6 +750,14 @@ def _rank_of(ident: bytes, gen: int) -> int | None:
             except ValueError:
                 return None
     return None
+
+
+def _log_unrequested(rank: int, content: Mapping[str, Any]) -> None:
+    """Output an engine wrote outside any request (at start-up, or from a thread of
+    its own between cells) goes to the log, where a kernel's own start-up words go:
+    no cell asked for it, and none should show it."""
+    name, text = content.get("name", "stream"), str(content.get("text", ""))
+    logging.getLogger(__name__).warning("[%s:%d] %s", name, rank, text.rstrip("\n"))
 
 
 def _log_bad_control(why: str) -> None:

@@ -586,6 +586,10 @@ def make_shell(io: EngineIO, names: Mapping[str, Any]) -> RankShell:
 def say_hello(io: EngineIO, rank: int, extra: Mapping[str, Any] | None = None) -> None:
     """Tell the controller that requests can reach this engine now (``extra``: more about it)."""
     content = {"rank": rank, "pid": os.getpid(), "host": socket.gethostname(), **(extra or {})}
+    # What start-up wrote (an import's warning, say) goes out now, belonging to no
+    # request: left pending, it would be sent as the first cell's output, or not,
+    # depending on when the flusher thread last ran.
+    io.flush_output()
     # Sent on the inbox: once the controller has it, requests can reach this engine.
     io.inbox.send_multipart(io.signer.encode(EngineMessage("hello", content)))
 
