@@ -12,13 +12,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def fresh(code: str) -> object:
-    """Run ``code`` in a new interpreter (a world of one rank); what it prints, as JSON."""
+def fresh(code: str, path: str = str(ROOT)) -> object:
+    """Run ``code`` in a new interpreter (a world of one rank); what it prints, as JSON.
+    ``path``: put first on ``sys.path``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("IPYMPI_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [path, env.get("PYTHONPATH", "")]))
     proc = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env
     )
@@ -76,3 +79,19 @@ def test_world_calls_report_through_comm_world() -> None:
         "    print(json.dumps(exc.Get_error_class() == MPI.ERR_ARG))"
     )
     assert found is True
+
+
+def test_every_public_name_is_mpi4py_s_or_the_standard_s() -> None:
+    # ipympi's own helpers (buffer parsing, pickled messages...) stay private: a user's
+    # ``from mpi4py.MPI import *`` on ranks gets mpi4py's names, plus the MPI-1 names
+    # mpi4py dropped (still in the standard's deprecated list), and nothing else.
+    mpi4py = pytest.importorskip("mpi4py")
+    ours = fresh("import json\nfrom ipympi import MPI\nprint(json.dumps(MPI.__all__))")
+    theirs = set(
+        fresh(
+            "import json, mpi4py\nmpi4py.rc.initialize = False\nfrom mpi4py import MPI\n"
+            "print(json.dumps([n for n in dir(MPI) if not n.startswith('_')]))",
+            path=str(Path(mpi4py.__file__).parent.parent),
+        )
+    )
+    assert sorted(set(ours) - theirs) == ["HOST", "LB", "LONG_LONG_INT", "UB"]

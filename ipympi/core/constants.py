@@ -95,7 +95,6 @@ __all__ = [
     "SIMILAR",
     "SUBVERSION",
     "TAG_UB",
-    "TAG_UB_VALUE",
     "THREAD_FUNNELED",
     "THREAD_MULTIPLE",
     "THREAD_SERIALIZED",

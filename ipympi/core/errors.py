@@ -40,8 +40,7 @@ __all__ = [
     "ERR_UNSUPPORTED_DATAREP", "ERR_UNSUPPORTED_OPERATION", "ERR_VALUE_TOO_LARGE", "ERR_WIN",
     "SUCCESS", "Add_error_class", "Add_error_code", "Add_error_string", "Exception",
     "Get_error_class", "Get_error_string", "Remove_error_class",
-    "Remove_error_code", "Remove_error_string", "last_used_code",
-]  # fmt: skip
+    "Remove_error_code", "Remove_error_string", ]  # fmt: skip
 
 # --- Predefined error classes (MPI-1 set) ------------------------------------------------
 SUCCESS: int = 0

@@ -47,14 +47,7 @@ from ..core.typemap_copy import gather, scatter
 from .datatype import _FORMATS, BYTE, Datatype, _TypeImpl, datatype_for_format
 from .rawmem import BOTTOM, IN_PLACE, absolute_memory, acquire
 
-__all__ = [
-    "BufferSpec",
-    "as_ndarray",
-    "check_match",
-    "ndarray_spec",
-    "recv_buffer",
-    "send_buffer",
-]
+__all__ = []
 
 
 # --- The parsed form ---------------------------------------------------------------------

@@ -46,8 +46,7 @@ __all__ = [
     "SIGNED_LONG", "SIGNED_LONG_LONG", "SIGNED_SHORT", "SINT8_T", "SINT16_T", "SINT32_T",
     "SINT64_T", "TWOINT", "UB", "UINT8_T", "UINT16_T", "UINT32_T", "UINT64_T", "UNSIGNED",
     "UNSIGNED_CHAR", "UNSIGNED_INT", "UNSIGNED_LONG", "UNSIGNED_LONG_LONG", "UNSIGNED_SHORT",
-    "WCHAR", "Aint_add", "Aint_diff", "Datatype", "Get_address", "datatype_for_format",
-]  # fmt: skip
+    "WCHAR", "Aint_add", "Aint_diff", "Datatype", "Get_address", ]  # fmt: skip
 
 
 class _TypeImpl:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ..core.constants import PROC_NULL
 from .memory import buffer
 
-__all__ = ["Pickle", "dumps_message", "loads_message", "object_items", "pickle"]
+__all__ = ["Pickle", "pickle"]
 
 # The defaults, read when MPI is imported (read_environment), as mpi4py reads them.
 _DEFAULT_PROTOCOL = _stdlib_pickle.HIGHEST_PROTOCOL

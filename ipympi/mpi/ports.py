@@ -54,10 +54,8 @@ from .status import Status
 
 __all__ = [
     "Close_port",
-    "JoinMethod",
     "Lookup_name",
     "Open_port",
-    "PortMethods",
     "Publish_name",
     "Unpublish_name",
 ]

@@ -25,7 +25,6 @@ __all__ = [
     "BottomType",
     "BufferAutomaticType",
     "InPlaceType",
-    "byte_view",
 ]  # what the MPI module exports
 
 _EMPTY_MEM = memoryview(bytearray())

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .info import Info
     from .neighbor import Cartcomm, Distgraphcomm, Graphcomm
 
-__all__ = ["UNWEIGHTED", "WEIGHTS_EMPTY", "Compute_dims", "TopologyConstructors"]
+__all__ = ["UNWEIGHTED", "WEIGHTS_EMPTY", "Compute_dims"]
 
 
 class _Weights:
