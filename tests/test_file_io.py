@@ -3,6 +3,11 @@ collectives, consistency, errors and error handlers of ``MPI.File``."""
 
 from __future__ import annotations
 
+import errno
+import os
+import shutil
+import subprocess
+
 import pytest
 from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
@@ -362,3 +367,37 @@ def test_size_preallocate_info_and_datarep(run_mpi):
         fh.Close()
         """,
     )
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+def test_device_errors_have_their_classes(run_mpi, tmp_path):
+    # /dev/full refuses every write with ENOSPC, and reading /proc/self/mem at an
+    # address nothing maps fails with EIO: the standard's ERR_NO_SPACE and ERR_IO, on
+    # one rank and in a collective, where every rank gets the class and none hangs.
+    # A running program's file, opened for writing, is busy (ETXTBSY): ERR_FILE_IN_USE.
+    busy = tmp_path / "busy"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", busy)
+    with subprocess.Popen([str(busy), "30"]) as sleeper:
+        try:
+            try:
+                os.close(os.open(busy, os.O_WRONLY))
+                in_use = "None"
+            except OSError as exc:
+                in_use = "MPI.ERR_FILE_IN_USE" if exc.errno == errno.ETXTBSY else "None"
+            run(
+                run_mpi,
+                2,
+                f"""
+                fh = MPI.File.Open(comm, "/dev/full", MPI.MODE_WRONLY)
+                raises(MPI.ERR_NO_SPACE, fh.Write_at, 0, np.zeros(4))
+                raises(MPI.ERR_NO_SPACE, fh.Write_at_all, 8 * rank, np.zeros(4))
+                fh.Close()
+                fh = MPI.File.Open(MPI.COMM_SELF, "/proc/self/mem", MPI.MODE_RDONLY)
+                raises(MPI.ERR_IO, fh.Read_at, 0, bytearray(8))
+                fh.Close()
+                if {in_use} is not None:
+                    raises({in_use}, MPI.File.Open, comm, {str(busy)!r}, MPI.MODE_WRONLY)
+                """,
+            )
+        finally:
+            sleeper.kill()
