@@ -16,12 +16,10 @@ call and error, and a user handler runs before the exception is raised.
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Hashable
 from typing import Any, Callable, NoReturn
 
 from ..core import constants as K
-from ..core import errors as _errors
 from ..core.errors import ERR_COMM, ERR_OTHER
 from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, register
@@ -34,7 +32,7 @@ from .commbuild import wait_pending
 from .commcreate import CommConstructors, IntraConstructors
 from .commimpl import CommImpl, handle_class, topocomm_class
 from .commlock import lock_of, table_of
-from .errhandling import Errhandler, mpi_call, world_errhandler
+from .errhandling import Errhandler, ErrhandlerMethods, mpi_call
 from .intercomm import InterMethods
 from .p2p import PointToPoint
 from .ports import JoinMethod, PortMethods
@@ -49,6 +47,7 @@ __all__ = ["COMM_NULL", "Comm", "Intercomm", "Intracomm"]
 
 @handle_class
 class Comm(
+    ErrhandlerMethods,  # first: the mixins below only declare _raise
     PointToPoint,
     PartitionedComm,
     CommAttributes,
@@ -116,52 +115,10 @@ class Comm(
         return self._live().engine
 
     # -- error handling ------------------------------------------------------
-    def _raise(self, exc: MPIException, call: str, code: int | None = None) -> NoReturn:
-        """Apply this communicator's error handler to ``exc`` raised by ``call``.
-
-        A user handler gets ``code`` when given: for ``ERR_IN_STATUS`` the standard
-        passes the failing request's own error code (MPI-3.0 §2.3.1).
-        """
-        impl = self._impl
-        handler = world_errhandler() if impl is None else impl.errhandler
-        kind = getattr(handler, "_kind", "return")
-        if kind in ("fatal", "abort") and PROCESS.started:
-            PROCESS.fatal(self, call, exc)
-        if kind == "user":
-            handler._fn(self, exc.Get_error_code() if code is None else code)
-        raise exc
-
     @classmethod
     def Create_errhandler(cls, errhandler_fn: Callable[[Comm, int], None]) -> Errhandler:
         """A new error handler calling ``errhandler_fn(comm, errorcode)``."""
         return Errhandler._create_user(errhandler_fn)
-
-    @mpi_call
-    def Get_errhandler(self) -> Errhandler:
-        return Errhandler(self._live().errhandler)
-
-    @mpi_call
-    def Set_errhandler(self, errhandler: Any) -> None:
-        impl = self._live()
-        if not isinstance(errhandler, Errhandler):
-            raise TypeError(
-                f"Set_errhandler: expected an MPI.Errhandler, got {type(errhandler).__name__}"
-            )
-        if not errhandler:
-            raise MPIException(
-                _errors.ERR_ERRHANDLER, "Set_errhandler: ERRHANDLER_NULL cannot be attached"
-            )
-        impl.errhandler = Errhandler(errhandler)
-
-    def Call_errhandler(self, errorcode: int) -> None:
-        """Invoke the error handler as if an MPI call had failed with ``errorcode``."""
-        errorcode = operator.index(errorcode)
-        impl = self._live()
-        kind = getattr(impl.errhandler, "_kind", "return")
-        if kind in ("fatal", "abort") and PROCESS.started:
-            PROCESS.fatal(self, "Call_errhandler", MPIException(errorcode))
-        if kind == "user":
-            impl.errhandler._fn(self, errorcode)
 
     # -- inquiry -------------------------------------------------------------
     @mpi_call

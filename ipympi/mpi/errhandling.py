@@ -8,11 +8,14 @@ a handler is only data; the object it is attached to applies it.
 ``MPI.Exception`` raised inside goes to the object's ``_raise``, which applies
 the attached error handler (raise, end the job, or call the user's function
 and raise); a fatal handler ends the job through ``process.PROCESS``.
+:class:`ErrhandlerMethods` gives the objects a handler attaches to (communicators,
+windows, files, sessions) their ``_raise`` and ``Get``/``Set``/``Call_errhandler``.
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 from typing import Any, Callable, NoReturn, TypeVar, cast
 
 from ..core.errors import ERR_ERRHANDLER
@@ -173,3 +176,71 @@ ERRORS_RETURN: Errhandler = Errhandler._predefined("return", "ERRORS_RETURN")
 ERRORS_ARE_FATAL: Errhandler = Errhandler._predefined("fatal", "ERRORS_ARE_FATAL")
 ERRORS_ABORT: Errhandler = Errhandler._predefined("abort", "ERRORS_ABORT")
 register(globals(), ["ERRHANDLER_NULL", "ERRORS_RETURN", "ERRORS_ARE_FATAL", "ERRORS_ABORT"])
+
+
+class ErrhandlerMethods:
+    """``_raise`` and ``Get``/``Set``/``Call_errhandler`` of an object a handler attaches
+    to (a mixin of ``Comm``, ``Win``, ``File`` and ``Session``).
+
+    The object's ``_impl`` (None for its null handle) holds the ``errhandler``;
+    ``_live()`` returns the impl or raises the null handle's error. A null handle
+    applies :meth:`_null_errhandler` (COMM_WORLD's unless the class says otherwise);
+    :meth:`_errhandler_holder` is what ``Get``/``Set``/``Call_errhandler`` work on (the
+    live impl; ``FILE_NULL`` keeps the default of new files instead).
+    """
+
+    __slots__ = ()
+    _impl: Any
+    _live: Callable[[], Any]
+    _call_prefix = ""  # how a fatal error names the class's calls ("File." for files)
+    _null_handler_class = ERR_ERRHANDLER  # the class of Set_errhandler(ERRHANDLER_NULL)
+
+    def _null_errhandler(self) -> Any:
+        return world_errhandler()
+
+    def _errhandler_holder(self) -> Any:
+        return self._live()
+
+    def _apply_errhandler(self, handler: Any, call: str, exc: MPIException, code: int) -> None:
+        kind = getattr(handler, "_kind", "return")
+        if kind in ("fatal", "abort") and PROCESS.started:
+            PROCESS.fatal(self, self._call_prefix + call, exc)
+        fn = getattr(handler, "_fn", None)
+        if kind == "user" and fn is not None:
+            fn(self, code)
+
+    def _raise(self, exc: MPIException, call: str, code: int | None = None) -> NoReturn:
+        """Apply this object's error handler to ``exc`` raised by ``call``, then raise it.
+
+        A user handler gets ``code`` when given: for ``ERR_IN_STATUS`` the standard
+        passes the failing request's own error code (MPI-3.0 §2.3.1).
+        """
+        impl = self._impl
+        handler = self._null_errhandler() if impl is None else impl.errhandler
+        self._apply_errhandler(handler, call, exc, exc.Get_error_code() if code is None else code)
+        raise exc
+
+    @mpi_call
+    def Get_errhandler(self) -> Errhandler:
+        """A new handle to the error handler attached to this object."""
+        return Errhandler(self._errhandler_holder().errhandler)
+
+    @mpi_call
+    def Set_errhandler(self, errhandler: Errhandler) -> None:
+        """Attach ``errhandler`` to this object."""
+        holder = self._errhandler_holder()
+        if not isinstance(errhandler, Errhandler):
+            raise TypeError(
+                f"Set_errhandler: expected an MPI.Errhandler, got {type(errhandler).__name__}"
+            )
+        if not errhandler:
+            raise MPIException(
+                self._null_handler_class, "Set_errhandler: ERRHANDLER_NULL cannot be attached"
+            )
+        holder.errhandler = Errhandler(errhandler)
+
+    def Call_errhandler(self, errorcode: int) -> None:
+        """Invoke the error handler as if a call on this object had failed with ``errorcode``."""
+        errorcode = operator.index(errorcode)
+        handler = self._errhandler_holder().errhandler
+        self._apply_errhandler(handler, "Call_errhandler", MPIException(errorcode), errorcode)

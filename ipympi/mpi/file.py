@@ -20,7 +20,7 @@ import operator
 import os
 import struct
 import tempfile
-from typing import Any, Callable, NoReturn, TypeVar, cast
+from typing import Any, Callable, TypeVar, cast
 
 from ..core import errors as E
 from ..core.constants import (
@@ -36,7 +36,7 @@ from ..core.constants import (
 from ..core.errors import Exception as MPIException
 from ..core.fileview import amode_problem
 from ..core.handle import Handle, Kind, register
-from .errhandling import ERRORS_RETURN, Errhandler, mpi_call
+from .errhandling import ERRORS_RETURN, Errhandler, ErrhandlerMethods, mpi_call
 from .file_access import FileAccess
 from .file_view import View, native_view, os_error
 from .info import INFO_NULL, Info
@@ -100,7 +100,7 @@ class FileImpl:
         self.fd = fd
         self.comm = comm  # the private duplicate of the communicator
         self.shared = shared
-        self.errhandler: Errhandler = Errhandler(_NULL_ERRHANDLER[0])
+        self.errhandler: Errhandler = Errhandler(_FILE_NULL_DEFAULTS.errhandler)
         self.hints: dict[str, str] = dict(_DEFAULT_HINTS)
         self.hints["cb_nodes"] = str(comm.Get_size())
         self.atomic = False
@@ -120,7 +120,14 @@ class FileImpl:
         return int(self.comm.Get_size())
 
 
-_NULL_ERRHANDLER: list[Errhandler] = [ERRORS_RETURN]  # FILE_NULL's: the default
+class _FileNullDefaults:
+    """What ``FILE_NULL`` holds: the error handler of files opened from now on
+    (``ERRORS_RETURN`` until set), which also handles ``File.Open``'s errors."""
+
+    errhandler: Errhandler = ERRORS_RETURN
+
+
+_FILE_NULL_DEFAULTS = _FileNullDefaults()
 
 
 def _null_call(fn: F) -> F:
@@ -165,7 +172,7 @@ def _agree(comm: Any, problem: MPIException | None) -> None:
             raise MPIException(item[0], f"rank {rank}: {item[1]}")
 
 
-class File(FileAccess, Handle):
+class File(ErrhandlerMethods, FileAccess, Handle):
     """A file opened collectively by the ranks of a communicator."""
 
     __slots__ = ("_impl",)
@@ -203,50 +210,20 @@ class File(FileAccess, Handle):
         return impl
 
     # -- errors --------------------------------------------------------------------------
-    def _raise(self, exc: MPIException, call: str) -> NoReturn:
-        impl = self._impl
-        handler = impl.errhandler if impl is not None else _NULL_ERRHANDLER[0]
-        kind = getattr(handler, "_kind", "return")
-        if kind in ("fatal", "abort") and PROCESS.started:
-            PROCESS.fatal(self, f"File.{call}", exc)
-        fn = handler._fn
-        if kind == "user" and fn is not None:
-            fn(self, exc.Get_error_code())
-        raise exc
+    _call_prefix = "File."
+    _null_handler_class = E.ERR_ARG
+
+    def _null_errhandler(self) -> Errhandler:
+        return _FILE_NULL_DEFAULTS.errhandler
+
+    def _errhandler_holder(self) -> Any:
+        """The open file, or for ``FILE_NULL`` the defaults of files opened from now on."""
+        return _FILE_NULL_DEFAULTS if self._impl is None else self._impl
 
     @classmethod
     def Create_errhandler(cls, errhandler_fn: Callable[[File, int], None]) -> Errhandler:
         """A new error handler calling ``errhandler_fn(file, errorcode)``."""
         return Errhandler._create_user(errhandler_fn)
-
-    def Get_errhandler(self) -> Errhandler:
-        """The file's error handler (``FILE_NULL``'s: the default for new files)."""
-        impl = self._impl
-        return Errhandler(impl.errhandler if impl is not None else _NULL_ERRHANDLER[0])
-
-    def Set_errhandler(self, errhandler: Errhandler) -> None:
-        """Attach ``errhandler``; on ``FILE_NULL`` it becomes the default of new files."""
-        if not isinstance(errhandler, Errhandler):
-            raise TypeError(f"expected an MPI.Errhandler, got {type(errhandler).__name__}")
-        if not errhandler:
-            self._raise(
-                MPIException(E.ERR_ARG, "Set_errhandler: ERRHANDLER_NULL"), "Set_errhandler"
-            )
-        if self._impl is None:
-            _NULL_ERRHANDLER[0] = Errhandler(errhandler)
-        else:
-            self._impl.errhandler = Errhandler(errhandler)
-
-    def Call_errhandler(self, errorcode: int) -> None:
-        """Invoke the error handler as if a call had failed with ``errorcode``."""
-        errorcode = operator.index(errorcode)
-        handler = self._impl.errhandler if self._impl is not None else _NULL_ERRHANDLER[0]
-        kind = getattr(handler, "_kind", "return")
-        if kind in ("fatal", "abort") and PROCESS.started:
-            PROCESS.fatal(self, "File.Call_errhandler", MPIException(errorcode))
-        fn = handler._fn
-        if kind == "user" and fn is not None:
-            fn(self, errorcode)
 
     # -- opening and closing -------------------------------------------------------------
     @classmethod

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import atexit
 import operator
-from typing import Any, Callable, NoReturn
+from typing import Any, Callable
 
 from ..core.constants import THREAD_MULTIPLE
 from ..core.errors import ERR_ARG, ERR_ERRHANDLER, ERR_OTHER, ERR_SESSION
@@ -31,7 +31,7 @@ from ..core.handle import Handle, Kind, register
 from . import bsend as _bsend
 from . import runtime as _runtime
 from .commbuild import hints_of
-from .errhandling import ERRORS_RETURN, Errhandler, mpi_call
+from .errhandling import ERRORS_RETURN, Errhandler, ErrhandlerMethods, mpi_call
 from .group import Group
 from .info import INFO_NULL, new_info
 from .process import PROCESS
@@ -69,7 +69,7 @@ def pset_ranks(name: str, call: str) -> list[int]:
     )
 
 
-class Session(Handle):
+class Session(ErrhandlerMethods, Handle):
     """An MPI session: access to MPI without the world model."""
 
     __slots__ = ("_impl",)
@@ -82,15 +82,8 @@ class Session(Handle):
             raise MPIException(ERR_SESSION, "invalid session: SESSION_NULL (null or finalized)")
         return impl
 
-    def _raise(self, exc: MPIException, call: str, code: int | None = None) -> NoReturn:
-        impl = self._impl
-        handler = ERRORS_RETURN if impl is None else impl.errhandler
-        kind = getattr(handler, "_kind", "return")
-        if kind in ("fatal", "abort") and PROCESS.started:
-            PROCESS.fatal(self, call, exc)
-        if kind == "user":
-            handler._fn(self, exc.Get_error_code() if code is None else code)  # type: ignore[misc]
-        raise exc
+    def _null_errhandler(self) -> Errhandler:
+        return ERRORS_RETURN  # SESSION_NULL's calls return their errors
 
     def __repr__(self) -> str:
         return "MPI.SESSION_NULL" if self._impl is None else "<MPI.Session>"
@@ -202,31 +195,6 @@ class Session(Handle):
     def Create_errhandler(cls, errhandler_fn: Callable[[Session, int], None]) -> Errhandler:
         """A new error handler calling ``errhandler_fn(session, errorcode)``."""
         return Errhandler._create_user(errhandler_fn)
-
-    @mpi_call
-    def Get_errhandler(self) -> Errhandler:
-        return Errhandler(self._live().errhandler)
-
-    @mpi_call
-    def Set_errhandler(self, errhandler: Errhandler) -> None:
-        impl = self._live()
-        if not isinstance(errhandler, Errhandler):
-            raise TypeError(
-                f"Set_errhandler: expected an MPI.Errhandler, got {type(errhandler).__name__}"
-            )
-        if not errhandler:
-            raise MPIException(ERR_ERRHANDLER, "Set_errhandler: ERRHANDLER_NULL cannot be attached")
-        impl.errhandler = Errhandler(errhandler)
-
-    def Call_errhandler(self, errorcode: int) -> None:
-        """Invoke the session's error handler as if a call had failed with ``errorcode``."""
-        errorcode = operator.index(errorcode)
-        impl = self._live()
-        kind = impl.errhandler._kind
-        if kind in ("fatal", "abort") and PROCESS.started:
-            PROCESS.fatal(self, "Call_errhandler", MPIException(errorcode))
-        if kind == "user":
-            impl.errhandler._fn(self, errorcode)  # type: ignore[misc]
 
 
 def _end_at_exit() -> None:

@@ -36,7 +36,6 @@ from ..core import constants as K
 from ..core.errors import (
     ERR_COMM,
     ERR_DISP,
-    ERR_ERRHANDLER,
     ERR_INFO,
     ERR_KEYVAL,
     ERR_NO_MEM,
@@ -63,7 +62,7 @@ from .attributes import (
     set_attr,
 )
 from .comm import Comm, Intracomm
-from .errhandling import Errhandler, mpi_call, world_call, world_errhandler
+from .errhandling import Errhandler, ErrhandlerMethods, mpi_call, world_call
 from .group import Group
 from .info import INFO_NULL, Info, info_items, new_info
 from .memory import buffer
@@ -152,7 +151,7 @@ def _flavor_error(call: str, impl: WinImpl) -> MPIException:
     return MPIException(ERR_RMA_FLAVOR, f"{call}: not for a window of flavor {flavor}")
 
 
-class Win(WinOperations, WinSynchronization, Handle):
+class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
     """A window: memory of each rank of a group, open to one-sided communication.
 
     ``Win(win)`` is a new handle to ``win``'s window; ``Win()`` is a null handle.
@@ -180,17 +179,6 @@ class Win(WinOperations, WinSynchronization, Handle):
             return "<MPI.Win WIN_NULL>"
         flavor = _FLAVOR_NAMES.get(impl.flavor, "?")
         return f"<MPI.{type(self).__name__} flavor={flavor} size={impl.memory.nbytes}>"
-
-    def _raise(self, exc: MPIException, call: str, code: int | None = None) -> Any:
-        """Apply the window's error handler to ``exc`` raised by ``call``."""
-        impl = self._impl
-        handler = world_errhandler() if impl is None else impl.errhandler
-        kind = getattr(handler, "_kind", "return")
-        if kind in ("fatal", "abort") and PROCESS.started:
-            PROCESS.fatal(self, call, exc)
-        if kind == "user":
-            handler._fn(self, exc.Get_error_code() if code is None else code)
-        raise exc
 
     # -- creation (§12.2) -------------------------------------------------------------
     @classmethod
@@ -553,29 +541,6 @@ class Win(WinOperations, WinSynchronization, Handle):
     def Create_errhandler(cls, errhandler_fn: Callable[[Any, int], None]) -> Errhandler:
         """A new error handler calling ``errhandler_fn(win, errorcode)``."""
         return Errhandler._create_user(errhandler_fn)
-
-    @mpi_call
-    def Get_errhandler(self) -> Errhandler:
-        return Errhandler(self._live().errhandler)
-
-    @mpi_call
-    def Set_errhandler(self, errhandler: Errhandler) -> None:
-        impl = self._live()
-        if not isinstance(errhandler, Errhandler):
-            raise TypeError(f"Set_errhandler: expected an MPI.Errhandler, not {errhandler!r}")
-        if not errhandler:
-            raise MPIException(ERR_ERRHANDLER, "Set_errhandler: ERRHANDLER_NULL")
-        impl.errhandler = Errhandler(errhandler)
-
-    def Call_errhandler(self, errorcode: int) -> None:
-        """Invoke the error handler as if a call on the window failed with ``errorcode``."""
-        errorcode = operator.index(errorcode)
-        impl = self._live()
-        kind = getattr(impl.errhandler, "_kind", "return")
-        if kind in ("fatal", "abort") and PROCESS.started:
-            PROCESS.fatal(self, "Call_errhandler", MPIException(errorcode))
-        if kind == "user":
-            impl.errhandler._fn(self, errorcode)
 
 
 WIN_NULL: Win = Win()
