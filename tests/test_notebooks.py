@@ -309,6 +309,15 @@ def test_one_sided_notebook_teaches_epochs_and_counters(executed) -> None:
     assert tickets.count("lock epoch to 0 (shared) on Allocate window, rank ") == 3 * RANKS
     assert tickets.count("Fetch_and_op(SUM) ↔ rank 0: 8 B at displacement 2") == 3 * RANKS
     assert f"element 3 = {RANKS - 1}" in text_of(cell_with(notebook, "win.Post(others)"))
+    steps = cell_with(notebook, "ipympi.last_trace().epoch_steps()")
+    assert {"text/html", "text/plain"} <= mime_types(steps)
+    walk = text_of(steps)
+    assert f"{RANKS - 1} operations in {RANKS} epochs" in walk, walk
+    assert (
+        f"exposure epoch for 1-{RANKS - 1} on Allocate window, rank 0: Post(1-{RANKS - 1})" in walk
+    )
+    for r in range(1, RANKS):
+        assert f"rank {r} Accumulate(MAX) → rank 0: 8 B at displacement 3" in walk, walk
     shared = text_of(cell_with(notebook, "Allocate_shared"))
     for r in range(RANKS):
         assert f"rank {r}: my memory holds {100 + (r - 1) % RANKS}" in shared, shared

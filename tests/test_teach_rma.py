@@ -279,3 +279,58 @@ def test_the_recorder_keeps_rma_records_and_skips_quiet_communicators() -> None:
     assert [(r["type"], r["call"]) for r in records] == [("rma", "Put"), ("rma_sync", "Fence")]
     assert all(r["t1"] >= r["t0"] == t0 for r in records)
     tracing.rma_op({"rank": 0}, t0)  # not recording: nothing happens
+
+
+# -- the step-by-step view -------------------------------------------------------------
+def test_epoch_steps_walk_through_each_epoch_like_a_collectives_steps() -> None:
+    rec = Records(3)
+    rec.sync(0, 0, 2, "Post", group=[1, 2])
+    for rank in (1, 2):
+        rec.sync(rank, 3 + rank, 6, "Start", group=[0])
+        rec.op(10 + rank, rank, 0, "Accumulate", 8, op="MAX")
+        rec.sync(rank, 20, 21, "Complete", group=[0])
+    rec.sync(0, 6, 30, "Wait")
+    steps = rec.trace().epoch_steps()
+    assert steps.header() == (
+        "One-sided communication epoch by epoch — 2 operations in 3 epochs, 3 ranks"
+    )
+    titles = [frame.title for frame in steps.frames]
+    assert titles[0].startswith(
+        "Step 1 of 3 — exposure epoch for 1, 2 on Allocate window, rank 0: Post(1, 2) … Wait"
+    )
+    assert titles[1].startswith("Step 2 of 3 — access epoch to 0 on Allocate window, rank 1:")
+    exposure = steps.frames[0]
+    assert exposure.messages == [
+        "rank 1 Accumulate(MAX) → rank 0: 8 B at displacement 0",
+        "rank 2 Accumulate(MAX) → rank 0: 8 B at displacement 0",
+    ]
+    written = {row.label: (row.cells[2], row.changed[2]) for row in exposure.rows}
+    assert written == {
+        "rank 0": ("rank 1, rank 2", True),
+        "rank 1": ("—", False),
+        "rank 2": ("—", False),
+    }
+    access = steps.frames[1]
+    assert [row.cells[1] for row in access.rows] == ["—", "Accumulate(MAX) → 0 (8 B)", "—"]
+    # the picture: the ranks, and one arrow per operation from where the data is
+    picture = ET.fromstring(access.svg)
+    arrows = [g for g in picture.iter(f"{SVG}g") if g.get("class") == "step-msg"]
+    assert [title_of(g) for g in arrows] == ["rank 1 → rank 0: Accumulate(MAX) 8 B"]
+    text = steps.to_text()
+    assert text.count("Step ") == 3 and "window written by" in text
+    assert "Step 1 of 3" in steps.to_html()
+
+
+def test_epoch_steps_of_a_get_point_from_the_target() -> None:
+    steps = fence_put_get().trace().epoch_steps()
+    (frame,) = steps.frames
+    arrows = [g for g in ET.fromstring(frame.svg).iter(f"{SVG}g") if g.get("class") == "step-msg"]
+    titles = [title_of(g) for g in arrows]
+    assert len(titles) == 6
+    assert "rank 2 → rank 0: Get 16 B" in titles  # rank 0's Get from rank 2: data from 2
+    assert "rank 0 → rank 1: Put 8 B" in titles
+
+
+def test_epoch_steps_need_an_epoch() -> None:
+    with pytest.raises(ValueError, match="no one-sided communication"):
+        Trace.from_ranks(p2p_trace().records).epoch_steps()

@@ -32,7 +32,7 @@ from typing import Any
 from ..core import constants as K
 from .units import format_bytes, plural
 
-__all__ = ["RmaEpoch", "RmaOp", "RmaSync", "build", "count_epochs", "rank_list"]
+__all__ = ["RmaEpoch", "RmaOp", "RmaSync", "build", "count_epochs", "epoch_groups", "rank_list"]
 
 # Which way the data goes: "put" origin → target, "get" target → origin, "both" each way.
 _WAYS = ("put", "get", "both")
@@ -78,6 +78,11 @@ class RmaOp:
     @property
     def dst(self) -> int:
         return self.origin if self.way == "get" else self.target
+
+    @property
+    def matched(self) -> bool:
+        """Always: the origin alone moves the data (the step pictures ask, as of messages)."""
+        return True
 
     @property
     def kind(self) -> str:
@@ -156,6 +161,12 @@ class RmaEpoch:
         return self.closed.t1 if self.closed is not None else self.end
 
     @property
+    def opened_at(self) -> float:
+        """When the epoch was open: its opening call returned (a ``Start`` waits for the
+        targets' ``Post``), or the trace's start."""
+        return self.opened.t1 if self.opened is not None else self.start
+
+    @property
     def access(self) -> bool:
         """Whether this rank's operations go in it (all but exposure epochs)."""
         return self.kind != "exposure"
@@ -188,6 +199,18 @@ def count_epochs(epochs: Sequence[RmaEpoch]) -> int:
     """How many epochs: a fence epoch of a window counts once for all its ranks."""
     fences = {(e.win, e.index) for e in epochs if e.kind == "fence" and e.index}
     return len(fences) + sum(1 for e in epochs if not (e.kind == "fence" and e.index))
+
+
+def epoch_groups(epochs: Sequence[RmaEpoch]) -> list[list[RmaEpoch]]:
+    """The epochs in order, the k-th fence epoch of a window gathered over its ranks."""
+    groups: dict[tuple[Any, ...], list[RmaEpoch]] = {}
+    for epoch in epochs:
+        if epoch.kind == "fence" and epoch.index:
+            key: tuple[Any, ...] = ("fence", epoch.win, epoch.index)
+        else:
+            key = ("epoch", id(epoch))
+        groups.setdefault(key, []).append(epoch)
+    return sorted(groups.values(), key=lambda group: min(e.opened_at for e in group))
 
 
 def _op(record: dict[str, Any]) -> RmaOp:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING
 
-from .rma import rank_list
+from .rma import epoch_groups, rank_list
 from .timescale import TimeScale, event_times
 from .units import format_bytes, format_time, plural
 
@@ -83,18 +83,6 @@ def _epoch_lines(trace: Trace, epochs: list[RmaEpoch]) -> list[str]:
     return lines
 
 
-def _epoch_groups(trace: Trace) -> list[list[RmaEpoch]]:
-    """The epochs, the k-th fence epoch of a window gathered over its ranks."""
-    groups: dict[tuple, list[RmaEpoch]] = {}
-    for epoch in trace.epochs:
-        if epoch.kind == "fence" and epoch.index:
-            key: tuple = ("fence", epoch.win, epoch.index)
-        else:
-            key = ("epoch", id(epoch))
-        groups.setdefault(key, []).append(epoch)
-    return list(groups.values())
-
-
 def _message_line(trace: Trace, m: TracedMessage) -> str:
     where = "" if m.comm == "MPI_COMM_WORLD" else f"  on {m.comm}"
     received = (
@@ -126,8 +114,8 @@ def _event_lines(trace: Trace, width: int) -> list[str]:
             entries.append((m.t_send, 1, [_message_line(trace, m)]))
     for record in trace.unmatched_receives:
         entries.append((float(record["t"]), 1, [_orphan_line(trace, record)]))
-    for group in _epoch_groups(trace):
-        entries.append((min(e.t0 for e in group), 0, _epoch_lines(trace, group)))
+    for group in epoch_groups(trace.epochs):
+        entries.append((min(e.opened_at for e in group), 0, _epoch_lines(trace, group)))
     entries.sort(key=lambda e: (e[0], e[1]))
     lines = [line for _, _, group in entries for line in group]
     if len(lines) > MAX_EVENT_LINES:

@@ -23,6 +23,7 @@ from typing import Any, cast
 
 from .diagram import render_svg, render_text
 from .rma import RmaEpoch, RmaOp, RmaSync, build, count_epochs
+from .rma_steps import EpochSteps
 from .units import format_time, plural
 
 __all__ = [
@@ -496,6 +497,11 @@ class Trace:
 
     def to_text(self, width: int = 100) -> str:
         return render_text(self, width)
+
+    def epoch_steps(self) -> EpochSteps:
+        """The one-sided communication, epoch by epoch (an :class:`~.rma_steps.EpochSteps`: shown
+        as frames; ``.widget()`` steps through them); ValueError without any epoch."""
+        return EpochSteps(self)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         """The diagram as SVG, also inline in HTML, and as text.
