@@ -189,6 +189,37 @@ def test_px_trace_shows_a_passive_target_lock_epoch(kernel: KernelSession, windo
 
 
 @pytest.mark.timeout(60)
+def test_px_trace_shows_operations_on_the_programs_own_memory(kernel: KernelSession) -> None:
+    """``Win.Create`` over numpy arrays: data moves by process_vm copies, not a shared
+    segment, and is traced the same way, in a ``Lock_all`` epoch with its ``Flush``."""
+    kernel.ok(
+        "%%px\nmemory = np.zeros(4, dtype='i4')\n"
+        "named = MPI.Win.Create(memory, disp_unit=4, comm=comm)\nnamed.Set_name('counters')"
+    )
+    try:
+        out = kernel.ok(
+            "%%px --trace\n"
+            "named.Lock_all()\n"
+            "named.Accumulate(np.ones(2, dtype='i4'), 0, (1, 2, MPI.INT), MPI.SUM)\n"
+            "named.Flush(0)\n"
+            "named.Rput(np.full(1, rank, dtype='i4'), 1, 3).Wait()\n"
+            "named.Unlock_all()\n"
+        )
+        (shown,) = displays(out)
+        text = strip_ansi(shown["text/plain"])
+        for r in range(RANKS):
+            assert f"lock_all epoch on counters, rank {r}: Lock_all at " in text, text
+            assert f"rank {r} Accumulate(SUM) → rank 0: 8 B at displacement 1" in text, text
+            assert f"rank {r} Rput → rank 1: 4 B at displacement 3" in text, text
+        syncs = kernel.value("sorted({s.call for s in ipympi.last_trace().rma_syncs})")
+        assert syncs == ["Flush", "Lock_all", "Unlock_all"]
+        kernel.ok("%%px\nnamed.Fence()")  # the memory: the sum of every rank's 1s
+        assert kernel.value("ipympi.current().pull('memory')[0].tolist()") == [0, 3, 3, 0]
+    finally:
+        kernel.ok("%%px\nnamed.Free()")
+
+
+@pytest.mark.timeout(60)
 def test_untraced_cells_draw_nothing_and_keep_the_last_trace(kernel: KernelSession) -> None:
     kernel.ok("%%px --trace\ncomm.Barrier()")
     before = kernel.value("ipympi.last_trace().summary()")
