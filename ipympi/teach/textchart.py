@@ -191,7 +191,7 @@ def _lane_chart(trace: Trace, width: int) -> list[str]:
         letter = op.kind[0].upper()
         _mark(rows[op.origin], col(op.t0), letter)
         if op.target != op.origin:
-            _mark(rows[op.target], col(op.t1), letter.lower())
+            _mark(rows[op.target], col(op.t1), letter.lower(), names[op.target])
     axis = [" "] * cols
     for tick in scale.ticks(spacing=12):
         c = min(round(tick.x), cols - 1)
