@@ -150,7 +150,7 @@ class RmaEpoch:
     ops: list[RmaOp] = field(default_factory=list)
     incoming: list[RmaOp] = field(default_factory=list)
     start: float = 0.0  # when it opened (the trace's start if before it)
-    end: float | None = None  # when its closing call returned (None: still open)
+    end: float | None = None  # without a closing call: the trace's end (still open)
 
     @property
     def t0(self) -> float:
@@ -176,7 +176,7 @@ class RmaEpoch:
 
     @property
     def label(self) -> str:
-        """``fence epoch 1``, ``lock epoch to 0 (exclusive)``, ``exposure epoch to 1, 2``."""
+        """``fence epoch 1``, ``lock epoch to 0 (exclusive)``, ``exposure epoch for 1, 2``."""
         if self.kind == "fence":
             return f"fence epoch {self.index}" if self.index else "fence epoch"
         if self.kind == "lock":
