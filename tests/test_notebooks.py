@@ -291,15 +291,33 @@ def test_parallel_io_notebook_writes_one_array(executed) -> None:
 @pytest.mark.timeout(NOTEBOOK_TIMEOUT)
 def test_one_sided_notebook_teaches_epochs_and_counters(executed) -> None:
     notebook = executed("08_one_sided.ipynb")
-    ring = text_of(cell_with(notebook, "win.Put(np.array([float(rank)]), right, 0)"))
+    traced = cell_with(notebook, "win.Put(np.array([float(rank)]), right, 0)")
+    ring = text_of(traced)
     for r in range(RANKS):
         assert f"rank {r}: element 0 = {(r - 1) % RANKS} (put there by rank" in ring, ring
+    assert {"image/svg+xml", "text/plain"} <= mime_types(traced)
+    assert f"fence epoch 1 on Allocate window, ranks 0-{RANKS - 1}: Fence at" in ring, ring
+    epochs = text_of(cell_with(notebook, "for epoch in trace.epochs:"))
+    for r in range(RANKS):
+        assert f"rank {r}: fence epoch 1, from Fence to Fence" in epochs, epochs
+        assert f"rank {r} Put → rank {(r + 1) % RANKS}: 8 B at displacement 0" in epochs, epochs
     assert f"sum of 1..{RANKS} = {RANKS * (RANKS + 1) // 2}" in text_of(
         cell_with(notebook, "win.Accumulate(np.array([rank + 1.0])")
     )
     tickets = text_of(cell_with(notebook, "tickets = []"))
     assert f"tickets drawn: {list(range(3 * RANKS))}; all distinct: True" in tickets, tickets
+    assert tickets.count("lock epoch to 0 (shared) on Allocate window, rank ") == 3 * RANKS
+    assert tickets.count("Fetch_and_op(SUM) ↔ rank 0: 8 B at displacement 2") == 3 * RANKS
     assert f"element 3 = {RANKS - 1}" in text_of(cell_with(notebook, "win.Post(others)"))
+    steps = cell_with(notebook, "ipympi.last_trace().epoch_steps()")
+    assert {"text/html", "text/plain"} <= mime_types(steps)
+    walk = text_of(steps)
+    assert f"{RANKS - 1} operations in {RANKS} epochs" in walk, walk
+    assert (
+        f"exposure epoch for 1-{RANKS - 1} on Allocate window, rank 0: Post(1-{RANKS - 1})" in walk
+    )
+    for r in range(1, RANKS):
+        assert f"rank {r} Accumulate(MAX) → rank 0: 8 B at displacement 3" in walk, walk
     shared = text_of(cell_with(notebook, "Allocate_shared"))
     for r in range(RANKS):
         assert f"rank {r}: my memory holds {100 + (r - 1) % RANKS}" in shared, shared

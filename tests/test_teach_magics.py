@@ -109,6 +109,116 @@ def test_px_trace_shows_file_operations(kernel: KernelSession, tmp_path) -> None
     ]
 
 
+@pytest.fixture
+def window(kernel: KernelSession) -> Iterator[None]:
+    """``win``: a window of 4 doubles on every rank, freed afterwards."""
+    kernel.ok("%%px\nwin = MPI.Win.Allocate(4 * 8, disp_unit=8, comm=comm)")
+    try:
+        yield
+    finally:
+        kernel.ok("%%px\nwin.Free()")
+
+
+@pytest.mark.timeout(60)
+def test_px_trace_shows_puts_and_gets_inside_their_fence_epoch(
+    kernel: KernelSession, window: None
+) -> None:
+    out = kernel.ok(
+        "%%px --trace\n"
+        "win.Fence()\n"
+        "win.Put(np.full(1, float(rank)), (rank + 1) % size, 0)\n"
+        "got = np.zeros(2)\n"
+        "win.Get(got, (rank - 1) % size, 1)\n"
+        "win.Fence()\n"
+    )
+    (shown,) = displays(out)
+    text = strip_ansi(shown["text/plain"])
+    assert "6 one-sided operations in 1 epoch" in text, text
+    assert "fence epoch 1 on Allocate window, ranks 0-2: Fence at " in text, text
+    for r in range(RANKS):
+        assert f"rank {r} Put → rank {(r + 1) % RANKS}: 8 B at displacement 0" in text, text
+        assert f"rank {r} Get ← rank {(r - 1) % RANKS}: 16 B at displacement 1" in text, text
+    svg = shown["image/svg+xml"]
+    assert svg.count('<g class="rma" ') == 6 and svg.count('data-call="Fence"') == 2 * RANKS
+    assert "Barrier" not in svg and "Barrier" not in text  # the Fence is not its barrier
+    summary = kernel.value(
+        "import ipympi\n"
+        "t = ipympi.last_trace()\n"
+        "(sorted([o.origin, o.target, o.call, o.nbytes, o.disp] for o in t.rma_ops),\n"
+        " [c.call for c in t.collectives], len(t.messages),\n"
+        " sorted([e.rank, e.kind, e.index, len(e.ops)] for e in t.epochs))"
+    )
+    ops, collectives, messages, epochs = summary
+    assert ops == sorted(
+        [[r, (r + 1) % RANKS, "Put", 8, 0] for r in range(RANKS)]
+        + [[r, (r - 1) % RANKS, "Get", 16, 1] for r in range(RANKS)]
+    )
+    assert (collectives, messages) == ([], 0)
+    assert epochs == [[r, "fence", 1, 2] for r in range(RANKS)]
+    # what the ranks read and wrote is what the trace says
+    assert kernel.value("[g.tolist() for g in ipympi.current().pull('got')]") == [[0.0, 0.0]] * 3
+
+
+@pytest.mark.timeout(60)
+def test_px_trace_shows_a_passive_target_lock_epoch(kernel: KernelSession, window: None) -> None:
+    out = kernel.ok(
+        "%%px --trace\n"
+        "if rank != 0:\n"
+        "    old = np.zeros(1)\n"
+        "    win.Lock(0, MPI.LOCK_EXCLUSIVE)\n"
+        "    win.Fetch_and_op(np.ones(1), old, 0, 2, MPI.SUM)\n"
+        "    win.Unlock(0)\n"
+        "comm.Barrier()\n"
+    )
+    (shown,) = displays(out)
+    text = strip_ansi(shown["text/plain"])
+    for r in (1, 2):
+        assert (
+            f"lock epoch to 0 (exclusive) on Allocate window, rank {r}: Lock(0, exclusive) at "
+        ) in text, text
+        assert f"1. rank {r} Fetch_and_op(SUM) ↔ rank 0: 8 B at displacement 2" in text, text
+    assert "Barrier on MPI_COMM_WORLD" in text  # the cell's own collective, as always
+    epochs = kernel.value(
+        "t = ipympi.last_trace()\n"
+        "sorted([e.rank, e.kind, list(e.peers), e.lock, [o.label for o in e.ops],\n"
+        "        e.opened.call, e.closed.call] for e in t.epochs)"
+    )
+    assert epochs == [
+        [r, "lock", [0], "exclusive", ["Fetch_and_op(SUM)"], "Lock", "Unlock"] for r in (1, 2)
+    ]
+
+
+@pytest.mark.timeout(60)
+def test_px_trace_shows_operations_on_the_programs_own_memory(kernel: KernelSession) -> None:
+    """``Win.Create`` over numpy arrays: data moves by process_vm copies, not a shared
+    segment, and is traced the same way, in a ``Lock_all`` epoch with its ``Flush``."""
+    kernel.ok(
+        "%%px\nmemory = np.zeros(4, dtype='i4')\n"
+        "named = MPI.Win.Create(memory, disp_unit=4, comm=comm)\nnamed.Set_name('counters')"
+    )
+    try:
+        out = kernel.ok(
+            "%%px --trace\n"
+            "named.Lock_all()\n"
+            "named.Accumulate(np.ones(2, dtype='i4'), 0, (1, 2, MPI.INT), MPI.SUM)\n"
+            "named.Flush(0)\n"
+            "named.Rput(np.full(1, rank, dtype='i4'), 1, 3).Wait()\n"
+            "named.Unlock_all()\n"
+        )
+        (shown,) = displays(out)
+        text = strip_ansi(shown["text/plain"])
+        for r in range(RANKS):
+            assert f"lock_all epoch on counters, rank {r}: Lock_all at " in text, text
+            assert f"rank {r} Accumulate(SUM) → rank 0: 8 B at displacement 1" in text, text
+            assert f"rank {r} Rput → rank 1: 4 B at displacement 3" in text, text
+        syncs = kernel.value("sorted({s.call for s in ipympi.last_trace().rma_syncs})")
+        assert syncs == ["Flush", "Lock_all", "Unlock_all"]
+        kernel.ok("%%px\nnamed.Fence()")  # the memory: the sum of every rank's 1s
+        assert kernel.value("ipympi.current().pull('memory')[0].tolist()") == [0, 3, 3, 0]
+    finally:
+        kernel.ok("%%px\nnamed.Free()")
+
+
 @pytest.mark.timeout(60)
 def test_untraced_cells_draw_nothing_and_keep_the_last_trace(kernel: KernelSession) -> None:
     kernel.ok("%%px --trace\ncomm.Barrier()")

@@ -50,6 +50,7 @@ from ..core.errors import (
 )
 from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, register
+from ..progress import tracing
 from ..progress.largebuf import buffer_address
 from ..progress.shm import Segment
 from .args import c_int
@@ -138,6 +139,20 @@ class WinImpl:
         self.lock_all = False
         self.lock_all_nocheck = False
         self.sends: list[Any] = []  # synchronisation messages still leaving
+
+    def traced(self) -> dict[str, Any]:
+        """The fields of this rank's trace records of this window (``progress.tracing``)."""
+        comm = self.comm._live()
+        return {
+            "rank": comm.world_ranks[self.rank],
+            "crank": self.rank,
+            "win": comm.context,
+            "window": self.name or comm.label,
+        }
+
+    def world_rank(self, rank: int) -> int:
+        """The COMM_WORLD rank of the window's rank ``rank``."""
+        return int(self.comm._live().world_ranks[rank])
 
     def lock_byte(self, target: int) -> int:
         return target
@@ -272,6 +287,8 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
             elif rank == impl.rank:
                 array = impl.memory.view(np.ndarray)
             impl.targets.append(Target(rank, pid, base, size, unit, array))
+        # From now on the window's synchronisation traffic is traced as its own calls.
+        tracing.quiet.add(impl.comm._live().context)
 
     @classmethod
     @world_call
@@ -396,6 +413,7 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
             raise MPIException(ERR_RMA_SYNC, "Free: an access or exposure epoch is still open")
         delete_attributes(self, impl, "Free")  # type: ignore[arg-type]
         self._settle_sends(impl)
+        tracing.quiet.discard(impl.comm._live().context)
         impl.comm.Barrier()  # nobody accesses this memory any more
         impl.comm.Free()
         if impl.segment is not None:

@@ -13,12 +13,17 @@ Accumulates take the target's accumulate lock (a byte of the window's segment) f
 the whole read-combine-write: operations on one target are atomic per element and
 applied in the order they were called. Only the predefined operations, ``REPLACE``
 and ``NO_OP`` are allowed (user operations are ``ERR_OP``, as the standard says).
+
+While tracing is on (``progress.tracing.current``), each operation that moved data adds
+one ``rma`` record: origin, target, window, call, operation, bytes and displacement.
+When it is off, an operation pays one test of ``current``.
 """
 
 from __future__ import annotations
 
 import errno
 import operator
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -37,6 +42,7 @@ from ..core.errors import (
 from ..core.errors import Exception as MPIException
 from ..core.typemap import element_dtype
 from ..core.typemap_copy import gather, runs, scatter
+from ..progress import tracing
 from ..progress.largebuf import remote_copy
 from ..progress.operation import SEND, Operation
 from . import datatype as _dt
@@ -100,6 +106,27 @@ def _target_spec(target: Any, origin: BufferSpec) -> tuple[int, int, Datatype]:
         return operator.index(target), count, datatype
     except TypeError:
         raise ValueError("target: expecting integral or list/tuple") from None
+
+
+_now = time.perf_counter
+
+
+def _traced(impl: WinImpl, region: _Region, call: str, op: Any, way: str, t0: float) -> None:
+    """Record the operation ``call`` on ``region`` that started at ``t0`` (tracing on)."""
+    if op is not None and op._impl is NO_OP._impl:
+        way = "get"  # nothing combined: only the old contents move
+    target = region.target
+    record = impl.traced()
+    record.update(
+        target=impl.world_rank(target.rank),
+        ctarget=target.rank,
+        call=call,
+        op=None if op is None else op._impl.key,
+        dir=way,
+        bytes=region.nbytes,
+        disp=region.offset // target.disp_unit,
+    )
+    tracing.rma_op(record, t0)
 
 
 def _done(win: Any, call: str, rank: int) -> Request:
@@ -302,6 +329,7 @@ class WinOperations:
         self._put(origin, target_rank, target, "Put")
 
     def _put(self, origin: Any, target_rank: int, target: Any, call: str) -> None:
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         where = self._reach(impl, target_rank, call)
         if where is None:  # PROC_NULL: the origin buffer is not read, as in mpi4py
@@ -310,6 +338,8 @@ class WinOperations:
         region = self._region(impl, where, *_target_spec(target, spec), call)
         self._same_size(spec, region, call)
         region.write(_packed(spec))
+        if t0:
+            _traced(impl, region, call, None, "put", t0)
 
     @mpi_call
     def Get(self, origin: Any, target_rank: int, target: Any = None) -> None:
@@ -317,6 +347,7 @@ class WinOperations:
         self._get(origin, target_rank, target, "Get")
 
     def _get(self, origin: Any, target_rank: int, target: Any, call: str) -> None:
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         where = self._reach(impl, target_rank, call)
         if where is None:  # PROC_NULL: the origin buffer is not read, as in mpi4py
@@ -327,6 +358,8 @@ class WinOperations:
         region.read(_packed(spec))
         if spec.unpack is not None:
             spec.unpack(spec.mem.nbytes)
+        if t0:
+            _traced(impl, region, call, None, "get", t0)
 
     # -- accumulates ------------------------------------------------------------------
     def _combine(
@@ -366,6 +399,7 @@ class WinOperations:
     def _accumulate(
         self, origin: Any, result: Any, target_rank: int, target: Any, op: Any, call: str
     ) -> None:
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         where = self._reach(impl, target_rank, call)
         if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
@@ -388,6 +422,8 @@ class WinOperations:
             self._combine(region, basic, op, _packed(spec), fetch)
         if out is not None and out.unpack is not None:
             out.unpack(out.mem.nbytes)
+        if t0:
+            _traced(impl, region, call, op, "put" if out is None else "both", t0)
 
     @mpi_call
     def Accumulate(self, origin: Any, target_rank: int, target: Any = None, op: Op = SUM) -> None:
@@ -413,6 +449,7 @@ class WinOperations:
         self, origin: Any, result: Any, target_rank: int, target_disp: int = 0, op: Op = SUM
     ) -> None:
         """Combine one element into the target with ``op``, fetching its old value."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         where = self._reach(impl, target_rank, "Fetch_and_op")
         if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
@@ -440,11 +477,13 @@ class WinOperations:
             finally:
                 if segment is not None:
                     segment.unlock(byte, 1)
-            return
-        with self._mutex(impl, where):
-            self._combine(region, basic, op, _packed(spec), _packed(out))
-        if out.unpack is not None:
-            out.unpack(out.mem.nbytes)
+        else:
+            with self._mutex(impl, where):
+                self._combine(region, basic, op, _packed(spec), _packed(out))
+            if out.unpack is not None:
+                out.unpack(out.mem.nbytes)
+        if t0:
+            _traced(impl, region, "Fetch_and_op", op, "both", t0)
 
     @mpi_call
     def Compare_and_swap(
@@ -452,6 +491,7 @@ class WinOperations:
     ) -> None:
         """Replace one target element by the origin's if it equals ``compare``;
         ``result`` gets the old value."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         where = self._reach(impl, target_rank, "Compare_and_swap")
         if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
@@ -471,6 +511,8 @@ class WinOperations:
             fetch[: region.nbytes] = old
             if bytes(old) == bytes(_packed(cmp)[: region.nbytes]):
                 region.write(_packed(spec))
+        if t0:
+            _traced(impl, region, "Compare_and_swap", None, "both", t0)
 
     # -- request forms ----------------------------------------------------------------
     @mpi_call

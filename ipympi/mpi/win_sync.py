@@ -16,6 +16,9 @@ what the synchronisation calls add is ordering between ranks:
   ``ERR_RMA_CONFLICT`` rather than a hang.
 * ``Flush*`` and ``Sync`` have nothing left to wait for, but must be called inside a
   passive-target epoch, as the standard says (``ERR_RMA_SYNC`` otherwise).
+
+While tracing is on, each call adds one ``rma_sync`` record (``progress.tracing``); the
+barrier and messages it exchanges on the private communicator are not recorded.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from ..core.errors import (
     ERR_RMA_SYNC,
 )
 from ..core.errors import Exception as MPIException
+from ..progress import tracing
 from ..progress.engine import WaitInfo
 from .args import c_int
 from .datatype import BYTE
@@ -52,6 +56,32 @@ _MODES = K.MODE_NOCHECK | K.MODE_NOSTORE | K.MODE_NOPUT | K.MODE_NOPRECEDE | K.M
 _POST_TAG = 1
 _COMPLETE_TAG = 2
 _NOTHING: list[Any] = [None, 0, BYTE]
+
+
+_now = time.perf_counter
+
+
+def _traced(
+    impl: WinImpl,
+    call: str,
+    t0: float,
+    mode: int = 0,
+    peer: int | None = None,
+    group: Any = None,
+    lock: int | None = None,
+    done: bool = True,
+) -> None:
+    """Record the synchronisation call ``call`` that started at ``t0`` (tracing on)."""
+    record = impl.traced()
+    record.update(
+        call=call,
+        peer=None if peer is None else impl.world_rank(peer),
+        group=None if group is None else [impl.world_rank(r) for r in group],
+        lock=None if lock is None else ("exclusive" if lock == K.LOCK_EXCLUSIVE else "shared"),
+        assertion=mode,
+        done=done,
+    )
+    tracing.rma_sync(record, t0)
 
 
 def _assertion(assertion: Any, call: str) -> int:
@@ -136,6 +166,7 @@ class WinSynchronization:
     @mpi_call
     def Fence(self, assertion: int = 0) -> None:
         """End the current fence epoch and (unless ``MODE_NOSUCCEED``) start one; collective."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         mode = _assertion(assertion, "Fence")
         if impl.locks or impl.lock_all or impl.access is not None or impl.exposure is not None:
@@ -143,11 +174,14 @@ class WinSynchronization:
         self._settle_sends(impl)
         impl.comm.Barrier()
         impl.fence = not mode & K.MODE_NOSUCCEED
+        if t0:
+            _traced(impl, "Fence", t0, mode)
 
     # -- active target: post/start/complete/wait --------------------------------------
     @mpi_call
     def Start(self, group: Group, assertion: int = 0) -> None:
         """Start an access epoch to the ranks of ``group`` (they must ``Post``)."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         mode = _assertion(assertion, "Start")
         ranks = _group_ranks(impl, group, "Start")
@@ -160,20 +194,26 @@ class WinSynchronization:
                 impl.comm.Recv(_NOTHING, source=rank, tag=_POST_TAG)
         impl.access = frozenset(ranks)
         impl.fence = False
+        if t0:
+            _traced(impl, "Start", t0, mode, group=ranks)
 
     @mpi_call
     def Complete(self) -> None:
         """End the access epoch that ``Start`` opened."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         if impl.access is None:
             raise MPIException(ERR_RMA_SYNC, "Complete: no access epoch (call Start first)")
         for rank in sorted(impl.access):
             impl.sends.append(impl.comm.Isend(_NOTHING, dest=rank, tag=_COMPLETE_TAG))
+        if t0:
+            _traced(impl, "Complete", t0, group=sorted(impl.access))
         impl.access = None
 
     @mpi_call
     def Post(self, group: Group, assertion: int = 0) -> None:
         """Start an exposure epoch for the ranks of ``group`` (they ``Start``)."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         mode = _assertion(assertion, "Post")
         ranks = _group_ranks(impl, group, "Post")
@@ -185,32 +225,41 @@ class WinSynchronization:
         impl.exposure = [
             impl.comm.Irecv(_NOTHING, source=rank, tag=_COMPLETE_TAG) for rank in ranks
         ]
+        if t0:
+            _traced(impl, "Post", t0, mode, group=ranks)
 
     @mpi_call
     def Wait(self) -> bool:
         """End the exposure epoch: wait until every origin called ``Complete``."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         if impl.exposure is None:
             raise MPIException(ERR_RMA_SYNC, "Wait: no exposure epoch (call Post first)")
         Request.Waitall(impl.exposure)
         impl.exposure = None
+        if t0:
+            _traced(impl, "Wait", t0)
         return True
 
     @mpi_call
     def Test(self) -> bool:
         """Like ``Wait`` when every origin called ``Complete``; else False, epoch still open."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         if impl.exposure is None:
             raise MPIException(ERR_RMA_SYNC, "Test: no exposure epoch (call Post first)")
-        if not Request.Testall(impl.exposure):
-            return False
-        impl.exposure = None
-        return True
+        done = Request.Testall(impl.exposure)
+        if done:
+            impl.exposure = None
+        if t0:
+            _traced(impl, "Test", t0, done=done)
+        return done
 
     # -- passive target ---------------------------------------------------------------
     @mpi_call
     def Lock(self, rank: int, lock_type: int = K.LOCK_EXCLUSIVE, assertion: int = 0) -> None:
         """Start an access epoch to ``rank``, holding its lock shared or exclusive."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         kind = c_int(lock_type)
         if kind not in (K.LOCK_EXCLUSIVE, K.LOCK_SHARED):
@@ -229,10 +278,13 @@ class WinSynchronization:
             held = 1
         impl.locks[rank] = held
         impl.fence = False
+        if t0:
+            _traced(impl, "Lock", t0, mode, peer=rank, lock=kind)
 
     @mpi_call
     def Unlock(self, rank: int) -> None:
         """End the access epoch to ``rank`` that ``Lock`` started."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         rank = self._target_rank(impl, rank, "Unlock")
         if rank == K.PROC_NULL:
@@ -241,10 +293,13 @@ class WinSynchronization:
             raise MPIException(ERR_RMA_SYNC, f"Unlock: rank {rank} is not locked")
         if impl.locks.pop(rank) and impl.segment is not None:
             impl.segment.unlock(impl.lock_byte(rank), 1)
+        if t0:
+            _traced(impl, "Unlock", t0, peer=rank)
 
     @mpi_call
     def Lock_all(self, assertion: int = 0) -> None:
         """Start an access epoch to every rank, holding their locks shared."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         mode = _assertion(assertion, "Lock_all")
         if impl.lock_all or impl.locks:
@@ -256,44 +311,66 @@ class WinSynchronization:
             self._take(impl, 0, impl.size, False, "Lock_all")
         impl.lock_all = True
         impl.fence = False
+        if t0:
+            _traced(impl, "Lock_all", t0, mode, lock=K.LOCK_SHARED)
 
     @mpi_call
     def Unlock_all(self) -> None:
         """End the access epoch that ``Lock_all`` started."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         if not impl.lock_all:
             raise MPIException(ERR_RMA_SYNC, "Unlock_all: Lock_all was not called")
         if not impl.lock_all_nocheck and impl.segment is not None:
             impl.segment.unlock(0, impl.size)
         impl.lock_all = False
+        if t0:
+            _traced(impl, "Unlock_all", t0)
 
     @mpi_call
     def Flush(self, rank: int) -> None:
         """Complete the operations to ``rank`` at origin and target (they already are)."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         rank = self._target_rank(impl, rank, "Flush")
         if rank != K.PROC_NULL and rank not in impl.locks and not impl.lock_all:
             raise MPIException(ERR_RMA_SYNC, f"Flush: rank {rank} is not locked")
+        if t0 and rank != K.PROC_NULL:
+            _traced(impl, "Flush", t0, peer=rank)
 
     @mpi_call
     def Flush_all(self) -> None:
         """Complete every operation of this passive-target epoch."""
-        self._passive(self._live(), "Flush_all")
+        t0 = _now() if tracing.current is not None else 0.0
+        impl = self._live()
+        self._passive(impl, "Flush_all")
+        if t0:
+            _traced(impl, "Flush_all", t0)
 
     @mpi_call
     def Flush_local(self, rank: int) -> None:
         """Complete the operations to ``rank`` at the origin (they already are)."""
+        t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         rank = self._target_rank(impl, rank, "Flush_local")
         if rank != K.PROC_NULL and rank not in impl.locks and not impl.lock_all:
             raise MPIException(ERR_RMA_SYNC, f"Flush_local: rank {rank} is not locked")
+        if t0 and rank != K.PROC_NULL:
+            _traced(impl, "Flush_local", t0, peer=rank)
 
     @mpi_call
     def Flush_local_all(self) -> None:
         """Complete every operation of this passive-target epoch at the origin."""
-        self._passive(self._live(), "Flush_local_all")
+        t0 = _now() if tracing.current is not None else 0.0
+        impl = self._live()
+        self._passive(impl, "Flush_local_all")
+        if t0:
+            _traced(impl, "Flush_local_all", t0)
 
     @mpi_call
     def Sync(self) -> None:
         """Synchronise the window's public and private copies (one copy here: unified)."""
-        self._live()
+        t0 = _now() if tracing.current is not None else 0.0
+        impl = self._live()
+        if t0:
+            _traced(impl, "Sync", t0)

@@ -35,6 +35,26 @@ controller, are drawn as a message diagram (``ipympi.teach``). Record format:
 * ``{"type": "file", "t0", "t1", "rank", "call", "file", "offset", "bytes",
   "segments"}``: one data access of ``MPI.File`` by this rank: the file's path, the
   first file byte it touched, the bytes it moved and the number of contiguous pieces.
+* ``{"type": "rma", "t0", "t1", "rank", "target", "crank", "ctarget", "win",
+  "window", "call", "op", "dir", "bytes", "disp"}``: one one-sided operation
+  (``MPI.Win``) this rank started: ``rank`` is the origin and ``target`` the target
+  (COMM_WORLD ranks; ``crank``/``ctarget`` ranks in the window), ``win`` the window's
+  id (the same on every rank of the window), ``window`` its name, ``call`` ``Put``,
+  ``Get``, ``Accumulate``, ... (``Rput``, ... for the request forms), ``op`` the
+  combining operation's name (``"SUM"``; None for ``Put``/``Get``), ``dir`` where the
+  data goes (``"put"``: to the target, ``"get"``: to the origin, ``"both"``: to the
+  target and its old contents back), ``bytes`` the bytes moved each way and ``disp``
+  the target displacement in the target's units.
+* ``{"type": "rma_sync", "t0", "t1", "rank", "crank", "win", "window", "call",
+  "peer", "group", "lock", "assertion", "done"}``: one synchronisation call of a
+  window (``Fence``, ``Start``, ``Complete``, ``Post``, ``Wait``, ``Test``, ``Lock``,
+  ``Unlock``, ``Lock_all``, ``Unlock_all``, ``Flush``, ``Flush_all``, ``Flush_local``,
+  ``Flush_local_all``, ``Sync``): ``peer`` the target of ``Lock``/``Unlock``/``Flush``
+  (COMM_WORLD rank, else None), ``group`` the COMM_WORLD ranks of ``Start``/``Post``,
+  ``lock`` ``"exclusive"``/``"shared"`` for ``Lock``/``Lock_all``, ``assertion`` the
+  ``MODE_*`` bits, ``done`` False for a ``Test`` that found the epoch still open.
+  The messages and barriers these calls exchange on the window's private
+  communicator are not recorded: a ``Fence`` is one span, not a Barrier.
 * ``{"type": "truncated", "dropped": n}``: last, when more than ``limit``
   records were produced (the first ``limit`` are kept).
 
@@ -52,7 +72,8 @@ Tracing may start before ``MPI.Init``: the engine created by ``Init`` picks the
 tracer up. Records are appended only while the engine's lock is held (by the
 calling thread or the progress thread); ``start``, ``stop`` and ``records``
 take that lock too. When tracing is off the engine holds ``tracer = None`` and
-pays one ``is None`` test per send or delivery.
+pays one ``is None`` test per send or delivery, and a window one test of
+``current`` per operation or synchronisation call.
 """
 
 from __future__ import annotations
@@ -71,14 +92,20 @@ __all__ = [
     "active",
     "attach",
     "file_access",
+    "quiet",
     "recording",
     "records",
+    "rma_op",
+    "rma_sync",
     "snapshot",
     "start",
     "stop",
 ]
 
 _now = time.perf_counter
+# The point-to-point contexts of communicators whose traffic is not recorded: the
+# private communicators of windows, whose calls are recorded as themselves (rma_sync).
+quiet: set[int] = set()
 
 
 def snapshot(value: Any) -> Any:
@@ -190,8 +217,8 @@ class Tracer:
         self, engine: Any, op: Any, mem: Any, wdest: int, context: int, source: int, tag: int
     ) -> None:
         """``op`` hands ``mem`` to the engine for world rank ``wdest``."""
-        if not self.on or op.comm is None:  # no communicator: the library's own traffic
-            return
+        if not self.on or op.comm is None or (context & ~1) in quiet:
+            return  # no communicator: the library's own traffic
         record = self._message(
             "send", engine, op.comm, op.call, wdest, source, op.peer, context, tag, _nbytes(mem)
         )
@@ -214,11 +241,10 @@ class Tracer:
         """
         if not self.on or op.comm is None:
             return
-        if env is None:
-            arrived: float | None = None
-        else:
-            noted = self.arrivals.pop(id(env), None)
-            arrived = noted[1] if noted is not None else None
+        noted = None if env is None else self.arrivals.pop(id(env), None)
+        if (context & ~1) in quiet:
+            return
+        arrived = noted[1] if noted is not None else None
         impl = getattr(op.comm, "_impl", None)
         crank = impl.rank if impl is not None else -1
         record = self._message(
@@ -235,7 +261,7 @@ class Tracer:
     # -- collectives ----------------------------------------------------------------
     def coll_started(self, coll: Any, root: int | None) -> dict[str, Any] | None:
         """A collective call starts: its record (None when not recording)."""
-        if not self.on:
+        if not self.on or (coll.context & ~1) in quiet:
             return None
         record = {
             "type": "coll",
@@ -370,6 +396,11 @@ def file_access(rank: int, call: str, path: str, offset: int, nbytes: int, segme
         return
     record = {"type": "file", "t0": t0, "t1": _now(), "rank": rank, "call": call,
               "file": path, "offset": offset, "bytes": nbytes, "segments": segments}  # fmt: skip
+    _add_now(tracer, record)
+
+
+def _add_now(tracer: Tracer, record: dict[str, Any]) -> None:
+    """Add ``record`` holding the engine's lock (calls outside the engine record this way)."""
     engine = _engine()
     live = engine is not None and not engine.finalized
     if live:
@@ -379,6 +410,23 @@ def file_access(rank: int, call: str, path: str, offset: int, nbytes: int, segme
     finally:
         if live:
             engine.leave()
+
+
+def rma_op(record: dict[str, Any], t0: float) -> None:
+    """Record a one-sided operation that started at ``t0`` and ends now (see the
+    module docstring for ``record``'s fields; ``type``, ``t0`` and ``t1`` are added)."""
+    tracer = current
+    if tracer is None or not tracer.on:
+        return
+    _add_now(tracer, {"type": "rma", "t0": t0, "t1": _now(), **record})
+
+
+def rma_sync(record: dict[str, Any], t0: float) -> None:
+    """Record a window's synchronisation call that started at ``t0`` and ends now."""
+    tracer = current
+    if tracer is None or not tracer.on:
+        return
+    _add_now(tracer, {"type": "rma_sync", "t0": t0, "t1": _now(), **record})
 
 
 def active() -> bool:

@@ -5,9 +5,14 @@ the right on a :class:`~.timescale.TimeScale` (long idle gaps drawn as axis
 breaks), each message an arrow from its send on the sender's lane to its
 receive on the receiver's lane, each collective a translucent span on every
 rank's lane with its rounds marked and numbered, arrows coloured by
-collective call. Every arrow and span has a ``<title>`` tooltip with the
-details. The SVG is plain markup, one element group per message or span, so
-it stays small and needs nothing but a browser.
+collective call. One-sided communication: each window synchronisation call
+(``Fence``, ``Lock``, ...) a grey span, each epoch a band under its rank's lane
+from its opening call to its closing one, each operation an arrow the way its
+data goes (``Put``/``Accumulate`` origin to target, ``Get`` target to origin,
+both heads for the fetching atomics) labelled with its call and size. Every
+arrow and span has a ``<title>`` tooltip with the details. The SVG is plain
+markup, one element group per message or span, so it stays small and needs
+nothing but a browser.
 
 The text rendering (for terminals) is in :mod:`.textchart`.
 """
@@ -24,6 +29,7 @@ from .timescale import TimeScale, event_times
 from .units import format_bytes, format_time
 
 if TYPE_CHECKING:
+    from .rma import RmaEpoch, RmaOp, RmaSync
     from .trace import Trace, TracedCollective, TracedMessage
 
 __all__ = ["render_svg", "render_text"]
@@ -40,6 +46,11 @@ PALETTE = (
     "#bcbd22",
 )
 P2P_COLOUR = "#555555"
+RMA_COLOURS = {"put": "#7b3294", "get": "#008837", "accumulate": "#c51b7d"}
+RMA_NAMES = {"put": "Put", "get": "Get", "accumulate": "accumulate / atomic"}
+SYNC_COLOUR = "#4d4d4d"
+EPOCH_COLOUR = "#8c8cc8"
+MAX_RMA_LABELS = 60  # beyond this many operations their arrows carry no text
 # Beyond these the SVG would be too heavy for a notebook (each is a few hundred bytes).
 MAX_ARROWS = 2000
 MAX_SPANS = 1000
@@ -381,6 +392,101 @@ def _svg_orphan(lay: _SvgLayout, trace: Trace, record: dict, out: list[str]) -> 
     )
 
 
+def _svg_sync(lay: _SvgLayout, trace: Trace, sync: RmaSync, out: list[str]) -> None:
+    """A window's synchronisation call: a grey span on its rank's lane."""
+    x0 = lay.x(trace, sync.t0)
+    x1 = max(lay.x(trace, sync.t1), x0 + 2)
+    height = lay.lane_h * 0.5
+    top = lay.y(sync.rank) - height / 2
+    tooltip = (
+        f"{sync.label} on {sync.window}, rank {sync.rank}\n"
+        f"from {format_time(trace.relative(sync.t0))} to {format_time(trace.relative(sync.t1))}"
+        f" ({format_time(sync.t1 - sync.t0)})"
+    )
+    label = ""
+    size = lay.font - 2
+    if x0 + 3 + _text_width(sync.label, size) + 3 <= x1:
+        label = (
+            f'<text x="{_num(x0 + 3)}" y="{_num(top + height / 2 + size * 0.35)}" '
+            f'font-size="{_num(size)}" fill="{SYNC_COLOUR}" {HALO}>{_esc(sync.label)}</text>'
+        )
+    out.append(
+        f'<g class="rma-sync" data-rank="{sync.rank}" data-call="{_esc(sync.call)}">'
+        f"<title>{_esc(tooltip)}</title>"
+        f'<rect x="{_num(x0)}" y="{_num(top)}" width="{_num(x1 - x0)}" height="{_num(height)}" '
+        f'rx="2" fill="{SYNC_COLOUR}" fill-opacity="0.18" stroke="{SYNC_COLOUR}"/>{label}</g>'
+    )
+
+
+def _svg_epoch(lay: _SvgLayout, trace: Trace, epoch: RmaEpoch, out: list[str]) -> None:
+    """An epoch: a band under its rank's lane, from its opening call to its closing one."""
+    t1 = epoch.t1 if epoch.t1 is not None else trace.start + trace.duration
+    x0 = lay.x(trace, epoch.t0)
+    x1 = max(lay.x(trace, t1), x0 + 2)
+    top = lay.y(epoch.rank) + lay.lane_h * 0.3
+    height = max(lay.lane_h * 0.12, 2.0)
+    ops = epoch.ops if epoch.access else epoch.incoming
+    lines = [f"rank {epoch.rank}, {epoch.summary()}", f"window: {epoch.window}"]
+    lines += [op.describe() for op in ops[:20]]
+    if len(ops) > 20:
+        lines.append(f"… {len(ops) - 20} more")
+    open_end = epoch.opened is None or epoch.closed is None
+    size = max(lay.font - 4, 6)
+    label = ""
+    if x0 + 2 + _text_width(epoch.label, size) <= x1 and lay.lane_h >= 30:
+        label = (
+            f'<text x="{_num(x0 + 2)}" y="{_num(top + height + size)}" font-size="{_num(size)}" '
+            f'fill="{EPOCH_COLOUR}">{_esc(epoch.label)}</text>'
+        )
+    out.append(
+        f'<g class="epoch" data-rank="{epoch.rank}" data-kind="{epoch.kind}">'
+        f"<title>{_esc(chr(10).join(lines))}</title>"
+        f'<rect x="{_num(x0)}" y="{_num(top)}" width="{_num(x1 - x0)}" height="{_num(height)}" '
+        f'fill="{EPOCH_COLOUR}" fill-opacity="0.55"'
+        + (f' stroke="{EPOCH_COLOUR}" stroke-dasharray="3 2"' if open_end else "")
+        + f"/>{label}</g>"
+    )
+
+
+def _svg_rma(lay: _SvgLayout, trace: Trace, op: RmaOp, labelled: bool, out: list[str]) -> None:
+    """A one-sided operation: an arrow from where its data is to where it goes."""
+    colour = RMA_COLOURS[op.kind]
+    xs, xe = lay.x(trace, op.t0), max(lay.x(trace, op.t1), lay.x(trace, op.t0) + 1)
+    ys, ye = lay.y(op.src), lay.y(op.dst)
+    size = max(4.0, lay.font * 0.5)
+    if op.src == op.dst:  # its own window: a loop above the lane
+        xe = max(xe, xs + 8)
+        cx, cy = (xs + xe) / 2, ys - lay.lane_h * 0.7
+        body = f'<path d="M{_num(xs)},{_num(ys)} Q{_num(cx)},{_num(cy)} {_num(xe)},{_num(ye)}" '
+        heads = [_arrow_head(cx, cy, xe, ye, size)]
+        mid = (cx, ys - lay.lane_h * 0.4)
+    else:
+        body = f'<line x1="{_num(xs)}" y1="{_num(ys)}" x2="{_num(xe)}" y2="{_num(ye)}" '
+        heads = [_arrow_head(xs, ys, xe, ye, size)]
+        if op.way == "both":
+            heads.append(_arrow_head(xe, ye, xs, ys, size))
+        mid = ((xs + xe) / 2, (ys + ye) / 2)
+    text = f"{op.label} {format_bytes(op.nbytes)}"
+    epoch = op.epoch.label if op.epoch is not None else "no epoch traced"
+    tooltip = (
+        f"{op.describe()}\n{op.window}, {epoch} of rank {op.origin}\n"
+        f"from {format_time(trace.relative(op.t0))} to {format_time(trace.relative(op.t1))}"
+    )
+    label = ""
+    if labelled:
+        small = max(lay.font - 3, 6)
+        label = (
+            f'<text x="{_num(mid[0] + 3)}" y="{_num(mid[1] + small * 0.35)}" '
+            f'font-size="{_num(small)}" fill="{colour}" {HALO}>{_esc(text)}</text>'
+        )
+    polygons = "".join(f'<polygon points="{head}" fill="{colour}"/>' for head in heads)
+    out.append(
+        f'<g class="rma" data-origin="{op.origin}" data-target="{op.target}" '
+        f'data-call="{_esc(op.call)}"><title>{_esc(tooltip)}</title>'
+        f'{body}fill="none" stroke="{colour}" stroke-width="1.6"/>{polygons}{label}</g>'
+    )
+
+
 def _svg_legend(
     lay: _SvgLayout, trace: Trace, colours: dict[str, str], top: float, width: int
 ) -> tuple[list[str], float]:
@@ -391,6 +497,10 @@ def _svg_legend(
         entries.append(("receive not traced", P2P_COLOUR, True))
     if trace.unmatched_receives:
         entries.append(("send not traced", P2P_COLOUR, True))
+    kinds = {op.kind for op in trace.rma_ops}
+    entries += [(RMA_NAMES[k], RMA_COLOURS[k], False) for k in RMA_COLOURS if k in kinds]
+    if trace.epochs:
+        entries.append(("epoch (one-sided)", EPOCH_COLOUR, False))
     if lay.scale.breaks:
         entries.append(("≈ idle time, compressed", "#b0b6bd", True))
     out: list[str] = []
@@ -429,6 +539,13 @@ def render_svg(trace: Trace, width: int = 900) -> str:
             break
         spans += len(coll.spans)
         _svg_collective(lay, trace, coll, colours.get(coll.call, P2P_COLOUR), body)
+    for epoch in trace.epochs[:MAX_SPANS]:
+        _svg_epoch(lay, trace, epoch, body)
+    for sync in trace.rma_syncs[:MAX_SPANS]:
+        _svg_sync(lay, trace, sync, body)
+    labelled = len(trace.rma_ops) <= MAX_RMA_LABELS
+    for op in trace.rma_ops[:MAX_ARROWS]:
+        _svg_rma(lay, trace, op, labelled, body)
     drawn = trace.messages[:MAX_ARROWS]
     collective_of = _collective_of(trace)
     for message in drawn:

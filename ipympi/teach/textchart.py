@@ -3,9 +3,12 @@
 First a lane chart: one row per rank, one column per time bucket on the same
 :class:`~.timescale.TimeScale` as the SVG diagram (long idle gaps shown as
 ``≈``), ``S``/``R`` where a rank sends or receives and ``[Name…]`` while it is
-inside a collective. Then the events in time order: each collective with its
-messages grouped by causal step (``round k`` when the ranks' rounds line up),
-and each point-to-point message on its own line.
+inside a collective or a window's synchronisation call (``[Fence]``), ``P``/``G``/``A``
+where a rank starts a put, get or accumulate (``p``/``g``/``a`` on its target's row)
+and ``=`` while a rank is inside an epoch. Then the events in time order: each
+collective with its messages grouped by causal step (``round k`` when the ranks'
+rounds line up), each epoch with its operations in order, and each point-to-point
+message on its own line.
 """
 
 from __future__ import annotations
@@ -13,10 +16,12 @@ from __future__ import annotations
 import textwrap
 from typing import TYPE_CHECKING
 
+from .rma import epoch_groups, rank_list
 from .timescale import TimeScale, event_times
 from .units import format_bytes, format_time, plural
 
 if TYPE_CHECKING:
+    from .rma import RmaEpoch
     from .trace import Trace, TracedCollective, TracedMessage
 
 __all__ = ["render_text"]
@@ -54,6 +59,30 @@ def _collective_lines(trace: Trace, coll: TracedCollective, width: int) -> list[
     return lines
 
 
+def _epoch_lines(trace: Trace, epochs: list[RmaEpoch]) -> list[str]:
+    """One epoch (a fence epoch: on every rank of its window) and its operations."""
+    first = epochs[0]
+    ranks = sorted({e.rank for e in epochs})
+    who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {rank_list(ranks)}"
+    ops = sorted(
+        (op for e in epochs for op in (e.ops if e.access else e.incoming)), key=lambda o: o.t0
+    )
+    opened = first.opened.label if first.opened is not None else "before the trace"
+    ends = [e.closed.t1 for e in epochs if e.closed is not None]
+    closed = (
+        f"{first.closed.label} at {format_time(trace.relative(max(ends)))}"
+        if first.closed is not None
+        else "still open"
+    )
+    lines = [
+        f"{first.label} on {first.window}, {who}: {opened} at "
+        f"{format_time(trace.relative(min(e.t0 for e in epochs)))} … {closed}, "
+        f"{plural(len(ops), 'operation' if first.access else 'incoming operation')}"
+    ]
+    lines += [f"  {k}. {op.describe()}" for k, op in enumerate(ops, start=1)]
+    return lines
+
+
 def _message_line(trace: Trace, m: TracedMessage) -> str:
     where = "" if m.comm == "MPI_COMM_WORLD" else f"  on {m.comm}"
     received = (
@@ -85,6 +114,8 @@ def _event_lines(trace: Trace, width: int) -> list[str]:
             entries.append((m.t_send, 1, [_message_line(trace, m)]))
     for record in trace.unmatched_receives:
         entries.append((float(record["t"]), 1, [_orphan_line(trace, record)]))
+    for group in epoch_groups(trace.epochs):
+        entries.append((min(e.opened_at for e in group), 0, _epoch_lines(trace, group)))
     entries.sort(key=lambda e: (e[0], e[1]))
     lines = [line for _, _, group in entries for line in group]
     if len(lines) > MAX_EVENT_LINES:
@@ -127,6 +158,24 @@ def _lane_chart(trace: Trace, width: int) -> list[str]:
             for i in range(inner):
                 row[c0 + 1 + i] = text[i] if i < len(text) else "-"
             names[rank].update(range(c0, c0 + 1 + len(text)), (c1,))
+    for epoch in trace.epochs:
+        end = epoch.t1 if epoch.t1 is not None else trace.start + trace.duration
+        row = rows[epoch.rank]
+        for c in range(col(epoch.t0), col(end) + 1):
+            if row[c] == " ":
+                row[c] = "="
+    for sync in trace.rma_syncs:
+        c0, c1 = col(sync.t0), col(sync.t1)
+        row = rows[sync.rank]
+        inner = c1 - c0 - 1
+        if inner < 1:
+            row[c0] = "|"
+            continue
+        text = sync.call[:inner]
+        row[c0], row[c1] = "[", "]"
+        for i in range(inner):
+            row[c0 + 1 + i] = text[i] if i < len(text) else "-"
+        names[sync.rank].update(range(c0, c0 + 1 + len(text)), (c1,))
     for seg in scale.breaks:  # over idle lanes and the plain part of spans
         for c in range(round(seg.x0) + 1, round(seg.x1)):
             for row in rows.values():
@@ -138,6 +187,11 @@ def _lane_chart(trace: Trace, width: int) -> list[str]:
             _mark(rows[m.dst], col(m.t_recv), "R", names[m.dst] if m.coll else None)
     for record in trace.unmatched_receives:
         _mark(rows[int(record["rank"])], col(float(record["t"])), "R")
+    for op in trace.rma_ops:
+        letter = op.kind[0].upper()
+        _mark(rows[op.origin], col(op.t0), letter)
+        if op.target != op.origin:
+            _mark(rows[op.target], col(op.t1), letter.lower(), names[op.target])
     axis = [" "] * cols
     for tick in scale.ticks(spacing=12):
         c = min(round(tick.x), cols - 1)
@@ -146,6 +200,8 @@ def _lane_chart(trace: Trace, width: int) -> list[str]:
     lines = [" " * label_w + " " + "".join(axis).rstrip()]
     lines += [f"{f'rank {rank}':<{label_w}}|" + "".join(rows[rank]) for rank in trace.ranks]
     key = "S send, R receive, * both, [Name] collective"
+    if trace.rma_ops or trace.rma_syncs:
+        key += ", P/G/A put/get/accumulate (p/g/a its target), = epoch"
     if scale.breaks:
         key += ", ≈ idle (compressed)"
     lines.append(" " * label_w + " " + key)
@@ -159,7 +215,13 @@ def render_text(trace: Trace, width: int = 100) -> str:
     lines = [f"Trace: {trace.summary()}"]
     if trace.empty:
         return lines[0]
-    if trace.messages or trace.collectives or trace.unmatched_receives:
+    if (
+        trace.messages
+        or trace.collectives
+        or trace.unmatched_receives
+        or trace.rma_ops
+        or trace.rma_syncs
+    ):
         lines += _lane_chart(trace, width)
         lines.append("")
         lines += _event_lines(trace, width)

@@ -185,4 +185,6 @@ def event_times(trace: Trace) -> list[float]:
             times += [span.t0, span.t1]
             for rnd in span.rounds:
                 times += [t for t in (rnd.t0, rnd.t1) if t is not None]
+    times += [t for op in trace.rma_ops for t in (op.t0, op.t1)]
+    times += [t for sync in trace.rma_syncs for t in (sync.t0, sync.t1)]
     return [t - trace.start for t in times]

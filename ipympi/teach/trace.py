@@ -6,8 +6,9 @@ sends are paired with receives by MPI's non-overtaking rule (the k-th send
 from s to d on a context and tag matches the k-th receive at d from s on the
 same context and tag), collectives are gathered by their ``(context, seq)``
 across ranks, and the messages inside a collective are ordered into causal
-steps. The drawings (:mod:`.diagram`) and the round-by-round explanations
-(:mod:`.explain`) are built from this one model.
+steps, and one-sided operations are placed in the epochs their ranks' window
+synchronisation calls opened (:mod:`.rma`). The drawings (:mod:`.diagram`) and the
+round-by-round explanations (:mod:`.explain`) are built from this one model.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from .diagram import render_svg, render_text
+from .rma import RmaEpoch, RmaOp, RmaSync, build, count_epochs
+from .rma_steps import EpochSteps
 from .units import format_time, plural
 
 __all__ = [
@@ -36,6 +39,8 @@ _REQUIRED = {
     "recv": ("t", "rank", "peer", "context", "tag", "bytes", "call"),
     "coll": ("t0", "t1", "rank", "context", "seq", "call"),
     "file": ("t0", "t1", "rank", "call", "offset", "bytes"),
+    "rma": ("t0", "t1", "rank", "target", "win", "call", "bytes"),
+    "rma_sync": ("t0", "t1", "rank", "win", "call"),
     "truncated": (),
 }
 
@@ -371,6 +376,7 @@ class Trace:
         unmatched_receives: list[dict[str, Any]],
         truncated: bool,
         file_ops: Sequence[dict[str, Any]] = (),
+        rma: tuple[list[RmaOp], list[RmaSync], list[RmaEpoch]] = ([], [], []),
     ) -> None:
         self.ranks = ranks
         self.file_ops = sorted(file_ops, key=lambda r: (float(r["t0"]), int(r["rank"])))
@@ -382,6 +388,8 @@ class Trace:
         times = [t for record in records for t in _times(record)]
         self.start = min(times, default=0.0)
         self.duration = max(times, default=0.0) - self.start
+        # one-sided communication: operations, synchronisation calls, epochs
+        self.rma_ops, self.rma_syncs, self.epochs = rma
 
     @classmethod
     def from_ranks(cls, records: Mapping[int, Sequence[Mapping[str, Any]]]) -> Trace:
@@ -404,11 +412,15 @@ class Trace:
                 by_kind[kind].append(record)
                 if kind in ("send", "recv"):
                     lanes.add(int(record["peer"]))
+                elif kind == "rma":
+                    lanes.add(int(record["target"]))
         messages, unmatched = _pair(by_kind["send"], by_kind["recv"])
         messages.sort(key=lambda m: (m.t_send, m.src))
         collectives = _collectives(by_kind["coll"], messages)
         ordered = sorted(collectives.values(), key=lambda c: c.t0)
         everything.sort(key=_record_time)
+        times = [t for record in everything for t in _times(record)]
+        first, last = min(times, default=0.0), max(times, default=0.0)
         return cls(
             sorted(lanes),
             everything,
@@ -417,12 +429,20 @@ class Trace:
             unmatched,
             bool(by_kind["truncated"]),
             by_kind["file"],
+            build(by_kind["rma"], by_kind["rma_sync"], first, last),
         )
 
     # -- views -------------------------------------------------------------------------
     @property
     def empty(self) -> bool:
-        return not (self.messages or self.collectives or self.unmatched_receives or self.file_ops)
+        return not (
+            self.messages
+            or self.collectives
+            or self.unmatched_receives
+            or self.file_ops
+            or self.rma_ops
+            or self.rma_syncs
+        )
 
     @property
     def dropped(self) -> int:
@@ -448,6 +468,12 @@ class Trace:
                 f"{plural(len(self.ranks), 'rank')}, {plural(len(self.messages), 'message')}, "
                 f"{plural(n_coll, 'collective')}, "
                 + (f"{plural(len(self.file_ops), 'file operation')}, " if self.file_ops else "")
+                + (
+                    f"{plural(len(self.rma_ops), 'one-sided operation')} in "
+                    f"{plural(count_epochs(self.epochs), 'epoch')}, "
+                    if self.rma_ops or self.rma_syncs
+                    else ""
+                )
                 + f"{format_time(self.duration)}"
             )
         if self.truncated:
@@ -471,6 +497,11 @@ class Trace:
 
     def to_text(self, width: int = 100) -> str:
         return render_text(self, width)
+
+    def epoch_steps(self) -> EpochSteps:
+        """The one-sided communication, epoch by epoch (an :class:`~.rma_steps.EpochSteps`: shown
+        as frames; ``.widget()`` steps through them); ValueError without any epoch."""
+        return EpochSteps(self)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, str]:
         """The diagram as SVG, also inline in HTML, and as text.
