@@ -70,9 +70,9 @@ def test_copy_pieces_regular_and_irregular(width: int) -> None:
         for a, f in zip(at.tolist(), frm.tolist()):
             expect[a : a + width] = src[f : f + width]
         assert (dst == expect).all()
-    dst = np.zeros(6, np.uint8)
-    tp.copy_pieces(dst, arr(0, 2), np.arange(1, 7, dtype=np.uint8), arr(0, 3), arr(3, 3))
-    assert dst.tolist() == [1, 2, 4, 5, 6, 0]  # overlapping: the later piece wins
+    dst = np.zeros(7, np.uint8)
+    tp.copy_pieces(dst, arr(4, 0), np.arange(1, 6, dtype=np.uint8), arr(0, 2), arr(2, 3))
+    assert dst.tolist() == [3, 4, 5, 0, 1, 2, 0]  # pieces of several lengths
 
 
 def test_bytes_before_eof_stop_at_the_first_short_segment() -> None:

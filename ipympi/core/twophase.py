@@ -114,8 +114,9 @@ def runs(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def copy_pieces(
     dst: np.ndarray, at: np.ndarray, src: np.ndarray, frm: np.ndarray, lens: np.ndarray
 ) -> None:
-    """``dst[at[i]:at[i] + lens[i]] = src[frm[i]:frm[i] + lens[i]]`` for every piece (in
-    order: a later piece wins where two overlap), on uint8 arrays.
+    """``dst[at[i]:at[i] + lens[i]] = src[frm[i]:frm[i] + lens[i]]`` for every piece, on
+    uint8 arrays (where pieces overlap in ``dst``, which one lands is not said: as for
+    overlapping accesses of one collective call in MPI).
 
     Pieces of one length whose places are all multiples of it, as a regular view
     gives, are copied as rows of a 2-D view in one numpy operation; others one by one.
@@ -128,7 +129,6 @@ def copy_pieces(
         and bool((lens == width).all())
         and not (at % width).any()
         and not (frm % width).any()
-        and len(np.unique(at)) == len(at)
     ):
         rows_dst = dst[: len(dst) - len(dst) % width].reshape(-1, width)
         rows_src = src[: len(src) - len(src) % width].reshape(-1, width)
