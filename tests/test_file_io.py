@@ -38,8 +38,8 @@ def test_file_has_every_method_of_mpi4py() -> None:
     assert MPI.FILE_NULL.Get_errhandler() == MPI.ERRORS_RETURN
 
 
-def run(run_mpi, n: int, body: str, timeout: float = 30) -> None:
-    proc = run_mpi(n, mpi_program(PRELUDE, body), timeout=timeout)
+def run(run_mpi, n: int, body: str, timeout: float = 30, prelude: str = PRELUDE) -> None:
+    proc = run_mpi(n, mpi_program(prelude, body), timeout=timeout)
     assert_ok(proc, n)
 
 
@@ -401,3 +401,153 @@ def test_device_errors_have_their_classes(run_mpi, tmp_path):
             )
         finally:
             sleeper.kill()
+
+
+TWO_PHASE_PRELUDE = """
+calls = {"pwrite": 0, "preadv": 0}
+for _name in calls:
+    def _counted(*args, _real=getattr(os, _name), _name=_name):
+        calls[_name] += 1
+        return _real(*args)
+    setattr(os, _name, _counted)
+
+
+def interleaved(fh, width, blocks):
+    # rank r sees blocks r, r + size, r + 2 size... of `width` bytes
+    vector = MPI.BYTE.Create_vector(blocks, width, width * size).Commit()
+    fh.Set_view(rank * width, MPI.BYTE, vector)
+    vector.Free()
+
+
+def expected(width, blocks, total_ranks):
+    return b"".join(bytes([65 + r]) * width for _ in range(blocks) for r in range(total_ranks))
+"""
+
+
+@pytest.mark.parametrize(
+    "hints",
+    [
+        {},  # every rank an aggregator, one round
+        {"cb_nodes": "2", "cb_buffer_size": "65536"},  # fewer aggregators, many rounds
+        {"romio_cb_write": "disable", "romio_cb_read": "disable"},  # each rank alone
+    ],
+)
+def test_interleaved_collective_access_goes_through_aggregators(run_mpi, hints):
+    # 3 ranks, 3000 blocks of 100 bytes each: independently 3000 pwrites a rank; through
+    # aggregators one per contiguous run a round. Bytes must be the same either way,
+    # with hints that force several rounds and fewer aggregators than ranks.
+    alone = "disable" in hints.values()
+    run(
+        run_mpi,
+        3,
+        f"""
+        info = MPI.Info.Create()
+        for key, value in {hints!r}.items():
+            info.Set(key, value)
+        width, blocks = 100, 3000
+        with MPI.File.Open(comm, name, RW | MPI.MODE_DELETE_ON_CLOSE, info) as fh:
+            interleaved(fh, width, blocks)
+            st = MPI.Status()
+            fh.Write_all(np.full(width * blocks, 65 + rank, np.uint8), st)
+            assert st.Get_count(MPI.BYTE) == width * blocks
+            assert fh.Get_position() == width * blocks
+            writes = comm.allreduce(calls["pwrite"])
+            assert writes >= 9000 if {alone} else writes < 60, writes
+            fh.Sync()
+            comm.Barrier()
+            if rank == 0:
+                assert read_all_bytes() == expected(width, blocks, size)
+            comm.Barrier()
+            fh.Sync()
+            back = np.zeros(width * blocks, np.uint8)
+            fh.Read_at_all(0, back, st)
+            assert (back == 65 + rank).all()
+            assert st.Get_count(MPI.BYTE) == width * blocks
+            reads = comm.allreduce(calls["preadv"])
+            assert reads >= 9000 if {alone} else reads < 60, reads
+            # the same through split collectives and explicit offsets
+            fh.Write_at_all_begin(0, np.full(width * blocks, 97 + rank, np.uint8))
+            fh.Write_at_all_end(np.empty(0, np.uint8))
+            fh.Sync()
+            comm.Barrier()
+            if rank == 0:
+                assert read_all_bytes() == expected(width, blocks, size).lower()
+        """,
+        prelude=PRELUDE + TWO_PHASE_PRELUDE,
+    )
+
+
+def test_two_phase_reads_stop_at_the_end_of_the_file(run_mpi):
+    # The file ends 25 bytes into the 51st row of blocks (10 bytes a rank): rank 2's
+    # 51st block is cut short; each rank's read gets what precedes the end.
+    run(
+        run_mpi,
+        3,
+        """
+        width, blocks = 10, 100
+        if rank == 0:
+            with open(name, "wb") as f:
+                f.write(expected(width, blocks, size)[: width * size * 50 + 25])
+        comm.Barrier()
+        with MPI.File.Open(comm, name, MPI.MODE_RDONLY) as fh:
+            interleaved(fh, width, blocks)
+            back = np.zeros(width * blocks, np.uint8)
+            st = MPI.Status()
+            fh.Read_all(back, st)
+            got = st.Get_count(MPI.BYTE)
+            assert got == [510, 510, 505][rank], got
+            assert (back[:got] == 65 + rank).all()
+            assert fh.Get_position() == width * blocks  # the etypes asked for
+        comm.Barrier()
+        if rank == 0:
+            os.unlink(name)
+        """,
+        prelude=PRELUDE + TWO_PHASE_PRELUDE,
+    )
+
+
+def test_a_wrong_rank_in_an_interleaved_collective_loses_nothing(run_mpi):
+    run(
+        run_mpi,
+        3,
+        """
+        width, blocks = 8, 500
+        with MPI.File.Open(comm, name, RW | MPI.MODE_DELETE_ON_CLOSE) as fh:
+            interleaved(fh, width, blocks)
+            data = np.full(width * blocks, 65 + rank, np.uint8)
+            if rank == 1:
+                raises(MPI.ERR_ARG, fh.Write_at_all, -1, data)
+                try:
+                    fh.Write_all(object())
+                except TypeError:
+                    pass
+                else:
+                    raise AssertionError("no TypeError")
+            else:
+                fh.Write_at_all(0, data)
+                fh.Write_all(data)
+            fh.Sync()
+            comm.Barrier()
+            if rank == 0:
+                content = read_all_bytes()
+                assert content[:16] == b"A" * 8 + b"\\0" * 8, content[:24]
+                assert content[16:24] == b"C" * 8
+        """,
+        prelude=PRELUDE + TWO_PHASE_PRELUDE,
+    )
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full")
+def test_an_aggregator_s_failed_write_fails_the_collective_everywhere(run_mpi):
+    run(
+        run_mpi,
+        2,
+        """
+        fh = MPI.File.Open(comm, "/dev/full", MPI.MODE_WRONLY)
+        interleaved(fh, 16, 100)
+        exc = raises(MPI.ERR_NO_SPACE, fh.Write_all, np.zeros(1600, np.uint8))
+        assert "aggregator" in str(exc), exc
+        fh.Close()
+        """,
+        prelude=PRELUDE + TWO_PHASE_PRELUDE,
+    )

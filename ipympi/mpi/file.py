@@ -92,7 +92,8 @@ class FileImpl:
     """One open file on this rank (what ``File`` handles refer to)."""
 
     __slots__ = ("__weakref__", "amode", "atomic", "comm", "dirty", "errhandler", "fd",
-                 "hints", "path", "pos", "shared", "split", "view", "world_rank")  # fmt: skip
+                 "hints", "path", "pos", "shared", "split", "strided", "view",
+                 "world_rank")  # fmt: skip
 
     def __init__(self, path: str, amode: int, fd: int, comm: Any, shared: SharedPointer) -> None:
         self.path = path
@@ -107,6 +108,7 @@ class FileImpl:
         self.dirty = False  # written since the last Sync
         self.pos = 0  # the individual file pointer, in etypes of the view
         self.view: View = native_view()
+        self.strided = False  # whether any rank's view has holes (see Set_view)
         self.split: Any = None  # the pending split collective: (call, status)
         world = PROCESS.world
         self.world_rank = int(world.Get_rank()) if world is not None else 0

@@ -2,11 +2,12 @@
 offsets, individual and shared file pointers), blocking, nonblocking and split
 collective, independent and collective; plus views, seeking and positions.
 
-Every access turns the message into the file's bytes (:mod:`~ipympi.mpi.file_view`),
-maps its range of the view's visible bytes to merged file segments
-(:class:`~ipympi.core.fileview.Tiling`) and moves them with ``os.pwrite``/``os.preadv``
-on the rank's own descriptor, with no copy for native data. Nonblocking calls complete
-at once and return a completed request. The shared file pointer is a fetch-and-add on
+Each rank moves its own bytes (:mod:`~ipympi.mpi.file_move`), except in the blocking
+collectives (``Write_all``, ``Read_at_all``, split collectives...), where ranks whose
+accesses interleave go through aggregators (two-phase I/O,
+:mod:`~ipympi.mpi.file_collective`). Nonblocking calls complete at once and return a
+completed request (the nonblocking collectives as independent accesses: they must not
+wait for the other ranks). The shared file pointer is a fetch-and-add on
 the file's side record; ordered accesses take their places from an allgather of the
 ranks' sizes on the file's private communicator, so a rank that fails first still takes
 part and no rank waits for it.
@@ -14,10 +15,8 @@ part and no rank waits for it.
 
 from __future__ import annotations
 
-import fcntl
 import operator
 import os
-import time
 from typing import Any, Callable
 
 import numpy as np
@@ -36,17 +35,15 @@ from ..core.constants import (
     SEEK_SET,
 )
 from ..core.errors import Exception as MPIException
-from ..progress import tracing
 from ..progress.operation import RECV, Operation
-from .buffers import recv_buffer, send_buffer
 from .datatype import BYTE, Datatype
 from .errhandling import mpi_call
-from .file_view import make_view, os_error, returned, type_extent
+from .file_collective import collective_transfer
+from .file_move import Access, Start, transfer
+from .file_view import make_view, returned, type_extent
 from .request import Request
 
 __all__ = ["FileAccess"]
-
-Start = Callable[[int], int]  # etypes to access -> starting position (etypes)
 
 
 def _check(impl: Any, write: bool, call: str, positioned: bool = False) -> None:
@@ -58,82 +55,6 @@ def _check(impl: Any, write: bool, call: str, positioned: bool = False) -> None:
         raise MPIException(
             E.ERR_UNSUPPORTED_OPERATION, f"{call}: a MODE_SEQUENTIAL file has no file pointer"
         )
-
-
-def _write_segments(fd: int, data: memoryview, offs: np.ndarray, lens: np.ndarray) -> None:
-    pos = 0
-    for off, length in zip(offs.tolist(), lens.tolist()):
-        done = 0
-        while done < length:
-            done += os.pwrite(fd, data[pos + done : pos + length], off + done)
-        pos += length
-
-
-def _read_segments(fd: int, target: memoryview, offs: np.ndarray, lens: np.ndarray) -> int:
-    pos = 0
-    for off, length in zip(offs.tolist(), lens.tolist()):
-        done = 0
-        while done < length:
-            got = os.preadv(fd, [target[pos + done : pos + length]], off + done)
-            if got == 0:
-                return pos + done
-            done += got
-        pos += length
-    return pos
-
-
-def transfer(impl: Any, write: bool, buf: Any, start: Start, call: str) -> tuple[int, int]:
-    """Move ``buf``'s message to or from the file at the position ``start`` gives;
-    return (bytes of memory moved, etypes asked for)."""
-    t0 = time.perf_counter()
-    spec = send_buffer(buf) if write else recv_buffer(buf)
-    view = impl.view
-    count, datatype = spec.count, spec.datatype
-    fbytes = count * view.file_size(datatype) if count else 0
-    if fbytes % view.esize:
-        raise MPIException(E.ERR_TYPE, f"{call}: the message is not a whole number of etypes")
-    first = start(fbytes // view.esize)
-    if first < 0:
-        raise MPIException(E.ERR_ARG, f"{call}: negative offset {first}")
-    offs, lens = view.tiling.segments(first * view.esize, fbytes)
-    if fbytes and int(offs.min()) < 0:
-        raise MPIException(E.ERR_ARG, f"{call}: the view reaches before the file's start")
-    locked = impl.atomic and fbytes
-    if locked:
-        low, high = int(offs.min()), int((offs + lens).max())
-        fcntl.lockf(impl.fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH, high - low, low)
-    try:
-        if write:
-            impl.dirty = True
-            _write_segments(impl.fd, view.to_file(spec.mem, datatype, count), offs, lens)
-            _traced(impl, call, offs, fbytes, t0)
-            return spec.mem.nbytes, fbytes // view.esize
-        native = view.datarep in ("native", "internal")
-        target = spec.mem if native else memoryview(bytearray(fbytes))
-        got = _read_segments(impl.fd, target, offs, lens)
-    except OSError as exc:
-        raise os_error(exc, call) from None
-    finally:
-        if locked:
-            fcntl.lockf(impl.fd, fcntl.LOCK_UN, high - low, low)
-    _traced(impl, call, offs, got, t0)
-    if native:
-        nbytes = got
-    else:
-        per = view.file_size(datatype)
-        whole = got // per if per else 0
-        nbytes = whole * datatype._impl.layout.packed
-        data = np.frombuffer(target, dtype=np.uint8)[: whole * per]
-        view.from_file(data, datatype, whole, spec.mem[:nbytes])
-    if spec.unpack is not None and nbytes:
-        spec.unpack(nbytes)
-    return nbytes, fbytes // view.esize
-
-
-def _traced(impl: Any, call: str, offs: np.ndarray, nbytes: int, t0: float) -> None:
-    if tracing.current is not None:
-        offset = int(offs[0]) if len(offs) else 0
-        tracing.file_access(impl.world_rank, call, impl.path, offset, nbytes, len(offs), t0)
 
 
 def _status(status: Any, nbytes: int) -> None:
@@ -158,11 +79,25 @@ class FileAccess:
     def _shared(self, impl: Any) -> Start:
         return impl.shared.add
 
-    def _run(self, write: bool, buf: Any, how: str, offset: Any, call: str) -> int:
-        """One access; ``how`` is ``at``, ``ind``, ``shared`` or ``ordered``."""
+    def _run(
+        self, write: bool, buf: Any, how: str, offset: Any, call: str, collective: bool = False
+    ) -> int:
+        """One access; ``how`` is ``at``, ``ind``, ``shared`` or ``ordered``;
+        ``collective``: a blocking collective (every rank of the file calls it)."""
         impl = self._live()
         if how == "ordered":
             return self._ordered(impl, write, buf, call)
+        if collective and impl.strided:
+
+            def prepare() -> Access:
+                _check(impl, write, call, positioned=True)
+                start = self._explicit(offset) if how == "at" else self._individual(impl)
+                return Access(impl, write, buf, start, call)
+
+            nbytes, etypes = collective_transfer(impl, write, prepare, call)
+            if how == "ind":
+                impl.pos += etypes
+            return nbytes
         _check(impl, write, call, positioned=how != "shared")
         if how == "at":
             return transfer(impl, write, buf, self._explicit(offset), call)[0]
@@ -202,7 +137,7 @@ class FileAccess:
 
     @mpi_call
     def Read_at_all(self, offset: int, buf: Any, status: Any = None) -> None:
-        _status(status, self._run(False, buf, "at", offset, "Read_at_all"))
+        _status(status, self._run(False, buf, "at", offset, "Read_at_all", collective=True))
 
     @mpi_call
     def Write_at(self, offset: int, buf: Any, status: Any = None) -> None:
@@ -210,7 +145,7 @@ class FileAccess:
 
     @mpi_call
     def Write_at_all(self, offset: int, buf: Any, status: Any = None) -> None:
-        _status(status, self._run(True, buf, "at", offset, "Write_at_all"))
+        _status(status, self._run(True, buf, "at", offset, "Write_at_all", collective=True))
 
     @mpi_call
     def Iread_at(self, offset: int, buf: Any) -> Request:
@@ -235,7 +170,7 @@ class FileAccess:
 
     @mpi_call
     def Read_all(self, buf: Any, status: Any = None) -> None:
-        _status(status, self._run(False, buf, "ind", None, "Read_all"))
+        _status(status, self._run(False, buf, "ind", None, "Read_all", collective=True))
 
     @mpi_call
     def Write(self, buf: Any, status: Any = None) -> None:
@@ -243,7 +178,7 @@ class FileAccess:
 
     @mpi_call
     def Write_all(self, buf: Any, status: Any = None) -> None:
-        _status(status, self._run(True, buf, "ind", None, "Write_all"))
+        _status(status, self._run(True, buf, "ind", None, "Write_all", collective=True))
 
     @mpi_call
     def Iread(self, buf: Any) -> Request:
@@ -291,7 +226,7 @@ class FileAccess:
         impl = self._live()
         if impl.split is not None:
             raise MPIException(E.ERR_OTHER, f"{call}: {impl.split[0]} is still active")
-        nbytes = self._run(write, buf, how, offset, call)
+        nbytes = self._run(write, buf, how, offset, call, collective=how != "ordered")
         impl.split = (call, nbytes)
 
     def _end(self, begun: str, status: Any, call: str) -> None:
@@ -377,10 +312,20 @@ class FileAccess:
             disp = impl.view.tiling.byte_offset(impl.shared.add(0) * impl.view.esize)
         impl.view = make_view(disp, etype, filetype, datarep)
         impl.pos = 0
-        self._reset_shared(impl, 0)
-
-    def _reset_shared(self, impl: Any, value: int | None, whence: int = SEEK_SET) -> None:
         if impl.size > 1:
+            # Collective accesses can interleave only where a view has holes: then (and
+            # only then) they ask the others how they look (see file_collective). The
+            # allgather is also the barrier before the shared pointer's reset.
+            holes = impl.comm.allgather(not impl.view.tiling.dense)
+            impl.strided = any(holes)
+        self._reset_shared(impl, 0, arrived=True)
+
+    def _reset_shared(
+        self, impl: Any, value: int | None, whence: int = SEEK_SET, arrived: bool = False
+    ) -> None:
+        """Set the shared pointer (collective; ``arrived``: every rank is known to have
+        called already)."""
+        if impl.size > 1 and not arrived:
             impl.comm.Barrier()
         if impl.rank == 0:
             if whence == SEEK_CUR:
