@@ -352,7 +352,7 @@ class HostsJob(Job):
 
     def _report_errors(self, agent: AgentProcess) -> None:
         """Report what the agent (or its ssh, srun) said on stderr, under its host's name."""
-        for line in agent.read_errors():
+        for line in agent.new_errors():
             self.report(f"host {agent.host.name}: {line}")
         if agent.proc.stderr is not None and agent.proc.poll() is not None:
             assert agent.err_fd is not None

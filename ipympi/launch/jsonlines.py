@@ -67,6 +67,7 @@ class JsonLinesProcess:
             os.set_blocking(self.err_fd, False)
         self.gone = False  # its event pipe reached end of file
         self.errors: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self._untaken: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._buffer = b""
         self._err_buffer = b""
 
@@ -138,7 +139,20 @@ class JsonLinesProcess:
             *complete, self._err_buffer = (self._err_buffer + data).split(b"\n")
             lines += [line.decode(errors="replace") for line in complete]
         lines = [line.rstrip() for line in lines if line.strip()]
+        self._keep(lines)
+        return lines
+
+    def _keep(self, lines: list[str]) -> None:
         self.errors.extend(lines)
+        self._untaken.extend(lines)
+
+    def new_errors(self) -> list[str]:
+        """The lines of stderr no caller has taken yet: :meth:`read_errors` returns a
+        line once, but :meth:`read` reads them too at the end of the events, keeping
+        them in ``errors`` only."""
+        self.read_errors()
+        lines = list(self._untaken)
+        self._untaken.clear()
         return lines
 
     def exit_note(self) -> str:
