@@ -48,6 +48,16 @@ class Process:
         self.self_comm: Comm | None = None
         self.bsend: Pool | None = None  # the buffer of Attach_buffer (not a communicator's)
         self.sessions = 0  # sessions alive (``Session.Init``; MPI runs for them too)
+        self.world_ranks: list[int] = [0]  # the process indexes of COMM_WORLD's ranks
+        # Processes started by ``Comm.Spawn``: their parents (``context,base,i;j;...``,
+        # "" in others), ``APPNUM``; and ``UNIVERSE_SIZE`` (None: the host's processors).
+        self.parent = ""
+        self.appnum = 0
+        self.can_spawn = False  # the launcher serves Spawn (else a singleton becomes a job)
+        # The runtime's ``attach_transport(engine, transport, ctl)``: what a singleton
+        # calls to join the job its first ``Spawn`` makes (``mpi.singleton``).
+        self.attach_transport: Any = None
+        self.universe_size: int | None = None
 
     def why_unusable(self) -> str:
         """Why MPI calls cannot be made now: not initialized yet, or finalized."""
