@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from ... import MPI
 
-__all__ = ["Client", "MPIPool", "ProcessPool", "ThreadPool", "WorkItem"]
+__all__ = ["Client", "MPIPool", "ProcessPool", "ThreadPool", "WorkItem", "spawn_pool"]
 
 TASK_TAG = 1  # master -> worker: ("init", number, options) | ("task", call) | ("stop",)
 RESULT_TAG = 2  # worker -> master: (succeeded, result or exception)
@@ -241,8 +241,11 @@ def _copy_outcome(source: cf.Future, target: cf.Future) -> None:
 class MPIPool:
     """MPI worker processes: the remote group of ``comm``, served by a manager thread."""
 
-    def __init__(self, comm: MPI.Intercomm, backoff: float | None = None) -> None:
+    def __init__(
+        self, comm: MPI.Intercomm, backoff: float | None = None, spawned: bool = False
+    ) -> None:
         self.comm = comm
+        self.spawned = spawned  # the workers were spawned for it: disconnect at the end
         self.num_workers = comm.Get_remote_size()
         if backoff is None:
             backoff = float(os.environ.get("MPI4PY_FUTURES_BACKOFF", 0.001))
@@ -281,6 +284,8 @@ class MPIPool:
     def _stop_workers(self) -> None:
         for worker in range(self.num_workers):
             self.comm.send(("stop",), worker, TASK_TAG)
+        if self.spawned:
+            self.comm.Disconnect()
 
     def _manage(self) -> None:
         comm, queue = self.comm, self.queue
@@ -359,3 +364,58 @@ def _settle(future: cf.Future, succeeded: bool, value: Any) -> None:
         future.set_result(value)
     else:
         future.set_exception(value)
+
+
+SERVER = "ipympi.mpi4py.futures.server"
+
+
+def _main_program() -> list[str]:
+    """How the workers run the main program (``file``, ``-m module``), or [] (none)."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and getattr(spec, "name", None) not in (None, "__main__"):
+        return ["-m", spec.name]
+    path = getattr(main, "__file__", None)
+    return [os.path.abspath(path)] if isinstance(path, str) and os.path.isfile(path) else []
+
+
+def _default_workers() -> int:
+    universe = MPI.COMM_WORLD.Get_attr(MPI.UNIVERSE_SIZE)
+    return max(1, int(universe or 1) - MPI.COMM_WORLD.Get_size())
+
+
+def spawn_pool(max_workers: int | None, options: dict[str, Any]) -> MPIPool:
+    """A pool of ``max_workers`` workers started with ``COMM_SELF.Spawn`` running the
+    server module; the workers serve the pool until it stops them, then disconnect.
+
+    ``path`` goes on the workers' module path and ``main`` has them import the main
+    program before they unpickle any task (so its functions can be sent); ``wdir`` and
+    ``env`` become the spawn's info keys.
+    """
+    import sys
+
+    args = [*(options.get("python_args") or ()), "-m", SERVER]
+    if options.get("path"):
+        args += ["--path", os.pathsep.join(str(p) for p in options["path"])]
+    if options.get("main", True):
+        main = _main_program()
+        if main:
+            args += ["--main", *main]
+    info = MPI.Info.Create()
+    try:
+        extra = options.get("mpi_info") or {}
+        for key, value in extra.items():  # a dict or an MPI.Info
+            info.Set(str(key), str(value))
+        if options.get("wdir"):
+            info.Set("wdir", str(options["wdir"]))
+        if options.get("env"):
+            lines = [f"{k}={v}" for k, v in dict(options["env"]).items()]
+            info.Set("env", "\n".join(lines))
+        count = int(max_workers) if max_workers else _default_workers()
+        python = str(options.get("python_exe") or sys.executable)
+        comm = MPI.COMM_SELF.Spawn(python, args, count, info=info)
+    finally:
+        info.Free()
+    return MPIPool(comm, options.get("backoff"), spawned=True)
