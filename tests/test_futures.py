@@ -82,6 +82,9 @@ if __name__ == "__main__":
             ex.submit(square, 3).result()
         except AttributeError as exc:
             print("main=False:", exc)
+    idle = MPIPoolExecutor(1).bootup()  # workers that never run a task
+    idle.shutdown()
+    idle.shutdown()
     print("pool ok")
 """
 

@@ -25,7 +25,7 @@ import signal
 import sys
 from typing import Any, Callable
 
-from . import launcher
+from . import launcher, template
 from .launcher import Job
 
 __all__ = ["ParentProcess", "SingletonJob", "main"]
@@ -42,6 +42,7 @@ class ParentProcess:
         self.hello: dict[str, Any] | None = None
         self.returncode: int | None = None
         self.failed = False  # it reported an uncaught exception
+        self.finalizing = False  # it closed the supervisor's stdin, and waits for its exit
         self.pidfd: int | None = None
         with contextlib.suppress(AttributeError, OSError):
             self.pidfd = os.pidfd_open(pid)
@@ -67,6 +68,8 @@ class ParentProcess:
         return True
 
     def wait(self, timeout: float | None = None) -> int:
+        if self.finalizing:  # it waits for the supervisor: never wait for it
+            timeout = 0
         if self.pidfd is not None and self.poll() is None:
             select.select([self.pidfd], [], [], timeout)
         code = self.poll()
@@ -97,6 +100,8 @@ class SingletonJob(Job):
 
     def _start_ranks(self, preexec: Callable[[], None] | None) -> None:
         self._preexec = preexec
+        if template.enabled(self.env):  # spawned programs are mostly Python: warm it now
+            self._start_template()
         self.ranks.append(self.parent)
         if self.parent.pidfd is not None:
             self._watch(self.parent.pidfd, lambda: None)
@@ -112,7 +117,7 @@ class SingletonJob(Job):
         except OSError:
             data = b""
         if not data:
-            self._finalizing = True
+            self._finalizing = self.parent.finalizing = True
             self._unwatch(0)
 
     def _on_error(self, rank: Any, msg: dict[str, Any]) -> None:
