@@ -90,11 +90,12 @@ def test_a_master_spawns_three_workers_that_compute_and_answer(
 ) -> None:
     tmp = _private_tmp(tmp_path)
     master = _master(tmp_path)
-    proc = run_mpi(2, master.read_text(), env={"TMPDIR": str(tmp)})
+    proc = run_mpi(2, master.read_text(), env={"TMPDIR": str(tmp)}, launcher_args=("--tag-output",))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("master done") == 2
     for child in range(3):  # Merge with high=True puts the children after both parents
-        assert f"child {child} merged {child + 2}/5" in proc.stdout
+        # labelled with their process index, after the job's first two ranks
+        assert f"[{child + 2}] child {child} merged {child + 2}/5" in proc.stdout
     assert list(tmp.iterdir()) == []
 
 
@@ -285,3 +286,22 @@ def test_universe_size_defaults_to_the_cores_and_can_be_set(run_mpi: RunMPI) -> 
     proc = run_mpi(1, source, env={"IPYMPI_UNIVERSE_SIZE": "16"})
     assert proc.returncode == 0, proc.stderr
     assert "universe 16" in proc.stdout
+
+
+def test_a_deadlock_between_parents_and_children_is_reported(run_mpi: RunMPI) -> None:
+    proc = run_mpi(
+        1,
+        """
+        import sys
+        from ipympi import MPI
+        parent = MPI.Comm.Get_parent()
+        if parent == MPI.COMM_NULL:
+            inter = MPI.COMM_WORLD.Spawn(sys.executable, [__file__], 1)
+            inter.recv(source=0, tag=5)  # both sides receive: nobody sends
+        else:
+            parent.recv(source=0, tag=6)
+        """,
+    )
+    assert proc.returncode == 125, proc.stderr
+    assert "deadlock" in proc.stderr
+    assert "rank 1 (pid" in proc.stderr and "MPI_COMM_PARENT" in proc.stderr
