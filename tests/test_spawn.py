@@ -305,3 +305,49 @@ def test_a_deadlock_between_parents_and_children_is_reported(run_mpi: RunMPI) ->
     assert proc.returncode == 125, proc.stderr
     assert "deadlock" in proc.stderr
     assert "rank 1 (pid" in proc.stderr and "MPI_COMM_PARENT" in proc.stderr
+
+
+def test_a_singleton_whose_children_wait_for_it_ends_as_a_deadlock(tmp_path: Path) -> None:
+    tmp = _private_tmp(tmp_path)
+    prog = _write(
+        tmp_path,
+        "parent.py",
+        """
+        import sys
+        from ipympi import MPI
+        if MPI.Comm.Get_parent() == MPI.COMM_NULL:
+            inter = MPI.COMM_SELF.Spawn(sys.executable, [__file__], 1)
+            print("parent done", flush=True)  # and finalizes: the child waits forever
+        else:
+            MPI.Comm.Get_parent().recv(source=0)
+        """,
+    )
+    proc = _plain(prog, tmp)
+    assert proc.returncode == 125, proc.stderr
+    assert "parent done" in proc.stdout
+    assert "deadlock" in proc.stderr and "waiting for the spawned processes" in proc.stderr
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_singleton_that_fails_ends_its_children_and_shows_its_traceback(
+    tmp_path: Path,
+) -> None:
+    tmp = _private_tmp(tmp_path)
+    prog = _write(
+        tmp_path,
+        "parent.py",
+        """
+        import sys
+        from ipympi import MPI
+        if MPI.Comm.Get_parent() == MPI.COMM_NULL:
+            inter = MPI.COMM_SELF.Spawn(sys.executable, [__file__], 2)
+            raise RuntimeError("the parent fails")
+        else:
+            MPI.Comm.Get_parent().recv(source=0)
+        """,
+    )
+    proc = _plain(prog, tmp)
+    assert proc.returncode == 1, proc.stderr
+    assert "RuntimeError: the parent fails" in proc.stderr
+    assert "ending the other ranks" in proc.stderr
+    assert list(tmp.iterdir()) == []

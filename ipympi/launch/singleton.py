@@ -8,6 +8,9 @@ serves the singleton as the launcher serves the ranks of ``ipympi.run``: it star
 processes ``Spawn`` asks for (:class:`~ipympi.launch.launcher.Job`), forwards their
 output, watches for deadlocks, and ends the job when one of them fails.
 
+Its standard input is the singleton's: a line ``failed`` says the singleton ended in an
+uncaught exception (the job then ends at once), the end of file that it finalizes.
+
 The singleton, process 0 of the job, is not the supervisor's child: a pidfd tells when
 it ends. Its spawned processes never outlive it: when it ends, they are ended (SIGTERM,
 then SIGKILL) and the session directory is removed. When it finalizes MPI it closes the
@@ -116,9 +119,13 @@ class SingletonJob(Job):
             return
         except OSError:
             data = b""
+        if b"failed" in data:  # an uncaught exception: the job fails with it
+            self.parent.failed = True
         if not data:
             self._finalizing = self.parent.finalizing = True
             self._unwatch(0)
+            if self.parent.failed and self.parent.returncode is None:
+                self.parent.returncode = 1  # as good as ended: the job ends with it
 
     def _on_error(self, rank: Any, msg: dict[str, Any]) -> None:
         if rank is self.parent:
@@ -140,7 +147,7 @@ class SingletonJob(Job):
         gets a Ctrl-C of its own, and finishes on its own otherwise)."""
         for rank in self.ranks[1:]:
             rank.send_signal(sig)
-        if self._failed() and sig != signal.SIGINT:
+        if self._failed() and sig != signal.SIGINT and not self.parent.finalizing:
             self.parent.send_signal(sig)
 
 

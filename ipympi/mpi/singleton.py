@@ -15,6 +15,7 @@ process, and leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -25,6 +26,7 @@ import time
 from ..core import control as _control
 from ..core.errors import ERR_SPAWN
 from ..core.errors import Exception as MPIException
+from ..progress.engine import WaitInfo
 from ..progress.transport import Transport
 from . import finalize_hooks
 from .process import PROCESS
@@ -32,6 +34,7 @@ from .process import PROCESS
 __all__ = ["become_job"]
 
 START_TIMEOUT = 60.0  # seconds the supervisor gets to report its session
+FAILED_WAIT = 10.0  # seconds a failed singleton waits for the supervisor to end the job
 _supervisor: list[subprocess.Popen[bytes]] = []
 
 
@@ -84,13 +87,43 @@ def _read_report(fd: int, proc: subprocess.Popen[bytes]) -> dict[str, object]:
 
 
 def _wait_for_children() -> None:
-    """At ``Finalize``: let the supervisor end once the spawned processes have ended."""
+    """At ``Finalize``: let the supervisor end once the spawned processes have ended.
+
+    Meanwhile the process reports itself blocked in ``Finalize``, so that the supervisor's
+    deadlock watcher ends a job whose children wait for it; the process then exits with
+    the job's status (125 after a deadlock). After an uncaught exception it
+    tells the supervisor, which ends the job, and waits at most ``FAILED_WAIT`` seconds.
+    """
     if not _supervisor:
         return
     proc = _supervisor.pop()
     if proc.stdin is not None:
-        proc.stdin.close()
-    proc.wait()
+        with contextlib.suppress(OSError):
+            if PROCESS.failed:  # the supervisor ends the job (and prints the traceback)
+                proc.stdin.write(b"failed\n")
+            proc.stdin.close()
+    engine = PROCESS.engine
+    if PROCESS.failed or engine is None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(FAILED_WAIT)
+        return
+    engine.waiting_since = time.monotonic()
+    engine.waiting = _finalize_wait
+    try:
+        while proc.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(0.1)
+    finally:
+        engine.waiting = None
+    if proc.returncode:  # the job failed (a deadlock, say): end with its status, as ipympi.run
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(proc.returncode & 0xFF)
+
+
+def _finalize_wait() -> WaitInfo:
+    return WaitInfo("Finalize (waiting for the spawned processes)", "MPI_COMM_WORLD", -1, -1)
 
 
 finalize_hooks.register(_wait_for_children)
