@@ -10,7 +10,10 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from conftest import RunMPI, _env
+
+from ipympi.launch.spawning import Refused, plan_apps
 
 WORKER = """
 from ipympi import MPI
@@ -351,3 +354,35 @@ def test_a_singleton_that_fails_ends_its_children_and_shows_its_traceback(
     assert "RuntimeError: the parent fails" in proc.stderr
     assert "ending the other ranks" in proc.stderr
     assert list(tmp.iterdir()) == []
+
+
+def test_the_launcher_checks_every_program_before_starting_any(tmp_path: Path) -> None:
+    tool = tmp_path / "tool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    plain = tmp_path / "data.txt"
+    plain.write_text("")
+    env = {"PATH": "/usr/bin:/bin"}
+    [start] = plan_apps(
+        [{"argv": ["tool", "x"], "maxprocs": 2, "path": str(tmp_path), "env": "A=1\nB=two=2"}],
+        env,
+    )
+    assert start.argv == [str(tool), "x"] and start.count == 2
+    assert start.env == {"A": "1", "B": "two=2"} and start.cwd is None
+    [start] = plan_apps([{"argv": ["./tool"], "maxprocs": 1, "wdir": str(tmp_path)}], env)
+    assert start.cwd == str(tmp_path)
+    refused = {
+        "names no program": [],
+        "not described": ["tool"],
+        "has no command line": [{"argv": [], "maxprocs": 1}],
+        "not a positive number": [{"argv": ["sh"], "maxprocs": 0}],
+        "is not this host": [{"argv": ["sh"], "maxprocs": 1, "host": "elsewhere.invalid"}],
+        "is not a folder": [{"argv": ["sh"], "maxprocs": 1, "wdir": str(plain)}],
+        "not found": [{"argv": ["no-such-tool-anywhere"], "maxprocs": 1}],
+        "not an executable file": [{"argv": [str(plain)], "maxprocs": 1}],
+        "does not exist": [{"argv": [str(tmp_path / "gone")], "maxprocs": 1}],
+        "is not NAME=value": [{"argv": ["sh"], "maxprocs": 1, "env": "oops"}],
+    }
+    for why, apps in refused.items():
+        with pytest.raises(Refused, match=why):
+            plan_apps(apps, env)

@@ -726,6 +726,8 @@ class Job:
             answer = spawning.refusal(msg, "the job is ending")
         else:
             try:
+                if not all(isinstance(p, int) for p in msg["parents"]) or not msg["parents"]:
+                    raise spawning.Refused("the request names no parents")
                 answer = spawning.accepted(msg, self._start_children(msg))
             except spawning.Refused as exc:
                 answer = spawning.refusal(msg, str(exc))

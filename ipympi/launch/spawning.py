@@ -85,6 +85,8 @@ def plan_apps(apps: Any, env: Mapping[str, str]) -> list[Start]:
         raise Refused("the request names no program")
     starts = []
     for appnum, app in enumerate(apps):
+        if not isinstance(app, dict):
+            raise Refused(f"program {appnum} is not described by an object")
         argv, count = app.get("argv"), app.get("maxprocs")
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
             raise Refused(f"program {appnum} has no command line")
@@ -94,7 +96,7 @@ def plan_apps(apps: Any, env: Mapping[str, str]) -> list[Start]:
         if host and not this_host(str(host)):
             raise Refused(f"host {host!r} is not this host ({socket.gethostname()})")
         cwd = app.get("wdir") or None
-        if cwd is not None and not os.path.isdir(cwd):
+        if cwd is not None and (not isinstance(cwd, str) or not os.path.isdir(cwd)):
             raise Refused(f"wdir {cwd!r} is not a folder")
         command = _resolve(argv[0], cwd, app.get("path"), env)
         extra = _extra_env(str(app.get("env") or ""))
@@ -116,7 +118,7 @@ def child_environment(
     env[ctl.ENV_WORLD_BASE] = str(first)
     env[ctl.ENV_SIZE] = str(size)
     env[ctl.ENV_APPNUM] = str(start.appnum)
-    parents = [int(p) for p in msg["parents"]]
+    parents = [int(p) for p in msg["parents"]]  # checked by the job (Job._on_spawn)
     env[ctl.ENV_PARENT] = ctl.encode_parent(int(msg["context"]), int(msg["base"]), parents)
     return env
 
