@@ -167,6 +167,14 @@ def test_info_keys_wdir_path_env_and_host(run_mpi: RunMPI, tmp_path: Path) -> No
         info.Set("env", "GREETING=hello there")
         info.Set("host", socket.gethostname())
         info.Set("soft", "1:2")
+        bad = MPI.Info.Create()
+        bad.Set("soft", "1:two")
+        try:
+            MPI.COMM_SELF.Spawn("childtool", [], 1, info=bad)
+        except MPI.Exception as exc:
+            assert exc.Get_error_class() == MPI.ERR_INFO_VALUE, exc
+        else:
+            raise AssertionError("a bad soft value was taken")
         inter = MPI.COMM_SELF.Spawn("childtool", [{str(body)!r}], 2, info=info)
         assert [inter.recv(source=i) for i in range(2)] == [({str(folder)!r}, "hello there")] * 2
         inter.Disconnect()

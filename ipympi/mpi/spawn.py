@@ -73,18 +73,12 @@ def _arguments(args: Any, call: str) -> list[str]:
 _SOFT = re.compile(r"^\d+(:\d+(:\d+)?)?$")
 
 
-def _soft(text: str, call: str) -> list[int]:
-    """The process counts of a ``soft`` info value: ``a``, ``a:b`` or ``a:b:step``, by commas."""
-    counts: list[int] = []
+def _check_soft(text: str, call: str) -> None:
+    """``ERR_INFO_VALUE`` unless ``text`` is a ``soft`` value: counts ``a``, ``a:b`` or
+    ``a:b:step``, separated by commas."""
     for part in text.split(","):
-        part = part.strip()
-        if not _SOFT.match(part):
+        if not _SOFT.match(part.strip()):
             raise MPIException(ERR_INFO_VALUE, f"{call}: soft={text!r} is not a list of counts")
-        numbers = [int(n) for n in part.split(":")]
-        first, last = numbers[0], numbers[1] if len(numbers) > 1 else numbers[0]
-        step = numbers[2] if len(numbers) > 2 else 1
-        counts.extend(range(first, last + 1, max(step, 1)))
-    return counts
 
 
 def _app(command: Any, args: Any, maxprocs: Any, info: Any, call: str) -> dict[str, Any]:
@@ -101,9 +95,7 @@ def _app(command: Any, args: Any, maxprocs: Any, info: Any, call: str) -> dict[s
         if hints.get(key):
             app[key] = hints[key]
     if hints.get("soft"):
-        counts = _soft(hints["soft"], call)
-        if count not in counts and not any(n <= count for n in counts):
-            raise MPIException(ERR_SPAWN, f"{call}: no count of soft={hints['soft']!r} fits")
+        _check_soft(hints["soft"], call)  # ``maxprocs`` processes always start here
     return app
 
 
