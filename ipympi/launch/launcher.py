@@ -310,7 +310,7 @@ class Job:
             self._plan = plan
             self._start_template()
         for rank in range(self.n):
-            self._spawn(rank, preexec)
+            self._start_rank(rank)
 
     def _start_template(self) -> None:
         """Start the template that forks Python processes (:mod:`ipympi.launch.template`)."""
@@ -322,7 +322,7 @@ class Job:
         self._template = template.TemplateProcess(shared, self._preexec)
         self._watch(self._template.fd, self._read_template)
 
-    def _spawn(self, rank: int, preexec: Callable[[], None] | None) -> None:
+    def _start_rank(self, rank: int) -> None:
         env = self._rank_environment(rank, self.n)
         plan = self._plan if self._template is not None else None
         self._start_process(rank, self.argv, env, plan, rank == 0, None)
