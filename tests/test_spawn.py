@@ -106,9 +106,9 @@ def test_a_plain_python_program_spawns_and_leaves_nothing(tmp_path: Path) -> Non
     tmp = _private_tmp(tmp_path)
     proc = _plain(_master(tmp_path), tmp)
     assert proc.returncode == 0, proc.stderr
-    assert "master done 0" in proc.stdout
-    assert "child 2 merged 3/4" in proc.stdout
-    assert list(tmp.iterdir()) == []
+    assert "master done 0" in proc.stdout, proc.stdout + proc.stderr
+    assert "child 2 merged 3/4" in proc.stdout, proc.stdout + proc.stderr
+    assert list(tmp.iterdir()) == [], proc.stdout + proc.stderr
 
 
 def test_spawn_multiple_numbers_the_programs_and_fills_errcodes(
@@ -394,3 +394,28 @@ def test_the_launcher_checks_every_program_before_starting_any(tmp_path: Path) -
     for why, apps in refused.items():
         with pytest.raises(Refused, match=why):
             plan_apps(apps, env)
+
+
+def test_a_singleton_that_aborts_ends_its_children_and_exits_with_its_code(
+    tmp_path: Path,
+) -> None:
+    tmp = _private_tmp(tmp_path)
+    prog = _write(
+        tmp_path,
+        "parent.py",
+        """
+        import sys
+        from ipympi import MPI
+        if MPI.Comm.Get_parent() == MPI.COMM_NULL:
+            inter = MPI.COMM_SELF.Spawn(sys.executable, [__file__], 2)
+            MPI.COMM_WORLD.Abort(7)
+        else:
+            MPI.Comm.Get_parent().recv(source=0)
+        """,
+    )
+    start = time.monotonic()
+    proc = _plain(prog, tmp)
+    assert proc.returncode == 7, proc.stderr
+    assert "rank 0 called Abort with error code 7" in proc.stderr
+    assert time.monotonic() - start < 20
+    assert list(tmp.iterdir()) == []

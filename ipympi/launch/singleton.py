@@ -45,7 +45,8 @@ class ParentProcess:
         self.hello: dict[str, Any] | None = None
         self.returncode: int | None = None
         self.failed = False  # it reported an uncaught exception
-        self.finalizing = False  # it closed the supervisor's stdin, and waits for its exit
+        # it finalizes (closed our stdin) or aborts, and waits for this job to end
+        self.finalizing = False
         self.pidfd: int | None = None
         with contextlib.suppress(AttributeError, OSError):
             self.pidfd = os.pidfd_open(pid)
@@ -127,6 +128,11 @@ class SingletonJob(Job):
             if self.parent.failed and self.parent.returncode is None:
                 self.parent.returncode = 1  # as good as ended: the job ends with it
 
+    def _on_abort(self, rank: Any, msg: dict[str, Any]) -> None:
+        if rank is self.parent:  # it waits for this job's end, then exits with its code
+            self._finalizing = self.parent.finalizing = True
+        super()._on_abort(rank, msg)
+
     def _on_error(self, rank: Any, msg: dict[str, Any]) -> None:
         if rank is self.parent:
             self.parent.failed = True
@@ -143,8 +149,9 @@ class SingletonJob(Job):
         return super()._has_outcome() or self.parent.returncode is not None
 
     def send_signal(self, sig: int) -> None:
-        """Signal the spawned processes; the singleton only when the job failed (it
-        gets a Ctrl-C of its own, and finishes on its own otherwise)."""
+        """Signal the spawned processes; the singleton only when the job failed through
+        another process (it gets a Ctrl-C of its own, ends itself after its own ``Abort``
+        or uncaught exception, and finishes on its own otherwise)."""
         for rank in self.ranks[1:]:
             rank.send_signal(sig)
         if self._failed() and sig != signal.SIGINT and not self.parent.finalizing:

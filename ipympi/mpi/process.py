@@ -54,6 +54,9 @@ class Process:
         self.parent = ""
         self.appnum = 0
         self.can_spawn = False  # the launcher serves Spawn (else a singleton becomes a job)
+        # How ``abort`` waits for the launcher to end the job: ``(seconds) -> None``; a
+        # singleton's waits for its supervisor (``mpi.singleton``), others sleep.
+        self.await_launcher: Any = None
         # The runtime's ``attach_transport(engine, transport, ctl)``: what a singleton
         # calls to join the job its first ``Spawn`` makes (``mpi.singleton``).
         self.attach_transport: Any = None
@@ -106,7 +109,8 @@ class Process:
         transport = engine.transport if engine is not None else None
         if transport is not None and transport.ctl is not None:
             transport.send_control({"type": "abort", "rank": rank, "code": code, "reason": reason})
-            time.sleep(3.0)  # the launcher ends us; exit on our own if it does not
+            # the launcher ends us; exit on our own if it does not
+            (self.await_launcher or time.sleep)(3.0)
         else:
             print(f"ipympi: rank {rank}: {reason}", file=sys.stderr, flush=True)
         os._exit(code & 0xFF)

@@ -56,6 +56,7 @@ def become_job(call: str) -> None:
     finally:
         os.close(write_fd)
     _supervisor.append(proc)
+    PROCESS.await_launcher = lambda seconds: _await(proc, seconds)
     try:
         report = _read_report(read_fd, proc)
     finally:
@@ -67,6 +68,12 @@ def become_job(call: str) -> None:
     PROCESS.launched = PROCESS.can_spawn = True
     assert PROCESS.attach_transport is not None  # the runtime's, set as it loads
     PROCESS.attach_transport(engine, transport, True)
+
+
+def _await(proc: subprocess.Popen[bytes], seconds: float) -> None:
+    """At ``Abort``: wait until the supervisor has ended the job (it exits), at most ``seconds``."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(seconds)
 
 
 def _read_report(fd: int, proc: subprocess.Popen[bytes]) -> dict[str, object]:
