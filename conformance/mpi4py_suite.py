@@ -14,9 +14,7 @@ arranged. With ``--mpich`` it runs the same files with ``mpiexec`` on the real m
 A test counts as passed when every rank passed it. ``--check`` compares the run with the
 tests listed as passing in ``expected-N.txt`` next to this script and exits 1 if any of them
 no longer passes (a ratchet: ``--write`` records a new list). The files out of ipympi's
-scope (one-sided communication, I/O, spawning processes, sessions, fault tolerance,
-partitioned communication, the C-level interfaces) are left out unless named by
-``--files``.
+scope (fault tolerance, the C-level interfaces) are left out unless named by ``--files``.
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RANK_SCRIPT = os.path.join(HERE, "_rank.py")
 MPI4PY_VERSION = "4.1.2"
 OUT_OF_SCOPE = (  # test files of features ipympi does not implement (see README.md)
-    "test_spawn",
     "test_ulfm",
     "test_cffi",
     "test_ctypes",

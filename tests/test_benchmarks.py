@@ -190,3 +190,10 @@ def test_rma_quick_prints_every_row() -> None:
     found = [match["label"] for match in map(row_format.match, proc.stdout.splitlines()) if match]
     assert found == RMA_ROWS, detail
     assert "mpi4py: n/a (--no-mpi4py)" in proc.stdout, detail
+
+
+def test_futures_quick_prints_the_row() -> None:
+    proc, detail = run_benchmark("futures.py", ["--quick", "--no-mpi4py"], timeout=120)
+    row = re.compile(rf"^whole run\s+{PAIR}\s+n/a\s+n/a$")
+    assert any(row.match(line) for line in proc.stdout.splitlines()), detail
+    assert "target: ipympi/MPICH <= 1.50x" in proc.stdout, detail

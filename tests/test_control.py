@@ -37,6 +37,17 @@ VALID = [
     {"type": "signal", "signal": 2},
     {"type": "error", "rank": 1, "text": "Traceback (most recent call last):\n..."},
     {"type": "peers", "endpoints": ["tcp://127.0.0.2:5000", "tcp://127.0.0.3:5001"]},
+    {
+        "type": "spawn",
+        "rank": 0,
+        "id": 1,
+        "apps": [{"argv": ["python", "w.py"], "maxprocs": 2, "wdir": "/srv"}],
+        "parents": [0, 1],
+        "context": 4,
+        "base": 0,
+    },
+    {"type": "spawned", "id": 1, "ranks": [2, 3], "errcodes": [0, 0]},
+    {"type": "spawned", "id": 2, "ranks": [], "errcodes": [42], "error": "not found"},
 ]
 KEY = bytes(range(16))
 
@@ -70,6 +81,11 @@ def test_session_keys_come_as_hex() -> None:
 def test_message_types_match_the_spec_table() -> None:
     assert {m["type"] for m in VALID} == ctl.MESSAGE_TYPES
     assert frozenset({"running", "blocked", "idle", "finalized"}) == ctl.RANK_STATES
+
+
+def test_parent_spec_round_trips() -> None:
+    text = ctl.encode_parent(6, 3, [0, 2, 5])
+    assert ctl.decode_parent(text) == (6, 3, [0, 2, 5])
 
 
 def test_non_ascii_text_is_utf8() -> None:

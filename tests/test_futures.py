@@ -42,15 +42,94 @@ def test_a_failing_initializer_breaks_the_executor() -> None:
     executor.shutdown()
 
 
-def test_without_spawn_an_mpi_pool_executor_says_how_to_run() -> None:
-    executor = MPIPoolExecutor(2)
-    with pytest.raises(NotImplementedError, match=r"python -m mpi4py\.futures prog\.py"):
-        executor.submit(_square, 2).result()
-    with pytest.raises(cf.BrokenExecutor, match="MPICommExecutor"):
-        executor.submit(_square, 2)
-    executor.shutdown()
+POOL_PROGRAM = """
+import os
+import sys
+from ipympi.mpi4py.futures import MPIPoolExecutor, get_comm_workers
+
+
+def square(x):
+    return x * x
+
+
+def setup(base):
+    global BASE
+    BASE = base
+
+
+def add(a, b):
+    return a + b + BASE
+
+
+def where():
+    import helper  # a module on the executor's ``path``
+
+    return helper.NAME, os.environ.get("POOL_VAR"), os.getcwd(), get_comm_workers().Get_size()
+
+
+if __name__ == "__main__":
+    with MPIPoolExecutor(max_workers=4) as ex:
+        assert ex.num_workers == 4
+        assert list(ex.map(square, range(100), chunksize=7)) == [x * x for x in range(100)]
+        assert ex.submit(square, 12).result() == 144
+    options = dict(initializer=setup, initargs=(100,), env={"POOL_VAR": "set"}, path=[HERE])
+    with MPIPoolExecutor(2, wdir=HERE, **options) as ex:
+        assert list(ex.starmap(add, [(1, 2), (3, 4)])) == [103, 107]
+        assert ex.submit(where).result() == ("helper", "set", HERE, 2)
+    with MPIPoolExecutor(1, main=False) as ex:  # the workers do not import this program
+        assert ex.submit(pow, 2, 10).result() == 1024
+        try:
+            ex.submit(square, 3).result()
+        except AttributeError as exc:
+            print("main=False:", exc)
+    idle = MPIPoolExecutor(1).bootup()  # workers that never run a task
+    idle.shutdown()
+    idle.shutdown()
+    print("pool ok")
+"""
+
+
+def test_an_mpi_pool_executor_needs_a_worker() -> None:
     with pytest.raises(ValueError):
         MPIPoolExecutor(0)
+
+
+def _pool_program(tmp_path: Path) -> Path:
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "helper.py").write_text('NAME = "helper"\n')
+    prog = tmp_path / "pool.py"
+    prog.write_text(f"HERE = {str(lib)!r}\n" + POOL_PROGRAM)
+    return prog
+
+
+def test_an_mpi_pool_executor_spawns_its_workers_from_a_plain_program(tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = _env()
+    env["TMPDIR"] = str(tmp)
+    proc = subprocess.run(
+        [sys.executable, str(_pool_program(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=str(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "pool ok" in proc.stdout
+    assert "main=False:" in proc.stdout  # ``square`` is not found without the main program
+    assert list(tmp.iterdir()) == []
+
+
+def test_an_mpi_pool_executor_spawns_its_workers_from_a_rank(
+    run_mpi: RunMPI, tmp_path: Path
+) -> None:
+    source = _pool_program(tmp_path).read_text()
+    source = source.replace("from ipympi.mpi4py.futures", "from mpi4py.futures")  # the name
+    proc = run_mpi(2, source, timeout=40)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("pool ok") == 2
 
 
 def test_collect_and_compose() -> None:

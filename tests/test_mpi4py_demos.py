@@ -74,6 +74,25 @@ def test_demos_print_what_they_compute(demodir: str) -> None:
 
 
 @pytest.mark.timeout(120)
+def test_spawning_demos_print_what_they_compute(demodir: str) -> None:
+    dpm, pool = _run(
+        demodir,
+        Demo("compute-pi/cpi-dpm.py", 1, args=("3",), stdin="100\n", timeout=60),
+        Demo("futures/run_hello.py", 1, timeout=60),  # its MPIPoolExecutor spawns workers
+    )
+    assert dpm.status == 0, dpm.text()
+    text = dpm.outputs["rank 0 stdout"]
+    pi = float(re.findall(r"computed pi is:\s+(\S+)", text)[0])
+    assert abs(pi - math.pi) < 1e-4 and "computing units: 3 processes" in text, text
+    assert pool.status == 0, pool.text()
+    # the demo prints its 128-byte buffers whole: each greeting is padded with NULs
+    greetings = pool.outputs["rank 0 stdout"].replace("\x00", "").splitlines()
+    assert len(greetings) == 5 and all(
+        re.fullmatch(r"Hello, World! I am worker \d+ of \d+ on \S+\.", line) for line in greetings
+    ), greetings
+
+
+@pytest.mark.timeout(120)
 def test_mandelbrot_image_is_the_sequential_one_bit_for_bit(demodir: str, tmp_path: Path) -> None:
     """The parallel demo's ``M`` (rank 0's) is what mandelbrot-seq.py computes alone."""
     env = {**_env(), "MPLBACKEND": "Agg"}

@@ -276,23 +276,6 @@ def test_errors(run_mpi, tmp_path):
     )
 
 
-def test_spawn_is_still_out_of_scope(run_mpi, tmp_path):
-    proc = run(
-        run_mpi,
-        tmp_path,
-        1,
-        """
-        try:
-            MPI.COMM_SELF.Spawn("python")
-        except NotImplementedError as exc:
-            assert "spawning processes" in str(exc), exc
-        else:
-            raise AssertionError("Spawn did not raise")
-        """,
-    )
-    assert proc.returncode == 0
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux loopback")
 def test_accept_connect_across_hosts(run_mpi, tmp_path):
     """Ranks on two "hosts" (loopback addresses, each with its own session directory,

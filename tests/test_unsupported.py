@@ -54,8 +54,6 @@ def test_functions_cover_mpi4py() -> None:
 @pytest.mark.parametrize(
     ("owner", "name", "feature"),
     [
-        ("COMM_WORLD", "Spawn", "spawning processes"),
-        ("COMM_WORLD", "Spawn_multiple", "spawning processes"),
         ("COMM_WORLD", "Agree", "fault tolerance (ULFM)"),
         ("COMM_WORLD", "Shrink", "fault tolerance (ULFM)"),
     ],
@@ -63,7 +61,7 @@ def test_functions_cover_mpi4py() -> None:
 def test_methods_of_missing_features_on_existing_classes_raise(
     owner: str, name: str, feature: str
 ) -> None:
-    """Probing code (``try: comm.Spawn(...) except NotImplementedError``) works as with
+    """Probing code (``try: comm.Agree(...) except NotImplementedError``) works as with
     mpi4py on an MPI without the feature; the message names the method and the feature."""
 
     obj = MPI.COMM_WORLD if owner == "COMM_WORLD" else MPI.COMM_SELF.Send_init(b"", MPI.PROC_NULL)

@@ -48,6 +48,14 @@ Frames
     peers      L → rank   ``endpoints`` (list of str): every rank's tcp data
                           endpoint, in rank order, once all have said hello
                           (worlds that span several hosts)
+    spawn      rank → L   ``rank``, ``id`` (int), ``apps`` (list of objects: ``argv``
+                          (list of str), ``maxprocs`` (int) and optionally ``wdir``,
+                          ``path``, ``host``, ``soft``, ``env`` (str)), ``parents``
+                          (the spawning group's process indexes), ``context`` and
+                          ``base`` (int): the root of ``Comm.Spawn`` asks for processes
+    spawned    L → rank   ``id``, ``ranks`` (list of int: the new processes' indexes),
+                          ``errcodes`` (list of int, one per process asked for), and
+                          ``error`` (str) when none could be started
     =========  =========  ==========================================================
 
 Abort semantics
@@ -76,14 +84,19 @@ from .constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 
 __all__ = [
     "ABORT",
+    "ENV_APPNUM",
     "ENV_BIND",
     "ENV_CTL",
     "ENV_HOST",
     "ENV_KEY",
     "ENV_NODES",
+    "ENV_PARENT",
     "ENV_RANK",
     "ENV_SESSION_DIR",
     "ENV_SIZE",
+    "ENV_SPAWN",
+    "ENV_UNIVERSE",
+    "ENV_WORLD_BASE",
     "ERROR",
     "EXITED",
     "HELLO",
@@ -97,6 +110,8 @@ __all__ = [
     "QUERY_TIMEOUT",
     "RANK_STATES",
     "SIGNAL",
+    "SPAWN",
+    "SPAWNED",
     "STATE",
     "ControlProtocolError",
     "answer",
@@ -104,9 +119,11 @@ __all__ = [
     "control_address",
     "decode",
     "decode_nodes",
+    "decode_parent",
     "describe_exit",
     "encode",
     "encode_nodes",
+    "encode_parent",
     "exit_status",
     "format_abort",
     "format_call",
@@ -130,6 +147,16 @@ ENV_KEY = "IPYMPI_KEY"  # per-session secret (hex): signs control and tcp traffi
 ENV_NODES = "IPYMPI_NODES"
 ENV_HOST = "IPYMPI_HOST"
 ENV_BIND = "IPYMPI_BIND"
+# Processes started by ``Comm.Spawn``: the process index of the first rank of this
+# COMM_WORLD (``IPYMPI_RANK`` is the process's own index, ``IPYMPI_SIZE`` the size of its
+# COMM_WORLD), the parents (``context,base,index;index;...``) and ``APPNUM``.
+ENV_WORLD_BASE = "IPYMPI_WORLD_BASE"
+ENV_PARENT = "IPYMPI_PARENT"
+ENV_APPNUM = "IPYMPI_APPNUM"
+# The ``UNIVERSE_SIZE`` attribute (default: the host's processors).
+ENV_UNIVERSE = "IPYMPI_UNIVERSE_SIZE"
+# Set when the launcher serves ``spawn`` requests (``ipympi.run``, a singleton's supervisor).
+ENV_SPAWN = "IPYMPI_SPAWN"
 
 # -- message types ----------------------------------------------------------------
 HELLO = "hello"
@@ -140,7 +167,11 @@ QUERY = "query"
 PEER_EXIT = "peer_exit"
 SIGNAL = "signal"
 PEERS = "peers"
-MESSAGE_TYPES = frozenset({HELLO, ABORT, ERROR, STATE, QUERY, PEER_EXIT, SIGNAL, PEERS})
+SPAWN = "spawn"
+SPAWNED = "spawned"
+MESSAGE_TYPES = frozenset(
+    {HELLO, ABORT, ERROR, STATE, QUERY, PEER_EXIT, SIGNAL, PEERS, SPAWN, SPAWNED}
+)
 
 # States a rank reports about itself.
 RANK_STATES = frozenset({"running", "blocked", "idle", "finalized"})
@@ -169,6 +200,15 @@ _REQUIRED: dict[str, dict[str, tuple[type, ...]]] = {
     PEER_EXIT: {"rank": _INT, "reason": _STR},
     SIGNAL: {"signal": _INT},
     PEERS: {"endpoints": _LIST},
+    SPAWN: {
+        "rank": _INT,
+        "id": _INT,
+        "apps": _LIST,
+        "parents": _LIST,
+        "context": _INT,
+        "base": _INT,
+    },
+    SPAWNED: {"id": _INT, "ranks": _LIST, "errcodes": _LIST},
 }
 _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     STATE: {
@@ -190,6 +230,7 @@ _OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     # Numbered, so that an answer that comes after its query timed out is not taken
     # for the answer to the next one.
     QUERY: {"id": _INT},
+    SPAWNED: {"error": _STR},
 }
 
 # Collectives whose peer is a root rather than a source or destination.
@@ -225,6 +266,19 @@ def decode_nodes(text: str, size: int) -> list[int] | None:
     if len(nodes) != size or min(nodes) < 0:
         raise ValueError(f"{ENV_NODES} names {len(nodes)} ranks' hosts for a world of {size}")
     return nodes
+
+
+def encode_parent(context: int, base: int, parents: list[int]) -> str:
+    """``IPYMPI_PARENT`` of spawned processes: the context of the intercommunicator to
+    their parents, its collectives' first sequence number, the parents' indexes."""
+    return f"{context},{base};" + ";".join(str(p) for p in parents)
+
+
+def decode_parent(text: str) -> tuple[int, int, list[int]]:
+    """``(context, base, parents)`` of an ``IPYMPI_PARENT`` value; ValueError if malformed."""
+    head, _, members = text.partition(";")
+    context, base = (int(n) for n in head.split(","))
+    return context, base, [int(n) for n in members.split(";")]
 
 
 def identity(rank: int) -> bytes:

@@ -37,6 +37,7 @@ __all__ = ["Forker", "die_with_parent"]
 
 _PR_SET_PDEATHSIG = 1
 _KILL_WAIT = 2.0  # seconds to reap children after SIGKILL at the end
+_HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}  # blocked while a child is made
 
 
 def die_with_parent() -> bool:
@@ -81,8 +82,12 @@ class Forker(CommandLoop):
         stdout joins stderr, so that nothing reaches the event pipe). ``body`` must flush
         what it writes: the child ends with ``os._exit``.
         """
+        # A signal for the child may come before it has its own handlers (it is signalled
+        # as soon as its pid is known): held back until then, not taken by the template's.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
         pid = os.fork()
         if pid:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             self.children[pid] = rank
             with contextlib.suppress(OSError):  # the child does it too: whichever runs first
                 os.setpgid(pid, pid)
@@ -90,6 +95,7 @@ class Forker(CommandLoop):
         status = 1
         try:
             self._become_child(env, stdio)
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
             status = body()
         except BaseException:
             with contextlib.suppress(Exception):

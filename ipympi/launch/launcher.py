@@ -59,7 +59,7 @@ from ..core import control as ctl
 from ..core.control import QUERY_TIMEOUT
 from ..core.ranksets import ranks_phrase
 from ..core.tracebacks import group_identical, headed
-from . import pymain, template
+from . import pymain, spawning, template
 from .ctlserver import ControlServer
 from .forwarding import OutputStream, Sink
 from .sessiondir import make_session_dir, remove_session_dir
@@ -242,6 +242,7 @@ class Job:
         self._states: dict[int, dict[str, Any]] = {}
         self._reaped: set[int] = set()  # ranks whose exit has been noticed
         self._template: template.TemplateProcess | None = None  # forks the ranks, if any
+        self._preexec: Callable[[], None] | None = None  # what each process runs before exec
         self._plan: pymain.Plan = {}
         # Looking for a deadlock: when the next look starts, the ranks asked in
         # the look under way (None between looks) and when it stops waiting for
@@ -259,6 +260,7 @@ class Job:
             ctl.ABORT: self._on_abort,
             ctl.STATE: self._on_state,
             ctl.ERROR: self._on_error,
+            ctl.SPAWN: self._on_spawn,
         }
         self._errors: dict[int, str] = {}  # rank -> its uncaught exception, not yet printed
 
@@ -302,34 +304,63 @@ class Job:
     def _start_ranks(self, preexec: Callable[[], None] | None) -> None:
         """Start every rank (here, on this machine): forked from a template process
         when the program is a Python program it can run (:mod:`ipympi.launch.template`)."""
+        self._preexec = preexec
         plan = pymain.plan(self.argv, self.env) if template.enabled(self.env) else None
         if plan is not None:
-            # The template's environment is the ranks' without what differs per rank.
-            shared = rank_environment(self.env, 0, self.n, "", "", os.cpu_count())
-            for name in (ctl.ENV_RANK, ctl.ENV_SIZE, ctl.ENV_SESSION_DIR, ctl.ENV_CTL, ctl.ENV_KEY):
-                if name not in self.env:
-                    shared.pop(name, None)
-            self._template = template.TemplateProcess(shared, preexec)
             self._plan = plan
-            self._watch(self._template.fd, self._read_template)
+            self._start_template()
         for rank in range(self.n):
-            self._spawn(rank, preexec)
+            self._start_rank(rank)
 
-    def _spawn(self, rank: int, preexec: Callable[[], None] | None) -> None:
+    def _start_template(self) -> None:
+        """Start the template that forks Python processes (:mod:`ipympi.launch.template`)."""
+        # The template's environment is the ranks' without what differs per rank.
+        shared = rank_environment(self.env, 0, self.n, "", "", os.cpu_count())
+        for name in (ctl.ENV_RANK, ctl.ENV_SIZE, ctl.ENV_SESSION_DIR, ctl.ENV_CTL, ctl.ENV_KEY):
+            if name not in self.env:
+                shared.pop(name, None)
+        self._template = template.TemplateProcess(shared, self._preexec)
+        self._watch(self._template.fd, self._read_template)
+
+    def _start_rank(self, rank: int) -> None:
+        env = self._rank_environment(rank, self.n)
+        plan = self._plan if self._template is not None else None
+        self._start_process(rank, self.argv, env, plan, rank == 0, None)
+
+    def _rank_environment(self, rank: int, size: int) -> dict[str, str]:
+        """The environment of process ``rank`` in a world of ``size``."""
+        assert self.session_dir is not None
+        env = rank_environment(self.env, rank, size, self.session_dir, self.key, os.cpu_count())
+        env[ctl.ENV_SPAWN] = "1"  # this launcher serves ``Comm.Spawn``
+        return env
+
+    def _start_process(
+        self,
+        rank: int,
+        argv: Sequence[str],
+        env: dict[str, str],
+        plan: pymain.Plan | None,
+        stdin: bool,
+        cwd: str | None,
+    ) -> None:
+        """Start process ``rank`` (forked from the template when ``plan`` is given) and
+        watch its output and exit."""
         assert self.session_dir is not None and self.ctl_address is not None
-        env = rank_environment(self.env, rank, self.n, self.session_dir, self.key, os.cpu_count())
         handle: Rank | template.ForkedRank
-        if self._template is not None:
-            handle, pipes = self._template.spawn(rank, env, self._plan, stdin=rank == 0)
+        if plan is not None and self._template is not None:
+            if cwd is not None:
+                plan = {**plan, "cwd": cwd}
+            handle, pipes = self._template.spawn(rank, env, plan, stdin=stdin)
         else:
             popen = subprocess.Popen(
-                self.argv,
-                stdin=None if rank == 0 else subprocess.DEVNULL,
+                list(argv),
+                stdin=None if stdin else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
+                cwd=cwd,
                 start_new_session=True,
-                preexec_fn=preexec,
+                preexec_fn=self._preexec,
             )
             handle = Rank(rank, popen)
             assert popen.stdout is not None and popen.stderr is not None
@@ -687,6 +718,51 @@ class Job:
 
     def _on_error(self, rank: RankHandle, msg: dict[str, Any]) -> None:
         self._errors[rank.rank] = str(msg["text"])
+
+    def _on_spawn(self, rank: RankHandle, msg: dict[str, Any]) -> None:
+        """Start the processes a rank's ``Comm.Spawn`` asks for (:mod:`ipympi.launch.spawning`)."""
+        assert self._control is not None
+        if self._ending:
+            answer = spawning.refusal(msg, "the job is ending")
+        else:
+            try:
+                if not all(isinstance(p, int) for p in msg["parents"]) or not msg["parents"]:
+                    raise spawning.Refused("the request names no parents")
+                answer = spawning.accepted(msg, self._start_children(msg))
+            except spawning.Refused as exc:
+                answer = spawning.refusal(msg, str(exc))
+        self._control.send(rank.rank, answer)
+
+    def _start_children(self, msg: dict[str, Any]) -> list[int]:
+        """Start the programs of ``msg`` as the next processes; their indexes."""
+        starts = spawning.plan_apps(msg["apps"], self.env)
+        first = len(self.ranks)
+        size = sum(start.count for start in starts)
+        index = first
+        try:
+            for start in starts:
+                plan = pymain.plan(start.argv, self.env) if template.enabled(self.env) else None
+                if plan is not None and self._template is None:
+                    self._start_template()
+                for _ in range(start.count):
+                    env = self._rank_environment(index, size)
+                    env = spawning.child_environment(env, start, first, size, msg)
+                    self._start_process(index, start.argv, env, plan, False, start.cwd)
+                    index += 1
+        except OSError as exc:  # exec failed: end what this request started, quietly
+            for handle in self.ranks[first:]:
+                self._reaped.add(handle.rank)  # not a failure of the job
+                handle.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    handle.wait(GRACE)
+                self._close_pidfd(handle)
+            raise spawning.Refused(
+                f"cannot run {exc.filename or 'the command'!r}: {exc.strerror}"
+            ) from None
+        finally:
+            assert self._control is not None
+            self._control.nranks = len(self.ranks)
+        return list(range(first, index))
 
     def _print_errors(self) -> None:
         """Print the ranks' tracebacks received so far, each distinct one once,

@@ -31,7 +31,8 @@ from typing import Any
 
 __all__ = ["Plan", "plan", "run", "same_interpreter"]
 
-# {"kind": "script" | "module" | "code", "target": str, "argv": sys.argv, "orig_argv": [...]}
+# {"kind": "script" | "module" | "code", "target": str, "argv": sys.argv, "orig_argv": [...]},
+# and "cwd" (str) to run in another folder
 Plan = dict[str, Any]
 
 
@@ -88,6 +89,8 @@ def _fresh_main() -> types.ModuleType:
 def _start(spec: Plan) -> int | None:
     """Run the program; None when it ran to its end, else the status it could not start with."""
     kind, target = spec["kind"], spec["target"]
+    if spec.get("cwd"):  # a spawned process's working directory (``wdir``)
+        os.chdir(spec["cwd"])
     sys.argv = list(spec["argv"])
     if hasattr(sys, "orig_argv"):  # Python 3.10 and later
         sys.orig_argv = list(spec["orig_argv"])  # type: ignore[attr-defined,unused-ignore]

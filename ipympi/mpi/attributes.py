@@ -39,6 +39,7 @@ their errors directly, as the rest of ``MPI.Datatype`` does.
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import traceback
 from typing import TYPE_CHECKING, Any, Callable, Union
@@ -207,8 +208,8 @@ def _predefined_value(impl: CommImpl, keyval: int) -> tuple[bool, Any]:
         K.HOST: K.PROC_NULL,
         K.IO: K.ANY_SOURCE,
         K.WTIME_IS_GLOBAL: 0,
-        K.UNIVERSE_SIZE: impl.size,
-        K.APPNUM: 0,
+        K.UNIVERSE_SIZE: PROCESS.universe_size or max(impl.size, os.cpu_count() or 1),
+        K.APPNUM: PROCESS.appnum,
     }
     if keyval in values:
         return True, values[keyval]

@@ -39,6 +39,7 @@ from .ports import JoinMethod, PortMethods
 from .process import PROCESS
 from .psend import PartitionedComm
 from .request import Request
+from .spawn import SpawnMethods, get_parent
 from .topology import TopologyConstructors
 from .unsupported import CommFeatures
 
@@ -220,9 +221,9 @@ class Comm(
 
     @classmethod
     def Get_parent(cls) -> Intercomm:
-        """The intercommunicator to the job that spawned this one: ``COMM_NULL``, since
-        ipympi starts no processes dynamically (``Spawn`` is not available)."""
-        return Intercomm._from_impl(None, "COMM_NULL")  # type: ignore[return-value]
+        """The intercommunicator to the processes that spawned this one (``Spawn``), else
+        ``COMM_NULL``."""
+        return get_parent()
 
     @mpi_call
     def Disconnect(self) -> None:
@@ -248,7 +249,13 @@ class Comm(
 
 @handle_class
 class Intracomm(
-    Comm, Collectives, Reductions, IntraConstructors, TopologyConstructors, PortMethods
+    Comm,
+    Collectives,
+    Reductions,
+    IntraConstructors,
+    TopologyConstructors,
+    PortMethods,
+    SpawnMethods,
 ):
     """A communicator within one group of ranks."""
 

@@ -66,7 +66,7 @@ def _environment(args: list[str] | None = None) -> dict[str, str]:
         pairs["argv"] = " ".join(command[1:])
     engine = PROCESS.engine
     if engine is not None:
-        pairs["maxprocs"] = str(engine.size)
+        pairs["maxprocs"] = str(len(PROCESS.world_ranks))
     pairs.update(
         host=socket.gethostname(),
         arch=platform.machine(),

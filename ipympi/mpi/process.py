@@ -48,6 +48,19 @@ class Process:
         self.self_comm: Comm | None = None
         self.bsend: Pool | None = None  # the buffer of Attach_buffer (not a communicator's)
         self.sessions = 0  # sessions alive (``Session.Init``; MPI runs for them too)
+        self.world_ranks: list[int] = [0]  # the process indexes of COMM_WORLD's ranks
+        # Processes started by ``Comm.Spawn``: their parents (``context,base,i;j;...``,
+        # "" in others), ``APPNUM``; and ``UNIVERSE_SIZE`` (None: the host's processors).
+        self.parent = ""
+        self.appnum = 0
+        self.can_spawn = False  # the launcher serves Spawn (else a singleton becomes a job)
+        # How ``abort`` waits for the launcher to end the job: ``(seconds) -> None``; a
+        # singleton's waits for its supervisor (``mpi.singleton``), others sleep.
+        self.await_launcher: Any = None
+        # The runtime's ``attach_transport(engine, transport, ctl)``: what a singleton
+        # calls to join the job its first ``Spawn`` makes (``mpi.singleton``).
+        self.attach_transport: Any = None
+        self.universe_size: int | None = None
 
     def why_unusable(self) -> str:
         """Why MPI calls cannot be made now: not initialized yet, or finalized."""
@@ -96,7 +109,8 @@ class Process:
         transport = engine.transport if engine is not None else None
         if transport is not None and transport.ctl is not None:
             transport.send_control({"type": "abort", "rank": rank, "code": code, "reason": reason})
-            time.sleep(3.0)  # the launcher ends us; exit on our own if it does not
+            # the launcher ends us; exit on our own if it does not
+            (self.await_launcher or time.sleep)(3.0)
         else:
             print(f"ipympi: rank {rank}: {reason}", file=sys.stderr, flush=True)
         os._exit(code & 0xFF)

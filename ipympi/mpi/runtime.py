@@ -49,6 +49,7 @@ from .errhandling import ERRORS_ABORT, ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandl
 from .process import PROCESS
 from .rc import setting
 from .request import Request
+from .spawn import make_parent
 
 __all__ = [
     "COMM_SELF",
@@ -134,6 +135,7 @@ def Init_thread(required: int = THREAD_MULTIPLE) -> int:
     if not PROCESS.started:  # a session may have started the engine already
         start_engine()
     COMM_WORLD._impl, COMM_SELF._impl = _PREDEFINED
+    make_parent()
     PROCESS.thread_level = min(required, THREAD_MULTIPLE)
     PROCESS.main_thread = threading.current_thread()
     PROCESS.initialized = True
@@ -156,6 +158,13 @@ def start_engine() -> None:
     env = os.environ
     rank = int(env.pop(_control.ENV_RANK, "0"))
     size = int(env.pop(_control.ENV_SIZE, "1"))
+    base = int(env.pop(_control.ENV_WORLD_BASE, "0"))  # > 0 in spawned processes
+    PROCESS.parent = env.pop(_control.ENV_PARENT, "")
+    PROCESS.appnum = int(env.pop(_control.ENV_APPNUM, "0"))
+    PROCESS.can_spawn = env.pop(_control.ENV_SPAWN, "") == "1"
+    universe = env.pop(_control.ENV_UNIVERSE, "")
+    if universe:
+        PROCESS.universe_size = int(universe)
     session_dir = env.pop(_control.ENV_SESSION_DIR, "")
     ctl = env.pop(_control.ENV_CTL, "")
     key = _control.session_key(env.pop(_control.ENV_KEY, ""))
@@ -167,28 +176,42 @@ def start_engine() -> None:
     if session_dir:
         transport = Transport(rank, session_dir, ctl or None, key, nodes, bind_address)
         PROCESS.host = host
-    engine = Engine(rank, size, transport)
+    engine = Engine(rank, base + size, transport)
     PROCESS.engine = engine
+    PROCESS.world_ranks = list(range(base, base + size))
     handler = _default_errhandler()
     _PREDEFINED[:] = [
-        CommImpl(engine, WORLD_CONTEXT, list(range(size)), rank, "MPI_COMM_WORLD", handler, True),
+        CommImpl(
+            engine, WORLD_CONTEXT, PROCESS.world_ranks, rank - base, "MPI_COMM_WORLD", handler, True
+        ),
         CommImpl(engine, SELF_CONTEXT, [rank], 0, "MPI_COMM_SELF", handler, True),
     ]
     PROCESS.started = True
     if transport is not None:
-        sys.setswitchinterval(0.0005)  # background progress answers within ~0.6 ms
-        allow_peer_reads()
-        if ctl:
-            hello = {"type": "hello", "rank": rank, "pid": os.getpid(), "host": PROCESS.host_name()}
-            if transport.tcp is not None:
-                hello["data"] = transport.tcp.endpoint
-            transport.send_control(hello)
-            if transport.tcp is not None:
-                transport.tcp.set_peers(_wait_for_peers(transport, size))
-        progress = ProgressThread(engine, abort=PROCESS.abort)
-        PROCESS.progress = engine.progress = progress
-        progress.start()
-        _install_excepthook()
+        attach_transport(engine, transport, bool(ctl))
+
+
+def attach_transport(engine: Engine, transport: Transport, ctl: bool) -> None:
+    """Start what a rank with a transport runs: say hello to the launcher (``ctl``), start
+    the progress thread. At start-up, or when a singleton starts processes (``Spawn``)."""
+    engine.attach(transport)
+    sys.setswitchinterval(0.0005)  # background progress answers within ~0.6 ms
+    allow_peer_reads()
+    rank = engine.rank
+    if ctl:
+        hello = {"type": "hello", "rank": rank, "pid": os.getpid(), "host": PROCESS.host_name()}
+        if transport.tcp is not None:
+            hello["data"] = transport.tcp.endpoint
+        transport.send_control(hello)
+        if transport.tcp is not None:
+            transport.tcp.set_peers(_wait_for_peers(transport, engine.size))
+    progress = ProgressThread(engine, abort=PROCESS.abort)
+    PROCESS.progress = engine.progress = progress
+    progress.start()
+    _install_excepthook()
+
+
+PROCESS.attach_transport = attach_transport
 
 
 def _wait_for_peers(transport: Any, size: int) -> list[str]:
@@ -292,9 +315,10 @@ def close_engine() -> None:
 
 def _finalize_barrier(engine: Engine) -> None:
     """Everyone reports to rank 0, which then releases everyone."""
-    rank, size = engine.rank, engine.size
-    if size == 1:
+    ranks = PROCESS.world_ranks
+    if len(ranks) == 1:
         return
+    rank = engine.rank
 
     def send(dest: int) -> None:
         engine.start_send(
@@ -306,14 +330,14 @@ def _finalize_barrier(engine: Engine) -> None:
         engine.start_recv(op, FINALIZE_CONTEXT, source, 0)
         engine.wait(op, lambda: WaitInfo("Finalize", "MPI_COMM_WORLD", source, 0))
 
-    if rank == 0:
-        for source in range(1, size):
+    if rank == ranks[0]:
+        for source in ranks[1:]:
             recv(source)
-        for dest in range(1, size):
+        for dest in ranks[1:]:
             send(dest)
     else:
-        send(0)
-        recv(0)
+        send(ranks[0])
+        recv(ranks[0])
 
 
 def _finalize_at_exit() -> None:

@@ -61,7 +61,7 @@ def pset_ranks(name: str, call: str) -> list[int]:
     """The world ranks of process set ``name``, or ``ERR_ARG`` for an unknown name."""
     engine = PROCESS.live_engine(call)
     if name == WORLD:
-        return list(range(engine.size))
+        return list(PROCESS.world_ranks)
     if name == SELF:
         return [engine.rank]
     raise MPIException(

@@ -1,9 +1,9 @@
 """Functions and methods of mpi4py's ``MPI`` module that ipympi does not implement.
 
-Spawning processes (``Comm.Spawn``), fault tolerance (ULFM) and the standard ABI's
-queries are outside ipympi's scope. The names still exist so that programs written for
-mpi4py import cleanly and can probe for the features: each raises ``NotImplementedError``
-naming the missing feature, as mpi4py raises it on an MPI without the feature.
+Fault tolerance (ULFM) and the standard ABI's queries are outside ipympi's scope. The
+names still exist so that programs written for mpi4py import cleanly and can probe for
+the features: each raises ``NotImplementedError`` naming the missing feature, as mpi4py
+raises it on an MPI without the feature.
 """
 
 from __future__ import annotations
@@ -53,13 +53,12 @@ class _UnsupportedMethods:
 
 
 class CommFeatures(_UnsupportedMethods):
-    """The communicator methods of spawning processes and fault tolerance (ULFM), which
-    ``Comm`` inherits as ``NotImplementedError``."""
+    """The communicator methods of fault tolerance (ULFM), which ``Comm`` inherits as
+    ``NotImplementedError``."""
 
     __slots__ = ()
     _owner = "Comm"
     _features = {
-        "spawning processes": ("Spawn", "Spawn_multiple"),
         "fault tolerance (ULFM)": (
             "Ack_failed", "Get_failed", "Agree", "Iagree", "Revoke", "Is_revoked",
             "Shrink", "Ishrink",

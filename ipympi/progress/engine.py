@@ -249,7 +249,11 @@ class Engine:
         msgid = next(self._msgids)
         op.msgid = msgid
         if not context & 1:
-            self.sent[wdest] += 1
+            try:
+                self.sent[wdest] += 1
+            except IndexError:  # a process this one did not know of (spawned)
+                self.grow(wdest + 1)
+                self.sent[wdest] += 1
         if nbytes <= EAGER_LIMIT:
             header = _pack_header(
                 EAGER,
@@ -303,7 +307,11 @@ class Engine:
         if nbytes > EAGER_LIMIT:
             return False
         if not context & 1:
-            self.sent[wdest] += 1
+            try:
+                self.sent[wdest] += 1
+            except IndexError:
+                self.grow(wdest + 1)
+                self.sent[wdest] += 1
         self._send(
             wdest,
             _pack_header(EAGER, 0, sig, context, source, tag, self.rank, self.pid, 0, nbytes) + mem,
@@ -439,7 +447,11 @@ class Engine:
                 self._reply(wsource, FIN, msgid)  # release the sender's buffer
             return
         if kind <= RTS and not context & 1:
-            self.arrived[wsource] += 1
+            try:
+                self.arrived[wsource] += 1
+            except IndexError:  # from a process this one did not know of (spawned)
+                self.grow(wsource + 1)
+                self.arrived[wsource] += 1
         if kind == EAGER:
             recv = self.matcher.match_posted(context, source, tag)
             if recv is None:
@@ -867,6 +879,21 @@ class Engine:
             if wrank != self.rank:
                 self._send(wrank, header + data)
         self.fail_collectives(context, text, seq)
+
+    def attach(self, transport: Transport) -> None:
+        """Use ``transport`` from now on: a singleton that starts processes gets one."""
+        self.transport = transport
+        self._send = transport.send
+        self._same_host = transport.same_host
+
+    def grow(self, size: int) -> None:
+        """Know of ``size`` processes at least: processes started later (``Comm.Spawn``)
+        take the next indexes, and are addressed like the first ones."""
+        if size > self.size:
+            more = size - self.size
+            self.sent.extend([0] * more)
+            self.arrived.extend([0] * more)
+            self.size = size
 
     # -- a rank that died -------------------------------------------------------
     def fail_peer(self, wrank: int, reason: str) -> None:

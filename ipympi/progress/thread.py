@@ -109,11 +109,27 @@ class ProgressThread(threading.Thread):
         self._stop_requested = False
         assert engine.transport is not None
         self.transport = engine.transport
+        # Answers of the launcher to this rank's requests (``spawned``), by request id.
+        self._answers: dict[int, dict[str, Any]] = {}
+        self._answered = threading.Condition()
 
     def stop(self) -> None:
         self._stop_requested = True
         self.transport.ring()
         self.join(timeout=5)
+
+    def ask_launcher(self, msg: dict[str, Any], ident: int, timeout: float) -> dict[str, Any]:
+        """Send ``msg`` to the launcher and wait for its answer numbered ``ident`` (this
+        thread receives it); ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        self.transport.send_control(msg)
+        with self._answered:
+            while ident not in self._answers:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.is_alive():
+                    raise TimeoutError(f"the launcher did not answer within {timeout:g} s")
+                self._answered.wait(min(left, 0.5))
+            return self._answers.pop(ident)
 
     # -- loop ----------------------------------------------------------------
     def run(self) -> None:
@@ -192,3 +208,7 @@ class ProgressThread(threading.Thread):
                 self.engine.note_peer_exit(int(msg["rank"]), str(msg.get("reason", "")))
             elif kind == _control.SIGNAL:
                 signal_self(int(msg["signal"]))
+            elif kind == _control.SPAWNED:
+                with self._answered:
+                    self._answers[int(msg["id"])] = msg
+                    self._answered.notify_all()

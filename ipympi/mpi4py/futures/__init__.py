@@ -2,11 +2,11 @@
 
 mpi4py's interface (:class:`MPIPoolExecutor`, :class:`MPICommExecutor`,
 :func:`get_comm_workers`, :func:`collect`, :func:`compose` and the names of
-:mod:`concurrent.futures`), implemented on ipympi's MPI. ipympi has no
-``MPI.Comm.Spawn``, so the workers are the other ranks of the job: run a program with
-``python -m ipympi.run -n N python -m mpi4py.futures prog.py`` (rank 0 runs it, ranks 1
-to N-1 serve every ``MPIPoolExecutor`` it creates), or split a communicator into a
-master and workers with ``MPICommExecutor``.
+:mod:`concurrent.futures`), implemented on ipympi's MPI. ``MPIPoolExecutor`` spawns its
+workers (``MPI.Comm.Spawn``), also from a plain ``python prog.py``; under ``python -m
+ipympi.run -n N python -m mpi4py.futures prog.py`` rank 0 runs the program and ranks 1 to
+N-1 serve every ``MPIPoolExecutor`` it creates; ``MPICommExecutor`` splits a communicator
+into a master and workers.
 """
 
 from concurrent.futures import (

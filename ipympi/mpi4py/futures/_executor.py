@@ -6,10 +6,10 @@ and ``starmap`` with ``chunksize``, ``buffersize`` and ``unordered``, ``bootup``
 ``num_workers``) and hands its tasks to a pool (see :mod:`ipympi.mpi4py.futures._pools`):
 
 * ``MPIPoolExecutor`` to MPI worker processes: those of ``python -m mpi4py.futures``
-  (shared by every executor of the program), or those an ``MPICommExecutor`` set up.
-  Anywhere else mpi4py would start workers with ``MPI.Comm.Spawn``, which ipympi does
-  not have: the executor then fails its first task (and ``bootup``) with
-  ``NotImplementedError`` saying how to run instead, and is broken afterwards.
+  (shared by every executor of the program), those an ``MPICommExecutor`` set up, or,
+  anywhere else, workers it starts with ``MPI.Comm.Spawn`` (:func:`~._pools.spawn_pool`).
+  An executor whose workers cannot start fails its first task (and ``bootup``) with the
+  error, and is broken afterwards.
 * ``ThreadPoolExecutor`` to threads, ``ProcessPoolExecutor`` to processes of this host.
 """
 
@@ -24,17 +24,12 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Callable
 
-from ._pools import Client, MPIPool, ProcessPool, ThreadPool, WorkItem
+from ... import MPI
+from ._pools import Client, MPIPool, ProcessPool, ThreadPool, WorkItem, spawn_pool
 
 __all__ = ["MPIPoolExecutor", "ProcessPoolExecutor", "ThreadPoolExecutor", "shared_pool"]
 
-_SPAWN_UNAVAILABLE = (
-    "MPIPoolExecutor needs MPI.Comm.Spawn to start its workers, and ipympi does not "
-    "spawn processes: run the program under "
-    "'python -m ipympi.run -n N python -m mpi4py.futures prog.py' (rank 0 runs it, "
-    "the other ranks are the workers), or use MPICommExecutor"
-)
-
+_CANNOT_START = (NotImplementedError, MPI.Exception)  # what making a pool may raise
 shared_pool: list[MPIPool] = []  # the world's workers, under python -m mpi4py.futures
 
 
@@ -56,8 +51,9 @@ class MPIPoolExecutor(cf.Executor):
         must be positive; ``initializer(*initargs)`` runs in each worker before its
         first task. Keyword options: ``globals``, ``path``, ``wdir``, ``env`` (applied
         in the workers before the initializer), ``backoff`` (the longest idle sleep of
-        the manager thread); the spawn options (``python_exe``, ``python_args``,
-        ``mpi_info``, ``main``, ``use_pkl5``) are accepted and have no effect here.
+        the manager thread) and the spawn options: ``python_exe``, ``python_args``,
+        ``mpi_info`` (a dict or ``MPI.Info`` for ``Spawn``), ``main`` (whether workers
+        import the main program, default True); ``use_pkl5`` is accepted.
         """
         if max_workers is None and "MPI4PY_FUTURES_MAX_WORKERS" in os.environ:
             max_workers = int(os.environ["MPI4PY_FUTURES_MAX_WORKERS"])
@@ -81,7 +77,7 @@ class MPIPoolExecutor(cf.Executor):
         if shared_pool:
             self._owns_pool = False
             return shared_pool[0]
-        raise NotImplementedError(_SPAWN_UNAVAILABLE)
+        return spawn_pool(self._max_workers, self._client.options)
 
     def _use_pool(self, pool: Any, owned: bool) -> None:
         """Use ``pool`` (an ``MPICommExecutor``'s workers, say)."""
@@ -91,7 +87,7 @@ class MPIPoolExecutor(cf.Executor):
         if self._pool is None:
             try:
                 self._pool = self._make_pool()
-            except NotImplementedError as exc:
+            except _CANNOT_START as exc:
                 broken = cf.BrokenExecutor(str(exc))
                 broken.__cause__ = exc
                 self._client.broken = broken
@@ -123,7 +119,7 @@ class MPIPoolExecutor(cf.Executor):
                 raise RuntimeError("cannot schedule new futures after shutdown")
             try:
                 pool = self._get_pool()
-            except NotImplementedError as exc:
+            except _CANNOT_START as exc:
                 future.set_running_or_notify_cancel()
                 future.set_exception(exc)
                 return future

@@ -9,9 +9,11 @@ with, and whether it is broken). Three kinds of pool run them:
 * :class:`ProcessPool`: processes of the standard :mod:`concurrent.futures` module;
 * :class:`MPIPool`: MPI processes across an intercommunicator, whose remote group runs
   :func:`ipympi.mpi4py.futures._worker.serve`. A manager thread sends each task to an idle
-  worker and collects results, polling with nonblocking calls (and sleeping up to
-  ``backoff`` seconds while there is nothing to do) so that it never holds MPI for
-  long. Several executors may share one pool (under ``python -m mpi4py.futures``): a
+  worker and collects results: while every worker has a task it waits for the first
+  answer in a blocking probe; while some are idle it polls with nonblocking calls
+  (sleeping up to ``backoff`` seconds between looks), and with nothing queued or running
+  it sleeps until a task or a stop comes. Several executors may share one pool (under
+  ``python -m mpi4py.futures``): a
   worker runs an executor's initializer before its first task of that executor.
 
 A worker whose initializer raises breaks its executor: the executor's pending tasks,
@@ -30,8 +32,9 @@ from typing import Any, Callable
 
 from ... import MPI
 
-__all__ = ["Client", "MPIPool", "ProcessPool", "ThreadPool", "WorkItem"]
+__all__ = ["Client", "MPIPool", "ProcessPool", "ThreadPool", "WorkItem", "spawn_pool"]
 
+IDLE_WAIT = 0.05  # seconds the manager sleeps at most when no task is queued or running
 TASK_TAG = 1  # master -> worker: ("init", number, options) | ("task", call) | ("stop",)
 RESULT_TAG = 2  # worker -> master: (succeeded, result or exception)
 
@@ -241,8 +244,12 @@ def _copy_outcome(source: cf.Future, target: cf.Future) -> None:
 class MPIPool:
     """MPI worker processes: the remote group of ``comm``, served by a manager thread."""
 
-    def __init__(self, comm: MPI.Intercomm, backoff: float | None = None) -> None:
+    def __init__(
+        self, comm: MPI.Intercomm, backoff: float | None = None, spawned: bool = False
+    ) -> None:
         self.comm = comm
+        self.spawned = spawned  # the workers were spawned for it: disconnect at the end
+        self.stopped = False  # the workers were told to stop
         self.num_workers = comm.Get_remote_size()
         if backoff is None:
             backoff = float(os.environ.get("MPI4PY_FUTURES_BACKOFF", 0.001))
@@ -273,14 +280,21 @@ class MPIPool:
         with self.lock:
             self.stopping = True
             thread = self.thread
+        with self.queue.cond:
+            self.queue.cond.notify_all()  # a manager waiting for work sees the stop
         if thread is None:
             self._stop_workers()
         elif wait:
             thread.join()
 
     def _stop_workers(self) -> None:
+        if self.stopped:  # once: a pool that never ran a task is stopped by each shutdown
+            return
+        self.stopped = True
         for worker in range(self.num_workers):
             self.comm.send(("stop",), worker, TASK_TAG)
+        if self.spawned:
+            self.comm.Disconnect()
 
     def _manage(self) -> None:
         comm, queue = self.comm, self.queue
@@ -292,7 +306,8 @@ class MPIPool:
         while True:
             progressed = False
             while idle:
-                entry = queue.pop(0)
+                # Nothing in flight: sleep until work comes (a push or a stop wakes it).
+                entry = queue.pop(0 if busy else IDLE_WAIT)
                 if entry is None:
                     break
                 progressed = True
@@ -320,7 +335,11 @@ class MPIPool:
                         _break(client, error)
                         client.fail(item)
                         queue.fail(client)
-            found = comm.improbe(MPI.ANY_SOURCE, RESULT_TAG, status)
+            found: MPI.Message | None
+            if busy and not idle:  # every worker has a task: wait for the first answer
+                found = comm.mprobe(MPI.ANY_SOURCE, RESULT_TAG, status)
+            else:
+                found = comm.improbe(MPI.ANY_SOURCE, RESULT_TAG, status)
             if found is not None:
                 progressed = True
                 succeeded, value = found.recv()
@@ -341,7 +360,7 @@ class MPIPool:
             if self.stopping and not busy and not queue.items:
                 self._stop_workers()
                 return
-            pause = 0.0 if progressed else min(self.backoff, pause + self.backoff / 16)
+            pause = 0.0 if progressed or not busy else min(self.backoff, pause + self.backoff / 16)
             if pause:
                 time.sleep(pause)
 
@@ -359,3 +378,61 @@ def _settle(future: cf.Future, succeeded: bool, value: Any) -> None:
         future.set_result(value)
     else:
         future.set_exception(value)
+
+
+SERVER = "ipympi.mpi4py.futures.server"
+
+
+def _main_program() -> list[str]:
+    """How the workers run the main program (``file ARGS``, ``-m module ARGS``, with this
+    process's arguments), or [] (none: an interactive session, ``-c``)."""
+    import sys
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and getattr(spec, "name", None) not in (None, "__main__"):
+        return ["-m", spec.name, *sys.argv[1:]]
+    path = getattr(main, "__file__", None)
+    if isinstance(path, str) and os.path.isfile(path):
+        return [os.path.abspath(path), *sys.argv[1:]]
+    return []
+
+
+def _default_workers() -> int:
+    universe = MPI.COMM_WORLD.Get_attr(MPI.UNIVERSE_SIZE)
+    return max(1, int(universe or 1) - MPI.COMM_WORLD.Get_size())
+
+
+def spawn_pool(max_workers: int | None, options: dict[str, Any]) -> MPIPool:
+    """A pool of ``max_workers`` workers started with ``COMM_SELF.Spawn`` running the
+    server module; the workers serve the pool until it stops them, then disconnect.
+
+    ``path`` goes on the workers' module path and ``main`` has them import the main
+    program before they unpickle any task (so its functions can be sent); ``wdir`` and
+    ``env`` become the spawn's info keys.
+    """
+    import sys
+
+    args = [*(options.get("python_args") or ()), "-m", SERVER]
+    if options.get("path"):
+        args += ["--path", os.pathsep.join(str(p) for p in options["path"])]
+    if options.get("main", True):
+        main = _main_program()
+        if main:
+            args += ["--main", *main]
+    info = MPI.Info.Create()
+    try:
+        extra = options.get("mpi_info") or {}
+        for key, value in extra.items():  # a dict or an MPI.Info
+            info.Set(str(key), str(value))
+        if options.get("wdir"):
+            info.Set("wdir", str(options["wdir"]))
+        if options.get("env"):
+            lines = [f"{k}={v}" for k, v in dict(options["env"]).items()]
+            info.Set("env", "\n".join(lines))
+        count = int(max_workers) if max_workers else _default_workers()
+        python = str(options.get("python_exe") or sys.executable)
+        comm = MPI.COMM_SELF.Spawn(python, args, count, info=info)
+    finally:
+        info.Free()
+    return MPIPool(comm, options.get("backoff"), spawned=True)

@@ -48,7 +48,13 @@ def serve(comm: MPI.Intercomm, workers: MPI.Intracomm) -> None:
     _comm_workers.append(workers)
     try:
         while True:
-            message = comm.recv(None, 0, TASK_TAG)
+            try:
+                message = comm.recv(None, 0, TASK_TAG)
+            except MPI.Exception:
+                raise
+            except Exception as exc:  # a task that cannot be unpickled here: its outcome
+                _answer(comm, (False, _Raised(exc, workers)))
+                continue
             if message[0] == "stop":
                 return
             try:
