@@ -366,3 +366,54 @@ def test_a_plain_program_s_traceback_starts_in_the_program(tmp_path: Path, fork:
     assert lines[start + 1] == where, result.stderr
     assert "ZeroDivisionError: division by zero" in result.stderr
     assert "pymain" not in result.stderr, result.stderr
+
+
+def test_reading_the_command_line_imports_neither_pyzmq_nor_the_launcher() -> None:
+    """``ipympi.run`` starts a forked job's template before it imports the launcher's
+    machinery, so that the template's import of MPI and the launcher's imports overlap:
+    what runs before the template starts imports none of it."""
+    heavy = ("zmq", "ipympi.launch.launcher", "ipympi.launch.agents", "ipympi.MPI", "numpy")
+    code = f"import sys, ipympi.run; print([m for m in {heavy!r} if m in sys.modules])"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_env()
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+PARENT = "import os\nfrom mpi4py import MPI\nprint(MPI.COMM_WORLD.Get_rank(), os.getppid())\n"
+
+
+def _parents(argv: list[str], early: Any) -> set[int]:
+    """Run ``argv`` on 2 ranks as a Job given ``early``; the pids of the ranks' parents."""
+    import io
+
+    from ipympi.launch.basics import job_environment
+    from ipympi.launch.launcher import Job
+
+    out, err = io.BytesIO(), io.BytesIO()
+    with Job(argv, 2, env=job_environment(_env()), stdout=out, stderr=err, early=early) as job:
+        job.start()
+        assert job.wait(30) == 0, err.getvalue()
+    lines = out.getvalue().decode().split("\n")
+    assert sorted(line.split()[0] for line in lines if line) == ["0", "1"]
+    return {int(line.split()[1]) for line in lines if line}
+
+
+def test_a_job_forks_from_the_template_started_for_it(tmp_path: Path) -> None:
+    from ipympi.launch import template
+    from ipympi.launch.basics import job_environment
+
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    argv = [sys.executable, str(script)]
+    early = template.start(argv, 2, job_environment(_env()), None)
+    assert early is not None
+    assert _parents(argv, early) == {early.process.proc.pid}
+    assert early.process.proc.poll() is not None  # closed with the job
+
+    other = template.start([sys.executable, "-c", "pass"], 2, job_environment(_env()), None)
+    assert other is not None
+    parents = _parents(argv, other)  # started for another program: closed, not used
+    assert other.process.proc.poll() is not None
+    assert len(parents) == 1 and other.process.proc.pid not in parents

@@ -34,7 +34,7 @@ import zmq
 from ..core import control as ctl
 from .ctlserver import ControlServer
 from .forwarding import OutputStream
-from .hosts import Host, controller_address, environment_is_local, nodes_of, start_method
+from .hosts import LAUNCHERS, Host, controller_address, environment_is_local, nodes_of, start_method
 from .jsonlines import JsonLinesProcess
 from .launcher import GRACE, Job, RankHandle, rank_environment
 
@@ -48,7 +48,6 @@ __all__ = [
     "placed_rank_environment",
 ]
 
-LAUNCHERS = ("auto", "local", "ssh", "srun")
 LOST = 255  # the return code of a rank whose agent went away (as ssh's own failures)
 # Seconds an agent gets to answer (ssh or srun may be slow); IPYMPI_START_TIMEOUT changes it.
 AGENT_START_TIMEOUT = 60.0

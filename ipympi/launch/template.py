@@ -42,12 +42,24 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
+from ..core import control as ctl
+from . import pymain
+from .basics import rank_environment
 from .forker import Forker
 from .jsonlines import JsonLinesProcess
 
-__all__ = ["ENV_SWITCH", "ForkedRank", "TemplateProcess", "enabled", "main", "preload"]
+__all__ = [
+    "ENV_SWITCH",
+    "ForkedRank",
+    "Started",
+    "TemplateProcess",
+    "enabled",
+    "main",
+    "preload",
+    "start",
+]
 
 ENV_SWITCH = "IPYMPI_FORK_RANKS"
 _OFF = ("0", "no", "off", "false", "n")
@@ -211,6 +223,32 @@ class ForkedRank:
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
+
+
+def start(
+    argv: list[str], n: int, env: Mapping[str, str], preexec: Callable[[], None] | None
+) -> Started | None:
+    """Start the template of a job of ``n`` ranks running ``argv`` with the job's
+    environment ``env``; None when its ranks are not forked (see the module docstring)."""
+    plan = pymain.plan(argv, dict(env)) if enabled(env) else None
+    if plan is None:
+        return None
+    # The template's environment is the ranks' without what differs per rank.
+    shared = rank_environment(env, 0, n, "", "", os.cpu_count())
+    for name in (ctl.ENV_RANK, ctl.ENV_SIZE, ctl.ENV_SESSION_DIR, ctl.ENV_CTL, ctl.ENV_KEY):
+        if name not in env:
+            shared.pop(name, None)
+    return Started(TemplateProcess(shared, preexec), plan, list(argv), n)
+
+
+class Started(NamedTuple):
+    """A template :func:`start` started: the process, how ranks run the program, and the
+    job it was started for (``argv``, ``n``)."""
+
+    process: TemplateProcess
+    plan: pymain.Plan
+    argv: list[str]
+    n: int
 
 
 class TemplateProcess(JsonLinesProcess):
