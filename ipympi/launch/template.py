@@ -34,6 +34,7 @@ handle on a rank it forked. ``IPYMPI_FORK_RANKS=0`` turns forking off.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import select
 import signal
@@ -44,6 +45,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Callable, NamedTuple
 
+from .. import mpi4py as mpi4py_name
 from ..core import control as ctl
 from . import pymain
 from .basics import rank_environment
@@ -78,14 +80,28 @@ def preload() -> None:
     from ..mpi import rc as rc_module
 
     rc_module.rc.initialize = False
-    try:
-        import mpi4py.MPI  # noqa: F401  (ipympi's, when the ranks have its mpi4py name)
-    except ImportError:
-        pass
+    if _mpi4py_is_ipympi():
+        import mpi4py.MPI  # noqa: F401
     from .. import MPI
     from ..mpi import runtime  # noqa: F401  (what Init needs, which MPI imports only to start)
 
     MPI.__all__  # noqa: B018  (every chapter)
+
+
+def _mpi4py_is_ipympi() -> bool:
+    """Whether ``import mpi4py`` gives ipympi here (the ranks have its ``mpi4py`` name).
+
+    A real mpi4py's ``MPI`` must not be imported in the template: it would start a real
+    MPI there (an MPICH singleton maps a shared-memory file that only its
+    ``MPI_Finalize`` removes, and the template ends without one), and every rank forked
+    from it would inherit that one started MPI instead of starting its own.
+    """
+    try:
+        spec = importlib.util.find_spec("mpi4py")
+    except (ImportError, ValueError):
+        return False
+    origin = spec.origin if spec is not None else None
+    return origin is not None and origin.startswith(mpi4py_name.SITE + os.sep)
 
 
 def _fresh_mpi() -> None:
