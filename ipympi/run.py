@@ -19,8 +19,14 @@ from typing import TYPE_CHECKING, Any, Callable
 from . import mpi4py as mpi4py_name
 from .core.tracebacks import ENV_TRACEBACK
 from .launch import template
-from .launch.basics import DEADLOCK_STATUS, PROG, TIMEOUT_STATUS, _die_with_parent, job_environment
-from .launch.hosts import LAUNCHERS, HostError, parse_hosts, read_hostfile, slurm_hosts
+from .launch.basics import (
+    DEADLOCK_STATUS,
+    LAUNCHERS,
+    PROG,
+    TIMEOUT_STATUS,
+    _die_with_parent,
+    job_environment,
+)
 
 if TYPE_CHECKING:
     from .launch.launcher import Job
@@ -191,6 +197,8 @@ def _job_factory(args: argparse.Namespace) -> tuple[int, Callable[..., Job] | No
 
     Raises :class:`~ipympi.launch.hosts.HostError` for hosts that cannot be used.
     """
+    from .launch.hosts import HostError, parse_hosts, read_hostfile, slurm_hosts
+
     if args.hosts and args.hostfile:
         raise HostError("give --hosts or --hostfile, not both")
     if args.hosts:

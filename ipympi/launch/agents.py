@@ -32,9 +32,10 @@ from typing import Any, Callable
 import zmq
 
 from ..core import control as ctl
+from .basics import LAUNCHERS
 from .ctlserver import ControlServer
 from .forwarding import OutputStream
-from .hosts import LAUNCHERS, Host, controller_address, environment_is_local, nodes_of, start_method
+from .hosts import Host, controller_address, environment_is_local, nodes_of, start_method
 from .jsonlines import JsonLinesProcess
 from .launcher import GRACE, Job, RankHandle, rank_environment
 

@@ -5,8 +5,9 @@ rank's environment.
 before it imports the launcher's event loop, pyzmq and the agents of several hosts, so
 that the template's import of MPI and the launcher's own imports run side by side. What
 both the early start and the launcher use lives here, importing nothing heavy: the
-launcher's name and exit statuses (printed in the command's help), the environment of a
-job and of each rank, and the parent-death hook every process the launcher starts gets.
+launcher's name, exit statuses and ways to start hosts' agents (in the command's help
+and options), the environment of a job and of each rank, and the parent-death hook
+every process the launcher starts gets.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ..core import control as ctl
 
 __all__ = [
     "DEADLOCK_STATUS",
+    "LAUNCHERS",
     "PROG",
     "THREAD_VARS",
     "TIMEOUT_STATUS",
@@ -34,6 +36,7 @@ TIMEOUT_STATUS = 124  # like timeout(1)
 # When no rank can progress: next to the timeout's 124, below the 126/127 of a
 # program that cannot run and the 128+n of deaths by signal; mpiexec has none.
 DEADLOCK_STATUS = 125
+LAUNCHERS = ("auto", "local", "ssh", "srun")  # how a host's agent may be started
 THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _PR_SET_PDEATHSIG = 1
 

@@ -26,7 +26,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 __all__ = [
-    "LAUNCHERS",
     "Host",
     "HostError",
     "bind_address_for",
@@ -45,8 +44,6 @@ __all__ = [
     "slurm_hosts",
     "start_method",
 ]
-
-LAUNCHERS = ("auto", "local", "ssh", "srun")  # how a host's agent may be started
 
 
 class HostError(ValueError):
