@@ -417,3 +417,39 @@ def test_a_job_forks_from_the_template_started_for_it(tmp_path: Path) -> None:
     parents = _parents(argv, other)  # started for another program: closed, not used
     assert other.process.proc.poll() is not None
     assert len(parents) == 1 and other.process.proc.pid not in parents
+
+
+def test_the_template_imports_numpy_for_programs_that_may_move_buffers(tmp_path: Path) -> None:
+    """A program whose text names no buffer call (nor numpy) gets ranks forked from a
+    template that imported only what starting MPI needs; others get numpy imported once,
+    in the template, rather than by every rank."""
+    show = "import sys\nfrom mpi4py import MPI\n"
+    show += "print(any(m.startswith('nump') for m in sys.modules))\n"
+    plain, buffers = tmp_path / "plain.py", tmp_path / "buffers.py"
+    plain.write_text(show)
+    buffers.write_text(show + "if False:\n    MPI.COMM_WORLD.Bcast(bytearray(8))\n")
+    for script, preloaded in ((plain, False), (buffers, True)):
+        result = launch(tmp_path, [sys.executable, str(script)], 2)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == [str(preloaded)] * 2, script
+
+
+def test_what_tells_a_program_that_may_move_buffers(tmp_path: Path) -> None:
+    from ipympi.launch.template import needs_everything
+
+    def code(text: str) -> pymain.Plan:
+        return {"kind": "code", "target": text, "argv": ["-c"], "orig_argv": []}
+
+    assert not needs_everything(code("from mpi4py import MPI\nprint(MPI.COMM_WORLD.rank)"))
+    assert not needs_everything(code("c = MPI.COMM_WORLD\nc.send(1, 0)\nc.allreduce(2)"))
+    for text in ("import numpy as np", "c.Send(b, 1)", "c.Allreduce(a, b)", "c.Bcast(x)",
+                 "MPI.Win.Create(m, comm=c)", "MPI.File.Open(c, 'f')",
+                 "MPI.DOUBLE.Create_vector(2, 1, 2)"):  # fmt: skip
+        assert needs_everything(code(text)), text
+    assert needs_everything({"kind": "module", "target": "pkg.main", "argv": [], "orig_argv": []})
+    script = tmp_path / "prog.py"
+    script.write_text("from mpi4py import MPI\nprint(MPI.COMM_WORLD.Get_rank())\n")
+    spec = {"kind": "script", "target": str(script), "argv": [], "orig_argv": []}
+    assert not needs_everything(spec)
+    script.write_text("import numpy\n")
+    assert needs_everything(spec)

@@ -16,17 +16,19 @@ strings) to datatypes, which is how a buffer given without a datatype gets one.
 
 from __future__ import annotations
 
+import ctypes
 import re
+import struct
 import sys
+import threading
 from typing import Any
-
-import numpy as np
 
 from ..core import typemap as tm
 from ..core.constants import COMBINER_DUP, COMBINER_NAMED, MAX_OBJECT_NAME
 from ..core.errors import ERR_TYPE
 from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, register
+from ..core.lazynumpy import np
 from .attributes import TypeAttributes, delete_attributes
 from .datatype_derived import Aint_add, Aint_diff, DerivedMixin, Get_address, predefined_layout
 from .datatype_lookup import LookupMixin, original
@@ -64,6 +66,9 @@ class _TypeImpl:
 
     __slots__ = (
         "__weakref__",
+        "_dtype_spec",
+        "_layout",
+        "_np_dtype",
         "attrs",
         "code",
         "combiner",
@@ -71,11 +76,9 @@ class _TypeImpl:
         "contents",
         "extent",
         "key",
-        "layout",
         "lb",
         "msg_ok",
         "name",
-        "np_dtype",
         "parent",
         "predefined",
         "size",
@@ -92,6 +95,7 @@ class _TypeImpl:
         np_dtype: np.dtype[Any] | None,
         code: str | None,
         *,
+        dtype_spec: Any = None,
         true_extent: int | None = None,
         msg_ok: bool = True,
         predefined: bool = True,
@@ -105,16 +109,41 @@ class _TypeImpl:
         self.lb = 0
         self.true_lb = 0
         self.true_extent = extent if true_extent is None else true_extent
-        self.np_dtype = np_dtype
+        self._np_dtype = np_dtype
+        self._dtype_spec = dtype_spec  # what np_dtype is made of, when first asked
         self.code = code
         self.msg_ok = msg_ok
         self.predefined = predefined
         self.committed = True
         self.combiner = combiner
         self.parent = parent
-        self.layout: tm.Layout = _ZERO_LAYOUT
+        self._layout: tm.Layout | None = None  # a predefined type's leaf, when first asked
         self.contents: tuple[list[int], list[int], list[_TypeImpl]] = ([], [], [])
         self.attrs: dict[int, tuple[Any, Any]] = {}  # keyval -> (Keyval, value), set order
+
+    @property
+    def np_dtype(self) -> np.dtype[Any] | None:
+        """The numpy dtype (a predefined type's is made on first use: numpy's import waits
+        until a buffer needs it)."""
+        dtype = self._np_dtype
+        if dtype is None and self._dtype_spec is not None:
+            dtype = self._np_dtype = np.dtype(self._dtype_spec, align=True)
+        return dtype
+
+    @property
+    def layout(self) -> tm.Layout:
+        """The typemap (every predefined type's is made, in one go, on first use)."""
+        layout = self._layout
+        if layout is None:
+            _predefined_layouts()
+            layout = self._layout
+            if layout is None:  # no leaf of its own (DATATYPE_NULL)
+                layout = self._layout = _ZERO_LAYOUT
+        return layout
+
+    @layout.setter
+    def layout(self, layout: tm.Layout) -> None:
+        self._layout = layout
 
     @classmethod
     def derived(
@@ -146,8 +175,9 @@ class _TypeImpl:
             "",
             self.size,
             self.extent,
-            self.np_dtype,
+            self._np_dtype,
             None,
+            dtype_spec=self._dtype_spec,
             true_extent=self.true_extent,
             msg_ok=self.msg_ok,
             predefined=False,
@@ -370,11 +400,30 @@ def _rebuild(
 _NAMED: dict[str, Datatype] = {}
 
 
+# The C types of the values of MINLOC/MAXLOC pairs, by numpy type character.
+_CTYPES: dict[str, Any] = {
+    "h": ctypes.c_short, "i": ctypes.c_int, "l": ctypes.c_long,
+    "f": ctypes.c_float, "d": ctypes.c_double, "g": ctypes.c_longdouble,
+}  # fmt: skip
+
+
+def _itemsize(dtype: str) -> int:
+    """The bytes of numpy's dtype ``dtype`` (a type character, or a kind and a size in
+    bytes: ``'i4'``), known without importing numpy."""
+    if dtype[1:].isdigit():
+        return int(dtype[1:]) * (4 if dtype[0] == "U" else 1)
+    if dtype in "gG":
+        return ctypes.sizeof(ctypes.c_longdouble) * (2 if dtype == "G" else 1)
+    if dtype in "FD":
+        return 2 * struct.calcsize(dtype.lower())
+    return struct.calcsize("n" if dtype == "p" else dtype)
+
+
 def _basic(key: str, name: str, dtype: str | None, code: str | None, size: int = 0) -> Datatype:
     """Define a predefined datatype; ``size`` is used only when ``dtype`` is None."""
-    np_dtype: np.dtype | None = None if dtype is None else np.dtype(dtype)
-    nbytes = size if np_dtype is None else np_dtype.itemsize
-    handle = Datatype._from_impl(_TypeImpl(key, name, nbytes, nbytes, np_dtype, code))
+    nbytes = size if dtype is None else _itemsize(dtype)
+    impl = _TypeImpl(key, name, nbytes, nbytes, None, code, dtype_spec=dtype)
+    handle = Datatype._from_impl(impl)
     _NAMED[key] = handle
     return handle
 
@@ -390,13 +439,16 @@ def _opaque(key: str, name: str, size: int, *, msg_ok: bool, code: str | None = 
 
 def _pair(key: str, name: str, value: str) -> Datatype:
     """Define a (value, int index) pair type with C struct layout, for MINLOC/MAXLOC."""
-    dtype: np.dtype = np.dtype([("value", value), ("index", "i")], align=True)
-    fields = dtype.fields
-    assert fields is not None  # a structured dtype
-    value_size = fields["value"][0].itemsize
-    index_offset = fields["index"][1]
-    size = value_size + 4
-    impl = _TypeImpl(key, name, size, dtype.itemsize, dtype, None, true_extent=index_offset + 4)
+    spec = [("value", value), ("index", "i")]  # numpy's dtype of the C struct, aligned
+
+    class Pair(ctypes.Structure):
+        _fields_ = (("value", _CTYPES[value]), ("index", ctypes.c_int))
+
+    size, index_offset = _itemsize(value) + 4, Pair.index.offset
+    impl = _TypeImpl(
+        key, name, size, ctypes.sizeof(Pair), None, None, dtype_spec=spec,
+        true_extent=index_offset + 4,
+    )  # fmt: skip
     handle = Datatype._from_impl(impl)
     _NAMED[key] = handle
     return handle
@@ -524,10 +576,19 @@ UB = _opaque("UB", "MPI_UB", 0, msg_ok=False)
 
 register(_NAMED, _NAMED)  # the module's constants (see core.handle)
 
-# Each predefined datatype is a leaf of typemaps.
-for _impl in {id(h._impl): h._impl for h in _NAMED.values() if h}.values():
-    _impl.layout = predefined_layout(_impl)
-del _impl
+# Each predefined datatype is a leaf of typemaps, made when the first typemap is needed.
+# Leaf ids are part of type signatures, which ranks compare: the leaves are made all at
+# once, in this order, whichever type a program uses first.
+_PENDING = list({id(h._impl): h._impl for h in _NAMED.values() if h}.values())
+_pending_lock = threading.Lock()
+
+
+def _predefined_layouts() -> None:
+    """Give every predefined datatype its typemap leaf, once (see above)."""
+    with _pending_lock:
+        for impl in _PENDING:
+            impl.layout = predefined_layout(impl)
+        _PENDING.clear()
 
 
 # --- Type codes and buffer formats -------------------------------------------------------

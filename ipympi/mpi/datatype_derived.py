@@ -15,8 +15,6 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ..core import typemap as tm
 from ..core import typemap_copy as tc
 from ..core import typemap_count as tcount
@@ -48,6 +46,7 @@ from ..core.constants import (
 from ..core.errors import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_RANK, ERR_TRUNCATE, ERR_TYPE
 from ..core.errors import Exception as MPIException
 from ..core.extfloat import external_floats
+from ..core.lazynumpy import np
 from .handles import DatatypeMixin
 from .rawmem import address_of, byte_view
 

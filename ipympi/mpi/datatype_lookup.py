@@ -25,8 +25,6 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ..core.constants import (
     COMBINER_DUP,
     COMBINER_F90_COMPLEX,
@@ -41,6 +39,7 @@ from ..core.constants import (
 from ..core.errors import ERR_ARG
 from ..core.errors import Exception as MPIException
 from ..core.handle import constant as _constant
+from ..core.lazynumpy import np
 from .handles import DatatypeMixin
 
 if TYPE_CHECKING:
@@ -56,12 +55,12 @@ _SIZED = {
     TYPECLASS_LOGICAL: ("LOGICAL1", "LOGICAL2", "LOGICAL4", "LOGICAL8", "LOGICAL16"),
 }
 
-# (Fortran type, numpy type whose range and precision it has), smallest first.
-_F90_INTEGERS = (("INTEGER1", np.int8), ("INTEGER2", np.int16), ("INTEGER4", np.int32),
-                 ("INTEGER8", np.int64))  # fmt: skip
+# (Fortran type, name of the numpy type whose range and precision it has), smallest first.
+_F90_INTEGERS = (("INTEGER1", "int8"), ("INTEGER2", "int16"), ("INTEGER4", "int32"),
+                 ("INTEGER8", "int64"))  # fmt: skip
 _F90_REALS = (
-    ("REAL2", "COMPLEX4", np.float16), ("REAL4", "COMPLEX8", np.float32),
-    ("REAL8", "COMPLEX16", np.float64), ("REAL16", "COMPLEX32", np.longdouble),
+    ("REAL2", "COMPLEX4", "float16"), ("REAL4", "COMPLEX8", "float32"),
+    ("REAL8", "COMPLEX16", "float64"), ("REAL16", "COMPLEX32", "longdouble"),
 )  # fmt: skip
 
 # value datatype name -> the MINLOC/MAXLOC pair with an INT index
@@ -136,7 +135,7 @@ def _no_f90_type(call: str, what: str) -> MPIException:
 def _real_for(call: str, p: int, r: int) -> tuple[str, str]:
     """``(REALn, COMPLEXn)`` of the smallest real kind with precision ``p`` and range ``r``."""
     for real, cplx, nptype in _F90_REALS:
-        info = np.finfo(nptype)
+        info = np.finfo(getattr(np, nptype))
         precise = p == UNDEFINED or p <= info.precision
         if precise and (r == UNDEFINED or r <= _decimal_range(info)):
             return real, cplx
@@ -154,7 +153,7 @@ class LookupMixin(DatatypeMixin):
         """The datatype of Fortran ``INTEGER(SELECTED_INT_KIND(r))``."""
         r = _int_arg(r, "r")
         for name, nptype in _F90_INTEGERS:
-            if r <= _decimal_range(np.iinfo(nptype)):
+            if r <= _decimal_range(np.iinfo(getattr(np, nptype))):
                 return cls._from_impl(_f90(COMBINER_F90_INTEGER, (r,), _constant(name)))
         raise _no_f90_type("Create_f90_integer", f"integer with exponent range {r}")
 

@@ -20,8 +20,6 @@ import os
 import time
 from typing import Any, Callable
 
-import numpy as np
-
 from ..core import errors as E
 from ..core.constants import (
     ANY_SOURCE,
@@ -36,6 +34,7 @@ from ..core.constants import (
     SEEK_SET,
 )
 from ..core.errors import Exception as MPIException
+from ..core.lazynumpy import np
 from ..progress import tracing
 from ..progress.operation import RECV, Operation
 from .buffers import recv_buffer, send_buffer
