@@ -25,7 +25,10 @@ class _Numpy(types.ModuleType):
         for key, value in vars(numpy).items():
             if not key.startswith("__"):
                 self.__dict__[key] = value
-        return getattr(numpy, name)
+        value = getattr(numpy, name)  # numpy's own lazy names too (np.linalg, ...)
+        if not name.startswith("__"):
+            self.__dict__[name] = value
+        return value
 
 
 if TYPE_CHECKING:
