@@ -98,6 +98,10 @@ def preload(everything: bool = True) -> None:
         with contextlib.suppress(ImportError):
             import numpy  # noqa: F401
 
+            from ..mpi.datatype import predefined_layouts
+
+            predefined_layouts()  # every predefined datatype's typemap leaf, once for all
+
 
 # The capitalized (buffer-style) calls that move no buffer: a program that makes no other
 # capitalized call and does not name numpy gets a template that imports only what

@@ -135,7 +135,7 @@ class _TypeImpl:
         """The typemap (every predefined type's is made, in one go, on first use)."""
         layout = self._layout
         if layout is None:
-            _predefined_layouts()
+            predefined_layouts()
             layout = self._layout
             if layout is None:  # no leaf of its own (DATATYPE_NULL)
                 layout = self._layout = _ZERO_LAYOUT
@@ -583,7 +583,7 @@ _PENDING = list({id(h._impl): h._impl for h in _NAMED.values() if h}.values())
 _pending_lock = threading.Lock()
 
 
-def _predefined_layouts() -> None:
+def predefined_layouts() -> None:
     """Give every predefined datatype its typemap leaf, once (see above)."""
     with _pending_lock:
         for impl in _PENDING:
