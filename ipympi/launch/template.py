@@ -98,9 +98,9 @@ def preload(everything: bool = True) -> None:
         with contextlib.suppress(ImportError):
             import numpy  # noqa: F401
 
-            from ..mpi.datatype import predefined_layouts
+            from ..mpi.datatype_derived import make_leaves
 
-            predefined_layouts()  # every predefined datatype's typemap leaf, once for all
+            make_leaves()  # every predefined datatype's typemap leaf, once for all
 
 
 # The capitalized (buffer-style) calls that move no buffer: a program that makes no other

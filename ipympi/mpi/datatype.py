@@ -16,11 +16,8 @@ strings) to datatypes, which is how a buffer given without a datatype gets one.
 
 from __future__ import annotations
 
-import ctypes
 import re
-import struct
 import sys
-import threading
 from typing import Any
 
 from ..core import typemap as tm
@@ -30,8 +27,15 @@ from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, register
 from ..core.lazynumpy import np
 from .attributes import TypeAttributes, delete_attributes
-from .datatype_derived import Aint_add, Aint_diff, DerivedMixin, Get_address, predefined_layout
-from .datatype_lookup import LookupMixin, original
+from .datatype_derived import (
+    Aint_add,
+    Aint_diff,
+    DerivedMixin,
+    Get_address,
+    defer_leaves,
+    make_leaves,
+)
+from .datatype_lookup import LookupMixin, itemsize, original, pair_sizes
 
 __all__ = [
     "AINT", "BFLOAT16_T", "BOOL", "BYTE", "CHAR", "CHARACTER", "COMPLEX", "COMPLEX4",
@@ -135,7 +139,7 @@ class _TypeImpl:
         """The typemap (every predefined type's is made, in one go, on first use)."""
         layout = self._layout
         if layout is None:
-            predefined_layouts()
+            make_leaves()
             layout = self._layout
             if layout is None:  # no leaf of its own (DATATYPE_NULL)
                 layout = self._layout = _ZERO_LAYOUT
@@ -400,28 +404,9 @@ def _rebuild(
 _NAMED: dict[str, Datatype] = {}
 
 
-# The C types of the values of MINLOC/MAXLOC pairs, by numpy type character.
-_CTYPES: dict[str, Any] = {
-    "h": ctypes.c_short, "i": ctypes.c_int, "l": ctypes.c_long,
-    "f": ctypes.c_float, "d": ctypes.c_double, "g": ctypes.c_longdouble,
-}  # fmt: skip
-
-
-def _itemsize(dtype: str) -> int:
-    """The bytes of numpy's dtype ``dtype`` (a type character, or a kind and a size in
-    bytes: ``'i4'``), known without importing numpy."""
-    if dtype[1:].isdigit():
-        return int(dtype[1:]) * (4 if dtype[0] == "U" else 1)
-    if dtype in "gG":
-        return ctypes.sizeof(ctypes.c_longdouble) * (2 if dtype == "G" else 1)
-    if dtype in "FD":
-        return 2 * struct.calcsize(dtype.lower())
-    return struct.calcsize("n" if dtype == "p" else dtype)
-
-
 def _basic(key: str, name: str, dtype: str | None, code: str | None, size: int = 0) -> Datatype:
     """Define a predefined datatype; ``size`` is used only when ``dtype`` is None."""
-    nbytes = size if dtype is None else _itemsize(dtype)
+    nbytes = size if dtype is None else itemsize(dtype)
     impl = _TypeImpl(key, name, nbytes, nbytes, None, code, dtype_spec=dtype)
     handle = Datatype._from_impl(impl)
     _NAMED[key] = handle
@@ -440,15 +425,8 @@ def _opaque(key: str, name: str, size: int, *, msg_ok: bool, code: str | None = 
 def _pair(key: str, name: str, value: str) -> Datatype:
     """Define a (value, int index) pair type with C struct layout, for MINLOC/MAXLOC."""
     spec = [("value", value), ("index", "i")]  # numpy's dtype of the C struct, aligned
-
-    class Pair(ctypes.Structure):
-        _fields_ = (("value", _CTYPES[value]), ("index", ctypes.c_int))
-
-    size, index_offset = _itemsize(value) + 4, Pair.index.offset
-    impl = _TypeImpl(
-        key, name, size, ctypes.sizeof(Pair), None, None, dtype_spec=spec,
-        true_extent=index_offset + 4,
-    )  # fmt: skip
+    size, extent, true_extent = pair_sizes(value)
+    impl = _TypeImpl(key, name, size, extent, None, None, dtype_spec=spec, true_extent=true_extent)
     handle = Datatype._from_impl(impl)
     _NAMED[key] = handle
     return handle
@@ -577,18 +555,7 @@ UB = _opaque("UB", "MPI_UB", 0, msg_ok=False)
 register(_NAMED, _NAMED)  # the module's constants (see core.handle)
 
 # Each predefined datatype is a leaf of typemaps, made when the first typemap is needed.
-# Leaf ids are part of type signatures, which ranks compare: the leaves are made all at
-# once, in this order, whichever type a program uses first.
-_PENDING = list({id(h._impl): h._impl for h in _NAMED.values() if h}.values())
-_pending_lock = threading.Lock()
-
-
-def predefined_layouts() -> None:
-    """Give every predefined datatype its typemap leaf, once (see above)."""
-    with _pending_lock:
-        for impl in _PENDING:
-            impl.layout = predefined_layout(impl)
-        _PENDING.clear()
+defer_leaves({id(h._impl): h._impl for h in _NAMED.values() if h}.values())
 
 
 # --- Type codes and buffer formats -------------------------------------------------------

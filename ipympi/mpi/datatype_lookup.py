@@ -18,10 +18,14 @@
   ``TypeError``, as it rejects those types.
 * :func:`typealign` is mpi4py's private ``MPI._typealign``: the alignment of the
   elements of a predefined type.
+* :func:`itemsize` and :func:`pair_sizes` give the sizes of the predefined types from
+  their numpy type characters without importing numpy (``import ipympi.MPI`` does not).
 """
 
 from __future__ import annotations
 
+import ctypes
+import struct
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +49,36 @@ from .handles import DatatypeMixin
 if TYPE_CHECKING:
     from .datatype import Datatype, _TypeImpl
 
-__all__ = ["LookupMixin", "original", "typealign"]
+__all__ = ["LookupMixin", "itemsize", "original", "pair_sizes", "typealign"]
+
+# The C types of the values of MINLOC/MAXLOC pairs, by numpy type character.
+_CTYPES: dict[str, Any] = {
+    "h": ctypes.c_short, "i": ctypes.c_int, "l": ctypes.c_long,
+    "f": ctypes.c_float, "d": ctypes.c_double, "g": ctypes.c_longdouble,
+}  # fmt: skip
+
+
+def itemsize(dtype: str) -> int:
+    """The bytes of numpy's dtype ``dtype`` (a type character, or a kind and a size in
+    bytes: ``'i4'``), known without importing numpy."""
+    if dtype[1:].isdigit():
+        return int(dtype[1:]) * (4 if dtype[0] == "U" else 1)
+    if dtype in "gG":
+        return ctypes.sizeof(ctypes.c_longdouble) * (2 if dtype == "G" else 1)
+    if dtype in "FD":
+        return 2 * struct.calcsize(dtype.lower())
+    return struct.calcsize("n" if dtype == "p" else dtype)
+
+
+def pair_sizes(value: str) -> tuple[int, int, int]:
+    """Size, extent and true extent of the C struct ``{value; int index;}`` of MINLOC and
+    MAXLOC, for the type character ``value``."""
+
+    class Pair(ctypes.Structure):
+        _fields_ = (("value", _CTYPES[value]), ("index", ctypes.c_int))
+
+    return itemsize(value) + 4, ctypes.sizeof(Pair), Pair.index.offset + 4
+
 
 # Fortran sized types of each type class, smallest first (names in the MPI module).
 _SIZED = {
