@@ -134,3 +134,17 @@ def test_leaf_ids_do_not_depend_on_the_type_used_first() -> None:
     by_double = fresh(code.format(first="MPI.DOUBLE_INT.Create_vector(2, 1, 2).Commit()"))
     assert by_int == by_double
     assert len(set(by_int)) == 4  # type: ignore[arg-type]
+
+
+def test_a_topology_made_first_gets_its_class() -> None:
+    """``Create_cart`` before ``MPI.Cartcomm`` was ever named: the class's chapter is
+    imported then (a rank forked from a template that imported only what starting MPI
+    needs is in this state)."""
+    found = fresh(
+        "import json\nfrom ipympi import MPI\n"
+        "cart = MPI.COMM_SELF.Create_cart([1], periods=[0])\n"
+        "graph = MPI.COMM_SELF.Create_dist_graph_adjacent([], [])\n"
+        "print(json.dumps([type(cart).__name__, type(graph).__name__,"
+        " isinstance(cart, MPI.Cartcomm)]))"
+    )
+    assert found == ["Cartcomm", "Distgraphcomm", True]
