@@ -2,22 +2,34 @@
 
 The same command as ``ipympi run`` and ``python -m ipympi run``, and used like
 ``mpiexec -n N``. This module only reads the command line; :mod:`ipympi.launch.launcher`
-runs the job.
+runs the job. A job on this machine whose ranks are forked gets its rank template
+started first (:func:`ipympi.launch.template.start`), before the launcher's machinery
+is imported, so that the template's import of MPI overlaps the launcher's imports.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from . import mpi4py as mpi4py_name
 from .core.tracebacks import ENV_TRACEBACK
-from .launch.agents import LAUNCHERS, HostsJob
-from .launch.hosts import HostError, parse_hosts, read_hostfile, slurm_hosts
-from .launch.launcher import DEADLOCK_STATUS, PROG, TIMEOUT_STATUS, Job, run_job
+from .launch import template
+from .launch.basics import (
+    DEADLOCK_STATUS,
+    LAUNCHERS,
+    PROG,
+    TIMEOUT_STATUS,
+    _die_with_parent,
+    job_environment,
+)
+
+if TYPE_CHECKING:
+    from .launch.launcher import Job
 
 __all__ = ["main", "program_argv"]
 
@@ -185,6 +197,8 @@ def _job_factory(args: argparse.Namespace) -> tuple[int, Callable[..., Job] | No
 
     Raises :class:`~ipympi.launch.hosts.HostError` for hosts that cannot be used.
     """
+    from .launch.hosts import HostError, parse_hosts, read_hostfile, slurm_hosts
+
     if args.hosts and args.hostfile:
         raise HostError("give --hosts or --hostfile, not both")
     if args.hosts:
@@ -201,6 +215,8 @@ def _job_factory(args: argparse.Namespace) -> tuple[int, Callable[..., Job] | No
     options = {"launcher": args.launcher or "auto", "launcher_exec": args.launcher_exec}
 
     def make(argv: Sequence[str], n: int, **job_options: Any) -> Job:
+        from .launch.agents import HostsJob
+
         return HostsJob(argv, n, hosts, iface=args.iface, **options, **job_options)
 
     return n, make
@@ -220,6 +236,17 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
     env[mpi4py_name.ENV_SWITCH] = "1" if args.mpi4py_name else "0"
     if args.full_traceback:
         env[ENV_TRACEBACK] = "full"
+    early = None
+    if make_job is None:
+        env = job_environment(env)
+        with contextlib.suppress(OSError):  # the job tries again, and says why it cannot
+            early = template.start(program, n, env, _die_with_parent())
+    try:
+        from .launch.launcher import run_job  # meanwhile the template imports MPI
+    except BaseException:
+        if early is not None:
+            early.process.close()
+        raise
     return run_job(
         program,
         n,
@@ -228,8 +255,20 @@ def main(argv: Sequence[str] | None = None, prog: str = PROG) -> int:
         deadlock_check=args.deadlock_check,
         make_job=make_job,
         env=env,
+        early=early,
     )
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _status = main()
+    # The job is over and its files are gone: what is left of the interpreter's end, the
+    # teardown of every module imported, only delays the shell's prompt.
+    import atexit
+
+    atexit._run_exitfuncs()
+    for _stream in (sys.stdout, sys.stderr):
+        try:
+            _stream.flush()
+        except Exception:
+            _status = _status or 120  # as Python's own end does when stdout cannot be flushed
+    os._exit(_status)

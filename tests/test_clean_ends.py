@@ -182,6 +182,34 @@ def test_launcher_ended_by_a_signal_leaves_nothing(tmp_path: Path, sig: int) -> 
     assert _wait_empty(tmp) == []
 
 
+@pytest.mark.skipif(not HAVE_MPI4PY, reason="needs mpi4py with MPICH (pip install mpi4py mpich)")
+@pytest.mark.parametrize("uses_mpi", [False, True])
+def test_forked_ranks_on_a_real_mpi4py_leave_no_shared_memory(
+    tmp_path: Path, uses_mpi: bool
+) -> None:
+    """With ``--no-mpi4py-name`` the ranks' ``mpi4py`` is the real one, which each rank
+    starts as a world of its own (an MPICH singleton maps /dev/shm/mpich_shm_<pid in
+    hex>_0 until ``MPI_Finalize``). The template the ranks are forked from must not start
+    it, and a forked rank must end it as the interpreter's end would."""
+    prog = tmp_path / "prog.py"
+    body = "from mpi4py import MPI\nassert MPI.Is_initialized()\n" if uses_mpi else ""
+    prog.write_text(f"import os\nimport mpi4py\n{body}print(os.getpid(), os.getppid())\n")
+    tmp = _tmp(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "ipympi.run", "-n", "2", "--no-mpi4py-name", "--timeout", "40",
+         sys.executable, str(prog)],
+        env={**_env(), "TMPDIR": str(tmp)}, capture_output=True, text=True, timeout=55,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    pids = {int(word) for word in done.stdout.split()}
+    assert len(pids) == 3, done.stdout  # two ranks and the template they were forked from
+    left = [path for pid in pids if (path := Path(f"/dev/shm/mpich_shm_{pid:x}_0")).exists()]
+    for path in left:  # this test's processes' files: do not leave them to the machine
+        path.unlink()
+    assert left == []
+    assert _wait_empty(tmp) == []
+
+
 # -- the kernel ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def kernel_specs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:

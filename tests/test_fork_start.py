@@ -366,3 +366,90 @@ def test_a_plain_program_s_traceback_starts_in_the_program(tmp_path: Path, fork:
     assert lines[start + 1] == where, result.stderr
     assert "ZeroDivisionError: division by zero" in result.stderr
     assert "pymain" not in result.stderr, result.stderr
+
+
+def test_reading_the_command_line_imports_neither_pyzmq_nor_the_launcher() -> None:
+    """``ipympi.run`` starts a forked job's template before it imports the launcher's
+    machinery, so that the template's import of MPI and the launcher's imports overlap:
+    what runs before the template starts imports none of it."""
+    heavy = ("zmq", "ipympi.launch.launcher", "ipympi.launch.agents", "ipympi.MPI", "numpy")
+    code = f"import sys, ipympi.run; print([m for m in {heavy!r} if m in sys.modules])"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_env()
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+PARENT = "import os\nfrom mpi4py import MPI\nprint(MPI.COMM_WORLD.Get_rank(), os.getppid())\n"
+
+
+def _parents(argv: list[str], early: Any) -> set[int]:
+    """Run ``argv`` on 2 ranks as a Job given ``early``; the pids of the ranks' parents."""
+    import io
+
+    from ipympi.launch.basics import job_environment
+    from ipympi.launch.launcher import Job
+
+    out, err = io.BytesIO(), io.BytesIO()
+    with Job(argv, 2, env=job_environment(_env()), stdout=out, stderr=err, early=early) as job:
+        job.start()
+        assert job.wait(30) == 0, err.getvalue()
+    lines = out.getvalue().decode().split("\n")
+    assert sorted(line.split()[0] for line in lines if line) == ["0", "1"]
+    return {int(line.split()[1]) for line in lines if line}
+
+
+def test_a_job_forks_from_the_template_started_for_it(tmp_path: Path) -> None:
+    from ipympi.launch import template
+    from ipympi.launch.basics import job_environment
+
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    argv = [sys.executable, str(script)]
+    early = template.start(argv, 2, job_environment(_env()), None)
+    assert early is not None
+    assert _parents(argv, early) == {early.process.proc.pid}
+    assert early.process.proc.poll() is not None  # closed with the job
+
+    other = template.start([sys.executable, "-c", "pass"], 2, job_environment(_env()), None)
+    assert other is not None
+    parents = _parents(argv, other)  # started for another program: closed, not used
+    assert other.process.proc.poll() is not None
+    assert len(parents) == 1 and other.process.proc.pid not in parents
+
+
+def test_the_template_imports_numpy_for_programs_that_may_move_buffers(tmp_path: Path) -> None:
+    """A program whose text names no buffer call (nor numpy) gets ranks forked from a
+    template that imported only what starting MPI needs; others get numpy imported once,
+    in the template, rather than by every rank."""
+    show = "import sys\nfrom mpi4py import MPI\n"
+    show += "print(any(m.startswith('nump') for m in sys.modules))\n"
+    plain, buffers = tmp_path / "plain.py", tmp_path / "buffers.py"
+    plain.write_text(show)
+    buffers.write_text(show + "if False:\n    MPI.COMM_WORLD.Bcast(bytearray(8))\n")
+    for script, preloaded in ((plain, False), (buffers, True)):
+        result = launch(tmp_path, [sys.executable, str(script)], 2)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.split() == [str(preloaded)] * 2, script
+
+
+def test_what_tells_a_program_that_may_move_buffers(tmp_path: Path) -> None:
+    from ipympi.launch.template import needs_everything
+
+    def code(text: str) -> pymain.Plan:
+        return {"kind": "code", "target": text, "argv": ["-c"], "orig_argv": []}
+
+    assert not needs_everything(code("from mpi4py import MPI\nprint(MPI.COMM_WORLD.rank)"))
+    assert not needs_everything(code("c = MPI.COMM_WORLD\nc.send(1, 0)\nc.allreduce(2)"))
+    for text in ("import numpy as np", "c.Send(b, 1)", "c.Allreduce(a, b)", "c.Bcast(x)",
+                 "MPI.Win.Create(m, comm=c)", "MPI.File.Open(c, 'f')",
+                 "MPI.DOUBLE.Create_vector(2, 1, 2)"):  # fmt: skip
+        assert needs_everything(code(text)), text
+    assert needs_everything({"kind": "module", "target": "pkg.main", "argv": [], "orig_argv": []})
+    script = tmp_path / "prog.py"
+    script.write_text("from mpi4py import MPI\nprint(MPI.COMM_WORLD.Get_rank())\n")
+    spec = {"kind": "script", "target": str(script), "argv": [], "orig_argv": []}
+    assert not needs_everything(spec)
+    script.write_text("import numpy\n")
+    assert needs_everything(spec)

@@ -95,3 +95,75 @@ def test_every_public_name_is_mpi4py_s_or_the_standard_s() -> None:
         )
     )
     assert sorted(set(ours) - theirs) == ["HOST", "LB", "LONG_LONG_INT", "UB"]
+
+
+def test_numpy_is_imported_only_when_a_buffer_needs_it() -> None:
+    found = fresh(
+        "import json, sys\nfrom ipympi import MPI\n"
+        "comm = MPI.COMM_WORLD\n"
+        "seen = ['numpy' in sys.modules]\n"
+        "comm.Get_rank(); comm.Get_size(); comm.Barrier(); comm.bcast({'a': 1}, root=0)\n"
+        "comm.allreduce(3); MPI.Wtime(); MPI.INT.Get_size(); MPI.DOUBLE_INT.Get_extent()\n"
+        "seen.append('numpy' in sys.modules)\n"
+        "buf = bytearray(8); comm.Allreduce(MPI.IN_PLACE, [buf, MPI.INT])\n"
+        "seen.append('numpy' in sys.modules)\n"
+        "print(json.dumps(seen))"
+    )
+    assert found == [False, False, True]
+
+
+def test_predefined_sizes_and_extents_are_numpy_s() -> None:
+    """Predefined datatypes know their size and extent before numpy is imported: as
+    numpy's dtypes (of C structs, for the MINLOC/MAXLOC pairs) tell them."""
+    import ctypes
+
+    import numpy as np
+
+    from ipympi import MPI
+    from ipympi.mpi import datatype
+
+    checked = 0
+    for handle in datatype._NAMED.values():
+        impl = handle._impl
+        if impl._dtype_spec is None:
+            continue
+        dtype = np.dtype(impl._dtype_spec, align=True)
+        assert impl.np_dtype == dtype
+        assert impl.extent == dtype.itemsize, impl.name
+        if dtype.fields is None:
+            assert impl.size == impl.true_extent == dtype.itemsize, impl.name
+        else:  # a (value, int) pair
+            value, (_, index) = dtype.fields["value"][0], dtype.fields["index"]
+            assert (impl.size, impl.true_extent) == (value.itemsize + 4, index + 4), impl.name
+        checked += 1
+    assert checked > 60
+    assert MPI.LONG_DOUBLE.Get_size() == ctypes.sizeof(ctypes.c_longdouble)
+
+
+def test_leaf_ids_do_not_depend_on_the_type_used_first() -> None:
+    """Type signatures, which ranks compare, hold leaf ids: every predefined type gets its
+    leaf at once, in one order, whichever type a program's first typemap needs."""
+    code = (
+        "import json\nfrom ipympi import MPI\n"
+        "{first}\n"
+        "print(json.dumps([int(t._impl.layout.sig_leaf[0]) for t in "
+        "(MPI.INT, MPI.DOUBLE, MPI.LONG_DOUBLE_INT, MPI.BYTE)]))"
+    )
+    by_int = fresh(code.format(first="MPI.INT.Create_contiguous(2).Commit()"))
+    by_double = fresh(code.format(first="MPI.DOUBLE_INT.Create_vector(2, 1, 2).Commit()"))
+    assert by_int == by_double
+    assert len(set(by_int)) == 4  # type: ignore[arg-type]
+
+
+def test_a_topology_made_first_gets_its_class() -> None:
+    """``Create_cart`` before ``MPI.Cartcomm`` was ever named: the class's chapter is
+    imported then (a rank forked from a template that imported only what starting MPI
+    needs is in this state)."""
+    found = fresh(
+        "import json\nfrom ipympi import MPI\n"
+        "cart = MPI.COMM_SELF.Create_cart([1], periods=[0])\n"
+        "graph = MPI.COMM_SELF.Create_dist_graph_adjacent([], [])\n"
+        "print(json.dumps([type(cart).__name__, type(graph).__name__,"
+        " isinstance(cart, MPI.Cartcomm)]))"
+    )
+    assert found == ["Cartcomm", "Distgraphcomm", True]

@@ -5,7 +5,9 @@ initialisation, no launcher) whose main thread blocks in a real MPI call that
 can never complete, while a second thread asks
 :func:`ipympi.notebook.engine.mpicall.current_call` (or a
 :class:`~ipympi.notebook.engine.mpicall.StayProbe`) about it and prints the answer;
-the process then ends itself. Skipped where mpi4py is missing.
+the process then ends itself, without ``MPI_Finalize``: it notes the shared-memory
+file its MPI maps (MPICH's) as a world's rank does, and the test removes it.
+Skipped where mpi4py is missing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from ipympi.launch.sessiondir import remove_session_dir
 
 pytestmark = [
     pytest.mark.skipif(
@@ -39,9 +43,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = """\
 import json, os, sys, threading, time
 from mpi4py import MPI
+from ipympi.launch.sessiondir import note_shared_memory
 from ipympi.notebook.engine.mpicall import current_call
 
 comm = MPI.COMM_WORLD
+note_shared_memory(os.environ["WORLD_DIR"], 0)
 main = threading.main_thread().ident
 
 def look():
@@ -66,9 +72,11 @@ time.sleep(0.3)
 PROBE_SCRIPT = """\
 import json, os, sys, threading, time
 from mpi4py import MPI
+from ipympi.launch.sessiondir import note_shared_memory
 from ipympi.notebook.engine.mpicall import StayProbe
 
 comm = MPI.COMM_WORLD
+note_shared_memory(os.environ["WORLD_DIR"], 0)
 probe = StayProbe()
 
 def look():
@@ -89,13 +97,18 @@ def run_rank(script_text: str) -> Any:
     """Run one rank's script (from a file, so that its source can be read); the JSON
     value of its last line of output."""
     with tempfile.TemporaryDirectory() as directory:
-        script = Path(directory) / "rank.py"
+        script, world = Path(directory) / "rank.py", Path(directory) / "world"
         script.write_text(script_text)
+        world.mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith("IPYMPI_")}
         env["PYTHONPATH"] = os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])
-        done = subprocess.run(
-            [sys.executable, str(script)], capture_output=True, text=True, timeout=40, env=env
-        )
+        env["WORLD_DIR"] = str(world)
+        try:
+            done = subprocess.run(
+                [sys.executable, str(script)], capture_output=True, text=True, timeout=40, env=env
+            )
+        finally:  # the noted files of the process, gone now: MPICH's singleton's
+            remove_session_dir(str(world))
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 

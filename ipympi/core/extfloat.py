@@ -18,15 +18,16 @@ invalid x87 encodings (pseudo-infinities, pseudo-NaNs, unnormals) become quiet N
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any, NamedTuple
 
-import numpy as np
+from .lazynumpy import np
 
 __all__ = [
     "BINARY64",
     "BINARY128",
-    "NATIVE",
+    "NATIVE",  # noqa: F822  (read when asked: see __getattr__)
     "X87",
     "ExternalFloats",
     "FloatFormat",
@@ -133,7 +134,9 @@ def convert(bits: int, source: FloatFormat, target: FloatFormat) -> int:
     return _encode(target, _decode(source, bits))
 
 
-def _native_format() -> FloatFormat | None:
+@functools.cache
+def native_format() -> FloatFormat | None:
+    """The format of this platform's long double (:data:`NATIVE`), None if unknown."""
     info = np.finfo(np.longdouble)
     for fmt in (X87, BINARY128, BINARY64):
         if (info.nexp, info.nmant) == (fmt.exp_bits, fmt.frac_bits):
@@ -141,7 +144,10 @@ def _native_format() -> FloatFormat | None:
     return None
 
 
-NATIVE = _native_format()
+def __getattr__(name: str) -> Any:
+    if name == "NATIVE":  # read when asked: numpy tells it
+        return native_format()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class ExternalFloats:
@@ -154,7 +160,7 @@ class ExternalFloats:
     """
 
     def __init__(self, native_size: int, count: int) -> None:
-        assert NATIVE is not None
+        assert native_format() is not None
         self.count = count
         self.native: np.dtype = np.dtype((np.void, native_size))
         self.external: np.dtype = np.dtype((np.void, 16 * count))
@@ -163,22 +169,24 @@ class ExternalFloats:
 
     def encode(self, items: np.ndarray) -> np.ndarray:
         """Native items (of ``native``) -> external32 items (of ``external``)."""
-        assert NATIVE is not None
+        native = native_format()
+        assert native is not None
         raw = np.ascontiguousarray(items).view(np.uint8).reshape(-1, self._stride)
         out = np.empty((len(raw), 16), dtype=np.uint8)
         for row, value in zip(out, raw):
-            bits = int.from_bytes(value[: NATIVE.nbytes].tobytes(), sys.byteorder)
-            row[:] = list(convert(bits, NATIVE, BINARY128).to_bytes(16, "big"))
+            bits = int.from_bytes(value[: native.nbytes].tobytes(), sys.byteorder)
+            row[:] = list(convert(bits, native, BINARY128).to_bytes(16, "big"))
         return out.reshape(-1).view(self.external)
 
     def decode(self, items: np.ndarray) -> np.ndarray:
         """external32 items (of ``external``) -> native items (of ``native``), padding 0."""
-        assert NATIVE is not None
+        native = native_format()
+        assert native is not None
         raw = np.ascontiguousarray(items).view(np.uint8).reshape(-1, 16)
         out = np.zeros((len(raw), self._stride), dtype=np.uint8)
         for row, value in zip(out, raw):
-            bits = convert(int.from_bytes(value.tobytes(), "big"), BINARY128, NATIVE)
-            row[: NATIVE.nbytes] = list(bits.to_bytes(NATIVE.nbytes, sys.byteorder))
+            bits = convert(int.from_bytes(value.tobytes(), "big"), BINARY128, native)
+            row[: native.nbytes] = list(bits.to_bytes(native.nbytes, sys.byteorder))
         return out.reshape(-1).view(self.native)
 
     def __repr__(self) -> str:
@@ -188,6 +196,6 @@ class ExternalFloats:
 def external_floats(dtype: np.dtype[Any]) -> ExternalFloats | None:
     """The external32 conversion of a long double (complex) numpy dtype, or ``None`` when
     this platform's long double has no known format."""
-    if NATIVE is None:
+    if native_format() is None:
         return None
     return ExternalFloats(dtype.itemsize, 2 if dtype.kind == "c" else 1)

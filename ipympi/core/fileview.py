@@ -9,8 +9,6 @@ issues one system call per contiguous piece; and it checks access modes.
 
 from __future__ import annotations
 
-import numpy as np
-
 from .constants import (
     MODE_CREATE,
     MODE_EXCL,
@@ -19,10 +17,9 @@ from .constants import (
     MODE_SEQUENTIAL,
     MODE_WRONLY,
 )
+from .lazynumpy import np
 
 __all__ = ["Tiling", "amode_problem"]
-
-_I64 = np.int64
 
 
 def amode_problem(amode: int) -> str | None:
@@ -51,8 +48,8 @@ class Tiling:
     def __init__(self, disp: int, off: np.ndarray, length: np.ndarray, extent: int) -> None:
         keep = length > 0
         self.disp = disp
-        self.off = np.asarray(off, dtype=_I64)[keep]
-        self.length = np.asarray(length, dtype=_I64)[keep]
+        self.off = np.asarray(off, dtype=np.int64)[keep]
+        self.length = np.asarray(length, dtype=np.int64)[keep]
         self.extent = extent
         self.size = int(self.length.sum())
         self.cum = np.cumsum(self.length) - self.length
@@ -62,15 +59,15 @@ class Tiling:
         """File offsets and lengths of stream bytes ``[start, start + nbytes)``: in stream
         order, touching segments merged."""
         if nbytes <= 0:
-            return np.zeros(0, _I64), np.zeros(0, _I64)
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
         if self.size == 0:
             raise ValueError("the filetype holds no data")
         if self.dense:
             at = self.disp + int(self.off[0]) + start
-            return np.array([at], _I64), np.array([nbytes], _I64)
+            return np.array([at], np.int64), np.array([nbytes], np.int64)
         size = self.size
         first, last = start // size, (start + nbytes - 1) // size
-        inst = np.arange(first, last + 1, dtype=_I64)
+        inst = np.arange(first, last + 1, dtype=np.int64)
         base = (self.disp + inst * self.extent)[:, None]
         offs = (base + self.off[None, :]).ravel()
         pos = ((inst * size)[:, None] + self.cum[None, :]).ravel()

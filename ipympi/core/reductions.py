@@ -29,8 +29,7 @@ import pickle
 import struct
 from typing import Any, Callable, NamedTuple
 
-import numpy as np
-
+from .lazynumpy import np
 from .schedule import Algorithm, Round
 
 __all__ = [

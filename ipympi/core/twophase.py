@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
+from .lazynumpy import np
 
 __all__ = [
     "ALIGN",
@@ -31,7 +31,7 @@ __all__ = [
     "split",
 ]
 
-_I64 = np.int64
+_I64 = "int64"  # (a name: numpy is imported on first use)
 
 # Domains and rounds start at multiples of this many bytes (from the file's start), so
 # that pieces of a regular view (a vector of 4 KiB blocks, say) are not cut in two and

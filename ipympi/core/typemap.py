@@ -40,13 +40,13 @@ fancy-index gathers; nothing here loops in Python over elements.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Union
 
-import numpy as np
-
 from .extfloat import ExternalFloats
+from .lazynumpy import np
 
 __all__ = [
     "Ext32Part",
@@ -69,11 +69,8 @@ __all__ = [
 ]
 
 # An external32 part: a big-endian numpy dtype, or a conversion of long doubles.
-Ext32Part = Union[np.dtype[Any], ExternalFloats]
-
-_I64 = np.int64
-_NONE: np.ndarray = np.zeros(0, dtype=_I64)
-_NO_LEAF: np.ndarray = np.zeros(0, dtype=np.int32)
+# (Written as strings: numpy is imported when a typemap is first built, not before.)
+Ext32Part = Union["np.dtype[Any]", ExternalFloats]
 
 
 # --- Leaves ------------------------------------------------------------------------------
@@ -114,17 +111,15 @@ class Leaf:
 
 
 _LEAVES: list[Leaf] = []
-# Per leaf id: packed bytes and number of basic elements.
-_PACKED: np.ndarray = np.zeros(0, dtype=_I64)
-_PARTS: np.ndarray = np.zeros(0, dtype=_I64)
+# Per leaf id: packed bytes and number of basic elements (made again after a new leaf).
+_TABLE: tuple[np.ndarray, np.ndarray] | None = None
 
 
 def register_leaf(leaf: Leaf) -> int:
     """Add a leaf to the registry; return its id (used in type signatures)."""
-    global _PACKED, _PARTS
+    global _TABLE
     _LEAVES.append(leaf)
-    _PACKED = np.append(_PACKED, leaf.packed)
-    _PARTS = np.append(_PARTS, len(leaf.parts))
+    _TABLE = None
     return len(_LEAVES) - 1
 
 
@@ -135,20 +130,36 @@ def leaves() -> Sequence[Leaf]:
 
 def leaf_table() -> tuple[np.ndarray, np.ndarray]:
     """Per leaf id: bytes in packed form and number of basic elements (int64 arrays)."""
-    return _PACKED, _PARTS
+    global _TABLE
+    table = _TABLE
+    if table is None or len(table[0]) != len(_LEAVES):
+        packed = np.array([leaf.packed for leaf in _LEAVES], dtype=np.int64)
+        table = _TABLE = (packed, np.array([len(leaf.parts) for leaf in _LEAVES], dtype=np.int64))
+    return table
 
 
 # --- Layouts -----------------------------------------------------------------------------
 
-Runs = tuple[np.ndarray, np.ndarray, np.ndarray]
-Sig = tuple[np.ndarray, np.ndarray]
+Runs = tuple["np.ndarray", "np.ndarray", "np.ndarray"]
+Sig = tuple["np.ndarray", "np.ndarray"]
 # (child, block starts in bytes, block counts): a sequence of ints or an int64 array each.
 Piece = tuple["Layout", Any, Any]
 Pieces = Union[tuple[Piece, ...], Callable[[], tuple[Piece, ...]]]
 
-_EMPTY_RUNS: Runs = (_NONE, _NONE, _NONE)
-_EMPTY_SIG: Sig = (_NO_LEAF, _NONE)
 _NO_LEAVES: frozenset[int] = frozenset()
+
+
+@functools.cache
+def _empty_runs() -> Runs:
+    """The runs of an element without data (one array object, shared)."""
+    none = np.zeros(0, dtype=np.int64)
+    return (none, none, none)
+
+
+@functools.cache
+def _empty_sig() -> Sig:
+    """The signature of an element without data."""
+    return (np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int64))
 
 
 class Layout:
@@ -230,7 +241,7 @@ class Layout:
         """``(off, len, pos)``: the maximal byte runs of one element, built once."""
         runs = self._runs
         if runs is None:
-            runs = self._runs = _build_runs(self) if self.packed else _EMPTY_RUNS
+            runs = self._runs = _build_runs(self) if self.packed else _empty_runs()
         return runs
 
     @property
@@ -253,7 +264,7 @@ class Layout:
         """``(sig_leaf, sig_count)``: the run-length encoded type signature, built once."""
         sig = self._sig
         if sig is None:
-            sig = self._sig = _build_sig(self) if self.packed else _EMPTY_SIG
+            sig = self._sig = _build_sig(self) if self.packed else _empty_sig()
         return sig
 
     @property
@@ -308,8 +319,8 @@ class Layout:
 def leaf_layout(leaf_id: int, extent: int, true_extent: int) -> Layout:
     """The layout of a predefined datatype: one leaf at offset 0."""
     leaf = _LEAVES[leaf_id]
-    off = np.array([p[0] for p in leaf.parts], dtype=_I64)
-    length = np.array([p[1].itemsize for p in leaf.parts], dtype=_I64)
+    off = np.array([p[0] for p in leaf.parts], dtype=np.int64)
+    length = np.array([p[1].itemsize for p in leaf.parts], dtype=np.int64)
     runs = _merge(off, length, off.copy())
     return Layout(
         leaf.size,
@@ -321,7 +332,7 @@ def leaf_layout(leaf_id: int, extent: int, true_extent: int) -> Layout:
         frozenset((leaf_id,)),
         leaf.msg_ok,
         runs=runs,
-        sig=(np.array([leaf_id], dtype=np.int32), np.array([1], dtype=_I64)),
+        sig=(np.array([leaf_id], dtype=np.int32), np.array([1], dtype=np.int64)),
         key=leaf.key,
     )
 
@@ -330,8 +341,7 @@ def zerolen(marker: int = 0) -> Layout:
     """The empty datatype: no data, all bounds 0 (a bound marker with ``marker``)."""
     key = ("marker", marker) if marker else None
     return Layout(
-        0, 0, 0, (0, 0, 0, 0), (0, 0), 1, _NO_LEAVES, runs=_EMPTY_RUNS, sig=_EMPTY_SIG,
-        key=key, marker=marker,
+        0, 0, 0, (0, 0, 0, 0), (0, 0), 1, _NO_LEAVES, key=key, marker=marker,
     )  # fmt: skip
 
 
@@ -429,16 +439,16 @@ def _piece_runs(child: Layout, starts: Any, counts: Any) -> Runs:
     ``starts[i]``, in packed positions from 0."""
     if len(starts) == 1 and counts[0] == 1:
         return child.off + int(starts[0]), child.len, child.pos
-    starts, counts = np.asarray(starts, dtype=_I64), np.asarray(counts, dtype=_I64)
+    starts, counts = np.asarray(starts, dtype=np.int64), np.asarray(counts, dtype=np.int64)
     ext = child.extent
     if child.dense and ext > 0:
-        pos = np.concatenate(([0], np.cumsum(counts[:-1]))).astype(_I64) * child.packed
+        pos = np.concatenate(([0], np.cumsum(counts[:-1]))).astype(np.int64) * child.packed
         return starts + child.lb, counts * ext, pos
     total = int(counts.sum())
     first: np.ndarray = np.repeat(np.cumsum(counts) - counts, counts)
-    disps = np.repeat(starts, counts) + (np.arange(total, dtype=_I64) - first) * ext
+    disps = np.repeat(starts, counts) + (np.arange(total, dtype=np.int64) - first) * ext
     off = (disps[:, None] + child.off[None, :]).ravel()
-    pos = (np.arange(total, dtype=_I64)[:, None] * child.packed + child.pos[None, :]).ravel()
+    pos = (np.arange(total, dtype=np.int64)[:, None] * child.packed + child.pos[None, :]).ravel()
     return off, np.tile(child.len, total), pos
 
 
@@ -482,7 +492,7 @@ def _build_sig(layout: Layout) -> Sig:
 
 
 def _array(values: Sequence[int] | np.ndarray) -> np.ndarray:
-    return np.asarray(values, dtype=_I64).reshape(-1)
+    return np.asarray(values, dtype=np.int64).reshape(-1)
 
 
 def _span(copies: int, step: int) -> tuple[int, int]:
@@ -515,14 +525,13 @@ def hvector(child: Layout, count: int, blocklength: int, stride: int) -> Layout:
         else:
             lb, ub = child.lb - ext + min(last, 0), child.ub + max(last, 0)
         bounds = (lb, ub, lb + child.true_lb - child.lb, ub + child.true_ub - child.ub)
-        return Layout(0, 0, 0, bounds, (0, 0), child.align, _NO_LEAVES, runs=_EMPTY_RUNS,
-                      sig=_EMPTY_SIG)  # fmt: skip
+        return Layout(0, 0, 0, bounds, (0, 0), child.align, _NO_LEAVES)
     block_low, block_high = _span(count, stride)
     low, high = _span(blocklength, ext)
 
     def pieces() -> tuple[Piece, ...]:
-        starts = np.arange(count, dtype=_I64) * stride
-        return ((child, starts, np.full(count, blocklength, dtype=_I64)),)
+        starts = np.arange(count, dtype=np.int64) * stride
+        return ((child, starts, np.full(count, blocklength, dtype=np.int64)),)
 
     part = (child, block_low + low, block_high + high, count * blocklength)
     return compose(pieces, (part,))

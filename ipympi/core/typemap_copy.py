@@ -13,26 +13,25 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from .extfloat import ExternalFloats
+from .lazynumpy import np
 from .typemap import Layout, leaves
 from .typemap_count import complete_bytes
 
 __all__ = ["ext32_size", "from_external", "gather", "runs", "scatter", "to_external"]
 
-_I64 = np.int64
-_UINTS: dict[int, np.dtype[Any]] = {
-    1: np.dtype(np.uint8),
-    2: np.dtype(np.uint16),
-    4: np.dtype(np.uint32),
-    8: np.dtype(np.uint64),
-}
+_UINTS: dict[int, np.dtype[Any]] = {}  # unsigned integer dtypes by size, filled on first use
+
+
+def _uints() -> dict[int, np.dtype[Any]]:
+    if not _UINTS:
+        _UINTS.update({size: np.dtype(f"u{size}") for size in (1, 2, 4, 8)})
+    return _UINTS
 
 
 def _bytes_dtype(length: int) -> np.dtype[Any]:
     """A dtype of ``length`` opaque bytes (unsigned ints where one fits)."""
-    found = _UINTS.get(length)
+    found = _uints().get(length)
     return found if found is not None else np.dtype((np.void, length))
 
 
@@ -99,7 +98,7 @@ def _plan(layout: Layout, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarra
     cached = layout._cache.get("plan")
     if cached is not None and cached[0] == count:
         return cached[1]
-    index = np.arange(count, dtype=_I64)[:, None]
+    index = np.arange(count, dtype=np.int64)[:, None]
     off = (layout.off[None, :] + index * layout.extent).ravel()
     pos = (layout.pos[None, :] + index * layout.packed).ravel()
     length = np.tile(layout.len, count)
@@ -117,7 +116,7 @@ def runs(layout: Layout, count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray
     """The byte runs of ``count`` elements: (memory offset, length, packed position),
     adjacent runs merged; for copies that other code makes run by run."""
     if count <= 0 or not len(layout.off):
-        empty: np.ndarray = np.zeros(0, dtype=_I64)
+        empty: np.ndarray = np.zeros(0, dtype=np.int64)
         return empty, empty, empty
     return _plan(layout, count)
 
@@ -169,7 +168,7 @@ def scatter(
 def _native(dtype: np.dtype[Any]) -> np.dtype[Any]:
     """The dtype used to read a part for conversion (characters as unsigned codes)."""
     if dtype.kind in "SU":
-        return _UINTS[dtype.itemsize]
+        return _uints()[dtype.itemsize]
     return dtype
 
 
@@ -183,8 +182,8 @@ def _ext32_plan(
     if cached is not None:
         return cached
     table = leaves()
-    packed = np.array([leaf.packed for leaf in table], dtype=_I64)
-    ext = np.array([leaf.ext32_size or 0 for leaf in table], dtype=_I64)
+    packed = np.array([leaf.packed for leaf in table], dtype=np.int64)
+    ext = np.array([leaf.ext32_size or 0 for leaf in table], dtype=np.int64)
     for leaf_id in layout.leaf_ids:
         leaf = table[int(leaf_id)]
         if leaf.ext32 is None:
@@ -199,7 +198,7 @@ def _ext32_plan(
         entries = np.flatnonzero(sig_leaf == leaf_id)
         counts = sig_count[entries]
         total = int(counts.sum())
-        within = np.arange(total, dtype=_I64) - np.repeat(np.cumsum(counts) - counts, counts)
+        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
         native_base = np.repeat(native_start[entries], counts) + within * leaf.packed
         ext_base = np.repeat(ext_start[entries], counts) + within * int(ext[leaf_id])
         ext_offset = 0
@@ -224,7 +223,7 @@ def ext32_size(layout: Layout) -> int:
 def _repeat(index: np.ndarray, count: int, stride: int) -> np.ndarray:
     if count == 1:
         return index
-    return (index[None, :] + np.arange(count, dtype=_I64)[:, None] * stride).ravel()
+    return (index[None, :] + np.arange(count, dtype=np.int64)[:, None] * stride).ravel()
 
 
 def to_external(

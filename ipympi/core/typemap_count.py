@@ -9,9 +9,8 @@ multiplication, the rest by a binary search over signature entries.
 
 from __future__ import annotations
 
-import numpy as np
-
 from .constants import UNDEFINED
+from .lazynumpy import np
 from .typemap import Layout, leaf_table, leaves
 
 __all__ = ["bytes_of_elements", "complete_bytes", "elements_in"]

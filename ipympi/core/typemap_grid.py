@@ -14,8 +14,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-import numpy as np
-
 from .constants import (
     DISTRIBUTE_BLOCK,
     DISTRIBUTE_CYCLIC,
@@ -23,11 +21,10 @@ from .constants import (
     DISTRIBUTE_NONE,
     ORDER_C,
 )
+from .lazynumpy import np
 from .typemap import Layout, Piece, compose, resized, zerolen
 
 __all__ = ["darray", "darray_indices", "subarray"]
-
-_I64 = np.int64
 
 
 def _grid(
@@ -54,11 +51,11 @@ def _grid(
         breaks = np.flatnonzero(np.diff(inner) != 1) + 1
         block_first = inner[np.concatenate(([0], breaks))]
         block_len = np.diff(np.concatenate(([0], breaks, [len(inner)])))
-        base: np.ndarray = np.zeros(1, dtype=_I64)
+        base: np.ndarray = np.zeros(1, dtype=np.int64)
         for index, stride in fast[:-1]:
             base = (base[:, None] + index[None, :] * stride).ravel()
         starts = (base[:, None] + block_first[None, :] * inner_stride).ravel() * ext
-        return ((child, starts, np.tile(block_len, len(base)).astype(_I64)),)
+        return ((child, starts, np.tile(block_len, len(base)).astype(np.int64)),)
 
     grid = compose(pieces, ((child, low, high, copies),))
     grid.lb, grid.ub = 0, extent  # not shared yet
@@ -86,20 +83,20 @@ def subarray(
 ) -> Layout:
     """A ``subsizes`` block at ``starts`` of a ``sizes`` array of ``child``; the result
     spans the whole array (lb 0, extent ``prod(sizes) * extent``)."""
-    dims = [np.arange(s, s + n, dtype=_I64) for s, n in zip(starts, subsizes)]
+    dims = [np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts, subsizes)]
     return _grid(child, dims, _strides(sizes, order), order, math.prod(sizes) * child.extent)
 
 
 def darray_indices(gsize: int, distrib: int, darg: int, psize: int, coord: int) -> np.ndarray:
     """The global indices of one dimension that process coordinate ``coord`` owns."""
     if distrib == DISTRIBUTE_NONE:
-        return np.arange(gsize, dtype=_I64)
+        return np.arange(gsize, dtype=np.int64)
     if distrib == DISTRIBUTE_BLOCK:
         block = -(-gsize // psize) if darg == DISTRIBUTE_DFLT_DARG else darg
-        return np.arange(coord * block, min((coord + 1) * block, gsize), dtype=_I64)
+        return np.arange(coord * block, min((coord + 1) * block, gsize), dtype=np.int64)
     assert distrib == DISTRIBUTE_CYCLIC
     block = 1 if darg == DISTRIBUTE_DFLT_DARG else darg
-    index = np.arange(gsize, dtype=_I64)
+    index = np.arange(gsize, dtype=np.int64)
     return index[(index // block) % psize == coord]
 
 

@@ -32,6 +32,7 @@ from typing import Any, Callable
 import zmq
 
 from ..core import control as ctl
+from .basics import LAUNCHERS
 from .ctlserver import ControlServer
 from .forwarding import OutputStream
 from .hosts import Host, controller_address, environment_is_local, nodes_of, start_method
@@ -48,7 +49,6 @@ __all__ = [
     "placed_rank_environment",
 ]
 
-LAUNCHERS = ("auto", "local", "ssh", "srun")
 LOST = 255  # the return code of a rank whose agent went away (as ssh's own failures)
 # Seconds an agent gets to answer (ssh or srun may be slow); IPYMPI_START_TIMEOUT changes it.
 AGENT_START_TIMEOUT = 60.0

@@ -39,7 +39,6 @@ that has not started its MPI runtime yet all keep the job running.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import math
 import os
@@ -54,12 +53,18 @@ from typing import IO, Any, Callable, Protocol
 
 import zmq
 
-from .. import mpi4py as mpi4py_name
 from ..core import control as ctl
 from ..core.control import QUERY_TIMEOUT
 from ..core.ranksets import ranks_phrase
 from ..core.tracebacks import group_identical, headed
 from . import pymain, spawning, template
+from .basics import DEADLOCK_STATUS as DEADLOCK_STATUS
+from .basics import PROG as PROG
+from .basics import THREAD_VARS as THREAD_VARS
+from .basics import TIMEOUT_STATUS as TIMEOUT_STATUS
+from .basics import _die_with_parent as _die_with_parent
+from .basics import job_environment
+from .basics import rank_environment as rank_environment
 from .ctlserver import ControlServer
 from .forwarding import OutputStream, Sink
 from .sessiondir import make_session_dir, remove_session_dir
@@ -67,56 +72,11 @@ from .watch import LOOK_AFTER, LOOK_EVERY, describe_stuck_job, is_stuck, with_cp
 
 __all__ = ["DEADLOCK_STATUS", "TIMEOUT_STATUS", "Job", "Rank", "rank_environment", "run_job"]
 
-PROG = "ipympi.run"
 GRACE = 2.0  # seconds between the steps of the shutdown sequence
 ABORT_GRACE = 0.25  # how long a failed rank's abort message may lag behind its exit
 DRAIN_GRACE = 1.0  # how long output may lag behind the end of the last process
 LOOK_WAIT = 0.2  # how long ranks get to answer one look for a deadlock
-TIMEOUT_STATUS = 124  # like timeout(1)
-# When no rank can progress: next to the timeout's 124, below the 126/127 of a
-# program that cannot run and the 128+n of deaths by signal; mpiexec has none.
-DEADLOCK_STATUS = 125
-THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 _TICK = 0.05  # poll period for exits when the platform has no pidfd
-_PR_SET_PDEATHSIG = 1
-
-
-# -- how to start a rank ---------------------------------------------------------
-def rank_environment(
-    base: Mapping[str, str], rank: int, size: int, session_dir: str, key: str, cpus: int | None
-) -> dict[str, str]:
-    """The environment of ``rank``: ``base`` plus the ``IPYMPI_*`` variables.
-
-    When ranks fill every core (``size >= cpus``), BLAS/OpenMP thread pools
-    default to one thread, unless ``base`` sets them: oversubscribed pools make
-    numpy-heavy jobs several times slower.
-    """
-    env = dict(base)
-    env[ctl.ENV_RANK], env[ctl.ENV_SIZE] = str(rank), str(size)
-    env[ctl.ENV_SESSION_DIR], env[ctl.ENV_CTL] = session_dir, ctl.control_address(session_dir)
-    env[ctl.ENV_KEY], env["PYTHONUNBUFFERED"] = key, "1"
-    if cpus is not None and size >= cpus:
-        for var in THREAD_VARS:
-            env.setdefault(var, "1")
-    return env
-
-
-def _die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that SIGKILLs the child when its parent thread dies (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
 
 
 # -- one rank ------------------------------------------------------------------------
@@ -194,7 +154,9 @@ class Job:
     (128 + n for death by signal n) when a rank fails; ``code % 256`` when a
     rank aborts; 128 + n after ``request_stop(n)``; with ``deadlock_check``,
     :data:`DEADLOCK_STATUS` when no rank can progress (see the module
-    docstring). The other ranks are ended first. Drive a job from one thread,
+    docstring). The other ranks are ended first. ``early`` is a template
+    started for this job beforehand (:func:`ipympi.launch.template.start`),
+    closed with the job. Drive a job from one thread,
     which should live as long as the ranks (Linux delivers the parent-death
     signal when the starting *thread* exits).
     """
@@ -210,14 +172,14 @@ class Job:
         stderr: IO[bytes] | None = None,
         name: str = PROG,
         deadlock_check: bool = False,
+        early: template.Started | None = None,
     ) -> None:
         if n < 1:
             raise ValueError(f"a job needs at least one rank, not {n}")
         self.argv = list(argv)
         self.n = n
         self.tag_output = tag_output
-        self.env = dict(os.environ if env is None else env)
-        mpi4py_name.rank_environment(self.env)  # ``import mpi4py`` gives ipympi on the ranks
+        self.env = job_environment(env)  # ``import mpi4py`` gives ipympi on the ranks
         self.name = name
         self.ranks: list[RankHandle] = []
         self.session_dir: str | None = None
@@ -244,6 +206,7 @@ class Job:
         self._template: template.TemplateProcess | None = None  # forks the ranks, if any
         self._preexec: Callable[[], None] | None = None  # what each process runs before exec
         self._plan: pymain.Plan = {}
+        self._early = early  # a template started for this job before it was made
         # Looking for a deadlock: when the next look starts, the ranks asked in
         # the look under way (None between looks) and when it stops waiting for
         # answers, the running ranks' states at the previous look, and the
@@ -303,23 +266,25 @@ class Job:
 
     def _start_ranks(self, preexec: Callable[[], None] | None) -> None:
         """Start every rank (here, on this machine): forked from a template process
-        when the program is a Python program it can run (:mod:`ipympi.launch.template`)."""
+        when the program is a Python program it can run (:mod:`ipympi.launch.template`),
+        the one started early for this job if any."""
         self._preexec = preexec
-        plan = pymain.plan(self.argv, self.env) if template.enabled(self.env) else None
-        if plan is not None:
-            self._plan = plan
-            self._start_template()
+        started, self._early = self._early, None
+        if started is not None and (started.argv != self.argv or started.n != self.n):
+            started.process.close()  # started for another job
+            started = None
+        if started is None:
+            started = template.start(self.argv, self.n, self.env, preexec)
+        if started is not None:
+            self._template, self._plan = started.process, started.plan
+            self._watch(self._template.fd, self._read_template)
         for rank in range(self.n):
             self._start_rank(rank)
 
     def _start_template(self) -> None:
-        """Start the template that forks Python processes (:mod:`ipympi.launch.template`)."""
-        # The template's environment is the ranks' without what differs per rank.
-        shared = rank_environment(self.env, 0, self.n, "", "", os.cpu_count())
-        for name in (ctl.ENV_RANK, ctl.ENV_SIZE, ctl.ENV_SESSION_DIR, ctl.ENV_CTL, ctl.ENV_KEY):
-            if name not in self.env:
-                shared.pop(name, None)
-        self._template = template.TemplateProcess(shared, self._preexec)
+        """Start a template to fork the (Python) processes the ranks spawn, in a job whose
+        ranks were not forked (:mod:`ipympi.launch.template`)."""
+        self._template = template.launch(self.env, self.n, self._preexec)
         self._watch(self._template.fd, self._read_template)
 
     def _start_rank(self, rank: int) -> None:
@@ -469,6 +434,9 @@ class Job:
         if self._template is not None:
             self._unwatch(self._template.fd)
             self._template.close()
+        if self._early is not None:  # never started
+            self._early.process.close()
+            self._early = None
         if self._control is not None:
             self._control.close()
         if self._ctx is not None:
@@ -805,6 +773,7 @@ def run_job(
     deadlock_check: bool = True,
     make_job: Callable[..., Job] | None = None,
     env: Mapping[str, str] | None = None,
+    early: template.Started | None = None,
 ) -> int:
     """Run ``argv`` on ``n`` ranks like ``mpiexec`` and return the exit status.
 
@@ -815,7 +784,8 @@ def run_job(
     and the status is 124. With ``deadlock_check``, a job where no rank can
     progress is reported and ended at once, with status 125. 127 (126) when
     the program cannot be found (run). The ranks' environment is ``env`` (default:
-    this process's).
+    this process's). ``early`` is the job's template, if it was started already
+    (:func:`ipympi.launch.template.start`, for a job of this machine only).
     """
     options: dict[str, Any] = {
         "tag_output": tag_output,
@@ -823,7 +793,12 @@ def run_job(
         "deadlock_check": deadlock_check,
         "env": env,
     }
-    job = Job(argv, n, **options) if make_job is None else make_job(argv, n, **options)
+    if make_job is None:
+        job = Job(argv, n, early=early, **options)
+    else:
+        if early is not None:
+            early.process.close()
+        job = make_job(argv, n, **options)
     with _stop_on_signals(job), job:
         try:
             job.start()

@@ -15,7 +15,8 @@ in (so ``if __name__ == "__main__"`` and pickling classes defined there work); t
 status of ``sys.exit(n)`` (an uncaught exception prints its traceback through
 ``sys.excepthook`` and gives 1, an uncaught ``KeyboardInterrupt`` ends the process by
 SIGINT as Python does); and at the end what ``Py_Finalize`` does that users see:
-non-daemon threads are joined, ``atexit`` handlers run, and stdout and stderr are flushed.
+non-daemon threads are joined, ``atexit`` handlers run, a real mpi4py's MPI is finalized,
+and stdout and stderr are flushed.
 """
 
 from __future__ import annotations
@@ -182,6 +183,7 @@ def _finalize(status: int) -> int:
         with contextlib.suppress(BaseException):
             sys.excepthook(type(exc), exc, exc.__traceback__)
     atexit._run_exitfuncs()
+    _finalize_real_mpi()
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
@@ -190,3 +192,22 @@ def _finalize(status: int) -> int:
             if stream is sys.stdout:
                 status = 120  # as Python does when stdout cannot be flushed at exit
     return status
+
+
+def _finalize_real_mpi() -> None:
+    """End a real mpi4py's MPI as the interpreter's end would (``--no-mpi4py-name``).
+
+    mpi4py calls ``MPI_Finalize`` from a ``Py_AtExit`` function, which a process that
+    ends with ``os._exit`` never runs: without it, MPICH keeps the shared-memory file in
+    ``/dev/shm`` that each of its worlds maps. mpi4py's ``rc.finalize = False`` is obeyed,
+    and ipympi's own ``mpi4py.MPI`` (``ipympi.MPI``) is left alone: ``atexit`` ended it.
+    """
+    module = sys.modules.get("mpi4py.MPI")
+    if module is None or getattr(module, "__name__", None) != "mpi4py.MPI":
+        return
+    rc = getattr(sys.modules.get("mpi4py"), "rc", None)
+    if getattr(rc, "finalize", None) is False:
+        return
+    with contextlib.suppress(Exception):
+        if module.Is_initialized() and not module.Is_finalized():
+            module.Finalize()

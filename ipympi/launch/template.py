@@ -3,12 +3,14 @@
 A job whose program is a Python program this interpreter can run as it is
 (:func:`ipympi.launch.pymain.plan`: ``prog.py``, ``-m MODULE``, ``-c CODE``, no interpreter
 options) does not start N interpreters that each import MPI: it starts one
-``python -m ipympi.launch.template FD``, which imports what a rank needs (ipympi's MPI,
-its ``mpi4py`` name, the transport) without starting MPI or creating a zmq context, and
-forks every rank from it (:class:`~ipympi.launch.forker.Forker`). Each rank then imports
-``MPI`` afresh, which starts MPI with the rank's environment and its own ``rc`` settings,
-and runs the program as ``python`` would (:func:`ipympi.launch.pymain.run`). Anything
-else (``hostname``, ``python -O prog.py``, another Python) is exec'd as before.
+``python -m ipympi.launch.template FD all|core``, which imports what a rank needs (ipympi's
+MPI, its ``mpi4py`` name, the transport; with ``all`` every chapter of MPI and numpy, for a
+program whose text names buffer calls or numpy: :func:`needs_everything`) without starting
+MPI or creating a zmq context, and forks every rank from it
+(:class:`~ipympi.launch.forker.Forker`). Each rank then imports ``MPI`` afresh, which
+starts MPI with the rank's environment and its own ``rc`` settings, and runs the program
+as ``python`` would (:func:`ipympi.launch.pymain.run`). Anything else (``hostname``,
+``python -O prog.py``, another Python) is exec'd as before.
 
 The launcher and the template speak the JSON lines of :mod:`ipympi.launch.jsonlines`
 (commands on the template's stdin, events on its stdout), plus a Unix socket, the
@@ -34,7 +36,9 @@ handle on a rank it forked. ``IPYMPI_FORK_RANKS=0`` turns forking off.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
+import re
 import select
 import signal
 import socket
@@ -42,12 +46,26 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
+from .. import mpi4py as mpi4py_name
+from ..core import control as ctl
+from . import pymain
+from .basics import rank_environment
 from .forker import Forker
 from .jsonlines import JsonLinesProcess
 
-__all__ = ["ENV_SWITCH", "ForkedRank", "TemplateProcess", "enabled", "main", "preload"]
+__all__ = [
+    "ENV_SWITCH",
+    "ForkedRank",
+    "Started",
+    "TemplateProcess",
+    "enabled",
+    "launch",
+    "main",
+    "preload",
+    "start",
+]
 
 ENV_SWITCH = "IPYMPI_FORK_RANKS"
 _OFF = ("0", "no", "off", "false", "n")
@@ -60,20 +78,88 @@ def enabled(environ: Mapping[str, str]) -> bool:
 
 
 # -- the template's side ---------------------------------------------------------------
-def preload() -> None:
+def preload(everything: bool = True) -> None:
     """Import what a rank needs before it runs its program, without starting MPI
-    (``ipympi.rc.initialize`` is left off; also for the notebook's engines)."""
+    (``ipympi.rc.initialize`` is left off; also for the notebook's engines).
+
+    With ``everything``, every chapter of MPI and numpy, which buffers need; without, only
+    what starting MPI and using its communicators need: a rank that moves no buffer then
+    never imports numpy, and one that does imports what it uses itself.
+    """
     from ..mpi import rc as rc_module
 
     rc_module.rc.initialize = False
-    try:
-        import mpi4py.MPI  # noqa: F401  (ipympi's, when the ranks have its mpi4py name)
-    except ImportError:
-        pass
+    if _mpi4py_is_ipympi():
+        import mpi4py.MPI  # noqa: F401
     from .. import MPI
     from ..mpi import runtime  # noqa: F401  (what Init needs, which MPI imports only to start)
 
-    MPI.__all__  # noqa: B018  (every chapter)
+    if everything:
+        MPI.__all__  # noqa: B018  (every chapter)
+        with contextlib.suppress(ImportError):
+            import numpy  # noqa: F401
+
+            from ..mpi.datatype_derived import make_leaves
+
+            make_leaves()  # every predefined datatype's typemap leaf, once for all
+
+
+# The capitalized (buffer-style) calls that move no buffer: a program that makes no other
+# capitalized call and does not name numpy gets a template that imports only what
+# starting MPI needs; any other (``Send``, ``Allreduce``, ``Create_vector``, ``Win``...),
+# or a module run with ``-m`` (not read), gets every chapter of MPI and numpy.
+_CALL = re.compile(r"\.\s*([A-Z][A-Za-z0-9_]*)\s*\(")
+_LIGHT_CALLS = frozenset(
+    {
+        "Abort", "Barrier", "Cancel", "Compare", "Difference", "Disconnect", "Dup", "Excl",
+        "Finalize", "Free", "Get_attr", "Get_count", "Get_error", "Get_errhandler",
+        "Get_group", "Get_library_version", "Get_name", "Get_parent", "Get_processor_name",
+        "Get_rank", "Get_remote_group", "Get_remote_size", "Get_size", "Get_source", "Get_tag",
+        "Get_topology", "Get_version", "Ibarrier", "Incl", "Init", "Init_thread",
+        "Intersection", "Iprobe", "Is_finalized", "Is_initialized", "Is_inter", "Is_intra",
+        "Is_thread_main", "Probe", "Query_thread", "Range_excl", "Range_incl", "Set_attr",
+        "Set_errhandler", "Set_name", "Split", "Split_type", "Status", "Test", "Testall",
+        "Testany", "Testsome", "Translate_ranks", "Union", "Wait", "Waitall", "Waitany",
+        "Waitsome", "Wtick", "Wtime",
+    }
+)  # fmt: skip
+
+
+def needs_everything(spec: pymain.Plan) -> bool:
+    """Whether the ranks of the program of ``spec`` may move buffers (and so want every
+    chapter of MPI and numpy imported before they are forked), from the program's text
+    (its code or its script; a module is not read: always). A program that imports a
+    module of its own that moves buffers is not seen: its ranks import what it needs."""
+    kind, target = spec["kind"], str(spec["target"])
+    if kind == "code":
+        text = target
+    elif kind == "script":
+        try:
+            with open(target, "rb") as file:
+                text = file.read(1 << 20).decode(errors="replace")
+        except OSError:
+            return False  # it will not run anyway
+    else:
+        return True
+    if "numpy" in text:
+        return True
+    return any(name not in _LIGHT_CALLS for name in _CALL.findall(text))
+
+
+def _mpi4py_is_ipympi() -> bool:
+    """Whether ``import mpi4py`` gives ipympi here (the ranks have its ``mpi4py`` name).
+
+    A real mpi4py's ``MPI`` must not be imported in the template: it would start a real
+    MPI there (an MPICH singleton maps a shared-memory file that only its
+    ``MPI_Finalize`` removes, and the template ends without one), and every rank forked
+    from it would inherit that one started MPI instead of starting its own.
+    """
+    try:
+        spec = importlib.util.find_spec("mpi4py")
+    except (ImportError, ValueError):
+        return False
+    origin = spec.origin if spec is not None else None
+    return origin is not None and origin.startswith(mpi4py_name.SITE + os.sep)
 
 
 def _fresh_mpi() -> None:
@@ -154,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     fds = socket.socket(fileno=int(args[0]))
     environ = dict(os.environ)
-    preload()
+    preload(everything=args[1:2] != ["core"])
     return RankTemplate(fds, environ).run({"type": "ready", "pid": os.getpid()})
 
 
@@ -213,14 +299,57 @@ class ForkedRank:
         self.send_signal(signal.SIGKILL)
 
 
+def start(
+    argv: list[str], n: int, env: Mapping[str, str], preexec: Callable[[], None] | None
+) -> Started | None:
+    """Start the template of a job of ``n`` ranks running ``argv`` with the job's
+    environment ``env``; None when its ranks are not forked (see the module docstring)."""
+    plan = pymain.plan(argv, dict(env)) if enabled(env) else None
+    if plan is None:
+        return None
+    return Started(launch(env, n, preexec, needs_everything(plan)), plan, list(argv), n)
+
+
+def launch(
+    env: Mapping[str, str], n: int, preexec: Callable[[], None] | None, everything: bool = True
+) -> TemplateProcess:
+    """A template for the processes of a job of ``n`` ranks with the environment ``env``
+    (``everything``: see :func:`preload`)."""
+    # The template's environment is the ranks' without what differs per rank.
+    shared = rank_environment(env, 0, n, "", "", os.cpu_count())
+    for name in (ctl.ENV_RANK, ctl.ENV_SIZE, ctl.ENV_SESSION_DIR, ctl.ENV_CTL, ctl.ENV_KEY):
+        if name not in env:
+            shared.pop(name, None)
+    return TemplateProcess(shared, preexec, everything)
+
+
+class Started(NamedTuple):
+    """A template :func:`start` started: the process, how ranks run the program, and the
+    job it was started for (``argv``, ``n``)."""
+
+    process: TemplateProcess
+    plan: pymain.Plan
+    argv: list[str]
+    n: int
+
+
 class TemplateProcess(JsonLinesProcess):
     """The launcher's handle on a running template: spawns ranks, dispatches events."""
 
-    def __init__(self, env: Mapping[str, str], preexec: Callable[[], None] | None) -> None:
+    def __init__(
+        self, env: Mapping[str, str], preexec: Callable[[], None] | None, everything: bool = True
+    ) -> None:
+        """Start the template; ``everything``: see :func:`preload`."""
         self._mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             super().__init__(
-                [sys.executable, "-m", _MAIN, str(theirs.fileno())],
+                [
+                    sys.executable,
+                    "-m",
+                    _MAIN,
+                    str(theirs.fileno()),
+                    "all" if everything else "core",
+                ],
                 env,
                 preexec=preexec,
                 pass_fds=(theirs.fileno(),),

@@ -37,11 +37,10 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from ..core.constants import PROC_NULL
 from ..core.errors import ERR_BUFFER, ERR_TYPE
 from ..core.errors import Exception as MPIException
+from ..core.lazynumpy import np
 from ..core.typemap import element_dtype
 from ..core.typemap_copy import gather, scatter
 from .datatype import _FORMATS, BYTE, Datatype, _TypeImpl, datatype_for_format

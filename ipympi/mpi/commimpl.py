@@ -8,11 +8,13 @@ The handle classes are made of the constructors' mixins (``Dup``, ``Split``,
 ``Create_cart``, ...), and those constructors must build handles of these very classes.
 So the classes register here as they are defined (:func:`handle_class`), and the
 constructors find them with :func:`comm_class` and :func:`topocomm_class`, importing
-only this module.
+only this module; a class whose module was not imported yet (``MPI.Cartcomm``'s, when a
+program's first topology is made before the name was ever used) is imported then.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..core import constants as K
@@ -26,6 +28,8 @@ T = TypeVar("T", bound=type)
 
 _CLASSES: dict[str, Any] = {}
 _TOPOLOGY_CLASSES = {K.CART: "Cartcomm", K.GRAPH: "Graphcomm", K.DIST_GRAPH: "Distgraphcomm"}
+# The module defining each handle class (the chapter MPI imports when the name is used).
+_MODULES = dict.fromkeys(("Topocomm", *_TOPOLOGY_CLASSES.values()), ".neighbor")
 
 
 def handle_class(cls: T) -> T:
@@ -36,7 +40,11 @@ def handle_class(cls: T) -> T:
 
 def comm_class(name: str) -> type[Comm]:
     """The communicator handle class called ``name`` (``"Intracomm"``, ``"Intercomm"``, ...)."""
-    return _CLASSES[name]
+    found = _CLASSES.get(name)
+    if found is None:
+        importlib.import_module(_MODULES.get(name, ".comm"), __package__)
+        found = _CLASSES[name]
+    return found
 
 
 def topocomm_class(kind: int) -> type[Comm]:

@@ -20,16 +20,22 @@ import re
 import sys
 from typing import Any
 
-import numpy as np
-
 from ..core import typemap as tm
 from ..core.constants import COMBINER_DUP, COMBINER_NAMED, MAX_OBJECT_NAME
 from ..core.errors import ERR_TYPE
 from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, register
+from ..core.lazynumpy import np
 from .attributes import TypeAttributes, delete_attributes
-from .datatype_derived import Aint_add, Aint_diff, DerivedMixin, Get_address, predefined_layout
-from .datatype_lookup import LookupMixin, original
+from .datatype_derived import (
+    Aint_add,
+    Aint_diff,
+    DerivedMixin,
+    Get_address,
+    defer_leaves,
+    make_leaves,
+)
+from .datatype_lookup import LookupMixin, itemsize, original, pair_sizes
 
 __all__ = [
     "AINT", "BFLOAT16_T", "BOOL", "BYTE", "CHAR", "CHARACTER", "COMPLEX", "COMPLEX4",
@@ -63,6 +69,9 @@ class _TypeImpl:
 
     __slots__ = (
         "__weakref__",
+        "_dtype_spec",
+        "_layout",
+        "_np_dtype",
         "attrs",
         "code",
         "combiner",
@@ -70,11 +79,9 @@ class _TypeImpl:
         "contents",
         "extent",
         "key",
-        "layout",
         "lb",
         "msg_ok",
         "name",
-        "np_dtype",
         "parent",
         "predefined",
         "size",
@@ -91,6 +98,7 @@ class _TypeImpl:
         np_dtype: np.dtype[Any] | None,
         code: str | None,
         *,
+        dtype_spec: Any = None,
         true_extent: int | None = None,
         msg_ok: bool = True,
         predefined: bool = True,
@@ -104,16 +112,41 @@ class _TypeImpl:
         self.lb = 0
         self.true_lb = 0
         self.true_extent = extent if true_extent is None else true_extent
-        self.np_dtype = np_dtype
+        self._np_dtype = np_dtype
+        self._dtype_spec = dtype_spec  # what np_dtype is made of, when first asked
         self.code = code
         self.msg_ok = msg_ok
         self.predefined = predefined
         self.committed = True
         self.combiner = combiner
         self.parent = parent
-        self.layout: tm.Layout = _ZERO_LAYOUT
+        self._layout: tm.Layout | None = None  # a predefined type's leaf, when first asked
         self.contents: tuple[list[int], list[int], list[_TypeImpl]] = ([], [], [])
         self.attrs: dict[int, tuple[Any, Any]] = {}  # keyval -> (Keyval, value), set order
+
+    @property
+    def np_dtype(self) -> np.dtype[Any] | None:
+        """The numpy dtype (a predefined type's is made on first use: numpy's import waits
+        until a buffer needs it)."""
+        dtype = self._np_dtype
+        if dtype is None and self._dtype_spec is not None:
+            dtype = self._np_dtype = np.dtype(self._dtype_spec, align=True)
+        return dtype
+
+    @property
+    def layout(self) -> tm.Layout:
+        """The typemap (every predefined type's is made, in one go, on first use)."""
+        layout = self._layout
+        if layout is None:
+            make_leaves()
+            layout = self._layout
+            if layout is None:  # no leaf of its own (DATATYPE_NULL)
+                layout = self._layout = _ZERO_LAYOUT
+        return layout
+
+    @layout.setter
+    def layout(self, layout: tm.Layout) -> None:
+        self._layout = layout
 
     @classmethod
     def derived(
@@ -145,8 +178,9 @@ class _TypeImpl:
             "",
             self.size,
             self.extent,
-            self.np_dtype,
+            self._np_dtype,
             None,
+            dtype_spec=self._dtype_spec,
             true_extent=self.true_extent,
             msg_ok=self.msg_ok,
             predefined=False,
@@ -371,9 +405,9 @@ _NAMED: dict[str, Datatype] = {}
 
 def _basic(key: str, name: str, dtype: str | None, code: str | None, size: int = 0) -> Datatype:
     """Define a predefined datatype; ``size`` is used only when ``dtype`` is None."""
-    np_dtype: np.dtype | None = None if dtype is None else np.dtype(dtype)
-    nbytes = size if np_dtype is None else np_dtype.itemsize
-    handle = Datatype._from_impl(_TypeImpl(key, name, nbytes, nbytes, np_dtype, code))
+    nbytes = size if dtype is None else itemsize(dtype)
+    impl = _TypeImpl(key, name, nbytes, nbytes, None, code, dtype_spec=dtype)
+    handle = Datatype._from_impl(impl)
     _NAMED[key] = handle
     return handle
 
@@ -389,13 +423,9 @@ def _opaque(key: str, name: str, size: int, *, msg_ok: bool, code: str | None = 
 
 def _pair(key: str, name: str, value: str) -> Datatype:
     """Define a (value, int index) pair type with C struct layout, for MINLOC/MAXLOC."""
-    dtype: np.dtype = np.dtype([("value", value), ("index", "i")], align=True)
-    fields = dtype.fields
-    assert fields is not None  # a structured dtype
-    value_size = fields["value"][0].itemsize
-    index_offset = fields["index"][1]
-    size = value_size + 4
-    impl = _TypeImpl(key, name, size, dtype.itemsize, dtype, None, true_extent=index_offset + 4)
+    spec = [("value", value), ("index", "i")]  # numpy's dtype of the C struct, aligned
+    size, extent, true_extent = pair_sizes(value)
+    impl = _TypeImpl(key, name, size, extent, None, None, dtype_spec=spec, true_extent=true_extent)
     handle = Datatype._from_impl(impl)
     _NAMED[key] = handle
     return handle
@@ -523,10 +553,8 @@ UB = _opaque("UB", "MPI_UB", 0, msg_ok=False)
 
 register(_NAMED, _NAMED)  # the module's constants (see core.handle)
 
-# Each predefined datatype is a leaf of typemaps.
-for _impl in {id(h._impl): h._impl for h in _NAMED.values() if h}.values():
-    _impl.layout = predefined_layout(_impl)
-del _impl
+# Each predefined datatype is a leaf of typemaps, made when the first typemap is needed.
+defer_leaves({id(h._impl): h._impl for h in _NAMED.values() if h}.values())
 
 
 # --- Type codes and buffer formats -------------------------------------------------------

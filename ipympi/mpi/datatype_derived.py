@@ -12,10 +12,9 @@ C int is reported as it was given, as MPI 4's large-count (``_c``) calls report 
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from ..core import typemap as tm
 from ..core import typemap_copy as tc
@@ -48,6 +47,7 @@ from ..core.constants import (
 from ..core.errors import ERR_ARG, ERR_BUFFER, ERR_COUNT, ERR_RANK, ERR_TRUNCATE, ERR_TYPE
 from ..core.errors import Exception as MPIException
 from ..core.extfloat import external_floats
+from ..core.lazynumpy import np
 from .handles import DatatypeMixin
 from .rawmem import address_of, byte_view
 
@@ -630,3 +630,23 @@ def predefined_layout(impl: _TypeImpl) -> tm.Layout:
         msg_ok=impl.msg_ok,
     )
     return tm.leaf_layout(tm.register_leaf(leaf), impl.extent, impl.true_extent)
+
+
+# Predefined datatypes whose typemap leaf is not made yet, in definition order. Leaf ids
+# are part of type signatures, which ranks compare: the leaves are made all at once, in
+# this order, when the first typemap is needed, whichever type a program uses first.
+_PENDING: list[_TypeImpl] = []
+_pending_lock = threading.Lock()
+
+
+def defer_leaves(impls: Iterable[_TypeImpl]) -> None:
+    """Let :func:`make_leaves` make the leaves of ``impls`` (in this order)."""
+    _PENDING.extend(impls)
+
+
+def make_leaves() -> None:
+    """Give every predefined datatype its typemap leaf, once (see above)."""
+    with _pending_lock:
+        for impl in _PENDING:
+            impl.layout = predefined_layout(impl)
+        _PENDING.clear()

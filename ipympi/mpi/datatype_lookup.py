@@ -18,14 +18,16 @@
   ``TypeError``, as it rejects those types.
 * :func:`typealign` is mpi4py's private ``MPI._typealign``: the alignment of the
   elements of a predefined type.
+* :func:`itemsize` and :func:`pair_sizes` give the sizes of the predefined types from
+  their numpy type characters without importing numpy (``import ipympi.MPI`` does not).
 """
 
 from __future__ import annotations
 
+import ctypes
+import struct
 import threading
 from typing import TYPE_CHECKING, Any
-
-import numpy as np
 
 from ..core.constants import (
     COMBINER_DUP,
@@ -41,12 +43,42 @@ from ..core.constants import (
 from ..core.errors import ERR_ARG
 from ..core.errors import Exception as MPIException
 from ..core.handle import constant as _constant
+from ..core.lazynumpy import np
 from .handles import DatatypeMixin
 
 if TYPE_CHECKING:
     from .datatype import Datatype, _TypeImpl
 
-__all__ = ["LookupMixin", "original", "typealign"]
+__all__ = ["LookupMixin", "itemsize", "original", "pair_sizes", "typealign"]
+
+# The C types of the values of MINLOC/MAXLOC pairs, by numpy type character.
+_CTYPES: dict[str, Any] = {
+    "h": ctypes.c_short, "i": ctypes.c_int, "l": ctypes.c_long,
+    "f": ctypes.c_float, "d": ctypes.c_double, "g": ctypes.c_longdouble,
+}  # fmt: skip
+
+
+def itemsize(dtype: str) -> int:
+    """The bytes of numpy's dtype ``dtype`` (a type character, or a kind and a size in
+    bytes: ``'i4'``), known without importing numpy."""
+    if dtype[1:].isdigit():
+        return int(dtype[1:]) * (4 if dtype[0] == "U" else 1)
+    if dtype in "gG":
+        return ctypes.sizeof(ctypes.c_longdouble) * (2 if dtype == "G" else 1)
+    if dtype in "FD":
+        return 2 * struct.calcsize(dtype.lower())
+    return struct.calcsize("n" if dtype == "p" else dtype)
+
+
+def pair_sizes(value: str) -> tuple[int, int, int]:
+    """Size, extent and true extent of the C struct ``{value; int index;}`` of MINLOC and
+    MAXLOC, for the type character ``value``."""
+
+    class Pair(ctypes.Structure):
+        _fields_ = (("value", _CTYPES[value]), ("index", ctypes.c_int))
+
+    return itemsize(value) + 4, ctypes.sizeof(Pair), Pair.index.offset + 4
+
 
 # Fortran sized types of each type class, smallest first (names in the MPI module).
 _SIZED = {
@@ -56,12 +88,12 @@ _SIZED = {
     TYPECLASS_LOGICAL: ("LOGICAL1", "LOGICAL2", "LOGICAL4", "LOGICAL8", "LOGICAL16"),
 }
 
-# (Fortran type, numpy type whose range and precision it has), smallest first.
-_F90_INTEGERS = (("INTEGER1", np.int8), ("INTEGER2", np.int16), ("INTEGER4", np.int32),
-                 ("INTEGER8", np.int64))  # fmt: skip
+# (Fortran type, name of the numpy type whose range and precision it has), smallest first.
+_F90_INTEGERS = (("INTEGER1", "int8"), ("INTEGER2", "int16"), ("INTEGER4", "int32"),
+                 ("INTEGER8", "int64"))  # fmt: skip
 _F90_REALS = (
-    ("REAL2", "COMPLEX4", np.float16), ("REAL4", "COMPLEX8", np.float32),
-    ("REAL8", "COMPLEX16", np.float64), ("REAL16", "COMPLEX32", np.longdouble),
+    ("REAL2", "COMPLEX4", "float16"), ("REAL4", "COMPLEX8", "float32"),
+    ("REAL8", "COMPLEX16", "float64"), ("REAL16", "COMPLEX32", "longdouble"),
 )  # fmt: skip
 
 # value datatype name -> the MINLOC/MAXLOC pair with an INT index
@@ -136,7 +168,7 @@ def _no_f90_type(call: str, what: str) -> MPIException:
 def _real_for(call: str, p: int, r: int) -> tuple[str, str]:
     """``(REALn, COMPLEXn)`` of the smallest real kind with precision ``p`` and range ``r``."""
     for real, cplx, nptype in _F90_REALS:
-        info = np.finfo(nptype)
+        info = np.finfo(getattr(np, nptype))
         precise = p == UNDEFINED or p <= info.precision
         if precise and (r == UNDEFINED or r <= _decimal_range(info)):
             return real, cplx
@@ -154,7 +186,7 @@ class LookupMixin(DatatypeMixin):
         """The datatype of Fortran ``INTEGER(SELECTED_INT_KIND(r))``."""
         r = _int_arg(r, "r")
         for name, nptype in _F90_INTEGERS:
-            if r <= _decimal_range(np.iinfo(nptype)):
+            if r <= _decimal_range(np.iinfo(getattr(np, nptype))):
                 return cls._from_impl(_f90(COMBINER_F90_INTEGER, (r,), _constant(name)))
         raise _no_f90_type("Create_f90_integer", f"integer with exponent range {r}")
 

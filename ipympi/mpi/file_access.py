@@ -19,8 +19,6 @@ import operator
 import os
 from typing import Any, Callable
 
-import numpy as np
-
 from ..core import errors as E
 from ..core.constants import (
     ANY_SOURCE,
@@ -35,6 +33,7 @@ from ..core.constants import (
     SEEK_SET,
 )
 from ..core.errors import Exception as MPIException
+from ..core.lazynumpy import np
 from ..progress.operation import RECV, Operation
 from .datatype import BYTE, Datatype
 from .errhandling import mpi_call

@@ -25,19 +25,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..core import twophase as tp
 from ..core.errors import Exception as MPIException
+from ..core.lazynumpy import np
 from .datatype import BYTE
 from .file_move import Access, move, traced
 from .file_view import os_error
 
 __all__ = ["collective_transfer"]
 
-_EMPTY = np.zeros(0, np.int64)
 # Collective accesses whose pieces average fewer bytes go through aggregators unless
 # the hints say otherwise (see _two_phase).
 SMALL_PIECES = 512
@@ -119,6 +117,9 @@ def _int_hint(impl: Any, key: str, default: int) -> int:
 
 
 Failure = tuple[int, str]  # an aggregator's failed system call: (error class, message)
+if TYPE_CHECKING:
+    # An aggregator's pieces of a round: file offsets, lengths and places in the message.
+    Cell = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def _exchange(
@@ -136,7 +137,8 @@ def _exchange(
         mine = tp.split(access.offs, access.lens, bounds)
         mem = np.frombuffer(access.data if write else access.target, np.uint8)
     else:
-        mine = tp.split(_EMPTY, _EMPTY, bounds)
+        nothing = np.zeros(0, np.int64)
+        mine = tp.split(nothing, nothing, bounds)
         mem = np.zeros(0, np.uint8)
     owner, rnd = mine.cell // rounds, mine.cell % rounds
     # Every aggregator learns, once, which pieces of its domain each rank moves.
@@ -165,7 +167,7 @@ def _exchange(
         if write:
             comm.Alltoallv([mem, (counts, displs), BYTE], [box, (peer_counts, peer_displs), BYTE])
         if len(starts) and failure is None:
-            failure = _cell_io(impl, write, lo, hi, tp.Pieces(_EMPTY, starts, lens, pos), box, call)
+            failure = _cell_io(impl, write, lo, hi, (starts, lens, pos), box, call)
         if not write:
             comm.Alltoallv([box, (peer_counts, peer_displs), BYTE], [mem, (counts, displs), BYTE])
     if access is None or write:
@@ -189,13 +191,14 @@ def _cell_pieces(
         lens.append(pieces[2][sel])
         counts[rank] = int(lens[-1].sum())
     if not starts:
-        return _EMPTY, _EMPTY, _EMPTY, counts
+        nothing = np.zeros(0, np.int64)
+        return nothing, nothing, nothing, counts
     start, length = np.concatenate(starts), np.concatenate(lens)
     return start, length, np.cumsum(length) - length, counts
 
 
 def _cell_io(
-    impl: Any, write: bool, lo: int, hi: int, pieces: tp.Pieces, box: np.ndarray, call: str
+    impl: Any, write: bool, lo: int, hi: int, pieces: Cell, box: np.ndarray, call: str
 ) -> Failure | None:
     """Write an aggregator's pieces of one round from ``box`` (or read them into it).
 
@@ -205,8 +208,8 @@ def _cell_io(
     overlapping ones (two ranks accessing the same bytes) through a buffer of the
     cell, copied in one numpy operation where the pieces are regular.
     """
-    order = np.argsort(pieces.start, kind="stable")
-    starts, lens, at = pieces.start[order], pieces.length[order], pieces.data[order]
+    order = np.argsort(pieces[0], kind="stable")
+    starts, lens, at = (column[order] for column in pieces)
     ends = starts + lens
     try:
         if int(lens.sum()) < _BIG_PIECES * len(lens) or bool((starts[1:] < ends[:-1]).any()):
@@ -243,13 +246,11 @@ def _vectored(fd: int, write: bool, bufs: list[memoryview], offset: int) -> None
         done += more
 
 
-def _through_cell(
-    impl: Any, write: bool, lo: int, hi: int, pieces: tp.Pieces, box: np.ndarray
-) -> None:
+def _through_cell(impl: Any, write: bool, lo: int, hi: int, pieces: Cell, box: np.ndarray) -> None:
     """The cell through a buffer of its own: pieces copied in and one write per
     covered run, or one read of the covered span and the pieces copied out."""
     cell = np.zeros(hi - lo, np.uint8)
-    starts, lens, at = pieces.start, pieces.length, pieces.data
+    starts, lens, at = pieces
     head, tail = int(starts.min()), int((starts + lens).max())
     if write:
         tp.copy_pieces(cell, starts - lo, box, at, lens)

@@ -16,10 +16,9 @@ import os
 import time
 from typing import Any, Callable
 
-import numpy as np
-
 from ..core import errors as E
 from ..core.errors import Exception as MPIException
+from ..core.lazynumpy import np
 from ..progress import tracing
 from .buffers import recv_buffer, send_buffer
 from .file_view import os_error

@@ -16,12 +16,11 @@ from __future__ import annotations
 import errno
 from typing import Any, Callable
 
-import numpy as np
-
 from ..core import errors as E
 from ..core import typemap_copy as tc
 from ..core.errors import Exception as MPIException
 from ..core.fileview import Tiling
+from ..core.lazynumpy import np
 from .datatype import BYTE, Datatype
 
 __all__ = ["Register_datarep"]

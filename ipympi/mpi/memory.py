@@ -27,10 +27,9 @@ import operator
 import threading
 from typing import Any, cast
 
-import numpy as np
-
 from ..core.errors import ERR_ARG, ERR_BASE, ERR_INFO, ERR_NO_MEM
 from ..core.errors import Exception as MPIException
+from ..core.lazynumpy import np
 from .foreign import from_cai, from_dlpack
 from .info import INFO_NULL, Info
 from .rawmem import acquire

@@ -26,14 +26,14 @@ propagate NaN, which keeps them commutative).
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Any, Callable
-
-import numpy as np
 
 from ..core.errors import ERR_BUFFER, ERR_OP, ERR_TYPE
 from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, UserLimit, register
+from ..core.lazynumpy import np
 from . import datatype as _dt
 from .buffers import as_ndarray, check_match, recv_buffer, send_buffer
 from .datatype import Datatype, _TypeImpl
@@ -45,7 +45,7 @@ __all__ = [
     "NO_OP", "OP_NULL", "PROD", "REPLACE", "SUM", "Op",
 ]  # fmt: skip
 
-ArrayReducer = Callable[[np.ndarray, np.ndarray, Datatype], None]
+ArrayReducer = Callable[["np.ndarray", "np.ndarray", Datatype], None]
 ObjectReducer = Callable[[Any, Any], Any]
 UserFunction = Callable[[Any, Any, Any], Any]
 
@@ -117,47 +117,51 @@ def _describe_groups(groups: frozenset[str]) -> str:
 # --- Array reducers: inoutvec = invec op inoutvec, vectorised ----------------------------
 
 
-try:  # numpy 2 keeps its floating-point error state in a context variable; setting
-    # it to a prebuilt "ignore everything" state costs half of entering np.errstate.
-    from numpy._core.umath import _extobj_contextvar, _make_extobj
+@functools.cache
+def _quiet_fp_state() -> tuple[Any, Any] | None:
+    """numpy 2 keeps its floating-point error state in a context variable: that variable
+    and a prebuilt "ignore everything" state (setting it costs half of entering
+    ``np.errstate``), or None with other numpy versions."""
+    try:
+        from numpy._core.umath import _extobj_contextvar, _make_extobj
 
-    _fp_errors: Any = _extobj_contextvar
-    _QUIET: Any = _make_extobj(all="ignore")
-except (ImportError, AttributeError, TypeError):  # other numpy versions: np.errstate
-    _fp_errors = None
+        return _extobj_contextvar, _make_extobj(all="ignore")
+    except (ImportError, AttributeError, TypeError):
+        return None
 
 
-def _ufunc_reducer(ufunc: np.ufunc) -> ArrayReducer:
-    """Return a reducer applying ``ufunc(invec, inoutvec)`` into ``inoutvec``.
+def _ufunc_reducer(name: str) -> ArrayReducer:
+    """Return a reducer applying numpy's ufunc ``name`` as ``ufunc(invec, inoutvec)`` into
+    ``inoutvec`` (numpy is imported when it first runs).
 
     Overflow wraps (integers) or gives inf/nan (floats) silently, as in C. Logical
     ufuncs on integer arrays store 0 or 1.
     """
-    if _fp_errors is None:
 
-        def reduce(invec: np.ndarray, inoutvec: np.ndarray, datatype: Datatype) -> None:
+    def reduce(invec: np.ndarray, inoutvec: np.ndarray, datatype: Datatype) -> None:
+        ufunc = getattr(np, name)
+        quiet = _quiet_fp_state()
+        if quiet is None:
             with np.errstate(all="ignore"):
                 ufunc(invec, inoutvec, out=inoutvec)
-
-        return reduce
-
-    def reduce_quietly(invec: np.ndarray, inoutvec: np.ndarray, datatype: Datatype) -> None:
-        token = _fp_errors.set(_QUIET)
+            return
+        token = quiet[0].set(quiet[1])
         try:
             ufunc(invec, inoutvec, out=inoutvec)
         finally:
-            _fp_errors.reset(token)
+            quiet[0].reset(token)
 
-    return reduce_quietly
+    return reduce
 
 
-def _loc_reducer(better: np.ufunc) -> ArrayReducer:
-    """Return the MAXLOC (``better=np.greater``) or MINLOC (``np.less``) reducer.
+def _loc_reducer(better_name: str) -> ArrayReducer:
+    """Return the MAXLOC (``better_name="greater"``) or MINLOC (``"less"``) reducer.
 
     The left pair wins when its value is better, or equal with a smaller index (§5.9.4).
     """
 
     def reduce(invec: np.ndarray, inoutvec: np.ndarray, datatype: Datatype) -> None:
+        better = getattr(np, better_name)
         names = invec.dtype.names
         if names is None or len(names) != 2:
             raise MPIException(
@@ -552,20 +556,20 @@ def _predefined(
 
 OP_NULL: Op = Op._from_impl(_NULL_IMPL)
 
-MAX = _predefined("MAX", _ufunc_reducer(np.maximum), _max, _MINMAX, reduce_scalars=_max_scalars)
-MIN = _predefined("MIN", _ufunc_reducer(np.minimum), _min, _MINMAX, reduce_scalars=_min_scalars)
-SUM = _predefined("SUM", _ufunc_reducer(np.add), _sum, _ARITHMETIC, reduce_scalars=_sum_scalars)
+MAX = _predefined("MAX", _ufunc_reducer("maximum"), _max, _MINMAX, reduce_scalars=_max_scalars)
+MIN = _predefined("MIN", _ufunc_reducer("minimum"), _min, _MINMAX, reduce_scalars=_min_scalars)
+SUM = _predefined("SUM", _ufunc_reducer("add"), _sum, _ARITHMETIC, reduce_scalars=_sum_scalars)
 PROD = _predefined(
-    "PROD", _ufunc_reducer(np.multiply), _prod, _ARITHMETIC, reduce_scalars=_prod_scalars
+    "PROD", _ufunc_reducer("multiply"), _prod, _ARITHMETIC, reduce_scalars=_prod_scalars
 )
-LAND = _predefined("LAND", _ufunc_reducer(np.logical_and), _land, _LOGICAL_OPS)
-BAND = _predefined("BAND", _ufunc_reducer(np.bitwise_and), _band, _BITWISE)
-LOR = _predefined("LOR", _ufunc_reducer(np.logical_or), _lor, _LOGICAL_OPS)
-BOR = _predefined("BOR", _ufunc_reducer(np.bitwise_or), _bor, _BITWISE)
-LXOR = _predefined("LXOR", _ufunc_reducer(np.logical_xor), _lxor, _LOGICAL_OPS)
-BXOR = _predefined("BXOR", _ufunc_reducer(np.bitwise_xor), _bxor, _BITWISE)
-MAXLOC = _predefined("MAXLOC", _loc_reducer(np.greater), _maxloc, _LOC)
-MINLOC = _predefined("MINLOC", _loc_reducer(np.less), _minloc, _LOC)
+LAND = _predefined("LAND", _ufunc_reducer("logical_and"), _land, _LOGICAL_OPS)
+BAND = _predefined("BAND", _ufunc_reducer("bitwise_and"), _band, _BITWISE)
+LOR = _predefined("LOR", _ufunc_reducer("logical_or"), _lor, _LOGICAL_OPS)
+BOR = _predefined("BOR", _ufunc_reducer("bitwise_or"), _bor, _BITWISE)
+LXOR = _predefined("LXOR", _ufunc_reducer("logical_xor"), _lxor, _LOGICAL_OPS)
+BXOR = _predefined("BXOR", _ufunc_reducer("bitwise_xor"), _bxor, _BITWISE)
+MAXLOC = _predefined("MAXLOC", _loc_reducer("greater"), _maxloc, _LOC)
+MINLOC = _predefined("MINLOC", _loc_reducer("less"), _minloc, _LOC)
 REPLACE = _predefined("REPLACE", _keep_right, _replace, frozenset(), commutative=False)
 NO_OP = _predefined("NO_OP", _take_left, _no_op, frozenset(), commutative=False)
 register(globals(), __all__)  # the module's constants (see core.handle)

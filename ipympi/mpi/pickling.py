@@ -13,10 +13,12 @@ from __future__ import annotations
 import os
 import pickle as _stdlib_pickle
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..core.constants import PROC_NULL
-from .memory import buffer
+
+if TYPE_CHECKING:
+    from .memory import buffer
 
 __all__ = ["Pickle", "pickle"]
 
@@ -81,6 +83,8 @@ class Pickle:
         contiguous, or smaller than ``THRESHOLD``, stays in the stream.
         """
         threshold = self._threshold
+        from .memory import buffer  # numpy's: imported for out-of-band buffers only
+
         buffers: list[buffer] = []
 
         def in_band(picklebuffer: _stdlib_pickle.PickleBuffer) -> bool:

@@ -12,10 +12,9 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-import numpy as np
-
 from ..core.errors import ERR_BUFFER
 from ..core.errors import Exception as MPIException
+from ..core.lazynumpy import np
 from .foreign import Foreign, from_cai, from_dlpack
 
 __all__ = [

@@ -30,8 +30,6 @@ import operator
 import os
 from typing import Any, Callable
 
-import numpy as np
-
 from ..core import constants as K
 from ..core.errors import (
     ERR_COMM,
@@ -50,6 +48,7 @@ from ..core.errors import (
 )
 from ..core.errors import Exception as MPIException
 from ..core.handle import Handle, Kind, register
+from ..core.lazynumpy import np
 from ..progress import tracing
 from ..progress.largebuf import buffer_address
 from ..progress.shm import Segment

@@ -26,8 +26,6 @@ import operator
 import time
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ..core import constants as K
 from ..core.errors import (
     ERR_COUNT,
@@ -40,6 +38,7 @@ from ..core.errors import (
     ERR_TYPE,
 )
 from ..core.errors import Exception as MPIException
+from ..core.lazynumpy import np
 from ..core.typemap import element_dtype
 from ..core.typemap_copy import gather, runs, scatter
 from ..progress import tracing

@@ -22,7 +22,7 @@ import os
 import secrets
 import tempfile
 
-import numpy as np
+from ..core.lazynumpy import np
 
 __all__ = ["Segment", "segment_folder"]
 

@@ -85,7 +85,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import numpy as np
+from ..core.lazynumpy import np
 
 __all__ = [
     "Tracer",

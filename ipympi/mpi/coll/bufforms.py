@@ -34,10 +34,9 @@ import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from ...core.errors import ERR_COUNT
 from ...core.errors import Exception as MPIException
+from ...core.lazynumpy import np
 from ..buffers import (
     BufferSpec,
     count_of,

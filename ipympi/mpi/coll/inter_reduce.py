@@ -21,12 +21,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
-
 from ...core import algorithms as algo
 from ...core import reductions as red
 from ...core.errors import ERR_COUNT
 from ...core.errors import Exception as MPIException
+from ...core.lazynumpy import np
 from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ...core.schedule import Algorithm, Round
 from ..buffers import as_ndarray, recv_buffer

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ...core import algorithms as algo
 from ...core import reductions as red
 from ...core.errors import ERR_BUFFER, ERR_COUNT, ERR_OP
 from ...core.errors import Exception as MPIException
+from ...core.lazynumpy import np
 from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ...core.schedule import Algorithm
 from ...progress import tracing as _trace
