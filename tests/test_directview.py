@@ -19,7 +19,7 @@ import ipympi
 from ipympi.notebook.controller import session
 from ipympi.notebook.controller.asyncresult import AsyncResult
 from ipympi.notebook.controller.remote_errors import CompositeError, RemoteError, TimeoutError
-from ipympi.notebook.engine import byvalue
+from ipympi.mpi import byvalue
 
 pytestmark = pytest.mark.timeout(60)
 

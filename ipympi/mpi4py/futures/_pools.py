@@ -26,16 +26,19 @@ import collections
 import concurrent.futures as cf
 import itertools
 import os
+import sys
 import threading
 import time
 from typing import Any, Callable
 
 from ... import MPI
+from ...mpi import byvalue
 
 __all__ = ["Client", "MPIPool", "ProcessPool", "ThreadPool", "WorkItem", "spawn_pool"]
 
 IDLE_WAIT = 0.05  # seconds the manager sleeps at most when no task is queued or running
 TASK_TAG = 1  # master -> worker: ("init", number, options) | ("task", call) | ("stop",)
+PACKED = "packed"  # master -> worker: (PACKED, one of the above pickled by byvalue)
 RESULT_TAG = 2  # worker -> master: (succeeded, result or exception)
 
 
@@ -365,12 +368,25 @@ class MPIPool:
                 time.sleep(pause)
 
     def _send(self, worker: int, message: tuple) -> Exception | None:
-        """Send a message to a worker; the exception if it cannot be pickled."""
+        """Send a message to a worker; the exception if it cannot be pickled.
+
+        From a notebook (or any ``__main__`` without a file the workers could import)
+        the message goes packed by value: functions and classes defined in cells, and
+        the globals they read (:mod:`ipympi.mpi.byvalue`), which the workers unpack.
+        """
         try:
+            if _interactive_main():
+                message = (PACKED, byvalue.dumps(message, capture=True))
             self.comm.send(message, worker, TASK_TAG)
         except Exception as exc:
             return exc
         return None
+
+
+def _interactive_main() -> bool:
+    """Whether ``__main__`` is a notebook's (or ``python -c``'s, stdin's): no file the
+    workers could import the master's functions from."""
+    return getattr(sys.modules.get("__main__"), "__file__", None) is None
 
 
 def _settle(future: cf.Future, succeeded: bool, value: Any) -> None:

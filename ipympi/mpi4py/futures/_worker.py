@@ -7,7 +7,9 @@ message: the outcome of the task ``("task", fn, args, kwargs)``, or of the prepa
 is ``(True, result)`` or ``(False, exception)``; one that cannot be pickled is replaced
 by an exception saying so. The exception reaches the master with the worker's traceback
 as its cause (a :class:`RemoteTraceback`), so that what the master prints when the task's
-result is asked for shows where in the worker the task failed.
+result is asked for shows where in the worker the task failed. A master whose
+``__main__`` is a notebook's packs its messages by value (:mod:`ipympi.mpi.byvalue`):
+the functions and classes of its cells are rebuilt here, in a namespace of their own.
 
 While a worker serves, :func:`get_comm_workers` returns the intracommunicator of all the
 workers, for tasks that communicate among themselves.
@@ -19,6 +21,7 @@ can be unpickled; its ``if __name__ == '__main__':`` part does not run there.
 
 from __future__ import annotations
 
+import builtins
 import pickle
 import runpy
 import sys
@@ -28,11 +31,26 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from ... import MPI
-from ._pools import RESULT_TAG, TASK_TAG, run_initializer
+from ...mpi import byvalue
+from ._pools import PACKED, RESULT_TAG, TASK_TAG, run_initializer
 
 __all__ = ["RemoteTraceback", "get_comm_workers", "import_main", "serve"]
 
 _comm_workers: list[MPI.Intracomm] = []
+_notebook: list[types.ModuleType] = []  # what a notebook master sent by value (see below)
+
+
+def _notebook_namespace() -> dict[str, Any]:
+    """The globals of the functions a notebook master sends by value, and of what they
+    read: a ``__main__`` module of its own, made this process's ``__main__`` so that
+    results made of the notebook's classes go back by reference, as the notebook's own
+    ``__main__`` names them."""
+    if not _notebook:
+        module = types.ModuleType("__main__")
+        module.__dict__["__builtins__"] = builtins
+        sys.modules["__main__"] = module
+        _notebook.append(module)
+    return _notebook[0].__dict__
 
 
 def get_comm_workers() -> MPI.Intracomm:
@@ -50,6 +68,8 @@ def serve(comm: MPI.Intercomm, workers: MPI.Intracomm) -> None:
         while True:
             try:
                 message = comm.recv(None, 0, TASK_TAG)
+                if message[0] == PACKED:
+                    message = byvalue.loads(message[1], _notebook_namespace())
             except MPI.Exception:
                 raise
             except Exception as exc:  # a task that cannot be unpickled here: its outcome

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable, cast
 
 from ...core.ranksets import parse_targets
-from ..engine import byvalue
+from ...mpi import byvalue
 from .execute import CellOptions, rank_error, run_cell
 from .publish import publisher_for
 
@@ -65,7 +65,7 @@ class ClusterAPI:
         """Call ``func(*args, **kwargs)`` on each target rank; the return values in rank order.
 
         Functions defined in the notebook (and lambdas) are sent by value and
-        read the rank's variables (:mod:`ipympi.notebook.engine.byvalue`);
+        read the rank's variables (:mod:`ipympi.mpi.byvalue`);
         others are pickled by reference.
         """
         cluster = _as_cluster(self)

@@ -11,7 +11,7 @@ Parallel) chooses between the value and an
 ``targets`` is one int gives that rank's value, not a list.
 
 Functions defined in the notebook (and lambdas) go by value and run with the
-rank's namespace as their globals (:mod:`ipympi.notebook.engine.byvalue`).
+rank's namespace as their globals (:mod:`ipympi.mpi.byvalue`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from ...core.ranksets import parse_targets
-from ..engine import byvalue
+from ...mpi import byvalue
 from .api import join_parts, split_parts
 from .asyncresult import AsyncMapResult, AsyncResult, unpickled
 from .execute import CellOptions, ensure_world, run_cell

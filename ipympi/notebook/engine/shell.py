@@ -40,10 +40,10 @@ from traitlets import Type, default
 from ...core.control import format_call
 from ...core.errors import ERR_NOT_SAME
 from ...core.errors import Exception as MPIException
+from ...mpi import byvalue
 from ...mpi.process import PROCESS
 from ...progress import tracing as _trace
 from ...progress.introspect import describe_location
-from . import byvalue
 from .capture import FLUSH_INTERVAL, FdCapture, RankStream
 from .errors import (
     MPI_EXCEPTION,
@@ -520,7 +520,7 @@ class RankEngine:
 
 def _loads_callable(data: bytes, namespace: dict[str, Any]) -> tuple[Callable, tuple, dict]:
     """Unpickle ``(function, args, kwargs)``; a notebook's function (sent by value,
-    see :mod:`ipympi.notebook.engine.byvalue`) takes ``namespace`` as its globals."""
+    see :mod:`ipympi.mpi.byvalue`) takes ``namespace`` as its globals."""
     func, args, kwargs = byvalue.loads(data, namespace)
     return func, tuple(args), dict(kwargs)
 
