@@ -16,10 +16,10 @@ import pytest
 from conftest import wait_gone
 
 import ipympi
+from ipympi.mpi import byvalue
 from ipympi.notebook.controller import session
 from ipympi.notebook.controller.asyncresult import AsyncResult
 from ipympi.notebook.controller.remote_errors import CompositeError, RemoteError, TimeoutError
-from ipympi.mpi import byvalue
 
 pytestmark = pytest.mark.timeout(60)
 
