@@ -228,3 +228,53 @@ def test_segments_leave_nothing_behind(run_mpi, tmp_path: Path) -> None:
     assert list(folder.iterdir()) == [] or all(
         not p.name.startswith("ipympi-win") for p in folder.iterdir()
     )
+
+
+def test_whole_array_puts_and_gets_and_their_edges(run_mpi) -> None:
+    # Whole numpy arrays at an int displacement move with one copy; every other form
+    # (strided, read-only, out of range, another dtype's view) keeps the general rules.
+    proc = run_mpi(
+        2,
+        program("""
+        peer = 1 - rank
+        win = MPI.Win.Allocate(10 * 8, disp_unit=8, comm=comm)
+        local = np.frombuffer(win.tomemory(), dtype='d')
+        local[:] = -1
+        comm.Barrier()
+        win.Lock_all()
+        win.Put(np.arange(3.0) + 10 * rank, peer, 2)
+        win.Flush(peer)
+        got = np.zeros(3)
+        win.Get(got, peer, 2)
+        win.Flush(peer)
+        assert list(got) == [10.0 * rank, 10.0 * rank + 1, 10.0 * rank + 2], got
+        try:  # not contiguous: a BufferError, as in mpi4py
+            win.Put(np.arange(8.0)[::2], peer)
+        except BufferError:
+            pass
+        else:
+            raise AssertionError("a strided origin")
+        win.Put([np.arange(8.0), 2, MPI.DOUBLE], peer)  # a buffer spec: the general path
+        win.Put(np.array([7], dtype='i'), peer, 9)  # 4 bytes into the last slot
+        win.Flush(peer)
+        whole = np.zeros(10)
+        win.Get(whole, peer)
+        win.Flush(peer)
+        assert list(whole[:5]) == [0.0, 1.0, 10.0 * rank, 10.0 * rank + 1, 10.0 * rank + 2], whole
+        assert whole[9:].view('i')[0] == 7
+        raises(MPI.ERR_RMA_RANGE, win.Put, np.zeros(3), peer, 8)
+        readonly = np.zeros(2)
+        readonly.flags.writeable = False
+        try:
+            win.Get(readonly, peer)
+        except (BufferError, ValueError, TypeError):
+            pass
+        else:
+            raise AssertionError("a Get into read-only memory")
+        win.Unlock_all()
+        comm.Barrier()
+        assert list(local[2:5]) == [10.0 * peer, 10.0 * peer + 1, 10.0 * peer + 2]
+        win.Free()
+        """),
+    )
+    assert_ok(proc, 2)

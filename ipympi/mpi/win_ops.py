@@ -45,7 +45,14 @@ from ..progress import tracing
 from ..progress.largebuf import remote_copy
 from ..progress.operation import SEND, Operation
 from . import datatype as _dt
-from .buffers import BufferSpec, data_span, datatype_of, recv_buffer, send_buffer
+from .buffers import (
+    BufferSpec,
+    data_span,
+    datatype_of,
+    ndarray_spec,
+    recv_buffer,
+    send_buffer,
+)
 from .datatype import Datatype
 from .errhandling import mpi_call
 from .op import NO_OP, REPLACE, SUM, Op
@@ -205,6 +212,34 @@ class _Region:
             ) from None
 
 
+def _direct(impl: WinImpl, where: Target, origin: Any, target: Any, put: bool) -> bool:
+    """A Put (``put``) or Get of a whole numpy array in the common case of the buffer
+    parser (:func:`~ipympi.mpi.buffers.ndarray_spec`) at a target displacement
+    (``target``: None or an int) in memory this process addresses, done with one copy;
+    False for anything else, which takes the general path (and its errors). The most
+    frequent one-sided call, at a third less of its time."""
+    if type(origin) is not np.ndarray or where.array is None:
+        return False
+    if target is None:
+        offset = 0
+    elif type(target) is int and target >= 0:
+        offset = target * where.disp_unit
+    else:
+        return False
+    spec = ndarray_spec(origin, not put)
+    if spec is None or impl.flavor == K.WIN_FLAVOR_DYNAMIC:
+        return False
+    mine = spec.mem
+    nbytes = mine.nbytes
+    if not nbytes or offset + nbytes > where.nbytes:
+        return False
+    if put:
+        where.array.data[offset : offset + nbytes] = mine
+    else:
+        mine[:] = where.array.data[offset : offset + nbytes]
+    return True
+
+
 def _packed(spec: BufferSpec) -> np.ndarray:
     if not spec.mem.nbytes:
         return np.zeros(0, np.uint8)
@@ -333,6 +368,8 @@ class WinOperations:
         where = self._reach(impl, target_rank, call)
         if where is None:  # PROC_NULL: the origin buffer is not read, as in mpi4py
             return
+        if not t0 and _direct(impl, where, origin, target, True):
+            return
         spec = send_buffer(origin)
         region = self._region(impl, where, *_target_spec(target, spec), call)
         self._same_size(spec, region, call)
@@ -350,6 +387,8 @@ class WinOperations:
         impl = self._live()
         where = self._reach(impl, target_rank, call)
         if where is None:  # PROC_NULL: the origin buffer is not read, as in mpi4py
+            return
+        if not t0 and _direct(impl, where, origin, target, False):
             return
         spec = recv_buffer(origin)
         region = self._region(impl, where, *_target_spec(target, spec), call)
