@@ -278,3 +278,51 @@ def test_whole_array_puts_and_gets_and_their_edges(run_mpi) -> None:
         """),
     )
     assert_ok(proc, 2)
+
+
+def test_fetch_and_op_on_one_element_arrays_and_its_errors(run_mpi) -> None:
+    # One-element arrays of one datatype go straight to the combine once the operation
+    # is known to suit the datatype; every other form keeps the general rules.
+    proc = run_mpi(
+        2,
+        program("""
+        win = MPI.Win.Allocate(4 * 8, disp_unit=8, comm=comm)
+        local = np.frombuffer(win.tomemory(), dtype='l')
+        local[:] = 0
+        comm.Barrier()
+        win.Lock_all()
+        one, old = np.ones(1, 'l'), np.zeros(1, 'l')
+        for _ in range(50):
+            win.Fetch_and_op(one, old, 0, 1)
+        win.Fetch_and_op(np.array([5], 'l'), old, 0, 2, MPI.REPLACE)
+        win.Fetch_and_op(one, old, 0, 2, MPI.MAX)
+        win.Flush(0)
+        comm.Barrier()
+        win.Fetch_and_op(one, old, 0, 1, MPI.NO_OP)
+        win.Flush(0)
+        assert old[0] == 100, old  # 50 increments from each rank
+        try:  # a result of another type: mpi4py's ValueError
+            win.Fetch_and_op(one, np.zeros(1, 'i'), 0, 1)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("mismatched result type")
+        readonly = np.zeros(1, 'l')
+        readonly.flags.writeable = False
+        try:
+            win.Fetch_and_op(one, readonly, 0, 1)
+        except (BufferError, ValueError, TypeError):
+            pass
+        else:
+            raise AssertionError("a read-only result")
+        raises(MPI.ERR_RMA_RANGE, win.Fetch_and_op, one, old, 0, 4)
+        fone, fold = np.ones(1), np.zeros(1)
+        raises(MPI.ERR_OP, win.Fetch_and_op, fone, fold, 0, 3, MPI.BAND)
+        win.Unlock_all()
+        comm.Barrier()
+        if rank == 0:
+            assert list(local[:3]) == [0, 100, 5], local
+        win.Free()
+        """),
+    )
+    assert_ok(proc, 2)

@@ -162,7 +162,7 @@ def as_ndarray(spec: BufferSpec) -> np.ndarray:
 _EMPTY_MEM = memoryview(bytearray())
 
 
-def _ndarray_datatype(dtype: np.dtype) -> Datatype | None:
+def ndarray_datatype(dtype: np.dtype) -> Datatype | None:
     """The predefined datatype of a native numpy dtype, or None if there is none.
 
     Keyed by type character: equal dtypes such as ``'l'`` and ``'q'`` map to
@@ -190,7 +190,7 @@ def ndarray_spec(array: np.ndarray, writable: bool) -> BufferSpec | None:
 
     Kept to a few hundred nanoseconds: a memoryview's flags are read without
     building numpy's flags object."""
-    datatype = _ndarray_datatype(array.dtype)
+    datatype = ndarray_datatype(array.dtype)
     if datatype is None:
         return None
     view = memoryview(array)  # type: ignore[arg-type]

@@ -49,6 +49,7 @@ from .buffers import (
     BufferSpec,
     data_span,
     datatype_of,
+    ndarray_datatype,
     ndarray_spec,
     recv_buffer,
     send_buffer,
@@ -237,6 +238,55 @@ def _direct(impl: WinImpl, where: Target, origin: Any, target: Any, put: bool) -
         where.array.data[offset : offset + nbytes] = mine
     else:
         mine[:] = where.array.data[offset : offset + nbytes]
+    return True
+
+
+def _fetch_in_place(
+    impl: WinImpl, where: Target, origin: Any, result: Any, here: Any, op: Op, basic: Datatype
+) -> None:
+    """Fetch_and_op on one element of memory this process addresses (``here``, its
+    bytes), under the target's accumulate lock: no copies."""
+    target = here.view(origin.dtype)
+    segment, byte = impl.segment, impl.size + where.rank
+    if segment is not None:
+        segment.lock(byte, 1, True)
+    try:
+        result.reshape(-1)[0] = target[0]
+        if op._impl is REPLACE._impl:
+            target[0] = origin.reshape(-1)[0]
+        elif op._impl is not NO_OP._impl:
+            op._reduce_arrays(origin.reshape(-1), target, basic)
+    finally:
+        if segment is not None:
+            segment.unlock(byte, 1)
+
+
+def _direct_fetch(
+    impl: WinImpl, where: Target, origin: Any, result: Any, disp: Any, op: Any
+) -> bool:
+    """Fetch_and_op of one-element numpy arrays of one datatype, at an int displacement
+    in memory this process addresses, with an operation already checked on that
+    datatype (:data:`_CHECKED`): straight to the combine. False for anything else,
+    which takes the general path (and its errors)."""
+    if type(origin) is not np.ndarray or type(result) is not np.ndarray:
+        return False
+    if where.array is None or type(disp) is not int or disp < 0 or not isinstance(op, Op):
+        return False
+    # one element each (so contiguous), of one native type with a predefined datatype
+    if origin.size != 1 or result.size != 1 or not origin.ndim or not result.ndim:
+        return False
+    if origin.dtype.char != result.dtype.char or not result.flags.writeable:
+        return False
+    datatype = ndarray_datatype(origin.dtype)
+    if datatype is None:
+        return False
+    known = _CHECKED.get((id(op._impl), id(datatype._impl), id(datatype._impl)))
+    if known is None or known[0] is not op._impl:
+        return False
+    offset, size = disp * where.disp_unit, origin.itemsize
+    if offset + size > where.nbytes or impl.flavor == K.WIN_FLAVOR_DYNAMIC:
+        return False
+    _fetch_in_place(impl, where, origin, result, where.array[offset : offset + size], op, known[1])
     return True
 
 
@@ -492,6 +542,8 @@ class WinOperations:
         where = self._reach(impl, target_rank, "Fetch_and_op")
         if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
             return
+        if not t0 and _direct_fetch(impl, where, origin, result, target_disp, op):
+            return
         spec = send_buffer(origin)
         out = recv_buffer(result)
         self._single(spec, "origin", None)
@@ -499,22 +551,10 @@ class WinOperations:
         disp = operator.index(target_disp)
         region = self._region(impl, where, disp, 1, spec.datatype, "Fetch_and_op")
         basic = self._check_op(op, spec.datatype, region, "Fetch_and_op")
-        segment, byte = impl.segment, impl.size + where.rank
         here = region.direct()
         if here is not None and spec.array is not None and out.array is not None:
             # one element of addressable memory: combine in place, no copies
-            target = here.view(spec.array.dtype)
-            if segment is not None:
-                segment.lock(byte, 1, True)
-            try:
-                out.array.reshape(-1)[0] = target[0]
-                if op._impl is REPLACE._impl:
-                    target[0] = spec.array.reshape(-1)[0]
-                elif op._impl is not NO_OP._impl:
-                    op._reduce_arrays(spec.array.reshape(-1), target, basic)
-            finally:
-                if segment is not None:
-                    segment.unlock(byte, 1)
+            _fetch_in_place(impl, where, spec.array, out.array, here, op, basic)
         else:
             with self._mutex(impl, where):
                 self._combine(region, basic, op, _packed(spec), _packed(out))

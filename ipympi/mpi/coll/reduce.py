@@ -23,9 +23,9 @@ from ...core.schedule import Algorithm
 from ...progress import tracing as _trace
 from ..buffers import (
     BufferSpec,
-    _ndarray_datatype,
     as_ndarray,
     check_match,
+    ndarray_datatype,
     recv_buffer,
     send_buffer,
 )
@@ -476,7 +476,7 @@ def _one_element(sendbuf: Any, recvbuf: Any, op: Any) -> red.ScalarValues | None
 def _scalar_values_for(op: Op, array: np.ndarray) -> red.ScalarValues | None:
     """The :class:`~ipympi.core.reductions.ScalarValues` of ``op`` on ``array``'s type,
     when ``op`` is predefined and valid for it, else None."""
-    datatype = _ndarray_datatype(array.dtype)
+    datatype = ndarray_datatype(array.dtype)
     if datatype is None or op._impl.key is None:
         return None
     try:
