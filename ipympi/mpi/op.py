@@ -140,6 +140,9 @@ def _ufunc_reducer(name: str) -> ArrayReducer:
 
     def reduce(invec: np.ndarray, inoutvec: np.ndarray, datatype: Datatype) -> None:
         ufunc = getattr(np, name)
+        if inoutvec.dtype.kind in "iub":  # no floating-point state to quiet
+            ufunc(invec, inoutvec, out=inoutvec)
+            return
         quiet = _quiet_fp_state()
         if quiet is None:
             with np.errstate(all="ignore"):
