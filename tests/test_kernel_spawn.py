@@ -40,7 +40,10 @@ parent = MPI.Comm.Get_parent()
 rank = MPI.COMM_WORLD.Get_rank()
 print(f"worker {rank} of {MPI.COMM_WORLD.Get_size()} says hello", flush=True)
 if sys.argv[1:] == ["fail"] and rank == 1:
+    time.sleep(1)  # rank 0 waits for this worker's value by then
     raise RuntimeError("worker 1 gives up")
+if sys.argv[1:] == ["deadlock"]:
+    parent.recv(source=0)  # as the parent waits for this worker's value: neither can go on
 if sys.argv[1:] == ["slow"]:
     time.sleep(3)  # longer than the stuck-cell rule's looks: the parents are not stuck
 parent.send(100 + rank, dest=0)
@@ -134,7 +137,10 @@ def test_a_worker_that_fails_is_reported_in_the_cell(kernel: KernelSession, work
     assert "[stderr:3] RuntimeError: worker 1 gives up" in err, err
     assert "[stderr:3] spawned process 3 exited with status 1" in err, err
     failure = "\n".join(error_text(reply))
-    assert "rank 3 has died (exited with status 1)" in failure, failure
+    # rank 0's receive from worker 1 fails as the worker dies (on a machine so loaded that
+    # it was posted later, the stuck-cell rule ends it, naming what it waited for)
+    died = "rank 3 has died (exited with status 1)" in failure
+    assert died or "waits in recv(source=1" in failure, failure
 
 
 @pytest.mark.timeout(120)
@@ -161,6 +167,18 @@ def test_mpi_restart_ends_the_workers(kernel: KernelSession, tmp_path: Path) -> 
     assert "[stdout:0,1] 2" in shown(kernel, messages, "stdout")
     children = spawned(kernel.pid, sleeper)
     assert len(children) == 2, children
+    # what they print between cells is shown by the next cell
+    text = shown(kernel, messages, "stdout")
+    deadline = time.monotonic() + GONE_WITHIN
+
+    def both_said() -> bool:
+        together = "[stdout:2,3] sleeping" in text  # the same line of both, collapsed
+        return together or ("[stdout:2] sleeping" in text and "[stdout:3] sleeping" in text)
+
+    while not both_said() and time.monotonic() < deadline:
+        time.sleep(0.2)
+        text += shown(kernel, kernel.execute("None", timeout=30)[1], "stdout")
+    assert both_said(), text
     kernel.execute("%mpi restart", timeout=60)
     wait_gone(children, GONE_WITHIN)
     assert not [p for p in children if alive(p)]
@@ -182,3 +200,34 @@ def test_kernel_shutdown_ends_the_workers(kernel_specs: Path, tmp_path: Path) ->
         assert len(children) == 1, children
     wait_gone(children, GONE_WITHIN)
     assert not [p for p in children if alive(p)]
+
+
+@pytest.mark.timeout(120)
+def test_a_command_that_cannot_start_raises_err_spawn(kernel: KernelSession) -> None:
+    code = (
+        "from ipympi import MPI\n"
+        "codes = []\n"
+        "try:\n"
+        "    MPI.COMM_WORLD.Spawn('no-such-command-here', maxprocs=2, errcodes=codes)\n"
+        "except MPI.Exception as exc:\n"
+        "    print(exc.Get_error_class() == MPI.ERR_SPAWN, codes == [MPI.ERR_SPAWN] * 2)\n"
+    )
+    reply, messages = kernel.execute(code, timeout=60)
+    assert reply["content"]["status"] == "ok", "\n".join(error_text(reply))
+    assert "[stdout:0,1] True True" in shown(kernel, messages, "stdout")
+    # nothing was started, and the next Spawn still works
+    assert not [p for p in descendants(kernel.pid) if "no-such-command-here" in cmdline(p)]
+
+
+@pytest.mark.timeout(120)
+def test_parents_and_workers_waiting_for_each_other_are_stuck(
+    kernel: KernelSession, worker: Path
+) -> None:
+    reply, _ = kernel.execute(spawn_cell(worker, "deadlock"), timeout=60)
+    assert reply["content"]["status"] == "error"
+    failure = "\n".join(error_text(reply))
+    assert "no rank can progress" in failure, failure
+    assert "rank 0 waits in recv(source=0" in failure, failure
+    assert "rank 2 waits in recv(source=0" in failure, failure
+    kernel.execute("%mpi restart", timeout=60)
+    assert not spawned(kernel.pid, worker)

@@ -37,6 +37,7 @@ import zmq
 from ...core import control as ctl
 from ...launch import spawning
 from ...launch.basics import _die_with_parent
+from ...launch.watch import with_cpu
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -68,16 +69,25 @@ class Children:
         self.procs: dict[int, Child] = {}  # index -> child, until its exit is reported
         self._by_fd: dict[int, Child] = {}
         self.ending = False  # the world is being ended: exits are not failures
+        self.states: dict[int, dict[str, Any]] = {}  # index -> answer to the last query
+        self.dead: dict[int, str] = {}  # index -> how a child that failed ended
 
     def reset(self, first: int) -> None:
         """A new world whose ranks have indexes below ``first``."""
         self.close(0.0)
         self.next_index = first
         self.ending = False
+        self.dead = {}
 
     @property
     def running(self) -> bool:
         return any(child.popen.poll() is None for child in self.procs.values())
+
+    def note_state(self, index: int, state: dict[str, Any]) -> None:
+        """A child's answer to a state query, with the CPU time it has used."""
+        child = self.procs.get(index)
+        if child is not None:
+            self.states[index] = with_cpu(state, child.popen.pid)
 
     def fds(self) -> list[int]:
         """The children's open output pipes, to poll."""
@@ -267,6 +277,18 @@ class ServesSpawn:
             text = str(msg.get("text", ""))
             self._children_said([(rank, "stream", {"name": "stderr", "text": text})], [])
 
+    def _on_child_hello(self, rank: int) -> None:
+        """A child has connected: tell it of the children that died before it could hear."""
+        self._tell_of_dead([rank], cast("Cluster", self).children.dead)
+
+    def _tell_of_dead(self, ranks: list[int], dead: Mapping[int, str]) -> None:
+        """Send ``ranks`` a ``peer_exit`` per dead child: what waits on one fails."""
+        control = cast("Cluster", self)._ctl
+        if control is None:
+            return
+        for index, reason in dead.items():
+            control.send_all(ranks, {"type": ctl.PEER_EXIT, "rank": index, "reason": reason})
+
     def _watch_children(self) -> None:
         """Poll exactly the children's open output pipes."""
         cluster = cast("Cluster", self)
@@ -285,14 +307,9 @@ class ServesSpawn:
         for index, returncode in exits:
             if returncode and not (cluster.ending or children.ending):
                 items.append(children.failure_notice(index, returncode))
-                if cluster._ctl is not None:
-                    peers = [e.rank for e in cluster.engines if e.alive] + list(children.procs)
-                    notice = {
-                        "type": ctl.PEER_EXIT,
-                        "rank": index,
-                        "reason": ctl.describe_exit(returncode),
-                    }
-                    cluster._ctl.send_all(peers, notice)
+                children.dead[index] = ctl.describe_exit(returncode)
+                peers = [e.rank for e in cluster.engines if e.alive] + list(children.procs)
+                self._tell_of_dead(peers, {index: children.dead[index]})
         self._watch_children()
         if not items:
             return

@@ -711,12 +711,18 @@ class Cluster(ClusterAPI, ServesSpawn):
         assert self._ctl is not None
         for rank, msg in self._ctl.receive():
             if msg["type"] == ctl.STATE:
-                if self._ctl.is_answer(msg) and rank < len(self.engines):  # not a late answer
+                if not self._ctl.is_answer(msg):  # a late answer to an earlier query
+                    continue
+                if rank < len(self.engines):
                     self.engines[rank].state = msg
+                else:
+                    self.children.note_state(rank, msg)
             elif msg["type"] == ctl.SPAWN:
                 self._on_spawn(rank, msg)
             elif msg["type"] == ctl.ERROR:  # a spawned process's uncaught exception
                 self._on_child_error(rank, msg)
+            elif msg["type"] == ctl.HELLO and rank >= len(self.engines):
+                self._on_child_hello(rank)
             elif msg["type"] == ctl.HELLO and msg.get("data"):
                 self._note_endpoint(rank, str(msg["data"]))
             elif msg["type"] == ctl.ABORT and self.aborted is None:
@@ -739,9 +745,16 @@ class Cluster(ClusterAPI, ServesSpawn):
         for engine in self.engines:
             engine.state = {}
         live = [engine.rank for engine in self.engines if engine.alive]
-        asked = [self.engines[r] for r in self._ctl.ask(live)] if self._ctl is not None else []
+        self.children.states = {}  # the spawned processes are asked too
+        answering = self._ctl.ask(live + list(self.children.procs)) if self._ctl else []
+        asked = [self.engines[r] for r in answering if r < len(self.engines)]
+        kids = [r for r in answering if r >= len(self.engines)]
+
+        def answered() -> bool:
+            return all(e.state for e in asked) and all(k in self.children.states for k in kids)
+
         if wait:
-            self.pump(time.monotonic() + timeout, lambda: all(e.state for e in asked))
+            self.pump(time.monotonic() + timeout, answered)
         return [self.state_of(engine) for engine in self.engines]
 
     def state_of(self, engine: EngineRecord) -> dict[str, Any]:
