@@ -44,6 +44,8 @@ if sys.argv[1:] == ["fail"] and rank == 1:
     raise RuntimeError("worker 1 gives up")
 if sys.argv[1:] == ["deadlock"]:
     parent.recv(source=0)  # as the parent waits for this worker's value: neither can go on
+if sys.argv[1:] == ["abort"] and rank == 1:
+    MPI.COMM_WORLD.Abort(7)
 if sys.argv[1:] == ["slow"]:
     time.sleep(3)  # longer than the stuck-cell rule's looks: the parents are not stuck
 parent.send(100 + rank, dest=0)
@@ -151,7 +153,10 @@ def test_ranks_waiting_for_a_busy_worker_are_not_stuck(kernel: KernelSession, wo
 
 
 @pytest.mark.timeout(120)
-def test_mpi_restart_ends_the_workers(kernel: KernelSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("magic", ["%mpi restart", "%mpi stop"])
+def test_mpi_stop_and_restart_end_the_workers(
+    kernel: KernelSession, tmp_path: Path, magic: str
+) -> None:
     sleeper = tmp_path / "sleeper.py"
     sleeper.write_text(
         "import time\nfrom ipympi import MPI\nprint('sleeping', flush=True)\ntime.sleep(300)\n"
@@ -179,7 +184,7 @@ def test_mpi_restart_ends_the_workers(kernel: KernelSession, tmp_path: Path) -> 
         time.sleep(0.2)
         text += shown(kernel, kernel.execute("None", timeout=30)[1], "stdout")
     assert both_said(), text
-    kernel.execute("%mpi restart", timeout=60)
+    kernel.execute(magic, timeout=60)
     wait_gone(children, GONE_WITHIN)
     assert not [p for p in children if alive(p)]
     assert not spawned(kernel.pid, sleeper)
@@ -231,3 +236,18 @@ def test_parents_and_workers_waiting_for_each_other_are_stuck(
     assert "rank 2 waits in recv(source=0" in failure, failure
     kernel.execute("%mpi restart", timeout=60)
     assert not spawned(kernel.pid, worker)
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_aborts_ends_the_world(kernel: KernelSession, worker: Path) -> None:
+    reply, _ = kernel.execute(spawn_cell(worker, "abort"), timeout=60)
+    assert reply["content"]["status"] == "error"
+    failure = "\n".join(error_text(reply))
+    assert "rank 3 called Abort with error code 7" in failure, failure
+    deadline = time.monotonic() + GONE_WITHIN
+    while spawned(kernel.pid, worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not spawned(kernel.pid, worker)
+    reply, messages = kernel.execute(spawn_cell(worker), timeout=60)  # a fresh world
+    assert reply["content"]["status"] == "ok", "\n".join(error_text(reply))
+    assert "[stdout:0] got [100, 101]" in shown(kernel, messages, "stdout")
