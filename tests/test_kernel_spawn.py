@@ -251,3 +251,14 @@ def test_a_worker_that_aborts_ends_the_world(kernel: KernelSession, worker: Path
     reply, messages = kernel.execute(spawn_cell(worker), timeout=60)  # a fresh world
     assert reply["content"]["status"] == "ok", "\n".join(error_text(reply))
     assert "[stdout:0] got [100, 101]" in shown(kernel, messages, "stdout")
+
+
+@pytest.mark.timeout(120)
+def test_a_one_rank_session_labels_its_workers(kernel_specs: Path, worker: Path) -> None:
+    with KernelSession("ipympi", kernel_env(np=1)) as k:
+        reply, messages = k.execute(spawn_cell(worker), timeout=60)
+        assert reply["content"]["status"] == "ok", "\n".join(error_text(reply))
+        text = shown(k, messages, "stdout") + shown(k, k.execute("None")[1], "stdout")
+    assert "got [100, 101]\n" in text.splitlines(keepends=True), text  # the rank's own
+    assert "[stdout:1] worker 0 of 2 says hello" in text, text
+    assert "[stdout:2] worker 1 of 2 says hello" in text, text
