@@ -4,7 +4,8 @@ A real kernel of two ranks, driven by ``jupyter_client``: a cell where rank 0 sp
 workers (a script written to a temporary folder) that print and send a value back; the
 cell shows the workers' output labelled with their process indexes (``[stdout:2]``), the
 parents get the values, a worker that fails is reported in the cell, and no child
-outlives its world (``%mpi restart``) or the kernel.
+outlives its world (``%mpi stop``, ``%mpi restart``) or the kernel. The stuck-cell rule
+looks at the workers too, and ``MPIPoolExecutor`` on a rank spawns its workers this way.
 """
 
 from __future__ import annotations
@@ -262,3 +263,17 @@ def test_a_one_rank_session_labels_its_workers(kernel_specs: Path, worker: Path)
     assert "got [100, 101]\n" in text.splitlines(keepends=True), text  # the rank's own
     assert "[stdout:1] worker 0 of 2 says hello" in text, text
     assert "[stdout:2] worker 1 of 2 says hello" in text, text
+
+
+@pytest.mark.timeout(120)
+def test_an_mpipoolexecutor_on_a_rank_spawns_its_workers(kernel: KernelSession) -> None:
+    code = (
+        "from mpi4py.futures import MPIPoolExecutor\n"
+        "from ipympi import MPI\n"
+        "if MPI.COMM_WORLD.rank == 0:\n"
+        "    with MPIPoolExecutor(2) as pool:\n"
+        "        print(list(pool.map(abs, [-1, -2, -3])))\n"
+    )
+    reply, messages = kernel.execute(code, timeout=60)
+    assert reply["content"]["status"] == "ok", "\n".join(error_text(reply))
+    assert "[stdout:0] [1, 2, 3]" in shown(kernel, messages, "stdout")
