@@ -5,7 +5,8 @@ workers (a script written to a temporary folder) that print and send a value bac
 cell shows the workers' output labelled with their process indexes (``[stdout:2]``), the
 parents get the values, a worker that fails is reported in the cell, and no child
 outlives its world (``%mpi stop``, ``%mpi restart``) or the kernel. The stuck-cell rule
-looks at the workers too, and ``MPIPoolExecutor`` on a rank spawns its workers this way.
+looks at the workers too; ``Spawn_multiple``, workers that spawn and ``MPIPoolExecutor``
+on a rank work the same way.
 """
 
 from __future__ import annotations
@@ -277,3 +278,38 @@ def test_an_mpipoolexecutor_on_a_rank_spawns_its_workers(kernel: KernelSession) 
     reply, messages = kernel.execute(code, timeout=60)
     assert reply["content"]["status"] == "ok", "\n".join(error_text(reply))
     assert "[stdout:0] [1, 2, 3]" in shown(kernel, messages, "stdout")
+
+
+NESTED = """\
+import sys
+from ipympi import MPI
+
+parent = MPI.Comm.Get_parent()
+if sys.argv[1:] == ["grandchild"]:
+    parent.send(f"grandchild appnum {MPI.COMM_WORLD.Get_attr(MPI.APPNUM)}", dest=0)
+else:
+    inner = MPI.COMM_SELF.Spawn(sys.executable, [__file__, "grandchild"], maxprocs=1)
+    said = inner.recv(source=0)
+    appnum = MPI.COMM_WORLD.Get_attr(MPI.APPNUM)
+    print(f"child {MPI.COMM_WORLD.rank} (appnum {appnum}) heard: {said}")
+    parent.send(said, dest=0)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_spawn_multiple_and_a_child_that_spawns(kernel: KernelSession, tmp_path: Path) -> None:
+    script = tmp_path / "nested.py"
+    script.write_text(NESTED)
+    code = (
+        "import sys\nfrom ipympi import MPI\n"
+        "if MPI.COMM_WORLD.rank == 0:\n"
+        f"    argv = [[{str(script)!r}], [{str(script)!r}]]\n"
+        "    inter = MPI.COMM_SELF.Spawn_multiple([sys.executable] * 2, argv, [1, 1])\n"
+        "    print([inter.recv(source=i) for i in range(2)])\n"
+    )
+    reply, messages = kernel.execute(code, timeout=60)
+    assert reply["content"]["status"] == "ok", "\n".join(error_text(reply))
+    text = shown(kernel, messages, "stdout") + shown(kernel, kernel.execute("None")[1], "stdout")
+    assert "[stdout:0] ['grandchild appnum 0', 'grandchild appnum 0']" in text, text
+    assert "[stdout:2] child 0 (appnum 0) heard: grandchild appnum 0" in text, text
+    assert "[stdout:3] child 1 (appnum 1) heard: grandchild appnum 0" in text, text
