@@ -11,6 +11,8 @@ on a rank work the same way.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -193,7 +195,8 @@ def test_mpi_stop_and_restart_end_the_workers(
 
 
 @pytest.mark.timeout(120)
-def test_kernel_shutdown_ends_the_workers(kernel_specs: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("end", ["shutdown", "kill"])
+def test_the_kernels_end_ends_the_workers(kernel_specs: Path, tmp_path: Path, end: str) -> None:
     sleeper = tmp_path / "sleeper.py"
     sleeper.write_text("import time\nfrom ipympi import MPI\ntime.sleep(300)\n")
     with KernelSession("ipympi", kernel_env(np=NP)) as k:
@@ -205,6 +208,9 @@ def test_kernel_shutdown_ends_the_workers(kernel_specs: Path, tmp_path: Path) ->
         assert reply["content"]["status"] == "ok", "\n".join(error_text(reply))
         children = spawned(k.pid, sleeper)
         assert len(children) == 1, children
+        if end == "kill":
+            os.kill(k.pid, signal.SIGKILL)
+            wait_gone([k.pid], GONE_WITHIN)
     wait_gone(children, GONE_WITHIN)
     assert not [p for p in children if alive(p)]
 
