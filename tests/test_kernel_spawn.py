@@ -188,6 +188,12 @@ def test_mpi_stop_and_restart_end_the_workers(
         time.sleep(0.2)
         text += shown(kernel, kernel.execute("None", timeout=30)[1], "stdout")
     assert both_said(), text
+    # %mpi status lists them after the ranks, by process index
+    table = kernel.ok("%mpi status")[0]["content"]["data"]["text/plain"].splitlines()
+    rows = {int(row.split()[0]): row.split() for row in table[2:]}
+    assert sorted(rows) == [0, 1, 2, 3], table
+    assert sorted(int(rows[i][1]) for i in (2, 3)) == sorted(children), table
+    assert [rows[i][3:5] for i in (2, 3)] == [["running", "sleeper.py:4"]] * 2, table
     kernel.execute(magic, timeout=60)
     wait_gone(children, GONE_WITHIN)
     assert not [p for p in children if alive(p)]
