@@ -194,6 +194,19 @@ def test_labels_off_pass_text_through_unchanged() -> None:
     assert rec.view() == ["stdout: 10%\r20%\ndone\n", "display_data[0]: fig", "result[0]: 42"]
 
 
+def test_labels_off_still_label_the_processes_the_ranks_spawned() -> None:
+    r, rec = renderer(targets=[0], label=False)
+    r.feed([out(0, "mine\n"), out(1, "work"), out(1, "er\nhalf"), err(1, "oops\n")])
+    r.rank_done(0)
+    r.finish()
+    assert rec.view() == [
+        "stdout: mine\n",
+        "stdout: [stdout:1] worker\n",
+        "stderr: [stderr:1] oops\n",
+        "stdout: [stdout:1] half\n",
+    ]
+
+
 def test_labels_off_with_several_ranks_collapse_nothing() -> None:
     r, rec = renderer(label=False, targets=[0, 1])
     r.feed([out(0, "hi\n"), out(1, "hi\n"), out(1, "x"), result(0, "1"), result(1, "1")])

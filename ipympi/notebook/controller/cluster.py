@@ -43,6 +43,7 @@ from ...launch.sessiondir import make_session_dir, remove_on_signals, remove_ses
 from ...launch.watch import with_cpu
 from ..engine.protocol import EngineMessage, ProtocolError, Signer
 from .api import ClusterAPI
+from .children import Children, Item, ServesSpawn
 from .errands import Errands
 from .interrupts import current_gate
 from .launchers import ClusterError, Launcher, World
@@ -77,7 +78,7 @@ _OUTPUT_TYPES = frozenset(
 )
 
 
-class Cluster(ClusterAPI):
+class Cluster(ClusterAPI, ServesSpawn):
     """N engines (ranks) for one notebook session.
 
     ``backend`` is ``"builtin"`` (ipympi's own MPI, the default) or
@@ -134,6 +135,9 @@ class Cluster(ClusterAPI):
         self.errands = Errands()  # work other threads hand to the one that drives this
         self._poller.register(self.errands.fd, zmq.POLLIN)
         self._watched: set[int] = set()  # the launcher's file descriptors in the poller
+        self.children = Children()  # the processes the world's ranks spawned
+        self._child_fds: set[int] = set()  # their output pipes in the poller
+        self._held: list[Item] = []  # their output no running cell has taken yet
         self._closed = False
 
     # -- life cycle ------------------------------------------------------------------
@@ -194,6 +198,7 @@ class Cluster(ClusterAPI):
         )
         self._poller.register(self._ctl.socket, zmq.POLLIN)
         self.engines = [EngineRecord(rank) for rank in range(self.n)]
+        self.children.reset(self.n)
         self._endpoints = {}
         try:
             world = World(
@@ -323,6 +328,9 @@ class Cluster(ClusterAPI):
         self._close_world()
 
     def _close_world(self) -> None:
+        self.children.close(STOP_GRACE)  # children never outlive their world
+        self._watch_children()
+        self._held = []
         if self._ctl is not None:
             self._poller.unregister(self._ctl.socket)
             self._ctl.close()
@@ -454,6 +462,9 @@ class Cluster(ClusterAPI):
         req = Submission(msg.id, kind, sorted(set(targets)), on_output=on_output)
         frames = self.signer.encode(msg)
         self.requests[req.id] = req
+        if kind == "execute" and self._held:  # children's output since the last cell
+            req.messages += self._held
+            self._held = []
         for rank in req.targets:
             engine = self.engines[rank] if rank < len(self.engines) else None
             if engine is None or not engine.alive or not engine.ready:
@@ -561,6 +572,7 @@ class Cluster(ClusterAPI):
         """Kill every engine of the world now; the next cell starts a fresh one."""
         self.ended = reason
         self.launcher.end(signal.SIGKILL)
+        self.children.end(signal.SIGKILL)
         with contextlib.suppress(KeyboardInterrupt):
             self.pump(time.monotonic() + STOP_GRACE, lambda: not self.running)
 
@@ -610,6 +622,8 @@ class Cluster(ClusterAPI):
         """Handle events until ``done()`` (True) or ``deadline`` passes (False)."""
         while True:
             if done():
+                if self.children.procs:  # what they wrote before the ranks finished
+                    self._children_said(*self.children.drain())
                 return True
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
@@ -631,6 +645,8 @@ class Cluster(ClusterAPI):
             for fd in self._watched & events.keys():
                 if fd in self._watched:  # an earlier read may have closed it
                     self._read_launcher(fd)
+            for fd in self._child_fds & events.keys():
+                self._children_said(*self.children.read(fd))
             if self.errands.fd in events:
                 self.errands.run()
 
@@ -695,13 +711,24 @@ class Cluster(ClusterAPI):
         assert self._ctl is not None
         for rank, msg in self._ctl.receive():
             if msg["type"] == ctl.STATE:
-                if self._ctl.is_answer(msg):  # not a late answer to an earlier query
+                if not self._ctl.is_answer(msg):  # a late answer to an earlier query
+                    continue
+                if rank < len(self.engines):
                     self.engines[rank].state = msg
+                else:
+                    self.children.note_state(rank, msg)
+            elif msg["type"] == ctl.SPAWN:
+                self._on_spawn(rank, msg)
+            elif msg["type"] == ctl.ERROR:  # a spawned process's uncaught exception
+                self._on_child_error(rank, msg)
+            elif msg["type"] == ctl.HELLO and rank >= len(self.engines):
+                self._on_child_hello(rank)
             elif msg["type"] == ctl.HELLO and msg.get("data"):
                 self._note_endpoint(rank, str(msg["data"]))
             elif msg["type"] == ctl.ABORT and self.aborted is None:
                 self.aborted = msg
                 self.signal([e.rank for e in self.engines], signal.SIGKILL)
+                self.children.end(signal.SIGKILL)
 
     def _note_endpoint(self, rank: int, endpoint: str) -> None:
         """A rank of a world on several hosts announced its tcp endpoint; once every
@@ -718,9 +745,16 @@ class Cluster(ClusterAPI):
         for engine in self.engines:
             engine.state = {}
         live = [engine.rank for engine in self.engines if engine.alive]
-        asked = [self.engines[r] for r in self._ctl.ask(live)] if self._ctl is not None else []
+        self.children.states = {}  # the spawned processes are asked too
+        answering = self._ctl.ask(live + list(self.children.procs)) if self._ctl else []
+        asked = [self.engines[r] for r in answering if r < len(self.engines)]
+        kids = [r for r in answering if r >= len(self.engines)]
+
+        def answered() -> bool:
+            return all(e.state for e in asked) and all(k in self.children.states for k in kids)
+
         if wait:
-            self.pump(time.monotonic() + timeout, lambda: all(e.state for e in asked))
+            self.pump(time.monotonic() + timeout, answered)
         return [self.state_of(engine) for engine in self.engines]
 
     def state_of(self, engine: EngineRecord) -> dict[str, Any]:

@@ -526,7 +526,10 @@ def _follow(
                 if now >= next_look:
                     states = cluster.query_states(timeout=0.2)
                     current = {rank: states[rank] for rank in req.pending}
-                    verdict = None if result.stuck else look(watch, now, current, req)
+                    # the processes the ranks spawned: stuck only if they are too
+                    current.update(cluster.children.states)
+                    spawned = list(cluster.children.procs)
+                    verdict = None if result.stuck else look(watch, now, current, req, spawned)
                     if verdict and on_stuck(cluster, result, current, verdict, publish):
                         break
                     next_look = time.monotonic() + LOOK_EVERY

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core import control as ctl
+from ...launch.basics import job_environment
 from ...launch.hosts import Host, interface_address
 from ...launch.launcher import _die_with_parent, rank_environment
 from ..engine import mpi4py_engine
@@ -138,6 +139,12 @@ class Launcher:
         """What the launcher itself last printed that may explain a failure ("" if nothing)."""
         return ""
 
+    def process_environment(self, index: int, size: int) -> dict[str, str] | None:
+        """The environment of a process the current world's ranks spawn, at process index
+        ``index`` in a world of ``size`` (:mod:`ipympi.notebook.controller.children`); None
+        when this launcher's worlds start no processes."""
+        return None
+
     def address(self) -> str:
         """The address the cluster binds for engines on other hosts (:attr:`remote`)."""
         return routable_address()
@@ -159,6 +166,7 @@ class SupervisorLauncher(Launcher):
         # the supervisor was started early (supervisor.start_early).
         self._missing: dict[str, str] = {}
         self._pids: dict[int, int] = {}  # rank -> pid, engines of the current world
+        self._world: World | None = None
 
     def start(self, world: World) -> list[Event]:
         if self.supervisor is None or not self.supervisor.alive:
@@ -169,10 +177,9 @@ class SupervisorLauncher(Launcher):
             else:
                 self.supervisor, self._missing = SupervisorProcess(self.env, world.n), {}
         self._pids = {}
-        cpus = os.cpu_count()
-        key = world.control_key.hex()
+        self._world = world
         envs = {
-            str(rank): rank_environment(self._missing, rank, world.n, world.directory, key, cpus)
+            str(rank): self._mpi_environment(self._missing, rank, world.n)
             for rank in range(world.n)
         }
         self.supervisor.command(
@@ -186,6 +193,24 @@ class SupervisorLauncher(Launcher):
             }
         )
         return []
+
+    def _mpi_environment(self, base: Mapping[str, str], rank: int, size: int) -> dict[str, str]:
+        """``base`` with what makes process ``rank`` of the current world, in a world of
+        ``size``: its MPI variables, and ``Comm.Spawn`` served by the controller."""
+        world = self._world
+        assert world is not None
+        key = world.control_key.hex()
+        env = rank_environment(base, rank, size, world.directory, key, os.cpu_count())
+        env[ctl.ENV_SPAWN] = "1"
+        return env
+
+    def process_environment(self, index: int, size: int) -> dict[str, str] | None:
+        """A spawned process runs on the engines' environment, where ``import mpi4py``
+        gives ipympi as it does on the ranks of ``ipympi.run``."""
+        if self._world is None:
+            return None
+        base = job_environment(engine_environment(self._world.env, self._world.n))
+        return self._mpi_environment(base, index, size)
 
     def fds(self) -> list[int]:
         return [self.supervisor.fd] if self.supervisor is not None else []

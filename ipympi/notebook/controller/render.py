@@ -31,6 +31,8 @@ Labels (``R`` is a set of ranks written by :func:`~.targets.format_ranks`)
     where labels are noise) stream text passes through unchanged and results
     and displays get no label; identical outputs are then never collapsed,
     since without labels nothing would say that several ranks produced them.
+    Stream text of a process that is not a target (one the ranks spawned) is labelled
+    even then: it is not the rank's own.
 
 Grouping modes (``stream`` and ``group``)
     ``stream=True, group="order"`` (the default)
@@ -282,7 +284,7 @@ class OutputRenderer:
         name, text = _stream_name(content), content.get("text")
         if not isinstance(text, str) or not text:
             return []
-        if not self._label:
+        if not self._labels(rank):
             return [_Publish("text", (rank,), name, text)]
         text = self._partial.pop((rank, name), "") + text
         cut = text.rfind("\n") + 1
@@ -367,6 +369,10 @@ class OutputRenderer:
         self._emit([op for op in out if op is not None], False)
 
     # -- publishing ---------------------------------------------------------------
+    def _labels(self, rank: int) -> bool:
+        """Whether ``rank``'s stream text is labelled (see the module docstring)."""
+        return self._label or rank not in self._targets
+
     def _emit(self, ops: list[_Publish], collapse: bool) -> None:
         if collapse:
             ops = _collapse(ops)
@@ -387,7 +393,7 @@ class OutputRenderer:
 
     def _publish_text(self, op: _Publish) -> None:
         text = op.payload
-        if self._label:
+        if any(self._labels(rank) for rank in op.ranks):
             text = _label_lines(text, f"[{op.name}:{format_ranks(op.ranks)}]")
         self._publish("stream", {"name": op.name, "text": text}, {"ipympi": {"ranks": [*op.ranks]}})
         self._last_display = None

@@ -78,28 +78,45 @@ class StatusTable:
 
 # -- the rows -------------------------------------------------------------------------------
 def status_rows(cluster: Cluster) -> list[dict[str, Any]]:
-    """One row per rank: rank, pid, host, state, call (what it waits for), where, memory.
+    """One row per rank, then one per running process the ranks spawned (its process
+    index in the ``rank`` column): rank, pid, host, state, call (what it waits for),
+    where, memory.
 
     The ranks are asked what they do (``Cluster.query_states``); the memory of
     a rank that does not say is read from ``/proc`` where the rank is local.
     """
     rows = []
     for engine, state in zip(cluster.engines, cluster.query_states()):
-        call = ctl.format_call(state) if state.get("state") == "blocked" else ""
-        local = cluster.local_pid(engine)
-        memory = state.get("rss") or _rss_bytes(local) if engine.alive else None
-        rows.append(
-            {
-                "rank": engine.rank,
-                "pid": engine.pid,
-                "host": engine.host or socket.gethostname(),
-                "state": _state_word(state, engine.ended_by and cluster.launcher.name),
-                "call": call,
-                "where": state.get("where", ""),
-                "memory": memory,
-            }
-        )
+        memory = state.get("rss") or _rss_bytes(cluster.local_pid(engine)) if engine.alive else None
+        host = engine.host or socket.gethostname()
+        ended_by = engine.ended_by and cluster.launcher.name
+        rows.append(_row(engine.rank, engine.pid, host, state, memory, ended_by))
+    for index, child in sorted(cluster.children.procs.items()):
+        pid = child.popen.pid
+        state = cluster.children.states.get(index) or ctl.launcher_state(index, pid, None)
+        memory = state.get("rss") or _rss_bytes(pid)
+        rows.append(_row(index, pid, socket.gethostname(), state, memory))
     return rows
+
+
+def _row(
+    rank: int,
+    pid: int | None,
+    host: str,
+    state: Mapping[str, Any],
+    memory: int | None,
+    ended_by: str = "",
+) -> dict[str, Any]:
+    call = ctl.format_call(state) if state.get("state") == "blocked" else ""
+    return {
+        "rank": rank,
+        "pid": pid,
+        "host": host,
+        "state": _state_word(state, ended_by),
+        "call": call,
+        "where": state.get("where", ""),
+        "memory": memory,
+    }
 
 
 def _state_word(state: Mapping[str, Any], ended_by: str = "") -> str:

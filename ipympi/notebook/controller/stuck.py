@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from ...core import control as ctl
@@ -63,12 +63,17 @@ def watch_for(cluster: Cluster) -> BuiltinWatch | RealMPIWatch:
 
 
 def look(
-    watch: BuiltinWatch | RealMPIWatch, now: float, states: dict[int, dict], req: Submission
+    watch: BuiltinWatch | RealMPIWatch,
+    now: float,
+    states: dict[int, dict],
+    req: Submission,
+    spawned: Sequence[int] = (),
 ) -> Verdict | None:
-    """One look of ``watch`` at ``req``'s ranks (``states``: those still running)."""
+    """One look of ``watch`` at ``req``'s ranks (``states``: those still running) and at
+    the running processes they ``spawned``, which may be what they wait for."""
     failed = [r for r, reply in req.replies.items() if reply.content.get("status") != "ok"]
     finished = [r for r in req.replies if r not in failed]
-    return watch.look(now, states, req.pending, finished, failed, req.said)
+    return watch.look(now, states, [*req.pending, *spawned], finished, failed, req.said)
 
 
 def on_stuck(
