@@ -48,7 +48,7 @@ def boom(x):
 
 USE = """
 from ipympi.mpi4py.futures import MPIPoolExecutor
-with MPIPoolExecutor(2) as ex:
+with MPIPoolExecutor(4) as ex:
     print(list(ex.map(task, range(5))))
     print(list(ex.map(fact, [5, 6], chunksize=2)))
     print(list(ex.map(Point.norm, [Point(-2), Point(3)])))
