@@ -31,6 +31,7 @@ __all__ = [
     "hints_of",
     "intracomm",
     "new_impl",
+    "new_inter_impl",
     "null",
     "wait_pending",
 ]
@@ -47,6 +48,18 @@ def new_impl(parent: CommImpl, context: int, world_ranks: list[int]) -> CommImpl
         "",
         Errhandler(parent.errhandler),
     )
+    return impl
+
+
+def new_inter_impl(
+    parent: CommImpl, context: int, base: Any, local: list[int], remote: list[int]
+) -> CommImpl:
+    """The state of a new intercommunicator of ``parent``'s process: the agreed
+    ``context`` installed (its collectives numbered from ``base``), the world ranks of
+    its ``local`` and ``remote`` groups."""
+    impl = new_impl(parent, context, local)
+    impl.remote_world_ranks = list(remote)
+    ctx.install(parent.engine, context, base)
     return impl
 
 

@@ -145,9 +145,7 @@ def create_intercomm(
     if len(result) == 2:
         raise MPIException(result[0], result[1])
     remote_ranks, context, base = result
-    new = cb.new_impl(impl, context, impl.world_ranks)
-    new.remote_world_ranks = remote_ranks
-    ctx.install(engine, context, base)
+    new = cb.new_inter_impl(impl, context, base, impl.world_ranks, remote_ranks)
     return Intercomm._from_impl(new)
 
 
@@ -192,9 +190,7 @@ class InterMethods(InterCollectives):
         impl = self._live()
         parts, _, _ = self._union_allgather(call, ctx.contribution(impl.engine))
         context, base = cb.agree(parts, call)
-        new = cb.new_impl(impl, context, impl.world_ranks)
-        new.remote_world_ranks = list(impl.remote_world_ranks)
-        ctx.install(impl.engine, context, base)
+        new = cb.new_inter_impl(impl, context, base, impl.world_ranks, impl.remote_world_ranks)
         try:
             copy_attributes(self, impl, new, call)
         except BaseException:
@@ -246,9 +242,9 @@ class InterMethods(InterCollectives):
         if not remote:
             return type(self)._from_impl(None, "COMM_NULL")
         context, base = cb.agree([p[2] for p in parts], call)
-        new = cb.new_impl(impl, context, [impl.world_ranks[r] for _, r in local])
-        new.remote_world_ranks = [impl.remote_world_ranks[r] for _, r in remote]
-        ctx.install(impl.engine, context, base)
+        mine = [impl.world_ranks[r] for _, r in local]
+        theirs = [impl.remote_world_ranks[r] for _, r in remote]
+        new = cb.new_inter_impl(impl, context, base, mine, theirs)
         return type(self)._from_impl(new)
 
     def _local_hosts(self, call: str) -> list[str]:
@@ -270,9 +266,7 @@ class InterMethods(InterCollectives):
         if me not in members or not remote:
             return type(self)._from_impl(None, "COMM_NULL")
         context, base = cb.agree([p[1] for p in parts], "Create")
-        new = cb.new_impl(impl, context, list(members))
-        new.remote_world_ranks = remote
-        ctx.install(impl.engine, context, base)
+        new = cb.new_inter_impl(impl, context, base, list(members), remote)
         return type(self)._from_impl(new)
 
     @classmethod

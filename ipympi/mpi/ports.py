@@ -214,9 +214,7 @@ def _establish(comm: Any, call: str, port: Any, info: Any, root: Any, at_root: A
     if len(result) == 2:
         raise MPIException(result[0], result[1])
     remote_ranks, context, base = result
-    new = cb.new_impl(impl, context, impl.world_ranks)
-    new.remote_world_ranks = list(remote_ranks)
-    ctx.install(engine, context, base)
+    new = cb.new_inter_impl(impl, context, base, impl.world_ranks, remote_ranks)
     return comm_class("Intercomm")._from_impl(new)
 
 

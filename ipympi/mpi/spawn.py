@@ -186,9 +186,7 @@ def _spawn(comm: Any, call: str, build: Any, root: Any, errcodes: Any, nested: b
         raise MPIException(first, second)
     children, (context, base) = first, second
     engine.grow(max(children) + 1)
-    new = cb.new_impl(impl, context, impl.world_ranks)
-    new.remote_world_ranks = list(children)
-    ctx.install(engine, context, base)
+    new = cb.new_inter_impl(impl, context, base, impl.world_ranks, children)
     return comm_class("Intercomm")._from_impl(new)
 
 
