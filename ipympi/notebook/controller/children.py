@@ -32,8 +32,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, cast
 
-import zmq
-
 from ...core import control as ctl
 from ...launch import spawning
 from ...launch.basics import _die_with_parent
@@ -292,12 +290,7 @@ class ServesSpawn:
     def _watch_children(self) -> None:
         """Poll exactly the children's open output pipes."""
         cluster = cast("Cluster", self)
-        fds = set(cluster.children.fds())
-        for fd in cluster._child_fds - fds:
-            cluster._poller.unregister(fd)
-        for fd in fds - cluster._child_fds:
-            cluster._poller.register(fd, zmq.POLLIN)
-        cluster._child_fds = fds
+        cluster._child_fds = cluster._poll_exactly(cluster._child_fds, cluster.children.fds())
 
     def _children_said(self, items: list[Item], exits: list[tuple[int, int]]) -> None:
         """Show the children's output in the running cell (else the next); report a child

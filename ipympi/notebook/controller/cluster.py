@@ -342,12 +342,17 @@ class Cluster(ClusterAPI, ServesSpawn):
     # -- the launcher ------------------------------------------------------------------
     def _watch_launcher(self) -> None:
         """Poll exactly the file descriptors the launcher has now."""
-        fds = set(self.launcher.fds())
-        for fd in self._watched - fds:
+        self._watched = self._poll_exactly(self._watched, self.launcher.fds())
+
+    def _poll_exactly(self, polled: set[int], fds: Iterable[int]) -> set[int]:
+        """Make the poller watch ``fds`` where it watched ``polled`` (both for one
+        source: the launcher's, the spawned processes'); the new set."""
+        wanted = set(fds)
+        for fd in polled - wanted:
             self._poller.unregister(fd)
-        for fd in fds - self._watched:
+        for fd in wanted - polled:
             self._poller.register(fd, zmq.POLLIN)
-        self._watched = fds
+        return wanted
 
     def _read_launcher(self, fd: int) -> None:
         events = self.launcher.read(fd)
