@@ -56,13 +56,13 @@ def collective_transfer(
         access = prepare()
     except Exception as exc:  # raised after this rank took its part in the exchange
         problem = exc
-    metas = impl.comm.allgather(_describe(access))
-    if not _two_phase(impl, write, metas):
+    parts = [m for m in impl.comm.allgather(_describe(access)) if m is not None]
+    if not _two_phase(impl, write, parts):
         if problem is not None:
             raise problem
         assert access is not None
         return move(impl, access, call, t0), access.etypes
-    got, failure = _exchange(impl, write, access, metas, call)
+    got, failure = _exchange(impl, write, access, parts, call)
     failures = [f for f in impl.comm.allgather(failure) if f is not None]
     if problem is not None:
         raise problem
@@ -86,8 +86,9 @@ def _describe(access: Access | None) -> tuple[int, int, int, int, bool] | None:
     return int(offs.min()), int((offs + lens).max()), access.fbytes, len(offs), ordered
 
 
-def _two_phase(impl: Any, write: bool, metas: list[Any]) -> bool:
-    """Whether this access goes through aggregators (the same answer on every rank).
+def _two_phase(impl: Any, write: bool, parts: list[Any]) -> bool:
+    """Whether this access goes through aggregators (the same answer on every rank);
+    ``parts``: the ranks' :func:`_describe` that have bytes to move.
 
     ``automatic``: where the ranks' ranges interleave and their pieces average less
     than :data:`SMALL_PIECES` bytes. On one host, with the file in the page cache, a
@@ -95,7 +96,6 @@ def _two_phase(impl: Any, write: bool, metas: list[Any]) -> bool:
     (measured: 4 ranks, 64 B pieces 2.7x faster through aggregators, 256 B 2x, 512 B
     even, 1-4 KiB 1.3-2.5x slower).
     """
-    parts = [m for m in metas if m is not None]
     hint = impl.hints.get("romio_cb_write" if write else "romio_cb_read", "automatic")
     if impl.size == 1 or impl.atomic or hint == "disable" or not parts:
         return False
@@ -123,11 +123,10 @@ if TYPE_CHECKING:
 
 
 def _exchange(
-    impl: Any, write: bool, access: Access | None, metas: list[Any], call: str
+    impl: Any, write: bool, access: Access | None, parts: list[Any], call: str
 ) -> tuple[int, Failure | None]:
     """Run the rounds; return (bytes this rank's read got, this aggregator's failure)."""
     comm, size, me = impl.comm, impl.size, impl.rank
-    parts = [m for m in metas if m is not None]
     low, high = min(m[0] for m in parts), max(m[1] for m in parts)
     aggregators = min(size, _int_hint(impl, "cb_nodes", size))
     bounds, rounds = tp.cell_bounds(
