@@ -705,32 +705,29 @@ class Job:
         """Start the programs of ``msg`` as the next processes; their indexes."""
         starts = spawning.plan_apps(msg["apps"], self.env)
         first = len(self.ranks)
-        size = sum(start.count for start in starts)
-        index = first
-        try:
-            for start in starts:
-                plan = pymain.plan(start.argv, self.env) if template.enabled(self.env) else None
-                if plan is not None and self._template is None:
-                    self._start_template()
-                for _ in range(start.count):
-                    env = self._rank_environment(index, size)
-                    env = spawning.child_environment(env, start, first, size, msg)
-                    self._start_process(index, start.argv, env, plan, False, start.cwd)
-                    index += 1
-        except OSError as exc:  # exec failed: end what this request started, quietly
+        forked = template.enabled(self.env)
+        plans = {
+            id(start): pymain.plan(start.argv, self.env) if forked else None for start in starts
+        }
+        if any(plan is not None for plan in plans.values()) and self._template is None:
+            self._start_template()
+
+        def launch(index: int, start: spawning.Start, env: dict[str, str]) -> None:
+            self._start_process(index, start.argv, env, plans[id(start)], False, start.cwd)
+
+        def undo() -> None:
             for handle in self.ranks[first:]:
                 self._reaped.add(handle.rank)  # not a failure of the job
                 handle.kill()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     handle.wait(GRACE)
                 self._close_pidfd(handle)
-            raise spawning.Refused(
-                f"cannot run {exc.filename or 'the command'!r}: {exc.strerror}"
-            ) from None
+
+        try:
+            return spawning.start_each(msg, starts, first, self._rank_environment, launch, undo)
         finally:
             assert self._control is not None
             self._control.nranks = len(self.ranks)
-        return list(range(first, index))
 
     def _print_errors(self) -> None:
         """Print the ranks' tracebacks received so far, each distinct one once,

@@ -18,14 +18,22 @@ from __future__ import annotations
 import os
 import shutil
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..core import control as ctl
 from ..core.errors import ERR_SPAWN, SUCCESS
 
-__all__ = ["Refused", "Start", "child_environment", "plan_apps", "refusal", "this_host"]
+__all__ = [
+    "Refused",
+    "Start",
+    "child_environment",
+    "plan_apps",
+    "refusal",
+    "start_each",
+    "this_host",
+]
 
 
 class Refused(Exception):
@@ -121,6 +129,35 @@ def child_environment(
     parents = [int(p) for p in msg["parents"]]  # checked by the job (Job._on_spawn)
     env[ctl.ENV_PARENT] = ctl.encode_parent(int(msg["context"]), int(msg["base"]), parents)
     return env
+
+
+def start_each(
+    msg: Mapping[str, Any],
+    starts: list[Start],
+    first: int,
+    environment: Callable[[int, int], Mapping[str, str]],
+    launch: Callable[[int, Start, dict[str, str]], None],
+    undo: Callable[[], None],
+) -> list[int]:
+    """Start every process of ``starts`` at the indexes from ``first``; their indexes.
+
+    ``environment(index, size)`` is the environment a rank at ``index`` of a world of
+    ``size`` gets (completed here by :func:`child_environment`); ``launch(index, start,
+    env)`` starts one process. When a command cannot be executed, ``undo()`` ends what
+    this request started and the request is refused.
+    """
+    size = sum(start.count for start in starts)
+    index = first
+    try:
+        for start in starts:
+            for _ in range(start.count):
+                env = child_environment(environment(index, size), start, first, size, msg)
+                launch(index, start, env)
+                index += 1
+    except OSError as exc:  # exec failed: end what this request started, quietly
+        undo()
+        raise Refused(f"cannot run {exc.filename or 'the command'!r}: {exc.strerror}") from None
+    return list(range(first, index))
 
 
 def refusal(msg: Mapping[str, Any], why: str) -> dict[str, Any]:

@@ -112,25 +112,23 @@ class Children:
         if probe is None:
             raise spawning.Refused("the ranks of this session start no processes")
         starts = spawning.plan_apps(msg["apps"], probe)
-        size = sum(start.count for start in starts)
         started: list[Child] = []
-        index = first
-        try:
-            for start in starts:
-                for _ in range(start.count):
-                    env = environment(index, size)
-                    assert env is not None
-                    env = spawning.child_environment(env, start, first, size, msg)
-                    started.append(self._popen(index, start, env))
-                    index += 1
-        except OSError as exc:  # exec failed: end what this request started, quietly
+
+        def rank_environment(index: int, size: int) -> dict[str, str]:
+            env = environment(index, size)
+            assert env is not None
+            return env
+
+        def launch(index: int, start: spawning.Start, env: dict[str, str]) -> None:
+            started.append(self._popen(index, start, env))
+
+        def undo() -> None:
             for child in started:
                 self._forget(child, kill=True)
-            raise spawning.Refused(
-                f"cannot run {exc.filename or 'the command'!r}: {exc.strerror}"
-            ) from None
-        self.next_index = index
-        return list(range(first, index))
+
+        indexes = spawning.start_each(msg, starts, first, rank_environment, launch, undo)
+        self.next_index = first + len(indexes)
+        return indexes
 
     def _popen(self, index: int, start: spawning.Start, env: dict[str, str]) -> Child:
         popen = subprocess.Popen(
