@@ -253,6 +253,9 @@ class MPIPool:
         self.comm = comm
         self.spawned = spawned  # the workers were spawned for it: disconnect at the end
         self.stopped = False  # the workers were told to stop
+        # Tasks go by value when the workers cannot import the master's main program (a
+        # notebook's, ``python -c``'s): see _send.
+        self.by_value = not _main_program()
         self.num_workers = comm.Get_remote_size()
         if backoff is None:
             backoff = float(os.environ.get("MPI4PY_FUTURES_BACKOFF", 0.001))
@@ -370,23 +373,17 @@ class MPIPool:
     def _send(self, worker: int, message: tuple) -> Exception | None:
         """Send a message to a worker; the exception if it cannot be pickled.
 
-        From a notebook (or any ``__main__`` without a file the workers could import)
-        the message goes packed by value: functions and classes defined in cells, and
-        the globals they read (:mod:`ipympi.mpi.byvalue`), which the workers unpack.
+        From a notebook (or any ``__main__`` the workers do not import) the message goes
+        packed by value: functions and classes defined in cells, and the globals they
+        read (:mod:`ipympi.mpi.byvalue`), which the workers unpack.
         """
         try:
-            if _interactive_main():
+            if self.by_value:
                 message = (PACKED, byvalue.dumps(message, capture=True))
             self.comm.send(message, worker, TASK_TAG)
         except Exception as exc:
             return exc
         return None
-
-
-def _interactive_main() -> bool:
-    """Whether ``__main__`` is a notebook's (or ``python -c``'s, stdin's): no file the
-    workers could import the master's functions from."""
-    return getattr(sys.modules.get("__main__"), "__file__", None) is None
 
 
 def _settle(future: cf.Future, succeeded: bool, value: Any) -> None:
@@ -402,8 +399,6 @@ SERVER = "ipympi.mpi4py.futures.server"
 def _main_program() -> list[str]:
     """How the workers run the main program (``file ARGS``, ``-m module ARGS``, with this
     process's arguments), or [] (none: an interactive session, ``-c``)."""
-    import sys
-
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     if spec is not None and getattr(spec, "name", None) not in (None, "__main__"):
