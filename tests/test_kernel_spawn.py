@@ -325,3 +325,25 @@ def test_spawn_multiple_and_a_child_that_spawns(kernel: KernelSession, tmp_path:
     assert "[stdout:0] ['grandchild appnum 0', 'grandchild appnum 0']" in text, text
     assert "[stdout:2] child 0 (appnum 0) heard: grandchild appnum 0" in text, text
     assert "[stdout:3] child 1 (appnum 1) heard: grandchild appnum 0" in text, text
+
+
+@pytest.mark.timeout(120)
+def test_cell_functions_as_mpicommexecutor_tasks_leave_the_ranks_main_alone(
+    kernel: KernelSession,
+) -> None:
+    # In a session, MPICommExecutor's workers are the other ranks: a cell's function
+    # reaches them by value, and their __main__ (the cell namespace) stays theirs.
+    kernel.ok("SCALE = 3\ndef triple(x):\n    return x * SCALE")
+    code = (
+        "import sys\n"
+        "from mpi4py.futures import MPICommExecutor\n"
+        "with MPICommExecutor(comm, root=0) as pool:\n"
+        "    if pool is not None:\n"
+        "        print(list(pool.map(triple, [1, 2, 3])))\n"
+        "print(sys.modules['__main__'].__dict__ is get_ipython().user_ns)"
+    )
+    reply, messages = kernel.execute(code, timeout=60)
+    assert reply["content"]["status"] == "ok", "\n".join(error_text(reply))
+    said = shown(kernel, messages, "stdout")
+    assert "[stdout:0] [3, 6, 9]" in said, said
+    assert "True" in said and "False" not in said, said

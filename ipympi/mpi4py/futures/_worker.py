@@ -40,15 +40,18 @@ _comm_workers: list[MPI.Intracomm] = []
 _notebook: list[types.ModuleType] = []  # what a notebook master sent by value (see below)
 
 
-def _notebook_namespace() -> dict[str, Any]:
+def _notebook_namespace(own_main: bool) -> dict[str, Any]:
     """The globals of the functions a notebook master sends by value, and of what they
-    read: a ``__main__`` module of its own, made this process's ``__main__`` so that
+    read: a ``__main__`` module of their own. In a process that is only a worker
+    (``own_main``: the spawned server) it becomes this process's ``__main__``, so that
     results made of the notebook's classes go back by reference, as the notebook's own
-    ``__main__`` names them."""
+    ``__main__`` names them; a process serving besides a program of its own (a rank of
+    ``MPICommExecutor``, a notebook's engine) keeps its ``__main__``."""
     if not _notebook:
         module = types.ModuleType("__main__")
         module.__dict__["__builtins__"] = builtins
-        sys.modules["__main__"] = module
+        if own_main:
+            sys.modules["__main__"] = module
         _notebook.append(module)
     return _notebook[0].__dict__
 
@@ -61,15 +64,16 @@ def get_comm_workers() -> MPI.Intracomm:
     return _comm_workers[-1] if _comm_workers else cast(MPI.Intracomm, MPI.COMM_NULL)
 
 
-def serve(comm: MPI.Intercomm, workers: MPI.Intracomm) -> None:
-    """Serve the master across ``comm`` until it says stop."""
+def serve(comm: MPI.Intercomm, workers: MPI.Intracomm, own_main: bool = False) -> None:
+    """Serve the master across ``comm`` until it says stop (``own_main``: this process
+    does nothing else, see :func:`_notebook_namespace`)."""
     _comm_workers.append(workers)
     try:
         while True:
             try:
                 message = comm.recv(None, 0, TASK_TAG)
                 if message[0] == PACKED:
-                    message = byvalue.loads(message[1], _notebook_namespace())
+                    message = byvalue.loads(message[1], _notebook_namespace(own_main))
             except MPI.Exception:
                 raise
             except Exception as exc:  # a task that cannot be unpickled here: its outcome

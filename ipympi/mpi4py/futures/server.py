@@ -35,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         args = args[2:]
     if args[:1] == ["--main"]:
         import_main(args[1:])
-    serve(parent, MPI.COMM_WORLD)
+    serve(parent, MPI.COMM_WORLD, own_main=True)
     parent.Disconnect()
 
 
