@@ -267,8 +267,10 @@ def _check_engine_death(
 @pytest.mark.timeout(90)
 def test_sigkill_of_one_rank_during_a_collective(kernel: KernelSession) -> None:
     old = engine_pids(kernel)
+    # the first Barrier sets up the shared board the second one waits on
     code = (
-        "import os, signal\nif rank == 2:\n    os.kill(os.getpid(), signal.SIGKILL)\ncomm.Barrier()"
+        "import os, signal, time\ncomm.Barrier()\nif rank == 2:\n"
+        "    time.sleep(0.3)\n    os.kill(os.getpid(), signal.SIGKILL)\ncomm.Barrier()"
     )
     _check_engine_death(kernel, code, 2, "was killed by signal SIGKILL", old)
 
@@ -277,6 +279,10 @@ def test_sigkill_of_one_rank_during_a_collective(kernel: KernelSession) -> None:
 def test_os_exit_of_one_rank_during_a_collective(kernel: KernelSession) -> None:
     old = engine_pids(kernel)
     code = "import os\nif rank == 1:\n    os._exit(3)\ncomm.Barrier()"
+    _check_engine_death(kernel, code, 1, "exited with status 3", old)
+    old = engine_pids(kernel)
+    # after a first Barrier, the second one waits on the shared board
+    code = "import os\ncomm.Barrier()\nif rank == 1:\n    os._exit(3)\ncomm.Barrier()"
     _check_engine_death(kernel, code, 1, "exited with status 3", old)
 
 

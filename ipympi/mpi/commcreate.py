@@ -322,6 +322,8 @@ class CommConstructors(CommMixin):
         """Delete the attributes and release the context of a freed communicator."""
 
         delete_attributes(self, impl, "Free")
+        if impl.lane is not None:
+            impl.lane.close()
         _keep_pending(self, impl)
         ctx.release(impl.engine, impl.context)
 

@@ -163,6 +163,10 @@ class Engine:
         # long transfer from a rank that cannot progress.
         self.progressed = 0
         self.dead_peers: dict[int, str] = {}  # world rank -> why it is gone
+        # Called from any thread when a thread waiting without reading the socket (on a
+        # shared-memory board, ``progress.shmcoll``) must look at it: a rank died, or
+        # another thread wants the engine.
+        self.wake_hooks: list[Callable[[], None]] = []
         # Point-to-point messages (even contexts) sent to and arrived from each
         # world rank, ever: a cell's leftovers still on their way show as a
         # difference between two ranks' counts (``engine/leftovers.py``).
@@ -194,6 +198,8 @@ class Engine:
                     transport.ring()
                     if self.waiting is not None:
                         transport.send_to_self(_WAKE_FRAME)
+                for hook in self.wake_hooks:
+                    hook()
                 self.lock.acquire()
             finally:
                 with self._wanted_lock:
@@ -940,6 +946,8 @@ class Engine:
             return
         header = _pack_header(PEER_DEAD, 0, 0, 0, 0, 0, self.rank, self.pid, 0, wrank)
         self.transport.send_to_self(header + reason.encode())
+        for hook in self.wake_hooks:
+            hook()
 
     # -- recovery after an interrupt -------------------------------------------
     def abandon_collectives(self) -> dict[int, int]:

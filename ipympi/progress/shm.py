@@ -84,6 +84,11 @@ class Segment:
             os.close(fd)
             raise
 
+    def view(self) -> memoryview:
+        """A byte memoryview of the whole mapping (release it before :meth:`close`)."""
+        assert self._map is not None, "a segment of at least one byte"
+        return memoryview(self._map)
+
     def unlink(self) -> None:
         """Remove the segment's name (the memory stays while it is mapped)."""
         try:

@@ -53,7 +53,9 @@ from ...core.schedule import signature
 from ...core.wire import HEADER_SIZE, signature_of
 from ...progress.engine import WaitInfo
 from ...progress.operation import RECV, SEND, Operation
-from .runner import CollOp, check_reported, comm_label, runs_inline
+from ...progress.shmcoll import Board
+from . import shmpath
+from .runner import CollOp, check_reported, comm_label
 
 __all__ = [
     "GENERAL",
@@ -87,12 +89,15 @@ class Lane:
     """
 
     __slots__ = (
+        "asked",
+        "board",
         "call",
         "comm",
         "context",
         "dissemination",
         "doubling",
         "engine",
+        "idle",
         "peer",
         "queue",
         "rank",
@@ -123,6 +128,21 @@ class Lane:
         self.call = ""
         self.seq = self.sig = self.rounds = 0
         self.peer = -1
+        # The communicator's shared board (``progress.shmcoll``): None until its first
+        # straight call decides, False when it has none.
+        self.board: Any = None
+        self.idle: Any = None  # what a wait on the board does between sleeps
+        self.asked = False  # whether this call asked the rank it waits for (CHECK)
+
+    def close(self) -> None:
+        """The communicator is freed: let go of its board."""
+        board = self.board
+        if board:
+            self.board = False
+            hooks = self.engine.wake_hooks
+            if board.ring_self in hooks:
+                hooks.remove(board.ring_self)
+            board.close()
 
     # -- a call ----------------------------------------------------------------------------
     def start(self, comm: Any, call: str, sig: int) -> None:
@@ -264,6 +284,28 @@ class Lane:
         coll.fail_round(ops, reported)
         coll.raise_if_failed()
 
+    def fail_with(self, ops: list[Operation]) -> None:
+        """Raise the general path's error for a call whose round received ``ops``
+        (completed: built from what a rank found on the board); the board wakes the
+        other ranks to read the report."""
+        try:
+            self._fail(ops)
+        finally:
+            if self.board:
+                self.board.ring_all()
+
+    def fail_with_leftover(self, leftover: Any) -> None:
+        """Raise the general path's error for a message of this call that came
+        another way than expected (its sender called something else)."""
+        self.engine.ledger.end(self.context, self.seq)
+        coll = self._as_coll()
+        try:
+            coll.end_with_leftover(leftover)
+            coll.raise_if_failed()
+        finally:
+            if self.board:
+                self.board.ring_all()
+
     def _as_coll(self) -> CollOp:
         coll = CollOp(self.comm, self.call, None, self.sig, seq=self.seq)
         coll.rounds = self.rounds
@@ -271,23 +313,46 @@ class Lane:
 
     def _blocked_in(self) -> WaitInfo:
         """What the call in progress waits for (built only when an observer asks)."""
-        call = f"{self.call} (collective #{self.seq}, round {self.rounds})"
+        if self.board:
+            call = f"{self.call} (collective #{self.seq}, in shared memory)"
+        else:
+            call = f"{self.call} (collective #{self.seq}, round {self.rounds})"
         return WaitInfo(call, comm_label(self.comm), self.peer, self.seq)
 
 
 def _held(impl: Any) -> Lane | None:
     """Take the engine for a straight call; the communicator's lane, or None
-    (engine released) when the call must take the general path: while tracing,
-    or once a rank of the world has died."""
+    (engine released) when the call must take the general path: while tracing."""
     engine = impl.engine
     engine.enter()
-    if not runs_inline(engine) or engine.transport is None:
+    if engine.tracer is not None or engine.transport is None:
         engine.leave()
         return None
     lane = impl.lane
     if lane is None:  # the communicator's first straight call
         lane = impl.lane = Lane(impl)
     return lane
+
+
+def _path(impl: Any, comm: Any, call: str, sig: int) -> tuple[Lane, Board | None] | None:
+    """Take the engine for a straight call: (lane, the communicator's board or None),
+    or None (engine released) for the general path: while tracing, or once a rank of
+    the world has died on a communicator without a board (a wait on the board notices
+    dead members itself). The first call sets the board up (:func:`.shmpath.set_up`)."""
+    lane = _held(impl)
+    if lane is None:
+        return None
+    try:
+        board = lane.board
+        if board is None:
+            board = shmpath.set_up(lane, comm, call, sig, _bcast_rounds, _allgather_rounds)
+        if not board and lane.engine.dead_peers:
+            _release(lane.engine)
+            return None
+    except BaseException:
+        _release(lane.engine)
+        raise
+    return lane, board or None
 
 
 def _release(engine: Any) -> None:
@@ -299,10 +364,14 @@ def _release(engine: Any) -> None:
 def barrier(comm: Any, impl: Any, call: str) -> Any:
     """Dissemination barrier (``barrier_dissemination``'s rounds); None, or
     :data:`GENERAL` when the call must take the general path."""
-    lane = _held(impl)
-    if lane is None:
+    got = _path(impl, comm, call, BARRIER)
+    if got is None:
         return GENERAL
+    lane, board = got
     try:
+        if board is not None:
+            shmpath.barrier(lane, board, comm, call, BARRIER)
+            return None
         lane.start(comm, call, BARRIER)
         for to, frm in lane.dissemination:
             lane.exchange(to, frm, b"", 0)
@@ -315,20 +384,29 @@ def barrier(comm: Any, impl: Any, call: str) -> Any:
 def bcast(comm: Any, impl: Any, call: str, root: int, mem: memoryview) -> Any:
     """Binomial-tree broadcast of ``mem`` (``bcast_binomial``'s rounds); None, or
     :data:`GENERAL`."""
-    lane = _held(impl)
-    if lane is None:
+    sig = _signature("Bcast", root)
+    got = _path(impl, comm, call, sig)
+    if got is None:
         return GENERAL
+    lane, board = got
     try:
-        lane.start(comm, call, _signature("Bcast", root))
-        parent, children = binomial_peers(lane.rank, lane.size, root)
-        if parent is not None:
-            lane.take(parent, mem.nbytes, mem)
-        if children:
-            lane.give(children, mem)
+        if board is not None:
+            shmpath.bcast(lane, board, comm, call, sig, root, mem)
+            return None
+        lane.start(comm, call, sig)
+        _bcast_rounds(lane, root, mem)
         lane.finish()
     finally:
         _release(lane.engine)
     return None
+
+
+def _bcast_rounds(lane: Lane, root: int, mem: memoryview) -> None:
+    parent, children = binomial_peers(lane.rank, lane.size, root)
+    if parent is not None:
+        lane.take(parent, mem.nbytes, mem)
+    if children:
+        lane.give(children, mem)
 
 
 def gather(
@@ -337,11 +415,16 @@ def gather(
     """Binomial gather of equal blocks (``gather_binomial``'s rounds): ``block`` is
     this rank's, ``out`` (the root's) receives every rank's in rank order; None,
     or :data:`GENERAL`."""
-    lane = _held(impl)
-    if lane is None:
+    sig = _signature("Gather", root)
+    got = _path(impl, comm, call, sig)
+    if got is None:
         return GENERAL
+    lane, board = got
     try:
-        lane.start(comm, call, _signature("Gather", root))
+        if board is not None:
+            shmpath.gather(lane, board, comm, call, sig, root, block, out)
+            return None
+        lane.start(comm, call, sig)
         size, n = lane.size, block.nbytes
         parent, count, children = binomial_subtrees(lane.rank, size, root)
         scratch = block
@@ -349,8 +432,8 @@ def gather(
             # blocks in ranks relative to this one; at root 0 that is the rank order
             scratch = out if root == 0 and out is not None else memoryview(bytearray(n * count))
             scratch[:n] = block
-            for child, first, got in reversed(children):
-                lane.take(child, got * n, scratch[first * n : (first + got) * n])
+            for child, first, part in reversed(children):
+                lane.take(child, part * n, scratch[first * n : (first + part) * n])
         if parent is not None:
             lane.give((parent,), scratch)
         elif scratch is not out:
@@ -368,11 +451,16 @@ def scatter(
     """Binomial scatter of equal blocks (``scatter_binomial``'s rounds) from ``src``
     (the root's, every rank's block in rank order) into ``block``; None, or
     :data:`GENERAL`."""
-    lane = _held(impl)
-    if lane is None:
+    sig = _signature("Scatter", root)
+    got = _path(impl, comm, call, sig)
+    if got is None:
         return GENERAL
+    lane, board = got
     try:
-        lane.start(comm, call, _signature("Scatter", root))
+        if board is not None:
+            shmpath.scatter(lane, board, comm, call, sig, root, src, block)
+            return None
+        lane.start(comm, call, sig)
         size, n = lane.size, block.nbytes
         parent, count, children = binomial_subtrees(lane.rank, size, root)
         if parent is None:  # the root: blocks in ranks relative to it
@@ -402,25 +490,34 @@ def scatter(
 def allgather(comm: Any, impl: Any, call: str, block: memoryview, out: memoryview) -> Any:
     """Bruck's allgather (``allgather_bruck``'s rounds) of ``block`` into ``out``
     (every rank's block, in rank order); None, or :data:`GENERAL`."""
-    lane = _held(impl)
-    if lane is None:
+    sig = _signature("Allgather", 0)
+    got = _path(impl, comm, call, sig)
+    if got is None:
         return GENERAL
+    lane, board = got
     try:
-        lane.start(comm, call, _signature("Allgather", 0))
-        rank, size, n = lane.rank, lane.size, block.nbytes
-        # blocks in ranks relative to this one; on rank 0 that is the rank order
-        scratch = out if rank == 0 else memoryview(bytearray(n * size))
-        scratch[:n] = block
-        for to, frm, have, count in bruck_rounds(rank, size):
-            lane.exchange(
-                to, frm, scratch[: count * n], count * n, scratch[have * n : (have + count) * n]
-            )
-        if scratch is not out:
-            rotate(out, scratch, (size - rank) * n)
+        if board is not None:
+            shmpath.allgather(lane, board, comm, call, sig, block, out)
+            return None
+        lane.start(comm, call, sig)
+        _allgather_rounds(lane, block, out)
         lane.finish()
     finally:
         _release(lane.engine)
     return None
+
+
+def _allgather_rounds(lane: Lane, block: memoryview, out: memoryview) -> None:
+    rank, size, n = lane.rank, lane.size, block.nbytes
+    # blocks in ranks relative to this one; on rank 0 that is the rank order
+    scratch = out if rank == 0 else memoryview(bytearray(n * size))
+    scratch[:n] = block
+    for to, frm, have, count in bruck_rounds(rank, size):
+        lane.exchange(
+            to, frm, scratch[: count * n], count * n, scratch[have * n : (have + count) * n]
+        )
+    if scratch is not out:
+        rotate(out, scratch, (size - rank) * n)
 
 
 def alltoall(
@@ -434,11 +531,16 @@ def alltoall(
     """The pairwise exchange of ``alltoallw_pairwise`` (``sends[r]``/``recvs[r]``:
     the blocks for/from rank r), as one round that sends every block and one that
     receives them, in the same order; None, or :data:`GENERAL`."""
-    lane = _held(impl)
-    if lane is None:
+    sig = _signature(kind, 0)
+    got = _path(impl, comm, call, sig)
+    if got is None:
         return GENERAL
+    lane, board = got
     try:
-        lane.start(comm, call, _signature(kind, 0))
+        if board is not None and kind == "Alltoall":
+            shmpath.alltoall(lane, board, comm, call, sig, sends, recvs)
+            return None
+        lane.start(comm, call, sig)
         rank, size = lane.rank, lane.size
         if recvs[rank].nbytes:
             recvs[rank][:] = sends[rank]
@@ -463,11 +565,15 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
     """Recursive-doubling allreduce (``allreduce_recursive_doubling``'s rounds);
     returns the result (a new object, or an array of ``values``), or
     :data:`GENERAL`."""
-    lane = _held(impl)
-    if lane is None:
+    sig = _signature(kind, 0)
+    got = _path(impl, comm, call, sig)
+    if got is None:
         return GENERAL
+    lane, board = got
     try:
-        lane.start(comm, call, _signature(kind, 0))
+        if board is not None:
+            return shmpath.allreduce(lane, board, comm, call, sig, values, value)
+        lane.start(comm, call, sig)
         plan = lane.doubling
         rank = lane.rank
         arrays = type(values) is ArrayValues

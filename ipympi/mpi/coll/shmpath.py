@@ -1,0 +1,356 @@
+"""The small blocking collectives through a shared board, for ranks that share one host.
+
+When every rank of a communicator runs on one host, :mod:`.fast` gives its blocking
+Barrier, Bcast, Gather, Scatter, Allgather, Alltoall and Allreduce (and lower-case
+allreduce) to this module: every rank writes its contribution into its own slot of the
+communicator's :class:`~ipympi.progress.shmcoll.Board` and reads the slots it needs.
+No message crosses the kernel, and a rank that waits sleeps on a futex.
+
+The algorithms are flat, one step each: a rank publishes, then reads. Allreduce reads
+every rank's value from the board, its own included, and combines them in rank order,
+so every rank computes bit-identical results and non-commutative operations hold.
+Data that does not fit in a slot (a large pickle, a large block) still takes one step:
+the slot says :data:`~ipympi.progress.shmcoll.OVERFLOW` and the data goes as the
+straight path's messages of the same call (:meth:`.fast.Lane.send_all`,
+:meth:`.fast.Lane.take`), so the ranks never disagree about the path.
+
+Everything else is the straight path's: the call is numbered in the engine's ledger
+and ended by :class:`.fast.Lane` (``start``, ``finish``), and each failure reads as on
+the general path (:meth:`.fast.Lane.fail_with`): a slot of another call is a mismatch
+(reported to every rank, which the board then wakes), a slot of another size is a
+count mismatch, a rank that died while others wait (the progress thread rings the
+waiters' bells, ``Engine.wake_hooks``) fails the call with ``ERR_OTHER``. Between
+sleeps a waiting rank reads its socket (:func:`idle`): reports, dead ranks, a
+message of this call from a rank that took another path, and after a while it asks
+the rank it waits for which call it is in (``CHECK``), as the straight path does.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Sequence
+from typing import Any, Callable
+
+from ...core.reductions import ArrayValues, Values
+from ...progress.operation import RECV, Operation
+from ...progress.shmcoll import OVERFLOW, Board, available
+
+__all__ = [
+    "allgather",
+    "allreduce",
+    "alltoall",
+    "barrier",
+    "bcast",
+    "gather",
+    "idle",
+    "scatter",
+    "set_up",
+]
+
+_monotonic = time.monotonic
+ASK_AFTER = 0.2  # seconds of waiting before asking the awaited rank (CHECK)
+
+
+# The byte length of a board's name as the first rank sends it to the others.
+NAME_BYTES = 256
+
+
+def set_up(
+    lane: Any,
+    comm: Any,
+    call: str,
+    sig: int,
+    bcast_rounds: Callable[[Any, int, memoryview], None],
+    allgather_rounds: Callable[[Any, memoryview, memoryview], None],
+) -> Board | bool:
+    """Give the communicator a shared board if its ranks all share this host (and
+    boards work here), in two collectives of its own riding on the call being made
+    (same signature, so disagreeing ranks are caught as usual): rank 0 creates the
+    board and broadcasts its name, every rank opens it and all learn whether every
+    rank could; then rank 0 removes the name (:class:`~ipympi.progress.shm.Segment`).
+    The decision uses only what every rank knows alike; the lane keeps it.
+    ``bcast_rounds`` and ``allgather_rounds`` are the straight path's rounds of those
+    calls (``mpi.coll.fast``), run in the lane's collectives."""
+    engine = lane.engine
+    transport = engine.transport
+    if lane.size < 2 or not available() or not all(transport.same_host(w) for w in lane.world):
+        lane.board = False
+        return False
+    board = None
+    try:
+        name = bytearray(NAME_BYTES)
+        if lane.rank == 0:
+            try:
+                board = Board.create(0, lane.size)
+                name[: len(board.name)] = board.name.encode()
+            except (OSError, ValueError):
+                board = None
+        lane.start(comm, call, sig)
+        bcast_rounds(lane, 0, memoryview(name))
+        lane.finish()
+        text = bytes(name).rstrip(b"\0").decode()
+        if board is None and text:
+            try:
+                board = Board.open(text, lane.rank, lane.size)
+            except (OSError, ValueError):
+                board = None
+        oks = bytearray(lane.size)
+        lane.start(comm, call, sig)
+        allgather_rounds(lane, memoryview(bytes([board is not None])), memoryview(oks))
+        lane.finish()
+    except BaseException:
+        if board is not None:
+            if lane.rank == 0:
+                board.unlink()
+            board.close()
+        raise
+    if board is not None and lane.rank == 0:
+        board.unlink()
+    if board is None or not all(oks):
+        if board is not None:
+            board.close()
+        lane.board = False
+        return False
+    lane.board = board
+    lane.idle = functools.partial(idle, lane)
+    engine.wake_hooks.append(board.ring_self)
+    return board
+
+
+def idle(lane: Any) -> None:
+    """Between sleeps: read the socket, and end the call if the news says so."""
+    engine = lane.engine
+    if engine.wanted:  # another thread waits to enter MPI: let it in, then take it back
+        engine.leave()
+        engine.enter()
+        engine.waiting = lane.waits
+    engine.poll_once()
+    if engine.ledger.errors:
+        lane.check_round()
+    dead = engine.dead_peers
+    if dead:
+        gone = next((dead[w] for w in lane.world if w in dead), None)
+        if gone is not None:
+            op = _outcome(lane, lane.peer, 0, 0)
+            op.peer_died = True
+            op.error_detail = gone
+            lane.fail_with([op])
+    if lane.queue:
+        _check_strays(lane)
+    if not lane.asked and _monotonic() - engine.waiting_since > ASK_AFTER:
+        lane.asked = True
+        transport = engine.transport
+        if transport is not None and transport.quiet is not None and lane.peer >= 0:
+            engine.awaiting = (lane.context, lane.peer, lane.seq)
+            transport.quiet()
+
+
+def _check_strays(lane: Any) -> None:
+    """Fail the call if a message of it came from a rank that did not use the board
+    for it (its slot is not marked :data:`OVERFLOW`): the ranks disagree about it."""
+    seq, board = lane.seq, lane.board
+    for env in list(lane.queue):
+        if env.tag != seq:
+            continue
+        source = env.source
+        if board.slot_ready(source, seq) and board.read(source, seq)[1] == OVERFLOW:
+            continue  # data that did not fit in the slot
+        if lane.engine.matcher.remove(env):
+            lane.fail_with_leftover(env)
+
+
+def _outcome(lane: Any, peer: int, sig: int, count: int) -> Operation:
+    """A completed receive that tells :class:`CollOp` what a slot held."""
+    op = Operation(RECV, lane.comm, lane.call, peer, lane.seq)
+    op.source = peer
+    op.rsig = sig
+    op.count = count
+    op.done = True
+    return op
+
+
+def _begin(lane: Any, board: Board, comm: Any, call: str, sig: int) -> int:
+    lane.start(comm, call, sig)
+    lane.asked = False
+    board.begin(lane.seq)
+    return lane.seq
+
+
+def _take(
+    lane: Any, board: Board, peer: int, nbytes: int | None, into: memoryview | None = None
+) -> memoryview:
+    """``peer``'s data of this call (``nbytes`` long unless None), copied into ``into``
+    when given; raise the general path's error if it is of another call or size."""
+    seq = lane.seq
+    if not board.slot_ready(peer, seq):
+        lane.peer = peer
+        board.wait_slot(peer, seq, lane.idle)
+    sig, count, data = board.read(peer, seq)
+    if sig != lane.sig:
+        lane.fail_with([_outcome(lane, peer, sig, count)])
+    if count == OVERFLOW:
+        lane.peer = peer
+        return lane.take(peer, nbytes, into)
+    if nbytes is not None and count != nbytes:
+        op = _outcome(lane, peer, sig, count)
+        op.mem = into if into is not None else memoryview(bytearray(nbytes))
+        lane.fail_with([op])
+    if into is None:
+        return data
+    if count:
+        into[:] = data
+    return into
+
+
+def _end(lane: Any, large: list[Operation]) -> None:
+    for op in large:
+        lane.wait_for(op)
+    lane.finish()
+
+
+def _put(lane: Any, board: Board, data: Any, peers: Any) -> list[Operation]:
+    """Publish ``data``; when it overflows the slot, also send it to ``peers`` (an
+    iterable of ranks, or (rank, data) pairs when each gets its own part)."""
+    board.publish(lane.seq, lane.sig, data, lane.idle)
+    nbytes = len(data) if type(data) is bytes else data.nbytes
+    if nbytes <= board.capacity:
+        return []
+    sends = [p if type(p) is tuple else (p, data) for p in peers]
+    return lane.send_all(sends)
+
+
+def _others(lane: Any) -> list[int]:
+    me = lane.rank
+    return [r for r in range(lane.size) if r != me]
+
+
+def barrier(lane: Any, board: Board, comm: Any, call: str, sig: int) -> None:
+    """Every rank publishes an empty slot and waits for every other's."""
+    seq = _begin(lane, board, comm, call, sig)
+    board.publish(seq, sig, b"", lane.idle)
+    for r in _others(lane):
+        _take(lane, board, r, 0)
+    lane.finish()
+
+
+def bcast(lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, mem: Any) -> None:
+    """The root publishes ``mem``; the others copy it out."""
+    _begin(lane, board, comm, call, sig)
+    large: list[Operation] = []
+    if lane.rank == root:
+        large = _put(lane, board, mem, _others(lane))
+    else:
+        board.notify()  # a root waiting to reuse its slot learns that this rank started
+        _take(lane, board, root, mem.nbytes, mem)
+    _end(lane, large)
+
+
+def gather(
+    lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, block: Any, out: Any
+) -> None:
+    """The others publish their blocks; the root copies them into ``out`` in rank order."""
+    _begin(lane, board, comm, call, sig)
+    n = block.nbytes
+    large: list[Operation] = []
+    if lane.rank != root:
+        large = _put(lane, board, block, (root,))
+    else:
+        board.notify()
+        for r in range(lane.size):
+            if r == root:
+                out[r * n : (r + 1) * n] = block
+            else:
+                _take(lane, board, r, n, out[r * n : (r + 1) * n])
+    _end(lane, large)
+
+
+def scatter(
+    lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, src: Any, block: Any
+) -> None:
+    """The root publishes every block; each rank copies out its own."""
+    _begin(lane, board, comm, call, sig)
+    me, n = lane.rank, block.nbytes
+    large: list[Operation] = []
+    if me == root:
+        parts = [(r, src[r * n : (r + 1) * n]) for r in _others(lane)]
+        large = _put(lane, board, src, parts)
+        block[:] = src[me * n : (me + 1) * n]
+    else:
+        board.notify()
+        if n * lane.size > board.capacity:
+            _take(lane, board, root, n, block)
+        else:
+            block[:] = _take(lane, board, root, n * lane.size)[me * n : (me + 1) * n]
+    _end(lane, large)
+
+
+def allgather(
+    lane: Any, board: Board, comm: Any, call: str, sig: int, block: Any, out: Any
+) -> None:
+    """Every rank publishes its block and copies every other's into ``out``."""
+    _begin(lane, board, comm, call, sig)
+    me, n = lane.rank, block.nbytes
+    large = _put(lane, board, block, _others(lane))
+    out[me * n : (me + 1) * n] = block
+    for r in _others(lane):
+        _take(lane, board, r, n, out[r * n : (r + 1) * n])
+    _end(lane, large)
+
+
+def alltoall(
+    lane: Any,
+    board: Board,
+    comm: Any,
+    call: str,
+    sig: int,
+    sends: Sequence[memoryview],
+    recvs: Sequence[memoryview],
+) -> None:
+    """Every rank publishes all its blocks (equal ones) and copies out those for it."""
+    _begin(lane, board, comm, call, sig)
+    me, size = lane.rank, lane.size
+    n = recvs[me].nbytes
+    whole = b"".join(sends)
+    large = _put(lane, board, whole, [(r, sends[r]) for r in _others(lane)])
+    recvs[me][:] = sends[me]
+    overflow = n * size > board.capacity
+    for r in _others(lane):
+        if overflow:
+            _take(lane, board, r, n, recvs[r])
+        else:
+            recvs[r][:] = _take(lane, board, r, n * size)[me * n : (me + 1) * n]
+    _end(lane, large)
+
+
+def allreduce(
+    lane: Any, board: Board, comm: Any, call: str, sig: int, values: Values, value: Any
+) -> Any:
+    """Every rank publishes its value, then combines every rank's, read from the board
+    (its own too), in rank order; returns the result."""
+    _begin(lane, board, comm, call, sig)
+    arrays = type(values) is ArrayValues
+    wire, decode, combine, nbytes = values.codec or (
+        values.wire,
+        values.decode,
+        values.combine,
+        values.nbytes,
+    )
+    data = wire(value)
+    large = _put(lane, board, data, _others(lane))
+    me = lane.rank
+    acc = None
+    for r in range(lane.size):
+        if arrays:
+            other, target = values.target(value)
+            if r == me:
+                target[:] = data  # type: ignore[index]
+            else:
+                _take(lane, board, r, target.nbytes, target)  # type: ignore[union-attr]
+        elif r == me:
+            other = decode(memoryview(data))
+        else:
+            other = decode(_take(lane, board, r, nbytes))
+        acc = other if r == 0 else combine(acc, other)
+    _end(lane, large)
+    return acc

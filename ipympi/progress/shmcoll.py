@@ -1,0 +1,311 @@
+"""The shared board of a communicator whose ranks all share one host: slots, bells, waits.
+
+Small blocking collectives on such a communicator (``mpi.coll.shmpath``) move no
+message through the kernel: every rank writes its contribution into its own slot of
+one shared segment (:class:`~ipympi.progress.shm.Segment`) and reads the slots of the
+others. This module holds the board and its waiting; it does no communication of its
+own and knows nothing of the calls.
+
+Layout (``n`` ranks; all words native, 8-byte aligned, written with one store each):
+
+- ``n`` int32 *wait flags*: 0 while rank ``r`` runs, ``x + 1`` while it sleeps until
+  rank ``x`` writes something, :data:`ANY` when it sleeps on several ranks;
+- per rank, one 64-byte line: its *bell* (a uint32 futex word that it alone sleeps on)
+  and its *started* word (the sequence number of the collective it is in);
+- per rank, two slots (by the parity of the collective's sequence number, so that a
+  rank may run one collective ahead of the others): sequence number, signature, byte
+  count, then up to :data:`SLOT_DATA` bytes of data. Sequence numbers are stored plus
+  one, so that 0 means "never written".
+
+A collective ``s`` (the engine's ledger number, the same on every rank) writes slot
+``s % 2`` after every other rank has *started* ``s - 1`` (so none still reads the slot's
+previous content, ``s - 2``), data first and the sequence number last: a reader that
+sees ``s`` in the slot sees the data. Readers wait until a slot shows ``s``.
+
+Waiting. A rank first checks, then spins for a few microseconds if there is a core
+for every rank (:func:`spin_seconds`; never when ranks outnumber cores: a spinning
+rank would hold the core its writer needs), then sleeps on its bell with a timeout
+(:data:`SLEEP`), running the caller's ``idle`` check after every wake-up that did not
+end the wait (it reads the rank's socket: mismatch reports, dead ranks, other threads
+that want the engine; whoever knows of such news rings the bell). Sleeping:
+
+1. the waiter stores its wait flag, then a full fence, then reads its bell, then
+   re-checks the condition, then calls ``FUTEX_WAIT(bell, value read)``;
+2. a writer stores its data and sequence number, then a full fence, then reads the
+   wait flags and, for every rank that waits on it (or on any), adds one to that rank's
+   bell and wakes it in one atomic system call (``FUTEX_WAKE_OP``).
+
+No wake-up is lost: with a fence on both sides (x86 keeps stores in order and loads in
+order, but may let a load pass an earlier store: Dekker's case, hence the fences),
+either the writer sees the flag, or the waiter's re-check sees the write. When the
+writer sees the flag, it changes the bell atomically after its write: if the waiter
+read the bell before that change, the kernel's own comparison in ``FUTEX_WAIT`` fails
+or the sleeper is already queued and woken; if after, its re-check sees the write.
+The timeout is a backstop for what this board cannot see (a rank that died, a report
+on the socket), not the mechanism. The fence is a ``threading.Lock`` acquired and
+released: CPython does both with atomic read-modify-write instructions, which x86
+orders as full fences. Hence: Linux on x86-64 only (:func:`available`); elsewhere the
+collectives keep their datagram path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+import threading
+import time
+from typing import Callable
+
+from .shm import Segment
+
+__all__ = ["ANY", "OVERFLOW", "SLOT_DATA", "Board", "available", "spin_seconds"]
+
+LINE = 64
+SLOT = 16384  # bytes per slot, its header included
+HEADER = 32  # seq, sig, nbytes, spare (int64 each)
+SLOT_DATA = SLOT - HEADER
+ANY = -1  # wait flag: sleeping until any rank writes
+OVERFLOW = -1  # byte count of a slot whose data did not fit
+SLEEP = 0.05  # longest futex sleep between checks, seconds
+SPIN = 30e-6  # spin before sleeping when every rank has a core, seconds
+
+_SYS_FUTEX = 202  # x86-64
+_FUTEX_WAIT = 0
+_FUTEX_WAKE_OP = 5
+# FUTEX_OP(ADD, 1, CMP_EQ, 0): add one to the word (its second wake never happens).
+_ADD_ONE = (1 << 28) | (1 << 12)
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+_libc: ctypes.CDLL | None = None
+
+
+def available() -> bool:
+    """Whether boards work here: Linux on x86-64 (futexes, a total store order), and
+    not turned off with ``IPYMPI_SHM_COLL=0`` (every rank sees the same environment)."""
+    global _libc
+    if os.environ.get("IPYMPI_SHM_COLL", "1") == "0":
+        return False
+    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+        return False
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(None, use_errno=True)
+        except OSError:
+            return False
+    return True
+
+
+def spin_seconds(ranks: int) -> float:
+    """How long a waiter spins before it sleeps: :data:`SPIN` when every one of the
+    ``ranks`` ranks can have a core of its own, else not at all."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return SPIN if ranks <= cores else 0.0
+
+
+_fence_lock = threading.Lock()
+
+
+def fence() -> None:
+    """A full memory fence (see the module's docstring)."""
+    _fence_lock.acquire()
+    _fence_lock.release()
+
+
+def board_bytes(size: int) -> int:
+    """The bytes of a board of ``size`` ranks."""
+    return _flags_bytes(size) + size * (LINE + 2 * SLOT)
+
+
+def _flags_bytes(size: int) -> int:
+    return -(-4 * size // LINE) * LINE
+
+
+class Board:
+    """One communicator's board, mapped by this rank (``rank`` of ``size``).
+
+    Create it on one rank with :meth:`create`, pass :attr:`name` to the others, which
+    :meth:`open` it; once all have it open, the creator calls :meth:`unlink`. Then
+    :meth:`begin`, :meth:`publish`, :meth:`slot_ready`, :meth:`wait_slot` and
+    :meth:`read` run the calls; :meth:`close` when the communicator goes.
+    """
+
+    def __init__(self, segment: Segment, rank: int, size: int) -> None:
+        self.segment = segment
+        self.name = segment.name
+        self.rank = rank
+        self.size = size
+        mem = segment.view()
+        self.mem = mem
+        flags = _flags_bytes(size)
+        self.flags = mem[: 4 * size].cast("i")
+        self.flag_bytes = mem[: 4 * size]
+        self._no_flags = bytes(4 * size)
+        self.words = mem.cast("q")
+        self.bells = mem.cast("I")
+        base = segment.address
+        per_rank = LINE + 2 * SLOT
+        self._line = [flags + r * per_rank for r in range(size)]  # byte offsets
+        # the bells' addresses as pointers (a plain int would go to C as a 32-bit int)
+        self._bell_addr = [ctypes.c_void_p(base + off) for off in self._line]
+        self._started = [off // 8 + 1 for off in self._line]  # word indexes
+        # word index of slot p's header, per rank: [rank][p]
+        self._slot = [
+            (
+                (off + LINE) // 8,
+                (off + LINE + SLOT) // 8,
+            )
+            for off in self._line
+        ]
+        self.spin = spin_seconds(size)
+        self._syscall = _libc.syscall if _libc is not None else None
+        self._timeout = _Timespec(int(SLEEP), int((SLEEP % 1) * 1e9))
+        self._timeout_ref = ctypes.byref(self._timeout)
+        self.capacity = SLOT_DATA
+        self.clear_upto = -(1 << 62)  # every rank has started this collective or later
+
+    @classmethod
+    def create(cls, rank: int, size: int) -> Board:
+        return cls(Segment.create(board_bytes(size), prefix="ipympi-coll"), rank, size)
+
+    @classmethod
+    def open(cls, name: str, rank: int, size: int) -> Board:
+        return cls(Segment.open(name, board_bytes(size)), rank, size)
+
+    def unlink(self) -> None:
+        self.segment.unlink()
+
+    def close(self) -> None:
+        """Unmap the board (this rank's use of it ends)."""
+        for view in (self.flags, self.flag_bytes, self.words, self.bells):
+            view.release()
+        self.mem.release()
+        self.segment.close()
+
+    # -- writing ----------------------------------------------------------------------
+    def begin(self, seq: int) -> None:
+        """Say that this rank has started collective ``seq`` (a writer waiting to reuse
+        its slot learns it at the next :meth:`notify`)."""
+        self.words[self._started[self.rank]] = seq + 1
+
+    def publish(
+        self, seq: int, sig: int, data: memoryview | bytes, idle: Callable[[], None]
+    ) -> None:
+        """Write this rank's slot of collective ``seq`` (``sig``, and ``data`` if it fits
+        in :data:`SLOT_DATA` bytes, else the mark :data:`OVERFLOW`: the data goes
+        another way) once no rank reads its previous content, then wake the ranks
+        that wait for it."""
+        if self.clear_upto < seq - 1:
+            self._wait_started(seq - 1, idle)
+        words = self.words
+        head = self._slot[self.rank][seq & 1]
+        nbytes = len(data) if type(data) is bytes else data.nbytes  # type: ignore[union-attr]
+        words[head + 1] = sig
+        if nbytes > SLOT_DATA:
+            words[head + 2] = OVERFLOW
+        else:
+            words[head + 2] = nbytes
+            if nbytes:
+                start = 8 * head + HEADER
+                self.mem[start : start + nbytes] = data
+        words[head] = seq + 1  # 0: never written
+        self.notify()
+
+    def notify(self) -> None:
+        """Wake the ranks that sleep until this rank writes (or until any rank does)."""
+        fence()
+        if self.flag_bytes != self._no_flags:
+            me = self.rank + 1
+            flags = self.flags
+            for r in range(self.size):
+                flag = flags[r]
+                if flag in (me, ANY):
+                    self.ring(r)
+
+    def ring(self, rank: int) -> None:
+        """Change ``rank``'s bell and wake it (from any thread)."""
+        addr = self._bell_addr[rank]
+        self._syscall(_SYS_FUTEX, addr, _FUTEX_WAKE_OP, 1, 0, addr, _ADD_ONE)  # type: ignore[misc]
+
+    def ring_self(self) -> None:
+        """Wake this rank if it sleeps on the board (from another thread)."""
+        self.ring(self.rank)
+
+    def ring_all(self) -> None:
+        """Wake every sleeping rank (news they must read from their sockets)."""
+        fence()
+        flags = self.flags
+        for r in range(self.size):
+            if flags[r] and r != self.rank:
+                self.ring(r)
+
+    # -- reading ----------------------------------------------------------------------
+    def slot_ready(self, rank: int, seq: int) -> bool:
+        """Whether ``rank`` has written its slot of collective ``seq``."""
+        return self.words[self._slot[rank][seq & 1]] == seq + 1
+
+    def read(self, rank: int, seq: int) -> tuple[int, int, memoryview]:
+        """(signature, byte count, data) of ``rank``'s slot of collective ``seq``
+        (written: see :meth:`wait_slot`); the count is :data:`OVERFLOW` when the data
+        went another way. The data is a view of the board, valid until this rank
+        starts collective ``seq + 1``."""
+        words = self.words
+        head = self._slot[rank][seq & 1]
+        nbytes = words[head + 2]
+        start = 8 * head + HEADER
+        return words[head + 1], nbytes, self.mem[start : start + max(0, nbytes)]
+
+    def wait_slot(self, rank: int, seq: int, idle: Callable[[], None]) -> None:
+        """Return once ``rank`` has written its slot of collective ``seq``; ``idle``
+        runs after each wake-up that does not end the wait (it may raise)."""
+        words, index, mark = self.words, self._slot[rank][seq & 1], seq + 1
+        if words[index] == mark:
+            return
+        if self.spin:
+            clock = time.perf_counter
+            end = clock() + self.spin
+            while clock() < end:
+                if words[index] == mark:
+                    return
+        self._sleep(lambda: words[index] == mark, rank + 1, idle)
+
+    def _wait_started(self, seq: int, idle: Callable[[], None]) -> None:
+        """Wait until every other rank has started collective ``seq`` or a later one
+        (or none yet: it reads nothing)."""
+        words, me, mark = self.words, self.rank, seq + 1
+        for r, index in enumerate(self._started):
+            if r != me and 0 < words[index] < mark:  # 0: has not read anything yet
+                self._sleep(lambda i=index: words[i] >= mark, r + 1, idle)  # type: ignore[misc]
+        started = [words[i] for r, i in enumerate(self._started) if r != me]
+        if all(started):
+            self.clear_upto = min(started) - 1
+
+    def _sleep(self, done: Callable[[], bool], flag: int, idle: Callable[[], None]) -> None:
+        """Sleep on this rank's bell until ``done()`` (see the module's docstring)."""
+        me = self.rank
+        flags, bells = self.flags, self.bells
+        bell_index = self._line[me] // 4
+        addr = self._bell_addr[me]
+        syscall, timeout = self._syscall, self._timeout_ref
+        try:
+            while True:
+                flags[me] = flag
+                fence()
+                value = bells[bell_index]
+                if done():
+                    return
+                syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_uint32(value), timeout, None, 0)  # type: ignore[misc]
+                flags[me] = 0
+                if done():
+                    return
+                idle()
+        finally:
+            flags[me] = 0

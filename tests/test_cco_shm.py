@@ -1,0 +1,371 @@
+"""Collectives through a shared board (``progress.shmcoll``, ``mpi.coll.shmpath``).
+
+The board's pieces as pure logic in one process (two mappings of one segment, a
+second thread as the other rank); then real ranks on one host: every call against
+numpy at 2, 4 and 16 ranks, calls that overflow their slot, the board beside the
+general path and nonblocking calls on one communicator, Ctrl-C during a wait, a
+deadlock report that names the wait, and nothing left in ``/dev/shm``. (A rank that
+dies while the others wait on the board: ``test_faults.py``, in a notebook session,
+where the others go on.)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import MPI_PRELUDE, ROOT, assert_ok, mpi_program
+
+from ipympi.progress import shmcoll
+from ipympi.progress.shmcoll import OVERFLOW, SLOT_DATA, Board
+
+pytestmark = pytest.mark.skipif(not shmcoll.available(), reason="boards need Linux on x86-64")
+
+
+# -- the board, in one process ---------------------------------------------------------
+@pytest.fixture
+def pair():
+    first = Board.create(0, 2)
+    second = Board.open(first.name, 1, 2)
+    first.unlink()
+    yield first, second
+    second.close()
+    first.close()
+
+
+def _no_idle() -> None:
+    pass
+
+
+def test_a_published_slot_is_read_with_its_signature_and_data(pair) -> None:
+    first, second = pair
+    assert not second.slot_ready(0, 1)
+    first.begin(1)
+    first.publish(1, 77, b"hello", _no_idle)
+    assert second.slot_ready(0, 1) and not second.slot_ready(0, 3)
+    sig, count, data = second.read(0, 1)
+    assert (sig, count, bytes(data)) == (77, 5, b"hello")
+    # the other parity's slot is untouched: a rank may run one collective ahead
+    first.publish(2, 78, memoryview(b"xy"), _no_idle)
+    assert bytes(second.read(0, 1)[2]) == b"hello"
+    second.begin(1)  # publishing #2 needs every rank to have started #1
+    assert bytes(second.read(0, 2)[2]) == b"xy"
+
+
+def test_data_larger_than_a_slot_is_marked_as_overflow(pair) -> None:
+    first, second = pair
+    second.begin(1)
+    first.publish(1, 5, bytes(SLOT_DATA + 1), _no_idle)
+    assert second.read(0, 1)[:2] == (5, OVERFLOW)
+    first.publish(2, 5, bytes(SLOT_DATA), _no_idle)
+    assert second.read(0, 2)[1] == SLOT_DATA
+
+
+def test_a_sleeping_reader_is_woken_by_the_write(pair) -> None:
+    first, second = pair
+    second.spin = 0.0  # sleep at once
+    second.begin(2)
+    timer = threading.Timer(0.2, first.publish, (3, 1, b"z", _no_idle))
+    idles = []
+    t0 = time.monotonic()
+    timer.start()
+    second.wait_slot(0, 3, lambda: idles.append(1))
+    took = time.monotonic() - t0
+    timer.join()
+    assert second.slot_ready(0, 3)
+    assert 0.15 < took < 0.2 + shmcoll.SLEEP, took  # woken, not timed out
+    assert second.flags[1] == 0  # no longer flagged as sleeping
+
+
+def test_a_slot_is_rewritten_only_once_every_reader_has_moved_on(pair) -> None:
+    first, second = pair
+    first.begin(1)
+    second.begin(1)
+    first.publish(1, 1, b"a", _no_idle)
+    first.begin(2)
+    first.publish(2, 1, b"b", _no_idle)
+    first.begin(3)
+    done = threading.Event()
+
+    def write_third() -> None:
+        first.publish(3, 1, b"c", _no_idle)  # slot of #1: rank 1 may still read it
+        done.set()
+
+    writer = threading.Thread(target=write_third)
+    writer.start()
+    assert not done.wait(0.2)
+    assert bytes(second.read(0, 1)[2]) == b"a"
+    second.begin(2)
+    second.notify()
+    assert done.wait(5)
+    writer.join()
+    assert bytes(second.read(0, 3)[2]) == b"c"
+
+
+def test_an_idle_check_that_raises_ends_the_wait(pair) -> None:
+    _, second = pair
+    second.spin = 0.0
+
+    def idle() -> None:
+        raise KeyboardInterrupt
+
+    second.ring_self()  # wakes nobody, but changes the bell: the first sleep returns
+    threading.Timer(0.05, second.ring_self).start()
+    with pytest.raises(KeyboardInterrupt):
+        second.wait_slot(0, 9, idle)
+    assert second.flags[1] == 0
+
+
+# -- real ranks --------------------------------------------------------------------------
+EVERY_CALL = """
+from ipympi.progress.shmcoll import Board
+for step in range(4):
+    for root in range(size):
+        comm.Barrier()
+        for n in (1, 3, 5000):  # 5000 float64: more than a slot holds
+            buf = np.arange(n, dtype=float) + step if rank == root else np.zeros(n)
+            comm.Bcast(buf, root=root)
+            assert np.array_equal(buf, np.arange(n, dtype=float) + step), (n, buf)
+            mine = np.arange(n, dtype=float) + 1000 * rank + step
+            every = np.concatenate(
+                [np.arange(n, dtype=float) + 1000 * r + step for r in range(size)]
+            )
+            out = np.full(n * size, -1.0) if rank == root else None
+            comm.Gather(mine, out, root=root)
+            assert rank != root or np.array_equal(out, every), (n, out)
+            got = np.full(n, -1.0)
+            comm.Scatter(every if rank == root else None, got, root=root)
+            assert np.array_equal(got, mine), (n, got)
+            total = np.zeros(n) if rank == root else None
+            comm.Reduce(mine, total, MPI.SUM, root=root)
+            assert rank != root or np.allclose(total, every.reshape(size, n).sum(axis=0))
+    for n in (1, 4, 3000):
+        mine = np.arange(n, dtype=float) * (rank + 1) + step
+        every = np.concatenate([np.arange(n, dtype=float) * (r + 1) + step for r in range(size)])
+        out = np.full(n * size, -1.0)
+        comm.Allgather(mine, out)
+        assert np.array_equal(out, every), (n, out)
+        total = np.zeros(n)
+        comm.Allreduce(mine, total, MPI.SUM)
+        assert np.array_equal(total, every.reshape(size, n).sum(axis=0)), total
+        high = np.zeros(n)
+        comm.Allreduce(mine, high, MPI.MAX)
+        assert np.array_equal(high, every.reshape(size, n).max(axis=0))
+        sends = np.concatenate([np.arange(n, dtype=float) + 1000 * rank + r for r in range(size)])
+        wants = np.concatenate([np.arange(n, dtype=float) + 1000 * r + rank for r in range(size)])
+        out = np.full(n * size, -1.0)
+        comm.Alltoall(sends, out)
+        assert np.array_equal(out, wants), (n, out)
+    ints = np.zeros(1, dtype=np.int64)
+    comm.Allreduce(np.array([rank + step], dtype=np.int64), ints, MPI.SUM)
+    assert ints[0] == size * (size - 1) // 2 + size * step
+    assert comm.allreduce(rank + step) == size * (size - 1) // 2 + size * step
+    assert comm.allreduce([rank] * 3000) == [r for r in range(size) for _ in range(3000)]
+    assert comm.allreduce(rank, op=MPI.MAX) == size - 1
+    # a non-commutative operation: every rank gets the rank-ordered result, bit for bit
+    cat = MPI.Op.Create(lambda a, b, t: b.__setitem__(slice(None), a * 10 + b), commute=False)
+    digits = np.zeros(1)
+    comm.Allreduce(np.array([float(rank + 1)]), digits, cat)
+    expected = 0.0
+    for r in range(size):
+        expected = expected * 10 + (r + 1) if r else 1.0
+    assert digits[0] == expected, (digits, expected)
+    cat.Free()
+    values = comm.allgather(float(np.float64(1) / (rank + 3)))
+    summed = np.zeros(1)
+    comm.Allreduce(np.array([values[rank]]), summed)
+    assert comm.allgather(summed[0].tobytes()) == [summed[0].tobytes()] * size
+assert isinstance(comm._live().lane.board, Board), comm._live().lane.board
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("size", [2, 4, 16])
+def test_every_call_gives_numpy_s_results(run_mpi, size: int) -> None:
+    assert_ok(run_mpi(size, mpi_program(MPI_PRELUDE, EVERY_CALL), timeout=110), size)
+
+
+MIXED = """
+from ipympi.progress.shmcoll import Board
+big = np.arange(300_000, dtype=float) if rank == 0 else np.zeros(300_000)
+for step in range(3):
+    comm.Barrier()
+    small = np.zeros(1)
+    comm.Allreduce(np.ones(1), small)
+    assert small[0] == size
+    req = comm.Ibarrier()
+    total = np.zeros(4)
+    ireq = comm.Iallreduce(np.full(4, float(rank)), total)
+    comm.Bcast(big, root=0)  # large: the general path, on the same communicator
+    assert big[-1] == 299_999.0
+    one = np.zeros(1)
+    comm.Allreduce(np.full(1, 2.0), one)
+    assert one[0] == 2 * size
+    assert comm.bcast({"step": step} if rank == 0 else None, root=0) == {"step": step}
+    req.Wait()
+    ireq.Wait()
+    assert total.tolist() == [size * (size - 1) / 2] * 4
+    comm.Barrier()
+    sub = comm.Split(rank % 2, rank)
+    got = np.zeros(sub.Get_size())
+    sub.Allgather(np.array([float(rank)]), got)
+    assert got.tolist() == [float(r) for r in range(size) if r % 2 == rank % 2]
+    sub.Free()
+    dup = comm.Dup()
+    dup.Barrier()
+    assert isinstance(dup._live().lane.board, Board)
+    dup.Free()
+assert isinstance(comm._live().lane.board, Board)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("size", [2, 4])
+def test_board_calls_meet_large_and_nonblocking_ones(run_mpi, size: int) -> None:
+    assert_ok(run_mpi(size, mpi_program(MPI_PRELUDE, MIXED), timeout=110), size)
+
+
+@pytest.mark.timeout(60)
+def test_without_boards_the_calls_take_the_datagram_path(run_mpi) -> None:
+    body = """
+    comm.Barrier()
+    assert comm.allreduce(rank) == size * (size - 1) // 2
+    assert comm._live().lane.board is False
+    """
+    env = {"IPYMPI_SHM_COLL": "0"}
+    assert_ok(run_mpi(3, mpi_program(MPI_PRELUDE, body), env=env), 3)
+
+
+@pytest.mark.timeout(60)
+def test_a_deadlock_report_names_the_wait_on_the_board(run_mpi) -> None:
+    body = """
+    comm.Barrier()
+    if rank != 2:
+        comm.Barrier()
+    """
+    proc = run_mpi(3, mpi_program(MPI_PRELUDE, body, ok=False), timeout=40)
+    assert proc.returncode != 0
+    assert re.search(
+        r"rank 0 waits in Barrier \(collective #\d+, in shared memory\)", proc.stderr
+    ), proc.stderr
+
+
+def _shm_files(pids: list[int]) -> list[str]:
+    """This job's boards still named in /dev/shm (those of the given rank pids)."""
+    names = os.listdir("/dev/shm") if os.path.isdir("/dev/shm") else []
+    return [n for n in names if any(n.startswith(f"ipympi-coll-{pid}-") for pid in pids)]
+
+
+CTRL_C = """
+import sys
+comm.Barrier()
+comm.Barrier()
+print(f"READY {rank} {os.getpid()}", flush=True)
+try:
+    if rank == 0:
+        comm.Barrier()  # alone: waits on the board until Ctrl-C
+    else:
+        time.sleep(30)
+except KeyboardInterrupt:
+    print(f"INTERRUPTED {rank}", flush=True)
+    sys.exit(0)
+"""
+
+
+def _launch(tmp_path: Path, n: int, source: str) -> subprocess.Popen[str]:
+    path = tmp_path / "prog.py"
+    path.write_text(source)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IPYMPI_")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    env["TMPDIR"] = str(tmp_path)
+    cmd = [sys.executable, "-m", "ipympi.run", "-n", str(n), "--timeout", "40"]
+    cmd += ["--no-deadlock-check", str(path)]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path
+    )
+
+
+def _ready(proc: subprocess.Popen[str], n: int) -> dict[int, int]:
+    assert proc.stdout is not None
+    pids: dict[int, int] = {}
+    deadline = time.monotonic() + 30
+    while len(pids) < n:
+        line = proc.stdout.readline()
+        assert line and time.monotonic() < deadline, "the ranks never got ready"
+        if line.startswith("READY"):
+            _, r, pid = line.split()
+            pids[int(r)] = int(pid)
+    return pids
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_interrupts_a_wait_on_the_board_and_leaves_nothing(tmp_path: Path) -> None:
+    prog = "import os, time\nfrom ipympi import MPI\ncomm = MPI.COMM_WORLD\n"
+    prog += "rank = comm.Get_rank()\n" + textwrap.dedent(CTRL_C)
+    proc = _launch(tmp_path, 2, prog)
+    try:
+        pids = _ready(proc, 2)
+        time.sleep(0.5)  # rank 0 sleeps on its bell now
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+        elapsed = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert "INTERRUPTED 0" in out, (out, err)
+    assert elapsed < 10, elapsed
+    assert _shm_files(list(pids.values())) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_job_killed_while_ranks_wait_on_a_board_leaves_nothing(tmp_path: Path) -> None:
+    prog = "import os, time\nfrom ipympi import MPI\ncomm = MPI.COMM_WORLD\n"
+    prog += textwrap.dedent(
+        """
+        rank = comm.Get_rank()
+        comm.Barrier()
+        print(f"READY {rank} {os.getpid()}", flush=True)
+        if rank:
+            comm.Barrier()  # waits for rank 0, which never comes
+        time.sleep(30)
+        """
+    )
+    proc = _launch(tmp_path, 3, prog)
+    try:
+        pids = _ready(proc, 3)
+        time.sleep(0.3)
+        for pid in pids.values():
+            os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert _shm_files(list(pids.values())) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_normal_end_leaves_nothing_in_dev_shm(run_mpi) -> None:
+    body = """
+    import os
+    comm.Barrier()
+    dup = comm.Dup()
+    dup.Allreduce(np.ones(1), np.zeros(1))
+    dup.Free()
+    print(f"PID {os.getpid()}", flush=True)
+    """
+    proc = run_mpi(4, mpi_program(MPI_PRELUDE, body))
+    assert_ok(proc, 4)
+    pids = [int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("PID")]
+    assert len(pids) == 4 and _shm_files(pids) == []
