@@ -25,7 +25,7 @@ import pytest
 from conftest import MPI_PRELUDE, ROOT, assert_ok, mpi_program
 
 from ipympi.progress import shmcoll
-from ipympi.progress.shmcoll import OVERFLOW, SLOT_DATA, Board
+from ipympi.progress.shmcoll import DEPTH, OVERFLOW, SLOT_DATA, Board
 
 pytestmark = pytest.mark.skipif(not shmcoll.available(), reason="boards need Linux on x86-64")
 
@@ -53,7 +53,7 @@ def test_a_published_slot_is_read_with_its_signature_and_data(pair) -> None:
     assert second.slot_ready(0, 1) and not second.slot_ready(0, 3)
     sig, count, data = second.read(0, 1)
     assert (sig, count, bytes(data)) == (77, 5, b"hello")
-    # the other parity's slot is untouched: a rank may run one collective ahead
+    # the next collective's slot is another one: a rank may run ahead
     first.publish(2, 78, memoryview(b"xy"), _no_idle)
     assert bytes(second.read(0, 1)[2]) == b"hello"
     second.begin(1)  # publishing #2 needs every rank to have started #1
@@ -71,7 +71,7 @@ def test_data_larger_than_a_slot_is_marked_as_overflow(pair) -> None:
 
 def test_a_sleeping_reader_is_woken_by_the_write(pair) -> None:
     first, second = pair
-    second.spin = 0.0  # sleep at once
+    second.spin = second.max_spin = 0.0  # sleep at once
     second.begin(2)
     timer = threading.Timer(0.2, first.publish, (3, 1, b"z", _no_idle))
     idles = []
@@ -87,32 +87,31 @@ def test_a_sleeping_reader_is_woken_by_the_write(pair) -> None:
 
 def test_a_slot_is_rewritten_only_once_every_reader_has_moved_on(pair) -> None:
     first, second = pair
-    first.begin(1)
     second.begin(1)
-    first.publish(1, 1, b"a", _no_idle)
-    first.begin(2)
-    first.publish(2, 1, b"b", _no_idle)
-    first.begin(3)
+    for seq in range(1, DEPTH + 1):  # DEPTH slots: the writer runs ahead of the reader
+        first.begin(seq)
+        first.publish(seq, 1, bytes([seq]), _no_idle)
+    first.begin(DEPTH + 1)
     done = threading.Event()
 
-    def write_third() -> None:
-        first.publish(3, 1, b"c", _no_idle)  # slot of #1: rank 1 may still read it
+    def write_next() -> None:
+        first.publish(DEPTH + 1, 1, b"c", _no_idle)  # the slot of #1: rank 1 may read it
         done.set()
 
-    writer = threading.Thread(target=write_third)
+    writer = threading.Thread(target=write_next)
     writer.start()
     assert not done.wait(0.2)
-    assert bytes(second.read(0, 1)[2]) == b"a"
+    assert bytes(second.read(0, 1)[2]) == bytes([1])
     second.begin(2)
     second.notify()
     assert done.wait(5)
     writer.join()
-    assert bytes(second.read(0, 3)[2]) == b"c"
+    assert bytes(second.read(0, DEPTH + 1)[2]) == b"c"
 
 
 def test_an_idle_check_that_raises_ends_the_wait(pair) -> None:
     _, second = pair
-    second.spin = 0.0
+    second.spin = second.max_spin = 0.0
 
     def idle() -> None:
         raise KeyboardInterrupt

@@ -9,22 +9,25 @@ own and knows nothing of the calls.
 Layout (``n`` ranks; all words native, 8-byte aligned, written with one store each):
 
 - ``n`` int32 *wait flags*: 0 while rank ``r`` runs, ``x + 1`` while it sleeps until
-  rank ``x`` writes something, :data:`ANY` when it sleeps on several ranks;
+  rank ``x`` writes something, :data:`ANY` until any rank does, :data:`COMPLETE` until
+  every rank has written its slot of the collective (:meth:`Board.wait_all`);
 - per rank, one 64-byte line: its *bell* (a uint32 futex word that it alone sleeps on)
   and its *started* word (the sequence number of the collective it is in);
-- per rank, two slots (by the parity of the collective's sequence number, so that a
-  rank may run one collective ahead of the others): sequence number, signature, byte
+- per rank, :data:`DEPTH` slots (slot ``s % DEPTH`` for collective ``s``, so that a
+  rank may run up to ``DEPTH - 1`` collectives ahead of the others: a rooted call's
+  root, for one, need not wait for its readers): sequence number, signature, byte
   count, then up to :data:`SLOT_DATA` bytes of data. Sequence numbers are stored plus
   one, so that 0 means "never written".
 
-A collective ``s`` (the engine's ledger number, the same on every rank) writes slot
-``s % 2`` after every other rank has *started* ``s - 1`` (so none still reads the slot's
-previous content, ``s - 2``), data first and the sequence number last: a reader that
+A collective ``s`` (the engine's ledger number, the same on every rank) writes its slot
+after every other rank has *started* ``s - DEPTH + 1`` (so none still reads the slot's
+previous content, ``s - DEPTH``), data first and the sequence number last: a reader that
 sees ``s`` in the slot sees the data. Readers wait until a slot shows ``s``.
 
 Waiting. A rank first checks, then spins for a few microseconds if there is a core
 for every rank (:func:`spin_seconds`; never when ranks outnumber cores: a spinning
-rank would hold the core its writer needs), then sleeps on its bell with a timeout
+rank would hold the core its writer needs; and less and less while its waits turn
+out long, as on a machine busy with other work), then sleeps on its bell with a timeout
 (:data:`SLEEP`), running the caller's ``idle`` check after every wake-up that did not
 end the wait (it reads the rank's socket: mismatch reports, dead ranks, other threads
 that want the engine; whoever knows of such news rings the bell). Sleeping:
@@ -56,26 +59,42 @@ import platform
 import sys
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
+from ..core.lazynumpy import np
 from .shm import Segment
 
-__all__ = ["ANY", "OVERFLOW", "SLOT_DATA", "Board", "available", "spin_seconds"]
+__all__ = [
+    "ANY",
+    "COMPLETE",
+    "DEPTH",
+    "OVERFLOW",
+    "SLOT_DATA",
+    "Board",
+    "available",
+    "spin_seconds",
+]
 
 LINE = 64
 SLOT = 16384  # bytes per slot, its header included
+DEPTH = 4  # slots per rank (a power of two): a rank may run DEPTH - 1 collectives ahead
+_LAST = DEPTH - 1
 HEADER = 32  # seq, sig, nbytes, spare (int64 each)
 SLOT_DATA = SLOT - HEADER
 ANY = -1  # wait flag: sleeping until any rank writes
+COMPLETE = -2  # wait flag: sleeping until every rank has written its slot
 OVERFLOW = -1  # byte count of a slot whose data did not fit
 SLEEP = 0.05  # longest futex sleep between checks, seconds
-SPIN = 30e-6  # spin before sleeping when every rank has a core, seconds
+SPIN = 30e-6  # longest spin before sleeping, when every rank has a core, seconds
+MIN_SPIN = 2e-6
+MANY = 8  # above this many ranks, slots are scanned with numpy
 
 _SYS_FUTEX = 202  # x86-64
 _FUTEX_WAIT = 0
 _FUTEX_WAKE_OP = 5
 # FUTEX_OP(ADD, 1, CMP_EQ, 0): add one to the word (its second wake never happens).
 _ADD_ONE = (1 << 28) | (1 << 12)
+_ALL = 0x7FFFFFFF  # wake every sleeper
 
 
 class _Timespec(ctypes.Structure):
@@ -122,11 +141,12 @@ def fence() -> None:
 
 def board_bytes(size: int) -> int:
     """The bytes of a board of ``size`` ranks."""
-    return _flags_bytes(size) + size * (LINE + 2 * SLOT)
+    return _flags_bytes(size) + size * (LINE + DEPTH * SLOT)
 
 
 def _flags_bytes(size: int) -> int:
-    return -(-4 * size // LINE) * LINE
+    """The wait flags, then one line with the shared bell."""
+    return -(-4 * size // LINE) * LINE + LINE
 
 
 class Board:
@@ -150,26 +170,39 @@ class Board:
         self.flag_bytes = mem[: 4 * size]
         self._no_flags = bytes(4 * size)
         self.words = mem.cast("q")
+        self._numbers = np.frombuffer(mem, dtype=np.int64)
         self.bells = mem.cast("I")
         base = segment.address
-        per_rank = LINE + 2 * SLOT
+        per_rank = LINE + DEPTH * SLOT
         self._line = [flags + r * per_rank for r in range(size)]  # byte offsets
         # the bells' addresses as pointers (a plain int would go to C as a 32-bit int)
         self._bell_addr = [ctypes.c_void_p(base + off) for off in self._line]
         self._started = [off // 8 + 1 for off in self._line]  # word indexes
         # word index of slot p's header, per rank: [rank][p]
         self._slot = [
-            (
-                (off + LINE) // 8,
-                (off + LINE + SLOT) // 8,
-            )
-            for off in self._line
+            tuple((off + LINE + i * SLOT) // 8 for i in range(DEPTH)) for off in self._line
         ]
-        self.spin = spin_seconds(size)
+        # word index of every rank's slot, per slot number
+        self._all_slots = [[self._slot[r][i] for r in range(size)] for i in range(DEPTH)]
+        # every rank's slot header as one array (rank, word), per slot number
+        strided = np.lib.stride_tricks.as_strided
+        self._headers = [
+            strided(self._numbers[first:], shape=(size, 4), strides=(per_rank, 8))
+            for first in (self._all_slots[i][0] for i in range(DEPTH))
+        ]
+        # the bell that ranks waiting for a whole collective share (rung once, for all)
+        self._shared_index = (flags - LINE) // 4
+        self._shared_addr = ctypes.c_void_p(base + flags - LINE)
+        self.max_spin = spin_seconds(size)
+        self.spin = self.max_spin  # adapted by every wait (:meth:`wait_slot`)
         self._syscall = _libc.syscall if _libc is not None else None
         self._timeout = _Timespec(int(SLEEP), int((SLEEP % 1) * 1e9))
         self._timeout_ref = ctypes.byref(self._timeout)
         self.capacity = SLOT_DATA
+        # Around each sleep, what the caller lets go of and takes back (its engine, when
+        # other threads need it): ``release()`` returns what ``retake`` needs, or None.
+        self.release: Callable[[], Any] | None = None
+        self.retake: Callable[[Any], None] | None = None
         self.clear_upto = -(1 << 62)  # every rank has started this collective or later
 
     @classmethod
@@ -185,6 +218,8 @@ class Board:
 
     def close(self) -> None:
         """Unmap the board (this rank's use of it ends)."""
+        self._headers = []
+        self._numbers = np.zeros(0, dtype=np.int64)
         for view in (self.flags, self.flag_bytes, self.words, self.bells):
             view.release()
         self.mem.release()
@@ -203,10 +238,10 @@ class Board:
         in :data:`SLOT_DATA` bytes, else the mark :data:`OVERFLOW`: the data goes
         another way) once no rank reads its previous content, then wake the ranks
         that wait for it."""
-        if self.clear_upto < seq - 1:
-            self._wait_started(seq - 1, idle)
+        if self.clear_upto < seq - _LAST:
+            self._wait_started(seq - _LAST, idle)
         words = self.words
-        head = self._slot[self.rank][seq & 1]
+        head = self._slot[self.rank][seq & _LAST]
         nbytes = len(data) if type(data) is bytes else data.nbytes  # type: ignore[union-attr]
         words[head + 1] = sig
         if nbytes > SLOT_DATA:
@@ -217,27 +252,41 @@ class Board:
                 start = 8 * head + HEADER
                 self.mem[start : start + nbytes] = data
         words[head] = seq + 1  # 0: never written
-        self.notify()
+        self.notify(seq)
 
-    def notify(self) -> None:
-        """Wake the ranks that sleep until this rank writes (or until any rank does)."""
+    def notify(self, seq: int = -1) -> None:
+        """Wake the ranks that sleep until this rank writes (or until any rank does),
+        and, when this rank's write of collective ``seq`` completed it (every slot
+        written), those that sleep until it is complete."""
         fence()
         if self.flag_bytes != self._no_flags:
             me = self.rank + 1
             flags = self.flags
+            waiting_all = False
             for r in range(self.size):
                 flag = flags[r]
                 if flag in (me, ANY):
                     self.ring(r)
+                elif flag == COMPLETE:
+                    waiting_all = True
+            if waiting_all and seq >= 0 and self.missing(seq, everyone=True) < 0:
+                self.ring_shared()
 
     def ring(self, rank: int) -> None:
         """Change ``rank``'s bell and wake it (from any thread)."""
         addr = self._bell_addr[rank]
         self._syscall(_SYS_FUTEX, addr, _FUTEX_WAKE_OP, 1, 0, addr, _ADD_ONE)  # type: ignore[misc]
 
+    def ring_shared(self) -> None:
+        """Change the shared bell and wake every rank that sleeps on it."""
+        addr = self._shared_addr
+        self._syscall(_SYS_FUTEX, addr, _FUTEX_WAKE_OP, _ALL, 0, addr, _ADD_ONE)  # type: ignore[misc]
+
     def ring_self(self) -> None:
         """Wake this rank if it sleeps on the board (from another thread)."""
         self.ring(self.rank)
+        if self.flags[self.rank] == COMPLETE:
+            self.ring_shared()
 
     def ring_all(self) -> None:
         """Wake every sleeping rank (news they must read from their sockets)."""
@@ -246,11 +295,12 @@ class Board:
         for r in range(self.size):
             if flags[r] and r != self.rank:
                 self.ring(r)
+        self.ring_shared()
 
     # -- reading ----------------------------------------------------------------------
     def slot_ready(self, rank: int, seq: int) -> bool:
         """Whether ``rank`` has written its slot of collective ``seq``."""
-        return self.words[self._slot[rank][seq & 1]] == seq + 1
+        return self.words[self._slot[rank][seq & _LAST]] == seq + 1
 
     def read(self, rank: int, seq: int) -> tuple[int, int, memoryview]:
         """(signature, byte count, data) of ``rank``'s slot of collective ``seq``
@@ -258,7 +308,7 @@ class Board:
         went another way. The data is a view of the board, valid until this rank
         starts collective ``seq + 1``."""
         words = self.words
-        head = self._slot[rank][seq & 1]
+        head = self._slot[rank][seq & _LAST]
         nbytes = words[head + 2]
         start = 8 * head + HEADER
         return words[head + 1], nbytes, self.mem[start : start + max(0, nbytes)]
@@ -266,16 +316,75 @@ class Board:
     def wait_slot(self, rank: int, seq: int, idle: Callable[[], None]) -> None:
         """Return once ``rank`` has written its slot of collective ``seq``; ``idle``
         runs after each wake-up that does not end the wait (it may raise)."""
-        words, index, mark = self.words, self._slot[rank][seq & 1], seq + 1
+        words, index, mark = self.words, self._slot[rank][seq & _LAST], seq + 1
         if words[index] == mark:
             return
-        if self.spin:
-            clock = time.perf_counter
-            end = clock() + self.spin
+        clock = time.perf_counter
+        spin = self.spin
+        if spin:
+            end = clock() + spin
             while clock() < end:
                 if words[index] == mark:
+                    self.spin = min(self.max_spin, 2 * spin)
                     return
+        start = clock()
         self._sleep(lambda: words[index] == mark, rank + 1, idle)
+        self._adapt(spin, clock() - start)
+
+    def missing(self, seq: int, everyone: bool = False) -> int:
+        """The first other rank (any rank when ``everyone``) that has not written its slot
+        of collective ``seq``, or -1."""
+        mark, me = seq + 1, self.rank
+        if self.size > MANY:
+            late = np.flatnonzero(self._headers[seq & _LAST][:, 0] != mark)
+            if not everyone:
+                late = late[late != me]
+            return int(late[0]) if late.size else -1
+        words = self.words
+        for r, index in enumerate(self._all_slots[seq & _LAST]):
+            if words[index] != mark and (everyone or r != me):
+                return r
+        return -1
+
+    def first_unlike(self, seq: int, sig: int, nbytes: int) -> int:
+        """The first rank whose (written) slot of collective ``seq`` is not of signature
+        ``sig`` and ``nbytes`` bytes, or -1."""
+        if self.size > MANY:
+            headers = self._headers[seq & _LAST]
+            unlike = np.flatnonzero((headers[:, 1] != sig) | (headers[:, 2] != nbytes))
+            return int(unlike[0]) if unlike.size else -1
+        words = self.words
+        for r, index in enumerate(self._all_slots[seq & _LAST]):
+            if words[index + 1] != sig or words[index + 2] != nbytes:
+                return r
+        return -1
+
+    def wait_all(self, seq: int, idle: Callable[[], None]) -> None:
+        """Return once every rank has written its slot of collective ``seq`` (see
+        :meth:`wait_slot`). A sleeper is woken once, by the rank whose write completes
+        the collective: with a fence between each writer's write and its look at the
+        slots, of two last writers at least one sees the other's write."""
+        if self.missing(seq) < 0:
+            return
+        clock = time.perf_counter
+        spin = self.spin
+        if spin:
+            end = clock() + spin
+            while clock() < end:
+                if self.missing(seq) < 0:
+                    self.spin = min(self.max_spin, 2 * spin)
+                    return
+        start = clock()
+        self._sleep(lambda: self.missing(seq) < 0, COMPLETE, idle)
+        self._adapt(spin, clock() - start)
+
+    def _adapt(self, spin: float, slept: float) -> None:
+        """A wait that spinning would have caught (a short one) spins longer next time;
+        a long one (the writer had no core: a busy machine) spins less."""
+        if slept < self.max_spin:
+            self.spin = min(self.max_spin, max(2 * spin, MIN_SPIN))
+        else:
+            self.spin = spin / 2 if spin > MIN_SPIN else 0.0
 
     def _wait_started(self, seq: int, idle: Callable[[], None]) -> None:
         """Wait until every other rank has started collective ``seq`` or a later one
@@ -292,8 +401,10 @@ class Board:
         """Sleep on this rank's bell until ``done()`` (see the module's docstring)."""
         me = self.rank
         flags, bells = self.flags, self.bells
-        bell_index = self._line[me] // 4
-        addr = self._bell_addr[me]
+        if flag == COMPLETE:
+            bell_index, addr = self._shared_index, self._shared_addr
+        else:
+            bell_index, addr = self._line[me] // 4, self._bell_addr[me]
         syscall, timeout = self._syscall, self._timeout_ref
         try:
             while True:
@@ -302,7 +413,12 @@ class Board:
                 value = bells[bell_index]
                 if done():
                     return
-                syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_uint32(value), timeout, None, 0)  # type: ignore[misc]
+                held = self.release() if self.release is not None else None
+                try:
+                    syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_uint32(value), timeout, None, 0)  # type: ignore[misc]
+                finally:
+                    if held is not None:
+                        self.retake(held)  # type: ignore[misc]
                 flags[me] = 0
                 if done():
                     return

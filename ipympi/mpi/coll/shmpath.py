@@ -28,6 +28,7 @@ the rank it waits for which call it is in (``CHECK``), as the straight path does
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any, Callable
@@ -114,8 +115,32 @@ def set_up(
         return False
     lane.board = board
     lane.idle = functools.partial(idle, lane)
+    board.release = functools.partial(_release_engine, engine)
+    board.retake = functools.partial(_retake_engine, engine)
     engine.wake_hooks.append(board.ring_self)
     return board
+
+
+def _release_engine(engine: Any) -> Any:
+    """Before a sleep on the board: when other threads are in MPI, let the engine go
+    (however deeply held) so that they go on meanwhile, this wait counted among theirs
+    (``progress.sharing``); what :func:`_retake_engine` needs, or None."""
+    if not (engine.sharing or engine.wanted):
+        return None
+    me = threading.get_ident()
+    engine.blocked[me] = (engine.waiting, engine.waiting_since)
+    engine.waiting = None
+    engine.sharing += 1
+    engine.cond.notify_all()  # a follower becomes the socket's reader
+    return me, engine.lock._release_save()
+
+
+def _retake_engine(engine: Any, held: Any) -> None:
+    me, saved = held
+    engine.lock._acquire_restore(saved)
+    engine.sharing -= 1
+    engine.waiting, engine.waiting_since = engine.blocked.pop(me)
+    engine.cond.notify_all()
 
 
 def idle(lane: Any) -> None:
@@ -203,6 +228,14 @@ def _take(
     return into
 
 
+def _wait_all(lane: Any, board: Board) -> None:
+    """Wait until every rank has written its slot of this call (one sleep at most)."""
+    peer = board.missing(lane.seq)
+    if peer >= 0:
+        lane.peer = peer
+        board.wait_all(lane.seq, lane.idle)
+
+
 def _end(lane: Any, large: list[Operation]) -> None:
     for op in large:
         lane.wait_for(op)
@@ -229,8 +262,10 @@ def barrier(lane: Any, board: Board, comm: Any, call: str, sig: int) -> None:
     """Every rank publishes an empty slot and waits for every other's."""
     seq = _begin(lane, board, comm, call, sig)
     board.publish(seq, sig, b"", lane.idle)
-    for r in _others(lane):
-        _take(lane, board, r, 0)
+    _wait_all(lane, board)
+    unlike = board.first_unlike(seq, sig, 0)
+    if unlike >= 0:
+        _take(lane, board, unlike, 0)  # raises the general path's error
     lane.finish()
 
 
@@ -292,6 +327,7 @@ def allgather(
     _begin(lane, board, comm, call, sig)
     me, n = lane.rank, block.nbytes
     large = _put(lane, board, block, _others(lane))
+    _wait_all(lane, board)
     out[me * n : (me + 1) * n] = block
     for r in _others(lane):
         _take(lane, board, r, n, out[r * n : (r + 1) * n])
@@ -313,6 +349,7 @@ def alltoall(
     n = recvs[me].nbytes
     whole = b"".join(sends)
     large = _put(lane, board, whole, [(r, sends[r]) for r in _others(lane)])
+    _wait_all(lane, board)
     recvs[me][:] = sends[me]
     overflow = n * size > board.capacity
     for r in _others(lane):
@@ -338,6 +375,7 @@ def allreduce(
     )
     data = wire(value)
     large = _put(lane, board, data, _others(lane))
+    _wait_all(lane, board)
     me = lane.rank
     acc = None
     for r in range(lane.size):
