@@ -1,8 +1,11 @@
 """Collective operations of ipympi and mpi4py at 2 and 4 ranks, in one table.
 
-``python benchmarks/collectives.py [--trials 7] [--quick] [--no-mpi4py] [--json FILE]``
+``python benchmarks/collectives.py [--trials 7] [--quick] [--no-mpi4py] [--json FILE]
+[--ranks 2,4] [--rows NAME,...]``
 
-For 2 and then 4 ranks, runs ``_coll_rank.py`` under ``python -m ipympi.run -n N``,
+For 2 and then 4 ranks (or the counts ``--ranks`` gives, e.g. ``--ranks 16,64,128
+--rows Barrier`` for many ranks on few cores; ``--rows`` keeps the rows named, as in
+``_coll_rank.ROWS``), runs ``_coll_rank.py`` under ``python -m ipympi.run -n N``,
 then under ``mpiexec -n N`` with mpi4py (when mpi4py and ``mpiexec`` are available)
 with the repetition counts the ipympi run chose, and prints one table of min / median
 per-call times over the trials. See ``benchmarks/README.md`` for the method.
@@ -10,6 +13,7 @@ per-call times over the trials. See ``benchmarks/README.md`` for the method.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 import os
@@ -62,11 +66,13 @@ def with_reps(plan: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
 
 
 def summarize(
-    plans: dict[str, dict[str, Any]], results: dict[str, dict[str, Any]]
+    plans: dict[str, dict[str, Any]],
+    results: dict[str, dict[str, Any]],
+    rank_counts: tuple[int, ...] = RANKS,
 ) -> list[dict[str, Any]]:
     """Per row, rank count and implementation: min / median per-call time in the row's unit."""
     table = []
-    for index, row in enumerate(plans[str(RANKS[0])]["rows"]):
+    for index, row in enumerate(plans[str(rank_counts[0])]["rows"]):
         name, unit = row["name"], row["unit"]
         entry: dict[str, Any] = {
             "name": name,
@@ -75,7 +81,7 @@ def summarize(
             "count": row["count"],
             "ranks": {},
         }
-        for ranks in map(str, RANKS):
+        for ranks in map(str, rank_counts):
             assert plans[ranks]["rows"][index]["name"] == name
             column: dict[str, Any] = {"reps": None}
             medians = {}
@@ -103,6 +109,7 @@ def render(
     table: list[dict[str, Any]],
     versions: dict[str, str],
     mpi4py_note: str | None,
+    rank_counts: tuple[int, ...] = RANKS,
 ) -> str:
     """The printed table, with a header and footnotes."""
     lines = [
@@ -110,13 +117,13 @@ def render(
         " | ".join(versions.get(impl, f"{impl}: n/a") for impl in IMPLS),
         "",
     ]
-    groups = "".join(f"  {f' {ranks} ranks ':-^{GROUP_WIDTH - 2}}" for ranks in RANKS)
+    groups = "".join(f"  {f' {ranks} ranks ':-^{GROUP_WIDTH - 2}}" for ranks in rank_counts)
     lines.append(f"{'':<{LABEL_WIDTH}}{groups}")
     titles = f"{'ipympi':>{VALUE_WIDTH}}{'mpi4py':>{VALUE_WIDTH}}{'ratio':>{RATIO_WIDTH}}"
-    lines.append(f"{'':<{LABEL_WIDTH}}" + titles * len(RANKS))
+    lines.append(f"{'':<{LABEL_WIDTH}}" + titles * len(rank_counts))
     for entry in table:
         line = f"{entry['label']:<{LABEL_WIDTH}}"
-        for ranks in map(str, RANKS):
+        for ranks in map(str, rank_counts):
             column = entry["ranks"][ranks]
             line += "".join(f"{cell(column[i], entry['unit']):>{VALUE_WIDTH}}" for i in IMPLS)
             line += f"{ratio(column['ipympi/mpi4py']):>{RATIO_WIDTH}}"
@@ -135,15 +142,23 @@ def render(
 
 def main(argv: list[str] | None = None) -> int:
     """Run every rank count and implementation, print the table, optionally write JSON."""
-    args = parse_arguments(__doc__.splitlines()[0], argv)
-    plans = {str(ranks): make_plan(ranks, args.trials, args.quick) for ranks in RANKS}
+    own = argparse.ArgumentParser(add_help=False)
+    own.add_argument("--ranks", default=",".join(map(str, RANKS)))
+    own.add_argument("--rows", default="")
+    chosen, rest = own.parse_known_args(argv)
+    args = parse_arguments(__doc__.splitlines()[0], rest)
+    rank_counts = tuple(int(n) for n in chosen.ranks.split(","))
+    wanted = set(filter(None, chosen.rows.split(",")))
+    plans = {str(ranks): make_plan(ranks, args.trials, args.quick) for ranks in rank_counts}
+    for plan in plans.values():
+        plan["rows"] = [row for row in plan["rows"] if not wanted or row["name"] in wanted]
     mpi4py_note = "--no-mpi4py" if args.no_mpi4py else mpi4py_missing()
     impls = [impl for impl in IMPLS if impl != "mpi4py" or mpi4py_note is None]
     envs = {"ipympi": ipympi_env(), "mpi4py": dict(os.environ)}
 
     def run_all() -> dict[str, Any]:
         results: dict[str, dict[str, Any]] = {}
-        for ranks in RANKS:
+        for ranks in rank_counts:
             runs = results[str(ranks)] = {}
             plan = plans[str(ranks)]
             for impl in impls:
@@ -158,9 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     status, results = run_jobs("collectives.py", run_all)
     if status:
         return status
-    table = summarize(plans, results)
+    table = summarize(plans, results, rank_counts)
     versions = {impl: run["version"] for runs in results.values() for impl, run in runs.items()}
-    print(render(args.trials, args.quick, table, versions, mpi4py_note), flush=True)
+    text = render(args.trials, args.quick, table, versions, mpi4py_note, rank_counts)
+    print(text, flush=True)
     if args.json:
         write_json(args.json, plans, mpi4py_note, results, table)
     return 0

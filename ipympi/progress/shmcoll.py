@@ -228,7 +228,8 @@ class Board:
     # -- writing ----------------------------------------------------------------------
     def begin(self, seq: int) -> None:
         """Say that this rank has started collective ``seq`` (a writer waiting to reuse
-        its slot learns it at the next :meth:`notify`)."""
+        its slot learns it at the next :meth:`notify`). Every rank begins one before
+        any rank writes a slot: the last collective of the board's set-up."""
         self.words[self._started[self.rank]] = seq + 1
 
     def publish(
@@ -388,14 +389,12 @@ class Board:
 
     def _wait_started(self, seq: int, idle: Callable[[], None]) -> None:
         """Wait until every other rank has started collective ``seq`` or a later one
-        (or none yet: it reads nothing)."""
+        (every rank has started one before it uses the board: see :meth:`begin`)."""
         words, me, mark = self.words, self.rank, seq + 1
         for r, index in enumerate(self._started):
-            if r != me and 0 < words[index] < mark:  # 0: has not read anything yet
+            if r != me and words[index] < mark:
                 self._sleep(lambda i=index: words[i] >= mark, r + 1, idle)  # type: ignore[misc]
-        started = [words[i] for r, i in enumerate(self._started) if r != me]
-        if all(started):
-            self.clear_upto = min(started) - 1
+        self.clear_upto = min(words[i] for r, i in enumerate(self._started) if r != me) - 1
 
     def _sleep(self, done: Callable[[], bool], flag: int, idle: Callable[[], None]) -> None:
         """Sleep on this rank's bell until ``done()`` (see the module's docstring)."""

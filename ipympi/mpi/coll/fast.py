@@ -30,7 +30,15 @@ match, a large message, a dead peer) goes to the general receive and to
 
 Argument checks stay with the calls (``coll/intra.py``, ``coll/reduce.py``), which parse
 once and then pick this path or the general one. While tracing, or once a rank
-of the world has died, calls take the general path.
+of the world has died (on a communicator without a board), calls take the general path.
+
+When every rank of the communicator shares this host, its first straight call sets up
+a shared board (:func:`.shmpath.set_up`) and every straight call then runs in
+:mod:`.shmpath` instead of the rounds below: the same calls, numbered and ended by the
+same :class:`Lane`, with no message through the kernel. Ranks never mix the two for
+one call: whether a communicator has a board is decided once, alike on all its ranks.
+On one host the rounds below then serve only the board's set-up; between hosts (and
+with ``IPYMPI_SHM_COLL=0``) they run every straight call.
 """
 
 from __future__ import annotations
@@ -65,7 +73,9 @@ __all__ = [
     "alltoall",
     "barrier",
     "bcast",
+    "bcast_object",
     "gather",
+    "reduce",
     "scatter",
 ]
 
@@ -608,6 +618,36 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
     finally:
         _release(lane.engine)
     return acc
+
+
+def reduce(comm: Any, impl: Any, call: str, root: int, values: Values, value: Any) -> Any:
+    """Reduce through the communicator's board (root: the result; others: None), or
+    :data:`GENERAL` without one (the general path's binomial tree)."""
+    return _board_call(
+        impl, comm, call, _signature("Reduce", root), shmpath.reduce, root, values, value
+    )
+
+
+def bcast_object(comm: Any, impl: Any, root: int, data: bytes | None) -> Any:
+    """Lower-case bcast's pickle through the communicator's board (its bytes on every
+    rank), or :data:`GENERAL` without one."""
+    sig = _signature("bcast", root)
+    return _board_call(impl, comm, "bcast", sig, shmpath.bcast_object, root, data)
+
+
+def _board_call(impl: Any, comm: Any, call: str, sig: int, run: Any, *args: Any) -> Any:
+    """``run(lane, board, comm, call, sig, *args)`` if the communicator has a board,
+    else :data:`GENERAL`."""
+    got = _path(impl, comm, call, sig)
+    if got is None:
+        return GENERAL
+    lane, board = got
+    try:
+        if board is None:
+            return GENERAL
+        return run(lane, board, comm, call, sig, *args)
+    finally:
+        _release(lane.engine)
 
 
 def _take_value(lane: Lane, values: Values, frm: int, like: Any) -> Any:

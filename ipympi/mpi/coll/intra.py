@@ -149,6 +149,9 @@ class Collectives(CommMixin):
         impl = self._live()
         root = self._check_root(impl, root, "bcast")
         data = pickle.dumps(obj) if impl.rank == root else None
+        got = fast.bcast_object(self, impl, root, data)
+        if got is not fast.GENERAL:
+            return obj if impl.rank == root else pickle.loads(got)
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return algo.bcast_objects(rank, size, root, data), None

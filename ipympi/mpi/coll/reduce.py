@@ -137,6 +137,11 @@ class Reductions(CollectiveMixin):
         args = _Reduction(
             call, sendbuf, recvbuf, op, in_place_ok=at_root, needs_output=at_root, one_element=True
         )
+        if mode is BLOCKING and args.source.nbytes < LARGE_ALLREDUCE:
+            result = fast.reduce(self, impl, call, root, args.values, args.fresh())
+            if result is not fast.GENERAL:
+                args.store(result)
+                return None
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             gen = red.reduce_binomial(

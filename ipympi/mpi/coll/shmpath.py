@@ -43,8 +43,10 @@ __all__ = [
     "alltoall",
     "barrier",
     "bcast",
+    "bcast_object",
     "gather",
     "idle",
+    "reduce",
     "scatter",
     "set_up",
 ]
@@ -98,6 +100,8 @@ def set_up(
                 board = None
         oks = bytearray(lane.size)
         lane.start(comm, call, sig)
+        if board is not None:  # before any rank can be done with this call
+            board.begin(lane.seq)
         allgather_rounds(lane, memoryview(bytes([board is not None])), memoryview(oks))
         lane.finish()
     except BaseException:
@@ -360,22 +364,68 @@ def alltoall(
     _end(lane, large)
 
 
+def reduce(
+    lane: Any,
+    board: Board,
+    comm: Any,
+    call: str,
+    sig: int,
+    root: int,
+    values: Values,
+    value: Any,
+) -> Any:
+    """The others publish their values; the root combines every rank's in rank order
+    and returns the result (the others None)."""
+    _begin(lane, board, comm, call, sig)
+    if lane.rank != root:
+        large = _put(lane, board, values.wire(value), (root,))
+        _end(lane, large)
+        return None
+    board.notify()
+    acc = _combined(lane, board, values, value, values.wire(value))
+    _end(lane, [])
+    return acc
+
+
+def bcast_object(
+    lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, data: bytes | None
+) -> memoryview | bytes:
+    """The root publishes ``data`` (a pickle); the others read it (its bytes)."""
+    _begin(lane, board, comm, call, sig)
+    large: list[Operation] = []
+    if lane.rank == root:
+        assert data is not None
+        large = _put(lane, board, data, _others(lane))
+        got: memoryview | bytes = data
+    else:
+        board.notify()
+        got = bytes(_take(lane, board, root, None))
+    _end(lane, large)
+    return got
+
+
 def allreduce(
     lane: Any, board: Board, comm: Any, call: str, sig: int, values: Values, value: Any
 ) -> Any:
     """Every rank publishes its value, then combines every rank's, read from the board
     (its own too), in rank order; returns the result."""
     _begin(lane, board, comm, call, sig)
-    arrays = type(values) is ArrayValues
-    wire, decode, combine, nbytes = values.codec or (
-        values.wire,
-        values.decode,
-        values.combine,
-        values.nbytes,
-    )
+    wire = values.codec[0] if values.codec else values.wire
     data = wire(value)
     large = _put(lane, board, data, _others(lane))
     _wait_all(lane, board)
+    acc = _combined(lane, board, values, value, data)
+    _end(lane, large)
+    return acc
+
+
+def _combined(lane: Any, board: Board, values: Values, value: Any, data: Any) -> Any:
+    """Every rank's value (``value``, whose bytes are ``data``, for this rank's), read
+    from the board and combined in rank order."""
+    arrays = type(values) is ArrayValues
+    decode, combine, nbytes = (values.codec or (None, values.decode, values.combine, None))[1:]
+    if nbytes is None:
+        nbytes = values.nbytes
     me = lane.rank
     acc = None
     for r in range(lane.size):
@@ -390,5 +440,4 @@ def allreduce(
         else:
             other = decode(_take(lane, board, r, nbytes))
         acc = other if r == 0 else combine(acc, other)
-    _end(lane, large)
     return acc
