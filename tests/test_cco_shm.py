@@ -374,3 +374,23 @@ def test_a_normal_end_leaves_nothing_in_dev_shm(run_mpi) -> None:
     assert_ok(proc, 4)
     pids = [int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("PID")]
     assert len(pids) == 4 and _shm_files(pids) == []
+
+
+@pytest.mark.timeout(60)
+def test_a_board_not_every_rank_mapped_goes_with_its_job(run_mpi) -> None:
+    # Rank 0 sets a board up (a Bcast's root needs no one), the others never map it:
+    # its name stays until the job ends, which removes the noted file.
+    body = """
+    import os
+    if rank == 0:
+        comm.Bcast(np.zeros(1), root=0)
+        print(f"PID {os.getpid()}", flush=True)
+        time.sleep(20)
+    else:
+        time.sleep(1)
+        os._exit(3)
+    """
+    proc = run_mpi(3, mpi_program(MPI_PRELUDE, body, ok=False), timeout=40)
+    assert proc.returncode != 0
+    pids = [int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("PID")]
+    assert pids and _shm_files(pids) == [], proc.stdout

@@ -37,6 +37,8 @@ import sys
 import tempfile
 from typing import Any
 
+from ..progress.shm import noted
+
 __all__ = [
     "PREFIX",
     "make_session_dir",
@@ -50,7 +52,8 @@ PREFIX = "ipympi-"
 OWNER_FILE = "owner"
 SHM_NOTE = "shm-"  # a rank's note of the shared-memory files it maps: shm-<rank>
 SHM_DIR = "/dev/shm"
-SHM_PREFIXES = ("mpich_shm_",)  # what MPICH's shared-memory files are called
+# what MPICH's shared-memory files are called, and ipympi's boards (``progress.shmcoll``)
+SHM_PREFIXES = ("mpich_shm_", "ipympi-coll-")
 _MAX_IPC_PATH = 100  # sun_path is 108 bytes on Linux, 104 on macOS
 
 _made: set[str] = set()  # directories this process made and has not removed (a set
@@ -212,8 +215,7 @@ def note_shared_memory(directory: str, rank: int) -> list[str]:
         if os.path.dirname(path) != SHM_DIR or not name.startswith(SHM_PREFIXES):
             continue
         with contextlib.suppress(OSError):
-            st = os.stat(path)
-            found[path] = f"{st.st_dev} {st.st_ino} {path}\n"
+            found[path] = noted(path)
     if found:
         note = os.path.join(directory, f"{SHM_NOTE}{rank}")
         with contextlib.suppress(OSError), open(note, "w") as out:

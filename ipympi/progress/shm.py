@@ -24,7 +24,22 @@ import tempfile
 
 from ..core.lazynumpy import np
 
-__all__ = ["Segment", "segment_folder"]
+__all__ = ["Segment", "note_in", "noted", "segment_folder"]
+
+
+def noted(path: str) -> str:
+    """The line that notes the shared-memory file ``path`` for removal with its job:
+    ``device inode path`` (removed only if still the same file; see
+    ``launch.sessiondir``)."""
+    st = os.stat(path)
+    return f"{st.st_dev} {st.st_ino} {path}\n"
+
+
+def note_in(directory: str, note: str, path: str) -> None:
+    """Add ``path`` to the note file ``note`` (a name starting with ``shm-``) in the
+    job's ``directory``, which removes it with the job however the job ends."""
+    with open(os.path.join(directory, note), "a") as out:
+        out.write(noted(path))
 
 
 def segment_folder() -> str:

@@ -62,7 +62,7 @@ import time
 from typing import Any, Callable
 
 from ..core.lazynumpy import np
-from .shm import Segment
+from .shm import Segment, note_in
 
 __all__ = [
     "ANY",
@@ -198,6 +198,7 @@ class Board:
         self._syscall = _libc.syscall if _libc is not None else None
         self._timeout = _Timespec(int(SLEEP), int((SLEEP % 1) * 1e9))
         self._timeout_ref = ctypes.byref(self._timeout)
+        self.named = True  # until this rank removed the name, or saw it removable
         self.capacity = SLOT_DATA
         # Around each sleep, what the caller lets go of and takes back (its engine, when
         # other threads need it): ``release()`` returns what ``retake`` needs, or None.
@@ -206,8 +207,16 @@ class Board:
         self.clear_upto = -(1 << 62)  # every rank has started this collective or later
 
     @classmethod
-    def create(cls, rank: int, size: int) -> Board:
-        return cls(Segment.create(board_bytes(size), prefix="ipympi-coll"), rank, size)
+    def create(cls, rank: int, size: int, job_dir: str | None = None) -> Board:
+        """A new board; noted in ``job_dir`` (when given) so that its name goes with the
+        job however it ends, even before every rank has mapped it."""
+        board = cls(Segment.create(board_bytes(size), prefix="ipympi-coll"), rank, size)
+        if job_dir is not None:
+            try:
+                note_in(job_dir, f"shm-coll-{os.getpid()}", board.name)
+            except OSError:
+                pass  # the name still goes once every rank has mapped the board
+        return board
 
     @classmethod
     def open(cls, name: str, rank: int, size: int) -> Board:
@@ -215,6 +224,17 @@ class Board:
 
     def unlink(self) -> None:
         self.segment.unlink()
+        self.named = False
+
+    def unlink_once_mapped(self) -> None:
+        """Remove the board's name if every rank has started a collective on it (so
+        has mapped it). Every rank calls this after :meth:`begin` until it sees them
+        all: with a fence between its own mark and its look, of the last two ranks to
+        begin at least one sees the other's mark, so some rank removes the name."""
+        fence()
+        words = self.words
+        if all(words[i] for i in self._started):
+            self.unlink()
 
     def close(self) -> None:
         """Unmap the board (this rank's use of it ends)."""
@@ -344,6 +364,20 @@ class Board:
         words = self.words
         for r, index in enumerate(self._all_slots[seq & _LAST]):
             if words[index] != mark and (everyone or r != me):
+                return r
+        return -1
+
+    def first_other_call(self, seq: int, sig: int) -> int:
+        """The first rank that has written its slot of collective ``seq`` with another
+        signature than ``sig`` (it called something else), or -1."""
+        mark = seq + 1
+        if self.size > MANY:
+            headers = self._headers[seq & _LAST]
+            other = np.flatnonzero((headers[:, 0] == mark) & (headers[:, 1] != sig))
+            return int(other[0]) if other.size else -1
+        words = self.words
+        for r, index in enumerate(self._all_slots[seq & _LAST]):
+            if words[index] == mark and words[index + 1] != sig:
                 return r
         return -1
 

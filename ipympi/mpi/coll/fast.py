@@ -100,6 +100,7 @@ class Lane:
 
     __slots__ = (
         "asked",
+        "begun",
         "board",
         "call",
         "comm",
@@ -143,6 +144,7 @@ class Lane:
         self.board: Any = None
         self.idle: Any = None  # what a wait on the board does between sleeps
         self.asked = False  # whether this call asked the rank it waits for (CHECK)
+        self.begun = False  # the call in progress is numbered (it set the board up)
 
     def close(self) -> None:
         """The communicator is freed: let go of its board."""
@@ -344,25 +346,28 @@ def _held(impl: Any) -> Lane | None:
     return lane
 
 
-def _path(impl: Any, comm: Any, call: str, sig: int) -> tuple[Lane, Board | None] | None:
+def _path(
+    impl: Any, comm: Any, call: str, sig: int, board_ok: bool = True
+) -> tuple[Lane, Board | None] | None:
     """Take the engine for a straight call: (lane, the communicator's board or None),
     or None (engine released) for the general path: while tracing, or once a rank of
     the world has died on a communicator without a board (a wait on the board notices
-    dead members itself). The first call sets the board up (:func:`.shmpath.set_up`)."""
+    dead members itself). The first call sets the board up (:func:`.shmpath.set_up`).
+    ``board_ok``: whether this call may run on a board (a fact of its arguments)."""
     lane = _held(impl)
     if lane is None:
         return None
     try:
-        board = lane.board
+        board = lane.board if board_ok else False
         if board is None:
-            board = shmpath.set_up(lane, comm, call, sig, _bcast_rounds, _allgather_rounds)
+            board = shmpath.set_up(lane, comm, call, sig, _bcast_rounds)
         if not board and lane.engine.dead_peers:
             _release(lane.engine)
             return None
     except BaseException:
         _release(lane.engine)
         raise
-    return lane, board or None
+    return lane, board if isinstance(board, Board) else None
 
 
 def _release(engine: Any) -> None:
@@ -542,12 +547,12 @@ def alltoall(
     the blocks for/from rank r), as one round that sends every block and one that
     receives them, in the same order; None, or :data:`GENERAL`."""
     sig = _signature(kind, 0)
-    got = _path(impl, comm, call, sig)
+    got = _path(impl, comm, call, sig, kind == "Alltoall")
     if got is None:
         return GENERAL
     lane, board = got
     try:
-        if board is not None and kind == "Alltoall":
+        if board is not None:
             shmpath.alltoall(lane, board, comm, call, sig, sends, recvs)
             return None
         lane.start(comm, call, sig)
@@ -620,12 +625,13 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
     return acc
 
 
-def reduce(comm: Any, impl: Any, call: str, root: int, values: Values, value: Any) -> Any:
-    """Reduce through the communicator's board (root: the result; others: None), or
-    :data:`GENERAL` without one (the general path's binomial tree)."""
-    return _board_call(
-        impl, comm, call, _signature("Reduce", root), shmpath.reduce, root, values, value
-    )
+def reduce(
+    comm: Any, impl: Any, call: str, root: int, values: Values, value: Any, kind: str = "Reduce"
+) -> Any:
+    """Reduce (``kind``: or lower-case reduce) through the communicator's board (root:
+    the result; others: None), or :data:`GENERAL` without one (the general path's tree)."""
+    sig = _signature(kind, root)
+    return _board_call(impl, comm, call, sig, shmpath.reduce, root, values, value)
 
 
 def bcast_object(comm: Any, impl: Any, root: int, data: bytes | None) -> Any:

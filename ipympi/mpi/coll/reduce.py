@@ -174,6 +174,9 @@ class Reductions(CollectiveMixin):
         op = _object_op(op, "reduce")
         values = red.ObjectValues(op)
         commutative = getattr(op, "_commutative", False)
+        result = fast.reduce(self, impl, "reduce", root, values, sendobj, "reduce")
+        if result is not fast.GENERAL:
+            return result
 
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             return red.reduce_binomial(rank, size, root, values, sendobj, commutative), None

@@ -33,6 +33,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, Callable
 
+from ...core.errors import ERR_NO_MEM
+from ...core.errors import Exception as MPIException
 from ...core.reductions import ArrayValues, Values
 from ...progress.operation import RECV, Operation
 from ...progress.shmcoll import OVERFLOW, Board, available
@@ -65,59 +67,54 @@ def set_up(
     call: str,
     sig: int,
     bcast_rounds: Callable[[Any, int, memoryview], None],
-    allgather_rounds: Callable[[Any, memoryview, memoryview], None],
 ) -> Board | bool:
     """Give the communicator a shared board if its ranks all share this host (and
-    boards work here), in two collectives of its own riding on the call being made
-    (same signature, so disagreeing ranks are caught as usual): rank 0 creates the
-    board and broadcasts its name, every rank opens it and all learn whether every
-    rank could; then rank 0 removes the name (:class:`~ipympi.progress.shm.Segment`).
-    The decision uses only what every rank knows alike; the lane keeps it.
-    ``bcast_rounds`` and ``allgather_rounds`` are the straight path's rounds of those
-    calls (``mpi.coll.fast``), run in the lane's collectives."""
+    boards work here), riding on the call being made, in its own number (so that
+    numbering and reports stay as without boards): rank 0 creates the board and sends
+    its name down the call's broadcast tree; every rank opens it, and the call then
+    runs on the board (:func:`_begin` finds it started). The name goes as soon as
+    every rank has started a call on the board: the rank that sees it removes it
+    (:meth:`~ipympi.progress.shmcoll.Board.unlink_once_mapped`). When rank 0 cannot
+    create one, the name is empty and the broadcast counts as a collective of its
+    own; every rank then keeps the datagram path. The decision uses only what every
+    rank knows alike; the lane keeps it. ``bcast_rounds`` are the straight path's
+    rounds of a Bcast (``mpi.coll.fast``)."""
     engine = lane.engine
     transport = engine.transport
     if lane.size < 2 or not available() or not all(transport.same_host(w) for w in lane.world):
         lane.board = False
         return False
     board = None
+    name = bytearray(NAME_BYTES)
     try:
-        name = bytearray(NAME_BYTES)
         if lane.rank == 0:
             try:
-                board = Board.create(0, lane.size)
+                board = Board.create(0, lane.size, getattr(transport, "session_dir", None))
                 name[: len(board.name)] = board.name.encode()
             except (OSError, ValueError):
                 board = None
         lane.start(comm, call, sig)
         bcast_rounds(lane, 0, memoryview(name))
-        lane.finish()
         text = bytes(name).rstrip(b"\0").decode()
-        if board is None and text:
+        if not text:  # no board: the broadcast was a call of its own
+            lane.finish()
+            lane.board = False
+            return False
+        if board is None:
             try:
                 board = Board.open(text, lane.rank, lane.size)
-            except (OSError, ValueError):
-                board = None
-        oks = bytearray(lane.size)
-        lane.start(comm, call, sig)
-        if board is not None:  # before any rank can be done with this call
-            board.begin(lane.seq)
-        allgather_rounds(lane, memoryview(bytes([board is not None])), memoryview(oks))
-        lane.finish()
+            except (OSError, ValueError) as exc:
+                raise MPIException(
+                    ERR_NO_MEM, f"{call}: cannot map the communicator's shared memory: {exc}"
+                ) from None
     except BaseException:
         if board is not None:
             if lane.rank == 0:
                 board.unlink()
             board.close()
         raise
-    if board is not None and lane.rank == 0:
-        board.unlink()
-    if board is None or not all(oks):
-        if board is not None:
-            board.close()
-        lane.board = False
-        return False
     lane.board = board
+    lane.begun = True  # the call has its number: it goes on on the board
     lane.idle = functools.partial(idle, lane)
     board.release = functools.partial(_release_engine, engine)
     board.retake = functools.partial(_retake_engine, engine)
@@ -200,9 +197,14 @@ def _outcome(lane: Any, peer: int, sig: int, count: int) -> Operation:
 
 
 def _begin(lane: Any, board: Board, comm: Any, call: str, sig: int) -> int:
-    lane.start(comm, call, sig)
+    if lane.begun:  # the call that set the board up
+        lane.begun = False
+    else:
+        lane.start(comm, call, sig)
     lane.asked = False
     board.begin(lane.seq)
+    if board.named:
+        board.unlink_once_mapped()
     return lane.seq
 
 
@@ -240,9 +242,22 @@ def _wait_all(lane: Any, board: Board) -> None:
         board.wait_all(lane.seq, lane.idle)
 
 
-def _end(lane: Any, large: list[Operation]) -> None:
+def _end(lane: Any, board: Board, large: list[Operation]) -> None:
+    """End the call. Every rank writes its slot in every call (if only to say which
+    call it is in) and, at the end, compares the slots already written: of two ranks in
+    different calls, at least one sees the other's (each write is fenced before its
+    writer looks), also when neither reads the other's data (a Bcast's root and a
+    Reduce's other ranks)."""
     for op in large:
         lane.wait_for(op)
+    other = board.first_other_call(lane.seq, lane.sig)
+    if other >= 0:
+        sig, count, _ = board.read(other, lane.seq)
+        lane.fail_with([_outcome(lane, other, sig, count)])
+    _finish(lane, board)
+
+
+def _finish(lane: Any, board: Board) -> None:
     lane.finish()
 
 
@@ -270,7 +285,7 @@ def barrier(lane: Any, board: Board, comm: Any, call: str, sig: int) -> None:
     unlike = board.first_unlike(seq, sig, 0)
     if unlike >= 0:
         _take(lane, board, unlike, 0)  # raises the general path's error
-    lane.finish()
+    _finish(lane, board)  # every slot compared
 
 
 def bcast(lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, mem: Any) -> None:
@@ -280,9 +295,9 @@ def bcast(lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, me
     if lane.rank == root:
         large = _put(lane, board, mem, _others(lane))
     else:
-        board.notify()  # a root waiting to reuse its slot learns that this rank started
+        board.publish(lane.seq, sig, b"", lane.idle)  # which call this rank is in
         _take(lane, board, root, mem.nbytes, mem)
-    _end(lane, large)
+    _end(lane, board, large)
 
 
 def gather(
@@ -295,13 +310,13 @@ def gather(
     if lane.rank != root:
         large = _put(lane, board, block, (root,))
     else:
-        board.notify()
+        board.publish(lane.seq, sig, b"", lane.idle)
         for r in range(lane.size):
             if r == root:
                 out[r * n : (r + 1) * n] = block
             else:
                 _take(lane, board, r, n, out[r * n : (r + 1) * n])
-    _end(lane, large)
+    _end(lane, board, large)
 
 
 def scatter(
@@ -316,12 +331,12 @@ def scatter(
         large = _put(lane, board, src, parts)
         block[:] = src[me * n : (me + 1) * n]
     else:
-        board.notify()
+        board.publish(lane.seq, sig, b"", lane.idle)
         if n * lane.size > board.capacity:
             _take(lane, board, root, n, block)
         else:
             block[:] = _take(lane, board, root, n * lane.size)[me * n : (me + 1) * n]
-    _end(lane, large)
+    _end(lane, board, large)
 
 
 def allgather(
@@ -335,7 +350,7 @@ def allgather(
     out[me * n : (me + 1) * n] = block
     for r in _others(lane):
         _take(lane, board, r, n, out[r * n : (r + 1) * n])
-    _end(lane, large)
+    _end(lane, board, large)
 
 
 def alltoall(
@@ -361,7 +376,7 @@ def alltoall(
             _take(lane, board, r, n, recvs[r])
         else:
             recvs[r][:] = _take(lane, board, r, n * size)[me * n : (me + 1) * n]
-    _end(lane, large)
+    _end(lane, board, large)
 
 
 def reduce(
@@ -379,11 +394,11 @@ def reduce(
     _begin(lane, board, comm, call, sig)
     if lane.rank != root:
         large = _put(lane, board, values.wire(value), (root,))
-        _end(lane, large)
+        _end(lane, board, large)
         return None
-    board.notify()
+    board.publish(lane.seq, sig, b"", lane.idle)  # which call this rank is in
     acc = _combined(lane, board, values, value, values.wire(value))
-    _end(lane, [])
+    _end(lane, board, [])
     return acc
 
 
@@ -398,9 +413,9 @@ def bcast_object(
         large = _put(lane, board, data, _others(lane))
         got: memoryview | bytes = data
     else:
-        board.notify()
+        board.publish(lane.seq, sig, b"", lane.idle)
         got = bytes(_take(lane, board, root, None))
-    _end(lane, large)
+    _end(lane, board, large)
     return got
 
 
@@ -415,7 +430,7 @@ def allreduce(
     large = _put(lane, board, data, _others(lane))
     _wait_all(lane, board)
     acc = _combined(lane, board, values, value, data)
-    _end(lane, large)
+    _end(lane, board, large)
     return acc
 
 
