@@ -10,7 +10,9 @@ Layout (``n`` ranks; all words native, 8-byte aligned, written with one store ea
 
 - ``n`` int32 *wait flags*: 0 while rank ``r`` runs, ``x + 1`` while it sleeps until
   rank ``x`` writes something, :data:`ANY` until any rank does, :data:`COMPLETE` until
-  every rank has written its slot of the collective (:meth:`Board.wait_all`);
+  every rank has written its slot of the collective (:meth:`Board.wait_all`), then one
+  line with the *shared bell* those last ones sleep on (rung once, for all, by the
+  rank whose write completes the collective);
 - per rank, one 64-byte line: its *bell* (a uint32 futex word that it alone sleeps on)
   and its *started* word (the sequence number of the collective it is in);
 - per rank, :data:`DEPTH` slots (slot ``s % DEPTH`` for collective ``s``, so that a

@@ -515,24 +515,20 @@ def allgather(comm: Any, impl: Any, call: str, block: memoryview, out: memoryvie
             shmpath.allgather(lane, board, comm, call, sig, block, out)
             return None
         lane.start(comm, call, sig)
-        _allgather_rounds(lane, block, out)
+        rank, size, n = lane.rank, lane.size, block.nbytes
+        # blocks in ranks relative to this one; on rank 0 that is the rank order
+        scratch = out if rank == 0 else memoryview(bytearray(n * size))
+        scratch[:n] = block
+        for to, frm, have, count in bruck_rounds(rank, size):
+            lane.exchange(
+                to, frm, scratch[: count * n], count * n, scratch[have * n : (have + count) * n]
+            )
+        if scratch is not out:
+            rotate(out, scratch, (size - rank) * n)
         lane.finish()
     finally:
         _release(lane.engine)
     return None
-
-
-def _allgather_rounds(lane: Lane, block: memoryview, out: memoryview) -> None:
-    rank, size, n = lane.rank, lane.size, block.nbytes
-    # blocks in ranks relative to this one; on rank 0 that is the rank order
-    scratch = out if rank == 0 else memoryview(bytearray(n * size))
-    scratch[:n] = block
-    for to, frm, have, count in bruck_rounds(rank, size):
-        lane.exchange(
-            to, frm, scratch[: count * n], count * n, scratch[have * n : (have + count) * n]
-        )
-    if scratch is not out:
-        rotate(out, scratch, (size - rank) * n)
 
 
 def alltoall(
@@ -642,8 +638,7 @@ def bcast_object(comm: Any, impl: Any, root: int, data: bytes | None) -> Any:
 
 
 def _board_call(impl: Any, comm: Any, call: str, sig: int, run: Any, *args: Any) -> Any:
-    """``run(lane, board, comm, call, sig, *args)`` if the communicator has a board,
-    else :data:`GENERAL`."""
+    """``run(lane, board, comm, call, sig, *args)`` on the board, or :data:`GENERAL`."""
     got = _path(impl, comm, call, sig)
     if got is None:
         return GENERAL
