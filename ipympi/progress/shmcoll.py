@@ -87,9 +87,10 @@ ANY = -1  # wait flag: sleeping until any rank writes
 COMPLETE = -2  # wait flag: sleeping until every rank has written its slot
 OVERFLOW = -1  # byte count of a slot whose data did not fit
 SLEEP = 0.05  # longest futex sleep between checks, seconds
-SPIN = 30e-6  # longest spin before sleeping, when every rank has a core, seconds
+SPIN = 10e-6  # longest spin before sleeping, when every rank has a core, seconds
 MIN_SPIN = 2e-6
-MANY = 8  # above this many ranks, slots are scanned with numpy
+MANY = 1024  # above this many ranks, slots are scanned with numpy (below, a Python
+# loop costs less: a numpy call right after a wake-up runs on cold caches)
 
 _SYS_FUTEX = 202  # x86-64
 _FUTEX_WAIT = 0
