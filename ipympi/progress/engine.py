@@ -167,6 +167,8 @@ class Engine:
         # shared-memory board, ``progress.shmcoll``) must look at it: a rank died, or
         # another thread wants the engine.
         self.wake_hooks: list[Callable[[], None]] = []
+        # Called after :meth:`resynchronize` (the ranks realigned their collectives).
+        self.resync_hooks: list[Callable[[], None]] = []
         # Point-to-point messages (even contexts) sent to and arrived from each
         # world rank, ever: a cell's leftovers still on their way show as a
         # difference between two ranks' counts (``engine/leftovers.py``).
@@ -991,6 +993,8 @@ class Engine:
                 coll.done = True
                 if coll.trace is not None:
                     coll.tracer.coll_ended(coll.trace, coll.round, coll.error_detail)
+        for hook in self.resync_hooks:
+            hook()
 
     # -- probes --------------------------------------------------------------
     def iprobe(self, context: int, source: int, tag: int, take: bool) -> Envelope | None:

@@ -99,6 +99,7 @@ class Lane:
     """
 
     __slots__ = (
+        "__weakref__",
         "asked",
         "begun",
         "board",
@@ -325,10 +326,9 @@ class Lane:
 
     def _blocked_in(self) -> WaitInfo:
         """What the call in progress waits for (built only when an observer asks)."""
-        if self.board:
-            call = f"{self.call} (collective #{self.seq}, in shared memory)"
-        else:
-            call = f"{self.call} (collective #{self.seq}, round {self.rounds})"
+        # a call on the board is one round (the reports' format stays the same)
+        rounds = 1 if self.board else self.rounds
+        call = f"{self.call} (collective #{self.seq}, round {rounds})"
         return WaitInfo(call, comm_label(self.comm), self.peer, self.seq)
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any, Callable
 
@@ -115,11 +116,32 @@ def set_up(
         raise
     lane.board = board
     lane.begun = True  # the call has its number: it goes on on the board
+    _boarded.add(lane)
+    if _drop_boards not in engine.resync_hooks:
+        engine.resync_hooks.append(_drop_boards)
     lane.idle = functools.partial(idle, lane)
     board.release = functools.partial(_release_engine, engine)
     board.retake = functools.partial(_retake_engine, engine)
     engine.wake_hooks.append(board.ring_self)
     return board
+
+
+# The lanes with a board, so that a resynchronisation can drop them all.
+_boarded: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def _drop_boards() -> None:
+    """After the ranks realigned their collectives (an interrupted or failed cell),
+    every rank drops its boards: a set-up cut short may have left some ranks with a
+    board and others without, and the next call sets one up anew on all of them."""
+    for lane in list(_boarded):
+        board = lane.board
+        if board and board.named:
+            board.unlink()
+        lane.close()
+        lane.board = None
+        lane.begun = False
+    _boarded.clear()
 
 
 def _release_engine(engine: Any) -> Any:
