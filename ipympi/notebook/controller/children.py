@@ -307,10 +307,9 @@ class ServesSpawn:
         running = [
             req
             for req in cluster.requests.values()
-            if req.kind == "execute" and req.on_output is not None and not req.done
+            if req.kind == "execute" and req.shown and not req.done
         ]
         if running:
-            running[-1].messages.extend(items)
-            running[-1].on_output(items)  # type: ignore[misc]
+            running[-1].add_output(*items)
         else:
             cluster._held.extend(items)

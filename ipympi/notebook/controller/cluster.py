@@ -53,7 +53,6 @@ from .records import (
     UNINTERRUPTIBLE,
     WORLD_WAS_ENDED,
     EngineRecord,
-    Output,
     Submission,
 )
 from .render import WORLD_ENDED
@@ -460,15 +459,14 @@ class Cluster(ClusterAPI, ServesSpawn):
         content: dict[str, Any],
         targets: Iterable[int],
         buffers: Sequence[bytes] = (),
-        on_output: Output | None = None,
     ) -> Submission:
         """Send one request to ``targets``; its replies and output collect in the Submission."""
         msg = EngineMessage(kind, content, buffers=tuple(buffers))
-        req = Submission(msg.id, kind, sorted(set(targets)), on_output=on_output)
+        req = Submission(msg.id, kind, sorted(set(targets)))
         frames = self.signer.encode(msg)
         self.requests[req.id] = req
         if kind == "execute" and self._held:  # children's output since the last cell
-            req.messages += self._held
+            req.add_output(*self._held)
             self._held = []
         for rank in req.targets:
             engine = self.engines[rank] if rank < len(self.engines) else None
@@ -492,9 +490,7 @@ class Cluster(ClusterAPI, ServesSpawn):
         }
         if where is not None:
             content["where"] = where
-        req.messages.append((rank, "error", content))
-        if req.on_output is not None:
-            req.on_output([(rank, "error", content)])
+        req.add_output((rank, "error", content))
         req.replies[rank] = EngineMessage("reply", content, req.id)
 
     def _fail_pending(self, req: Submission, ename: str, evalue: str) -> None:
@@ -656,7 +652,6 @@ class Cluster(ClusterAPI, ServesSpawn):
                 self.errands.run()
 
     def _read_engines(self) -> None:
-        batches: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
         for _ in range(10000):
             try:
                 frames = self._router.recv_multipart(zmq.NOBLOCK)
@@ -684,18 +679,11 @@ class Cluster(ClusterAPI, ServesSpawn):
                     _log_unrequested(rank, msg.content)
                 continue
             if msg.type == "reply":
-                self._flush_batch(req, batches.pop(req.id, []))
                 req.replies[rank] = msg
                 self._note_reply(self.engines[rank], msg.content)
             elif msg.type in _OUTPUT_TYPES:
-                item = (rank, msg.type, msg.content)
-                req.messages.append(item)
+                req.add_output((rank, msg.type, msg.content))
                 req.said[rank] = req.said.get(rank, 0) + 1
-                batches.setdefault(req.id, []).append(item)
-        for req_id, batch in batches.items():
-            req = self.requests.get(req_id)
-            if req is not None:
-                self._flush_batch(req, batch)
 
     @staticmethod
     def _note_reply(engine: EngineRecord, content: Mapping[str, Any]) -> None:
@@ -706,11 +694,6 @@ class Cluster(ClusterAPI, ServesSpawn):
         if isinstance(p2p, dict):
             engine.sent = tuple(map(int, p2p.get("sent") or ()))
             engine.arrived = tuple(map(int, p2p.get("arrived") or ()))
-
-    @staticmethod
-    def _flush_batch(req: Submission, batch: list[tuple[int, str, dict[str, Any]]]) -> None:
-        if batch and req.on_output is not None:
-            req.on_output(batch)
 
     def _read_control(self) -> None:
         assert self._ctl is not None
@@ -747,6 +730,14 @@ class Cluster(ClusterAPI, ServesSpawn):
     # -- observation -------------------------------------------------------------------
     def query_states(self, timeout: float = QUERY_TIMEOUT, wait: bool = True) -> list[dict]:
         """Ask every live rank what it is doing; one state dict per rank, in rank order."""
+        answered = self.ask_states()
+        if wait:
+            self.pump(time.monotonic() + timeout, answered)
+        return self.states()
+
+    def ask_states(self) -> Callable[[], bool]:
+        """Ask every live rank, and every process they spawned, what it is doing
+        (earlier answers are dropped); the test of whether all asked have answered."""
         for engine in self.engines:
             engine.state = {}
         live = [engine.rank for engine in self.engines if engine.alive]
@@ -758,8 +749,10 @@ class Cluster(ClusterAPI, ServesSpawn):
         def answered() -> bool:
             return all(e.state for e in asked) and all(k in self.children.states for k in kids)
 
-        if wait:
-            self.pump(time.monotonic() + timeout, answered)
+        return answered
+
+    def states(self) -> list[dict[str, Any]]:
+        """Each rank's last answer (see :meth:`state_of`), in rank order."""
         return [self.state_of(engine) for engine in self.engines]
 
     def state_of(self, engine: EngineRecord) -> dict[str, Any]:
