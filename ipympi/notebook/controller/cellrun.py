@@ -52,7 +52,7 @@ from .render import OutputRenderer
 from .stuck import describe_wait, discard_leftovers, late_leftovers, stuck_end, watch_for
 
 if TYPE_CHECKING:
-    from .cluster import Cluster as CellCluster
+    from .contracts import CellCluster
 
 __all__ = [
     "COALESCE",

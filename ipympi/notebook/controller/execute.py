@@ -18,7 +18,7 @@ from .interrupts import interrupts_at_waits
 from .launchers import ClusterError
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
+    from .contracts import CellCluster
 
 __all__ = [
     "PROGRESS_AFTER",
@@ -34,7 +34,7 @@ __all__ = [
 
 
 def run_cell(
-    cluster: Cluster,
+    cluster: CellCluster,
     code: str,
     options: CellOptions,
     publish: Publish | None,
@@ -67,7 +67,7 @@ def run_cell(
     return result
 
 
-def ensure_world(cluster: Cluster, targets: list[int], publish: Publish | None) -> None:
+def ensure_world(cluster: CellCluster, targets: list[int], publish: Publish | None) -> None:
     """Make sure the target ranks can run a cell.
 
     A world that has ended entirely (an ``Abort``, every rank dead, or ended by
@@ -107,7 +107,7 @@ def _names(names: list[str], most: int = 12) -> str:
 
 
 def follow(
-    cluster: Cluster, result: CellResult, options: CellOptions, publish: Publish | None
+    cluster: CellCluster, result: CellResult, options: CellOptions, publish: Publish | None
 ) -> None:
     """Show a cell's output (what came so far, then live) and wait for it to end.
 

@@ -29,7 +29,7 @@ from .realwatch import RealMPIWatch
 from .records import UNINTERRUPTIBLE, WORLD_WAS_ENDED, Submission
 
 if TYPE_CHECKING:
-    from .cluster import Cluster as CellCluster
+    from .contracts import CellCluster
 
 Item = tuple[int, str, dict[str, Any]]
 
