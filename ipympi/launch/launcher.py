@@ -20,10 +20,11 @@ stop request) ends the job: every rank's process group gets [SIGINT →] SIGTERM
 Popen-shaped handle, so the notebook controller can drive engines the same way.
 
 With ``deadlock_check`` (on in :func:`run_job`, so in ``ipympi.run``), a job
-also ends when no rank can progress, by the stuck-cell rule of notebooks
-(:mod:`ipympi.launch.watch`): from :data:`LOOK_AFTER` seconds after the
-start, every :data:`LOOK_EVERY` seconds, the loop asks the running ranks what
-they are doing and collects the answers for at most :data:`LOOK_WAIT` seconds,
+also ends when no rank can progress, by the stuck-cell rule of notebooks and
+through the same watch of a job as a notebook's cell
+(:class:`ipympi.launch.watch.JobWatch`): from ``LOOK_AFTER`` seconds after the
+start, every ``LOOK_EVERY`` seconds, the loop asks the running ranks what
+they are doing and collects the answers for at most ``LOOK_WAIT`` seconds,
 forwarding output and seeing exits meanwhile. When two looks in a row find
 every running rank blocked in the same MPI wait, for at least ``STUCK_AFTER``
 seconds, having handled no incoming message in between and (where ``/proc``
