@@ -30,7 +30,7 @@ import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from ...core import control as ctl
 from ...launch import spawning
@@ -38,9 +38,13 @@ from ...launch.basics import _die_with_parent
 from ...launch.watch import with_cpu
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
+    from collections.abc import Iterable
 
-__all__ = ["Child", "Children", "ServesSpawn"]
+    from ...launch.ctlserver import ControlServer
+    from .launchers import Launcher
+    from .records import EngineRecord, Submission
+
+__all__ = ["Child", "Children", "ServesSpawn", "SpawnHost"]
 
 Item = tuple[int, str, dict[str, Any]]  # (process index, msg_type, content), as engines send
 #: ``environment(index, size)``: a rank's environment for process ``index`` in a world of
@@ -251,13 +255,31 @@ class Children:
         self.procs.pop(child.index, None)
 
 
+class SpawnHost(Protocol):
+    """What :class:`ServesSpawn` needs of the cluster it is a part of."""
+
+    _ctl: ControlServer | None  # the world's control socket
+    _child_fds: set[int]  # the children's output pipes in the poller
+    _held: list[Item]  # their output no running cell has taken yet
+    children: Children
+    launcher: Launcher
+    engines: list[EngineRecord]
+    requests: dict[str, Submission]
+
+    @property
+    def ending(self) -> bool: ...
+
+    def _poll_exactly(self, polled: set[int], fds: Iterable[int]) -> set[int]: ...
+
+
 class ServesSpawn:
     """What a :class:`~ipympi.notebook.controller.cluster.Cluster` does for its world's
-    spawned processes: serve ``spawn`` requests, watch the children's output, show it."""
+    spawned processes: serve ``spawn`` requests, watch the children's output, show it.
+    What it needs of the cluster is :class:`SpawnHost`."""
 
     def _on_spawn(self, rank: int, msg: dict[str, Any]) -> None:
         """Start what a rank's ``Comm.Spawn`` asks for and answer it."""
-        cluster = cast("Cluster", self)
+        cluster = cast("SpawnHost", self)
         assert cluster._ctl is not None
         if cluster.ending:
             answer = spawning.refusal(msg, "the world is ending")
@@ -269,17 +291,17 @@ class ServesSpawn:
 
     def _on_child_error(self, rank: int, msg: dict[str, Any]) -> None:
         """A spawned process's uncaught exception: its traceback, on its stderr."""
-        if rank >= len(cast("Cluster", self).engines):  # engines report theirs in replies
+        if rank >= len(cast("SpawnHost", self).engines):  # engines report theirs in replies
             text = str(msg.get("text", ""))
             self._children_said([(rank, "stream", {"name": "stderr", "text": text})], [])
 
     def _on_child_hello(self, rank: int) -> None:
         """A child has connected: tell it of the children that died before it could hear."""
-        self._tell_of_dead([rank], cast("Cluster", self).children.dead)
+        self._tell_of_dead([rank], cast("SpawnHost", self).children.dead)
 
     def _tell_of_dead(self, ranks: list[int], dead: Mapping[int, str]) -> None:
         """Send ``ranks`` a ``peer_exit`` per dead child: what waits on one fails."""
-        control = cast("Cluster", self)._ctl
+        control = cast("SpawnHost", self)._ctl
         if control is None:
             return
         for index, reason in dead.items():
@@ -287,13 +309,13 @@ class ServesSpawn:
 
     def _watch_children(self) -> None:
         """Poll exactly the children's open output pipes."""
-        cluster = cast("Cluster", self)
+        cluster = cast("SpawnHost", self)
         cluster._child_fds = cluster._poll_exactly(cluster._child_fds, cluster.children.fds())
 
     def _children_said(self, items: list[Item], exits: list[tuple[int, int]]) -> None:
         """Show the children's output in the running cell (else the next); report a child
         that failed, and tell the ranks, so that what waits on it fails."""
-        cluster = cast("Cluster", self)
+        cluster = cast("SpawnHost", self)
         children = cluster.children
         for index, returncode in exits:
             if returncode and not (cluster.ending or children.ending):
@@ -307,10 +329,9 @@ class ServesSpawn:
         running = [
             req
             for req in cluster.requests.values()
-            if req.kind == "execute" and req.on_output is not None and not req.done
+            if req.kind == "execute" and req.shown and not req.done
         ]
         if running:
-            running[-1].messages.extend(items)
-            running[-1].on_output(items)  # type: ignore[misc]
+            running[-1].add_output(*items)
         else:
             cluster._held.extend(items)
