@@ -1,0 +1,293 @@
+"""Windows whose ranks span hosts: every operation served by the target's engine.
+
+Jobs run on two "hosts" (loopback addresses, as in ``test_multihost``), two ranks each,
+so a window mixes ranks of the same host and of the other one; ``mpi.win_remote``
+serves all of them the same way.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+from conftest import MPI_PRELUDE, assert_ok, mpi_program
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux loopback")
+
+HOSTS = ("--hosts", "127.0.0.2:2,127.0.0.3:2")
+
+
+def _run(run_mpi, body: str, n: int = 4, timeout: float = 40) -> None:
+    proc = run_mpi(n, mpi_program(MPI_PRELUDE, body), launcher_args=HOSTS, timeout=timeout)
+    assert_ok(proc, n)
+
+
+def test_ring_of_puts_under_fence_with_every_flavor(run_mpi) -> None:
+    """Create, Allocate and dynamic windows; small and large (chunked) puts and gets."""
+    body = """
+    from ipympi.mpi.process import PROCESS
+    assert len(set(comm.allgather(PROCESS.host_name()))) == 2
+    mem = np.zeros(4, dtype='i')
+    win = MPI.Win.Create(mem, disp_unit=4, comm=comm)
+    assert win.Get_attr(MPI.WIN_CREATE_FLAVOR) == MPI.WIN_FLAVOR_CREATE
+    for step in range(3):
+        win.Fence()
+        win.Put(np.full(4, rank * 10 + step, dtype='i'), nxt)
+        win.Fence()
+        assert list(mem) == [prv * 10 + step] * 4, (step, mem)
+        comm.Barrier()  # before the next epoch's puts
+    win.Fence(MPI.MODE_NOSUCCEED)
+    win.Free()
+    # a megabyte each way: several frames per request and per reply
+    n = 1 << 17
+    big = MPI.Win.Allocate(n * 8, 8, comm=comm)
+    view = np.frombuffer(big.tomemory(), dtype='d')
+    view[:] = -1
+    big.Fence()
+    big.Put(np.arange(n, dtype='d') + rank, nxt)
+    big.Fence()
+    assert view[0] == prv and view[-1] == n - 1 + prv, view[[0, -1]]
+    back = np.empty(n)
+    big.Get(back, prv)
+    big.Fence()
+    assert np.array_equal(back, np.arange(n, dtype='d') + (prv - 1) % size)
+    big.Free()
+    # dynamic: regions attached after creation, addressed by absolute address
+    dyn = MPI.Win.Create_dynamic(comm=comm)
+    region = np.zeros(8, dtype='i8')
+    dyn.Attach(region)
+    addresses = comm.allgather(MPI.Get_address(region))
+    dyn.Fence()
+    dyn.Put(np.array([rank + 100], 'i8'), nxt, (addresses[nxt] + 8 * 3, 1, MPI.INT64_T))
+    dyn.Fence()
+    assert region[3] == prv + 100 and region.sum() == prv + 100, region
+    got = np.empty(1, 'i8')
+    dyn.Lock(prv, MPI.LOCK_SHARED)
+    dyn.Get(got, prv, (addresses[prv] + 24, 1, MPI.INT64_T))
+    dyn.Unlock(prv)
+    assert got[0] == (prv - 1) % size + 100, got
+    comm.Barrier()
+    dyn.Detach(region)
+    dyn.Free()
+    """
+    _run(run_mpi, body)
+
+
+def test_passive_target_progresses_while_the_target_computes(run_mpi) -> None:
+    """Lock/Get/Put/Unlock to a rank on the other host that computes (pure Python, then
+    numpy) without calling MPI: served by its progress thread, long before it is done."""
+    body = """
+    win = MPI.Win.Allocate(8 * 16, 8, comm=comm)
+    mem = np.frombuffer(win.tomemory(), dtype='d')
+    mem[:] = rank
+    comm.Barrier()
+    if rank == 3:
+        began = time.monotonic()
+        while time.monotonic() - began < 3.0:  # pure Python, no MPI
+            sum(range(2000))
+        end = time.monotonic() + 2.0
+        a = np.random.rand(300, 300)
+        while time.monotonic() < end:  # numpy, no MPI
+            a = a @ a
+            a /= np.abs(a).max()
+    elif rank == 0:
+        time.sleep(0.3)
+        took = []
+        for kind in (MPI.LOCK_EXCLUSIVE, MPI.LOCK_SHARED):
+            started = time.monotonic()
+            got = np.empty(16)
+            win.Lock(3, kind)
+            win.Get(got, 3)
+            win.Put(np.full(16, 42.0), 3)
+            win.Unlock(3)
+            took.append(time.monotonic() - started)
+            assert (got == (3 if kind == MPI.LOCK_EXCLUSIVE else 42)).all(), got
+        assert max(took) < 1.0, f"Lock/Get/Put/Unlock took {took} s while the target computed"
+    comm.Barrier()
+    if rank == 3:
+        assert (mem == 42).all(), mem
+    win.Free()
+    """
+    _run(run_mpi, body)
+
+
+def test_counters_and_exclusive_locks_are_exact(run_mpi) -> None:
+    """Fetch_and_op, Accumulate and Compare_and_swap from every rank of both hosts on
+    counters of rank 1 (atomic per element), and read-modify-write under an exclusive
+    lock (the lock manager excludes)."""
+    body = """
+    win = MPI.Win.Allocate(8 * 4, 8, comm=comm)
+    counters = np.frombuffer(win.tomemory(), dtype='i8')
+    counters[:] = 0
+    comm.Barrier()
+    N = 60
+    one, old = np.ones(1, 'i8'), np.empty(1, 'i8')
+    seen = []
+    win.Lock_all()
+    for i in range(N):
+        win.Fetch_and_op(one, old, 1, 0, MPI.SUM)
+        seen.append(int(old[0]))
+        win.Accumulate(np.array([2], 'i8'), 1, 1, MPI.SUM)
+    win.Flush(1)
+    win.Unlock_all()
+    # exclusive: a get, then a put of one more, never interleaved with another rank's
+    for i in range(15):
+        win.Lock(1, MPI.LOCK_EXCLUSIVE)
+        value = np.empty(1, 'i8')
+        win.Get(value, 1, 2)
+        win.Flush(1)
+        win.Put(value + 1, 1, 2)
+        win.Unlock(1)
+    # Compare_and_swap: every rank tries to claim slot 3; exactly one does
+    win.Lock_all()
+    win.Compare_and_swap(np.array([rank + 1], 'i8'), np.array([0], 'i8'), old, 1, 3)
+    win.Unlock_all()
+    assert comm.allreduce(int(old[0] == 0)) == 1
+    mine = comm.allgather(seen)
+    flat = sorted(v for values in mine for v in values)
+    assert flat == list(range(N * size)), flat[:10]  # every fetch saw a distinct value
+    comm.Barrier()
+    if rank == 1:
+        assert counters[0] == N * size and counters[1] == 2 * N * size, counters
+        assert counters[2] == 15 * size, counters
+        assert 1 <= counters[3] <= size, counters
+    comm.Barrier()
+    win.Free()
+    """
+    _run(run_mpi, body)
+
+
+def test_derived_datatypes_accumulates_requests_and_pscw(run_mpi) -> None:
+    body = """
+    win = MPI.Win.Create(np.zeros(0, 'i'), comm=comm)
+    win.Free()
+    mem = np.zeros(12, dtype='i')
+    win = MPI.Win.Create(mem, disp_unit=4, comm=comm)
+    every_other = MPI.INT.Create_vector(3, 1, 2).Commit()
+    pairs = MPI.INT.Create_indexed([2, 2], [0, 6]).Commit()
+    # Accumulate with a derived target datatype: elements 0, 2, 4 of the target
+    win.Fence()
+    win.Accumulate(np.array([1, 2, 3], 'i'), nxt, (0, 1, every_other), MPI.SUM)
+    win.Accumulate(np.array([1, 2, 3], 'i'), nxt, (0, 1, every_other), MPI.SUM)
+    win.Fence()
+    assert list(mem[:6]) == [2, 0, 4, 0, 6, 0], mem
+    comm.Barrier()  # (each check before the next epoch's operations)
+    # a derived origin datatype too: elements 0, 2 of the origin to 6, 7, 12, 13 bytes...
+    src = np.array([5, -1, 6, -1, 7, -1], 'i')
+    win.Put([src, 1, every_other], nxt, (6, 3, MPI.INT))
+    win.Fence()
+    assert list(mem[6:9]) == [5, 6, 7], mem
+    comm.Barrier()
+    # Get_accumulate and Get with a derived target datatype, request forms
+    out = np.empty(4, 'i')
+    req = win.Rget_accumulate(np.full(4, 10, 'i'), out, prv, (0, 1, pairs), MPI.SUM)
+    req.Wait()
+    win.Fence()
+    assert list(out) == [2, 0, 5, 6], out
+    assert list(mem[[0, 1, 6, 7]]) == [12, 10, 15, 16], mem
+    comm.Barrier()
+    got = np.empty(4, 'i')
+    MPI.Request.Waitall([win.Rget(got, nxt, (0, 1, pairs)),
+                         win.Rput(np.array([9], 'i'), nxt, 11),
+                         win.Raccumulate(np.array([1], 'i'), nxt, 11, MPI.MAX)])
+    win.Fence()
+    assert list(got) == [12, 10, 15, 16] and mem[11] == 9, (got, mem)
+    comm.Barrier()
+    # post/start/complete/wait: ranks of the other host only
+    group = comm.Get_group()
+    other = group.Incl([r for r in range(size) if (r < 2) != (rank < 2)])
+    win.Post(other)
+    win.Start(other)
+    for peer in [(rank + 2) % 4]:
+        win.Put(np.array([rank + 50], 'i'), peer, 10)
+        win.Accumulate(np.array([1], 'i'), peer, 9, MPI.SUM)
+    win.Complete()
+    win.Wait()
+    assert mem[10] == (rank + 2) % 4 + 50 and mem[9] == 1, mem
+    comm.Barrier()
+    win.Post(other)
+    win.Start(other)
+    win.Complete()
+    while not win.Test():
+        pass
+    # Fetch_and_op with NO_OP and REPLACE, Lock_all with flushes
+    win.Lock_all()
+    old = np.empty(1, 'i')
+    win.Fetch_and_op(np.array([0], 'i'), old, nxt, 10, MPI.NO_OP)
+    assert old[0] == (rank + 3) % 4 + 50, old  # what nxt's partner put there
+    win.Flush_all()
+    win.Unlock_all()
+    comm.Barrier()
+    win.Lock(nxt, MPI.LOCK_EXCLUSIVE)
+    win.Fetch_and_op(np.array([-7], 'i'), old, nxt, 10, MPI.REPLACE)
+    win.Flush_local(nxt)
+    win.Unlock(nxt)
+    assert old[0] == (rank + 3) % 4 + 50, old
+    comm.Barrier()
+    assert mem[10] == -7, mem
+    every_other.Free()
+    pairs.Free()
+    win.Free()
+    """
+    _run(run_mpi, body)
+
+
+def test_errors_have_the_classes_of_same_host_windows(run_mpi) -> None:
+    body = """
+    raises(MPI.ERR_RMA_SHARED, MPI.Win.Allocate_shared, 8, 1, MPI.INFO_NULL, comm)
+    win = MPI.Win.Allocate(16, 4, comm=comm)
+    win.Set_errhandler(MPI.ERRORS_RETURN)
+    four = np.zeros(4, 'i')
+    raises(MPI.ERR_RMA_SYNC, win.Put, four, nxt)  # no epoch
+    raises(MPI.ERR_RMA_SYNC, win.Unlock, nxt)
+    raises(MPI.ERR_RMA_SYNC, win.Flush, nxt)
+    win.Lock(nxt, MPI.LOCK_SHARED)
+    raises(MPI.ERR_RMA_RANGE, win.Put, four, nxt, 1)
+    raises(MPI.ERR_RMA_RANGE, win.Get, np.zeros(5, 'i'), nxt)
+    raises(MPI.ERR_RMA_SYNC, win.Lock, nxt)
+    raises(MPI.ERR_OP, win.Accumulate, four, nxt, 0, MPI.Op.Create(lambda a, b, t: None))
+    raises(MPI.ERR_TYPE, win.Accumulate, four, nxt, (0, 16, MPI.BYTE), MPI.SUM)
+    win.Put(four + 3, nxt)  # the window still works after the errors
+    win.Unlock(nxt)
+    raises(MPI.ERR_LOCKTYPE, win.Lock, nxt, 99)
+    comm.Barrier()
+    assert list(np.frombuffer(win.tomemory(), 'i')) == [3, 3, 3, 3]
+    win.Free()
+    dyn = MPI.Win.Create_dynamic(comm=comm)
+    dyn.Set_errhandler(MPI.ERRORS_RETURN)
+    region = np.zeros(2, 'i8')
+    dyn.Attach(region)
+    address = comm.allgather(MPI.Get_address(region))[nxt]
+    dyn.Lock(nxt)
+    # an address the target has not attached: the target says so
+    raises(MPI.ERR_RMA_RANGE, dyn.Put, np.ones(1, 'i8'), nxt, (address + 16, 1, MPI.INT64_T))
+    raises(MPI.ERR_RMA_RANGE, dyn.Get, np.ones(2, 'i8'), nxt, (address + 8, 2, MPI.INT64_T))
+    dyn.Put(np.ones(1, 'i8'), nxt, (address + 8, 1, MPI.INT64_T))
+    dyn.Unlock(nxt)
+    comm.Barrier()
+    assert list(region) == [0, 1], region
+    dyn.Detach(region)
+    dyn.Free()
+    """
+    _run(run_mpi, body)
+
+
+def test_a_target_that_dies_mid_epoch_is_reported(run_mpi) -> None:
+    body = """
+    import os
+    win = MPI.Win.Allocate(8, 8, comm=comm)
+    if rank == 2:
+        win.Lock(2, MPI.LOCK_EXCLUSIVE)  # holds its own lock, then dies
+        comm.Barrier()
+        os._exit(3)
+    comm.Barrier()
+    if rank == 0:
+        win.Lock(2, MPI.LOCK_EXCLUSIVE)  # never granted
+    comm.Barrier()
+    """
+    started = time.monotonic()
+    proc = run_mpi(4, mpi_program(MPI_PRELUDE, body, ok=False), launcher_args=HOSTS, timeout=30)
+    assert proc.returncode == 3, proc.stderr
+    assert "rank 2 exited with status 3 on host 127.0.0.3" in proc.stderr
+    assert time.monotonic() - started < 20
