@@ -291,3 +291,51 @@ def test_a_target_that_dies_mid_epoch_is_reported(run_mpi) -> None:
     assert proc.returncode == 3, proc.stderr
     assert "rank 2 exited with status 3 on host 127.0.0.3" in proc.stderr
     assert time.monotonic() - started < 20
+
+
+def test_lock_manager_grants_in_arrival_order() -> None:
+    """Shared holders together, an exclusive one alone, waiters in arrival order (a
+    shared request behind a waiting exclusive one waits too: no starvation)."""
+    from ipympi.mpi.win_remote import _LockManager
+
+    locks, granted = _LockManager(), []
+    assert locks.request(False, lambda: granted.append("s1"))
+    assert locks.request(False, lambda: granted.append("s2"))
+    assert not locks.request(True, lambda: granted.append("x1"))
+    assert not locks.request(False, lambda: granted.append("s3"))
+    assert not locks.request(False, lambda: granted.append("s4"))
+    locks.release()
+    assert granted == []  # one shared holder left
+    locks.release()
+    assert granted == ["x1"]
+    locks.release()
+    assert granted == ["x1", "s3", "s4"]
+    assert not locks.request(True, lambda: granted.append("x2"))
+    locks.release()
+    locks.release()
+    assert granted[-1] == "x2" and locks.exclusive and not locks.queue
+
+
+def test_spans_read_and_write_the_runs_an_origin_described() -> None:
+    import numpy as np
+
+    from ipympi import MPI
+    from ipympi.core.typemap_copy import runs
+    from ipympi.mpi.win_remote import _Span
+
+    mem = np.arange(48, dtype=np.uint8)
+    vector = MPI.INT.Create_vector(2, 1, 3).Commit()  # ints 0 and 3 of each element
+    spans = runs(vector._impl.layout, 2)
+    span = _Span(mem, 4, 16, spans)  # from byte 4: ints 1, 4 and (extent 16) 5, 8
+    assert span.direct() is None
+    out = np.zeros(16, np.uint8)
+    span.read(out)
+    assert list(out.view("<i4")) == list(mem.view("<i4")[[1, 4, 5, 8]])
+    span.write(np.full(16, 255, np.uint8))
+    assert (mem.view("<i4")[[1, 4, 5, 8]] == -1).all()
+    assert mem.view("<i4")[2] == int.from_bytes(bytes(range(8, 12)), "little")
+    dense = _Span(mem, 2, 3, None)
+    dense.write(np.array([7, 8, 9], np.uint8))
+    assert list(mem[:6]) == [0, 1, 7, 8, 9, 255]
+    assert list(dense.direct()) == [7, 8, 9]
+    vector.Free()

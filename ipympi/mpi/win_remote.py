@@ -390,11 +390,15 @@ class Remote:
                 if error is not None:
                     return ("error", *error)
                 return None
-        except MPIException as exc:
+        except Exception as exc:  # the origin's error, not this rank's: never fatal here
+            if isinstance(exc, MPIException):
+                error = (exc.Get_error_class(), str(exc))
+            else:
+                error = (ERR_OTHER, f"rank {self.impl.rank} failed: {type(exc).__name__}: {exc}")
             if not wait:  # nobody waits for this one: its origin's next flush says it
-                self.errors.setdefault(origin, (exc.Get_error_class(), str(exc)))
+                self.errors.setdefault(origin, error)
                 return None
-            return ("error", exc.Get_error_class(), str(exc))
+            return ("error", *error)
         raise MPIException(ERR_OTHER, f"unknown one-sided request {code} from rank {origin}")
 
     def _answer(self, origin: int, msgid: int, answer: Any) -> None:
