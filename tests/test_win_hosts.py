@@ -107,6 +107,25 @@ def test_passive_target_progresses_while_the_target_computes(run_mpi) -> None:
     comm.Barrier()
     if rank == 3:
         assert (mem == 42).all(), mem
+    # a target busy with calls on its own memory only (none of which waits for another
+    # rank) answers too
+    comm.Barrier()
+    if rank == 2:
+        end = time.monotonic() + 2.0
+        while time.monotonic() < end:
+            win.Lock(2)
+            win.Put(np.full(16, 7.0), 2)
+            win.Unlock(2)
+    elif rank == 1:
+        time.sleep(0.3)
+        started = time.monotonic()
+        got = np.empty(16)
+        win.Lock(2, MPI.LOCK_SHARED)
+        win.Get(got, 2)
+        win.Unlock(2)
+        took = time.monotonic() - started
+        assert (got == 7).all() and took < 1.0, (got, took)
+    comm.Barrier()
     win.Free()
     """
     _run(run_mpi, body)

@@ -206,6 +206,9 @@ class Remote:
         msgid = next(self.ids)
         engine.enter()
         try:
+            # Serve what others asked of this rank first: a rank busy with its own
+            # memory (calls that wait for nobody) still answers them.
+            engine.poll_once(False)
             if target == self.impl.rank:
                 answer = self.serve(target, code, payload, msgid, wait)
                 if answer is not _DEFERRED and wait:
