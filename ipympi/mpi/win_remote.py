@@ -216,7 +216,7 @@ class Remote:
             else:
                 self._send(target, code, msgid, (wait, payload))
             if not wait:
-                if code in (PUT, ACC):
+                if code in (PUT, ACC) and target != self.impl.rank:  # (here: applied)
                     self.dirty.add(target)
                 return None
             self._await([msgid], [target], call)
