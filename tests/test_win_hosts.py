@@ -292,6 +292,49 @@ def test_errors_have_the_classes_of_same_host_windows(run_mpi) -> None:
     _run(run_mpi, body)
 
 
+def test_an_interrupted_lock_request_leaves_no_lock_behind(run_mpi) -> None:
+    """Rank 0 waits for a lock that rank 3 holds and is interrupted (Ctrl-C): its request
+    is withdrawn, so the lock goes to the next one when rank 3 lets go; the same for a
+    Lock_all that got some of its locks before the interrupt."""
+    body = """
+    import signal
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGALRM, interrupt)
+    win = MPI.Win.Allocate(8, 8, comm=comm)
+    for attempt in ("Lock", "Lock_all"):
+        if rank == 3:
+            win.Lock(2, MPI.LOCK_EXCLUSIVE)
+        comm.Barrier()
+        if rank == 0:
+            signal.setitimer(signal.ITIMER_REAL, 0.5)
+            try:
+                if attempt == "Lock":
+                    win.Lock(2, MPI.LOCK_EXCLUSIVE)
+                else:
+                    win.Lock_all()
+            except KeyboardInterrupt:
+                pass
+            else:
+                raise AssertionError(f"{attempt} was granted while rank 3 held the lock")
+        comm.Barrier()
+        if rank == 3:
+            win.Unlock(2)
+        elif rank == 1:  # gets the lock: rank 0's request is gone, its other locks too
+            win.Lock(2, MPI.LOCK_EXCLUSIVE)
+            win.Unlock(2)
+            win.Lock(0, MPI.LOCK_EXCLUSIVE)
+            win.Unlock(0)
+        comm.Barrier()
+    win.Lock_all()
+    win.Unlock_all()
+    win.Free()
+    """
+    _run(run_mpi, body)
+
+
 def test_a_target_that_dies_mid_epoch_is_reported(run_mpi) -> None:
     body = """
     import os
@@ -333,6 +376,17 @@ def test_lock_manager_grants_in_arrival_order() -> None:
     locks.release()
     locks.release()
     assert granted[-1] == "x2" and locks.exclusive and not locks.queue
+    # withdrawn: a waiting request leaves the queue (and those behind it may fit now);
+    # a granted one is released
+    locks.release()
+    assert locks.request(False, lambda: granted.append("s5"), "s5")
+    assert not locks.request(True, lambda: granted.append("x3"), "x3")
+    assert not locks.request(False, lambda: granted.append("s6"), "s6")
+    locks.cancel("x3")
+    assert granted[-1] == "s6" and locks.shared == 2 and not locks.queue
+    locks.cancel("s5")
+    locks.release()
+    assert (locks.shared, locks.exclusive) == (0, False)
 
 
 def test_spans_read_and_write_the_runs_an_origin_described() -> None:

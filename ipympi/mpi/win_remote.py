@@ -25,6 +25,9 @@ Requests (``tag`` of the frame) and what the target answers:
 * ``LOCK`` (shared or exclusive): answered once granted; the target's lock manager
   queues requests in arrival order and grants the first ones that fit.
   ``UNLOCK``: releases (answered when the origin has operations to complete).
+  ``CANCEL``: the origin gave up waiting for its ``LOCK`` request ``msgid`` (an
+  interrupt, a dead target among those of ``Lock_all``): withdrawn if still queued,
+  released if already granted, so that nobody waits for a lock nobody holds.
 * ``FLUSH``: answered once every earlier request of that origin is applied (they
   came before it), with the first error one of them met.
 
@@ -63,7 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Remote"]
 
-PUT, GET, ACC, CAS, LOCK, UNLOCK, FLUSH, REPLY = range(1, 9)
+PUT, GET, ACC, CAS, LOCK, UNLOCK, FLUSH, REPLY, CANCEL = range(1, 10)
 _DEFERRED = object()  # a request answered later (a lock not yet granted)
 _pack_header = wire.HEADER.pack
 _unpack_header = wire.HEADER.unpack_from
@@ -123,18 +126,27 @@ class _LockManager:
     def __init__(self) -> None:
         self.exclusive = False
         self.shared = 0
-        self.queue: deque[tuple[bool, Callable[[], None]]] = deque()
+        self.queue: deque[tuple[bool, Callable[[], None], Any]] = deque()
 
     def _fits(self, exclusive: bool) -> bool:
         return not self.exclusive and not (exclusive and self.shared)
 
-    def request(self, exclusive: bool, grant: Callable[[], None]) -> bool:
+    def request(self, exclusive: bool, grant: Callable[[], None], key: Any = None) -> bool:
         """Take the lock now (True) or queue ``grant`` for when it is free."""
         if not self.queue and self._fits(exclusive):
             self._take(exclusive)
             return True
-        self.queue.append((exclusive, grant))
+        self.queue.append((exclusive, grant, key))
         return False
+
+    def cancel(self, key: Any) -> None:
+        """Withdraw the request ``key`` if it still waits, else release it (granted)."""
+        for entry in self.queue:
+            if entry[2] == key:
+                self.queue.remove(entry)
+                self.release(0)  # a request that waited may fit now
+                return
+        self.release()
 
     def _take(self, exclusive: bool) -> None:
         if exclusive:
@@ -142,13 +154,16 @@ class _LockManager:
         else:
             self.shared += 1
 
-    def release(self) -> None:
-        if self.exclusive:
+    def release(self, holders: int = 1) -> None:
+        """One holder lets go (none: only grant what fits now)."""
+        if not holders:
+            pass
+        elif self.exclusive:
             self.exclusive = False
         elif self.shared:
             self.shared -= 1
         while self.queue and self._fits(self.queue[0][0]):
-            exclusive, grant = self.queue.popleft()
+            exclusive, grant, _ = self.queue.popleft()
             self._take(exclusive)
             grant()
 
@@ -264,7 +279,12 @@ class Remote:
                         self.replies[msgid] = answer
                 else:
                     self._send(target, code, msgid, (True, payload))
-            self._await(msgids, targets, call)
+            try:
+                self._await(msgids, targets, call)
+            except BaseException:
+                if code == LOCK:
+                    self._withdraw(targets, msgids)
+                raise
         finally:
             engine.leave()
         answers = [self.replies.pop(m) for m in msgids]
@@ -272,6 +292,22 @@ class Remote:
             self.dirty.discard(target)
         for answer in answers:
             _unwrap(answer, call)
+
+    def _withdraw(self, targets: list[int], msgids: list[int]) -> None:
+        """Give up lock requests ``msgids`` (caller holds the engine): those granted are
+        released, the others withdrawn (``CANCEL``)."""
+        for target, msgid in zip(targets, msgids):
+            if self.wranks[target] in self.engine.dead_peers:  # type: ignore[union-attr]
+                continue
+            if msgid in self.replies:  # granted
+                self.replies.pop(msgid)
+                code = UNLOCK
+            else:
+                code = CANCEL
+            if target == self.impl.rank:
+                self.serve(target, code, msgid, msgid, False)
+            else:
+                self._send(target, code, next(self.ids), (False, msgid))
 
     # -- the calls of win_ops and win_sync --------------------------------------------
     @staticmethod
@@ -381,9 +417,13 @@ class Remote:
                     span.write(np.frombuffer(data, np.uint8))
                 return old.tobytes()
             if code == LOCK:
-                if self.manager.request(bool(payload), lambda: self._answer(origin, msgid, None)):
+                grant = lambda: self._answer(origin, msgid, None)  # noqa: E731
+                if self.manager.request(bool(payload), grant, (origin, msgid)):
                     return None
                 return _DEFERRED
+            if code == CANCEL:  # payload: the msgid of the origin's lock request
+                self.manager.cancel((origin, payload))
+                return None
             if code == UNLOCK:
                 self.manager.release()
             if code in (FLUSH, UNLOCK):
