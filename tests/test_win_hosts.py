@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from conftest import MPI_PRELUDE, assert_ok, mpi_program
+from kernel_helpers import KernelSession, failing_cell, kernel_env, kernel_specs_installed
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux loopback")
 
@@ -353,6 +356,43 @@ def test_a_target_that_dies_mid_epoch_is_reported(run_mpi) -> None:
     assert proc.returncode == 3, proc.stderr
     assert "rank 2 exited with status 3 on host 127.0.0.3" in proc.stderr
     assert time.monotonic() - started < 20
+
+
+@pytest.fixture(scope="module")
+def kernel_specs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    with kernel_specs_installed(tmp_path_factory.mktemp("jupyter")) as data_dir:
+        yield data_dir
+
+
+@pytest.mark.timeout(120)
+def test_a_notebook_explains_lock_waits_and_a_dead_target(kernel_specs: Path) -> None:
+    """In the notebook (4 engines on 2 hosts): a rank that waits for a lock another rank
+    kept is reported as waiting in Win.Lock for its target; a rank that waits for the
+    lock of a target that dies gets an error naming the dead rank, not a hang."""
+    env = kernel_env(np=4, IPYMPI_HOSTS=HOSTS[1])
+    with KernelSession("ipympi", env) as kernel:
+        kernel.ok("win = MPI.Win.Allocate(8, 8, comm=comm)", timeout=60)
+        code = (
+            "if rank == 0:\n    win.Lock(2)\n    comm.send(None, dest=3, tag=5)\n"
+            "elif rank == 3:\n    comm.recv(source=0, tag=5)\n    win.Lock(2)"
+        )
+        _, lines, took = failing_cell(kernel, code)
+        assert lines[0].startswith(
+            "no rank can progress: rank 3 waits in Win.Lock(peer=2) on Allocate window"
+        ), lines
+        assert took < 15
+        kernel.ok("if rank == 0:\n    win.Unlock(2)\nwin.Free()")
+        kernel.ok("win = MPI.Win.Allocate(8, 8, comm=comm)")
+        code = (
+            "import os, time\nif rank == 2:\n    win.Lock(2)\n    comm.Barrier()\n"
+            "    time.sleep(0.5)\n    os._exit(3)\nelif rank == 0:\n    comm.Barrier()\n"
+            "    win.Lock(2)\nelse:\n    comm.Barrier()"
+        )
+        _, lines, took = failing_cell(kernel, code)
+        text = "\n".join(lines)
+        assert lines[0].startswith("rank 2 has died (exited with status 3) while rank 0 "), text
+        assert "Lock: rank 2 has died" in text, text
+        assert took < 15
 
 
 def test_lock_manager_grants_in_arrival_order() -> None:
