@@ -180,6 +180,29 @@ def test_counters_and_exclusive_locks_are_exact(run_mpi) -> None:
     _run(run_mpi, body)
 
 
+def test_first_contents_set_right_after_creation_are_not_overtaken(run_mpi) -> None:
+    """As in mpi4py's nxtval-mpi3 demo: rank 0 sets its window's first contents right
+    after Allocate returns, while the others already Lock and Get_accumulate: their
+    requests, come during the creation, are applied after it."""
+    body = """
+    for attempt in range(5):
+        win = MPI.Win.Allocate(4 if rank == 0 else 0, 4, comm=comm)
+        if rank == 0:
+            win.tomemory()[:] = np.array([1000], 'i').tobytes()
+        got = []
+        for i in range(3):
+            value = np.zeros(1, 'i')
+            win.Lock(0)
+            win.Get_accumulate(np.ones(1, 'i'), value, 0, op=MPI.SUM)
+            win.Unlock(0)
+            got.append(int(value[0]))
+        seen = sorted(comm.allreduce(got))
+        assert seen == list(range(1000, 1000 + 3 * size)), (attempt, seen)
+        win.Free()
+    """
+    _run(run_mpi, body)
+
+
 def test_derived_datatypes_accumulates_requests_and_pscw(run_mpi) -> None:
     body = """
     win = MPI.Win.Create(np.zeros(0, 'i'), comm=comm)

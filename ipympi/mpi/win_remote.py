@@ -28,6 +28,12 @@ Requests (``tag`` of the frame) and what the target answers:
   ``CANCEL``: the origin gave up waiting for its ``LOCK`` request ``msgid`` (an
   interrupt, a dead target among those of ``Lock_all``): withdrawn if still queued,
   released if already granted, so that nobody waits for a lock nobody holds.
+
+Requests that reach a rank while it is still creating the window (during its last
+barrier) are kept until the call has returned, and applied at its next MPI call (or
+by its progress thread, once it has left MPI for a moment): the program may still set
+its memory's first contents then, as with MPI libraries that progress only inside
+calls (``RESUME``, a frame to itself, applies them).
 * ``FLUSH``: answered once every earlier request of that origin is applied (they
   came before it), with the first error one of them met.
 
@@ -66,7 +72,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Remote"]
 
-PUT, GET, ACC, CAS, LOCK, UNLOCK, FLUSH, REPLY, CANCEL = range(1, 10)
+PUT, GET, ACC, CAS, LOCK, UNLOCK, FLUSH, REPLY, CANCEL, RESUME = range(1, 11)
 _DEFERRED = object()  # a request answered later (a lock not yet granted)
 _pack_header = wire.HEADER.pack
 _unpack_header = wire.HEADER.unpack_from
@@ -183,6 +189,8 @@ class Remote:
         self.dirty: set[int] = set()  # targets with puts/accumulates not flushed yet
         self.errors: dict[int, tuple[int, str]] = {}  # origin -> first error of its puts
         self.manager = _LockManager()
+        self.ready = False  # the window's creation has returned here
+        self.held: list[tuple[int, int, Any, int, bool]] = []  # requests kept till then
 
     # -- life -------------------------------------------------------------------------
     def open(self) -> None:
@@ -200,6 +208,10 @@ class Remote:
         self.engine.services[wire.RMA] = _serve_frame
         _WINDOWS[self.context] = self
         impl.comm.Barrier()  # every rank serves before any origin sends
+        self.ready = True
+        if self.held:  # requests that came during the barrier: after this call
+            resume = memoryview(pickle.dumps(None))
+            _send_blob(self.engine, self.engine.rank, (RESUME, self.context, impl.rank, 0), resume)
 
     def close(self) -> None:
         """Stop serving (after the window's last barrier)."""
@@ -444,6 +456,12 @@ class Remote:
             return ("error", *error)
         raise MPIException(ERR_OTHER, f"unknown one-sided request {code} from rank {origin}")
 
+    def apply(self, origin: int, code: int, body: Any, msgid: int, wait: bool) -> None:
+        """Serve a request that came in a frame, and answer it (caller holds the engine)."""
+        answer = self.serve(origin, code, body, msgid, wait)
+        if wait and answer is not _DEFERRED:
+            self._answer(origin, msgid, answer)
+
     def _answer(self, origin: int, msgid: int, answer: Any) -> None:
         """Send ``answer`` to request ``msgid`` of ``origin`` (caller holds the engine)."""
         if origin == self.impl.rank:
@@ -499,7 +517,13 @@ def _serve_frame(frame: bytes, data: memoryview | None) -> None:
     if reply:
         window.replies[msgid] = payload
         return
+    if code == RESUME:
+        held, window.held = window.held, []
+        for request in held:
+            window.apply(*request)
+        return
     wait, body = payload
-    answer = window.serve(source, code, body, msgid, wait)
-    if wait and answer is not _DEFERRED:
-        window._answer(source, msgid, answer)
+    if window.held or not window.ready:  # keep the order of the requests kept
+        window.held.append((source, code, body, msgid, wait))
+        return
+    window.apply(source, code, body, msgid, wait)
