@@ -203,6 +203,35 @@ def test_first_contents_set_right_after_creation_are_not_overtaken(run_mpi) -> N
     _run(run_mpi, body)
 
 
+def test_a_window_over_alloc_mem_memory_frees_it_through_tomemory(run_mpi) -> None:
+    """mpi4py's nxtval-onesided demo: a counter in Alloc_mem memory of rank 0, each rank
+    adding to its own element and reading the others' through an indexed datatype; the
+    memory is freed with ``Free_mem(win.tomemory())`` (a block is named by its address)."""
+    body = """
+    mem = MPI.Alloc_mem(4 * size) if rank == 0 else MPI.BOTTOM
+    win = MPI.Win.Create(mem, 4, MPI.INFO_NULL, comm)
+    others = MPI.INT.Create_indexed([rank, size - rank - 1], [0, rank + 1]).Commit()
+    mine, values = 0, []
+    for i in range(5):
+        vals = np.zeros(size, 'i')
+        win.Lock(0)
+        win.Accumulate([np.ones(1, 'i'), 1, MPI.INT], 0, [rank, 1, MPI.INT], MPI.SUM)
+        win.Get([vals, 1, others], 0, [0, 1, others])
+        win.Unlock(0)
+        vals[rank] = mine
+        mine += 1
+        values.append(int(vals.sum()))
+    assert sorted(comm.allreduce(values)) == list(range(5 * size))
+    others.Free()
+    memory = win.tomemory()
+    win.Free()
+    if rank == 0:
+        MPI.Free_mem(memory)
+        raises(MPI.ERR_BASE, MPI.Free_mem, memory)  # freed already
+    """
+    _run(run_mpi, body)
+
+
 def test_derived_datatypes_accumulates_requests_and_pscw(run_mpi) -> None:
     body = """
     win = MPI.Win.Create(np.zeros(0, 'i'), comm=comm)
