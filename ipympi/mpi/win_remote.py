@@ -300,8 +300,8 @@ class Remote:
         finally:
             engine.leave()
         answers = [self.replies.pop(m) for m in msgids]
-        for target in targets:
-            self.dirty.discard(target)
+        if code == FLUSH:  # the targets applied what came before, and said how it went
+            self.dirty.difference_update(targets)
         for answer in answers:
             _unwrap(answer, call)
 
@@ -398,7 +398,9 @@ class Remote:
                 region = (ctypes.c_uint8 * size).from_address(begin)
                 memory = np.frombuffer(memoryview(region).cast("B"), np.uint8)
                 return _Span(memory, start - begin, nbytes, spans)
-        raise MPIException(ERR_RMA_RANGE, f"address {low:#x} is not in an attached region")
+        raise MPIException(
+            ERR_RMA_RANGE, f"address {low:#x} is not in a region rank {self.impl.rank} attached"
+        )
 
     def serve(self, origin: int, code: int, payload: Any, msgid: int, wait: bool) -> Any:
         """Apply one request of rank ``origin`` (the caller holds the engine); the
@@ -446,8 +448,8 @@ class Remote:
                     return ("error", *error)
                 return None
         except Exception as exc:  # the origin's error, not this rank's: never fatal here
-            if isinstance(exc, MPIException):
-                error = (exc.Get_error_class(), str(exc))
+            if isinstance(exc, MPIException):  # its own words (the origin adds the class's)
+                error = (exc.Get_error_class(), exc._message or "")
             else:
                 error = (ERR_OTHER, f"rank {self.impl.rank} failed: {type(exc).__name__}: {exc}")
             if not wait:  # nobody waits for this one: its origin's next flush says it
