@@ -1,9 +1,12 @@
 """``MPI.Win``: windows for one-sided communication (MPI-4.1 chapter 12).
 
-A window is the memory each rank of a communicator exposes to the others. Every rank
-of a window must share one host: the window's ranks reach each other's memory
+A window is the memory each rank of a communicator exposes to the others. When every
+rank of a window shares one host, the window's ranks reach each other's memory
 directly, without the target's help, so a target busy in numpy (or idle at a notebook
 prompt) never stalls an origin (passive target progress needs no progress thread).
+A window whose ranks span hosts is served instead by each target's engine, for every
+target (``win_remote``); ``Allocate_shared`` across hosts is ``ERR_RMA_SHARED``.
+The rest of this docstring is about windows on one host.
 
 * Memory that ipympi allocates (``Allocate``, ``Allocate_shared``) lives in one shared
   segment (``progress.shm``) that every rank of the window maps: moving data is a
@@ -43,7 +46,6 @@ from ..core.errors import (
     ERR_RMA_SHARED,
     ERR_RMA_SYNC,
     ERR_SIZE,
-    ERR_UNSUPPORTED_OPERATION,
     ERR_WIN,
 )
 from ..core.errors import Exception as MPIException
@@ -70,6 +72,7 @@ from .process import PROCESS
 from .rawmem import BOTTOM, acquire
 from .runtime import COMM_SELF, _default_errhandler
 from .win_ops import WinOperations
+from .win_remote import Remote
 from .win_sync import WinSynchronization
 
 __all__ = ["WIN_NULL", "Win"]
@@ -138,6 +141,7 @@ class WinImpl:
         self.lock_all = False
         self.lock_all_nocheck = False
         self.sends: list[Any] = []  # synchronisation messages still leaving
+        self.remote: Remote | None = None  # the ranks span hosts (``win_remote``)
 
     def traced(self) -> dict[str, Any]:
         """The fields of this rank's trace records of this window (``progress.tracing``)."""
@@ -209,15 +213,17 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
         private = Intracomm(comm.Dup())
         private._impl.name = f"{call} window"  # type: ignore[union-attr]
         hosts = private.allgather(PROCESS.host_name())
-        if len(set(hosts)) > 1:
+        if len(set(hosts)) > 1 and flavor == K.WIN_FLAVOR_SHARED:
             private.Free()
-            shared = flavor == K.WIN_FLAVOR_SHARED
             raise MPIException(
-                ERR_RMA_SHARED if shared else ERR_UNSUPPORTED_OPERATION,
-                f"{call}: the ranks of a window must share one host; this communicator "
-                f"spans {len(set(hosts))} hosts ({', '.join(sorted(set(hosts)))})",
+                ERR_RMA_SHARED,
+                f"{call}: the ranks of a shared window must share one host; this "
+                f"communicator spans {len(set(hosts))} hosts ({', '.join(sorted(set(hosts)))})",
             )
-        return WinImpl(private, flavor, hints)
+        impl = WinImpl(private, flavor, hints)
+        if len(set(hosts)) > 1:
+            impl.remote = Remote(impl)
+        return impl
 
     @staticmethod
     def _check_unit(disp_unit: Any, call: str) -> int:
@@ -235,6 +241,8 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
         this rank's offset in the segment."""
         comm = impl.comm
         sizes = comm.allgather((os.getpid(), local_size, impl.disp_unit))
+        if impl.remote is not None:  # across hosts: no segment, each target serves
+            return [(pid, 0, size, unit) for (pid, size, unit) in sizes], 0
         offsets = [0]
         noncontig = impl.info.get("alloc_shared_noncontig", "false") == "true"
         for _, size, _ in sizes:
@@ -277,10 +285,10 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
     @classmethod
     def _finish(cls, impl: WinImpl, table: list[tuple[int, int, int, int]], shared: bool) -> None:
         segment = impl.segment
-        assert segment is not None
         for rank, (pid, base, size, unit) in enumerate(table):
             array = None
             if shared:
+                assert segment is not None
                 start = base - segment.address if size else 0
                 array = segment.array[start : start + size]
             elif rank == impl.rank:
@@ -288,6 +296,8 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
             impl.targets.append(Target(rank, pid, base, size, unit, array))
         # From now on the window's synchronisation traffic is traced as its own calls.
         tracing.quiet.add(impl.comm._live().context)
+        if impl.remote is not None:
+            impl.remote.open()
 
     @classmethod
     @world_call
@@ -321,6 +331,13 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
         unit = cls._check_unit(disp_unit, call)
         impl = cls._start(comm, info, call, flavor)
         impl.disp_unit = unit
+        if impl.remote is not None:  # across hosts: memory of this rank's own
+            memory = np.zeros(nbytes, np.uint8)
+            impl.memory = buffer.frombuffer(memory) if nbytes else buffer()
+            impl.keep = memory
+            table, _ = cls._share(impl, nbytes, False, call)
+            cls._finish(impl, table, False)
+            return cls._from_impl(impl)
         table, offset = cls._share(impl, nbytes, True, call)
         segment = impl.segment
         assert segment is not None
@@ -412,8 +429,12 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
             raise MPIException(ERR_RMA_SYNC, "Free: an access or exposure epoch is still open")
         delete_attributes(self, impl, "Free")  # type: ignore[arg-type]
         self._settle_sends(impl)
+        if impl.remote is not None:
+            impl.remote.flush_all("Free")
         tracing.quiet.discard(impl.comm._live().context)
         impl.comm.Barrier()  # nobody accesses this memory any more
+        if impl.remote is not None:
+            impl.remote.close()
         impl.comm.Free()
         if impl.segment is not None:
             impl.segment.close()

@@ -9,6 +9,9 @@ target's memory described by the target datatype (``core.typemap_copy``): in the
 shared segment or the rank's own memory with numpy copies, in another process's
 memory with one ``process_vm_readv``/``writev`` call over the datatype's runs.
 
+A window whose ranks span hosts (``impl.remote``) hands every data movement to
+``win_remote``, which has the target apply it; the checks and errors are these.
+
 Accumulates take the target's accumulate lock (a byte of the window's segment) for
 the whole read-combine-write: operations on one target are atomic per element and
 applied in the order they were called. Only the predefined operations, ``REPLACE``
@@ -423,7 +426,10 @@ class WinOperations:
         spec = send_buffer(origin)
         region = self._region(impl, where, *_target_spec(target, spec), call)
         self._same_size(spec, region, call)
-        region.write(_packed(spec))
+        if impl.remote is not None:
+            impl.remote.put(region, _packed(spec), call)
+        else:
+            region.write(_packed(spec))
         if t0:
             _traced(impl, region, call, None, "put", t0)
 
@@ -443,7 +449,10 @@ class WinOperations:
         spec = recv_buffer(origin)
         region = self._region(impl, where, *_target_spec(target, spec), call)
         self._same_size(spec, region, call)
-        region.read(_packed(spec))
+        if impl.remote is not None:
+            impl.remote.get(region, _packed(spec), call)
+        else:
+            region.read(_packed(spec))
         if spec.unpack is not None:
             spec.unpack(spec.mem.nbytes)
         if t0:
@@ -506,8 +515,11 @@ class WinOperations:
         if out is not None:
             self._same_size(out, region, call)
             fetch = _packed(out)
-        with self._mutex(impl, where):
-            self._combine(region, basic, op, _packed(spec), fetch)
+        if impl.remote is not None:
+            impl.remote.combine(region, basic, op, _packed(spec), fetch, call)
+        else:
+            with self._mutex(impl, where):
+                self._combine(region, basic, op, _packed(spec), fetch)
         if out is not None and out.unpack is not None:
             out.unpack(out.mem.nbytes)
         if t0:
@@ -556,8 +568,11 @@ class WinOperations:
             # one element of addressable memory: combine in place, no copies
             _fetch_in_place(impl, where, spec.array, out.array, here, op, basic)
         else:
-            with self._mutex(impl, where):
-                self._combine(region, basic, op, _packed(spec), _packed(out))
+            if impl.remote is not None:
+                impl.remote.combine(region, basic, op, _packed(spec), _packed(out), "Fetch_and_op")
+            else:
+                with self._mutex(impl, where):
+                    self._combine(region, basic, op, _packed(spec), _packed(out))
             if out.unpack is not None:
                 out.unpack(out.mem.nbytes)
         if t0:
@@ -583,6 +598,13 @@ class WinOperations:
         disp = operator.index(target_disp)
         region = self._region(impl, where, disp, 1, spec.datatype, "Compare_and_swap")
         fetch = _packed(out)
+        if impl.remote is not None:
+            impl.remote.compare_and_swap(
+                region, _packed(cmp), _packed(spec), fetch, "Compare_and_swap"
+            )
+            if t0:
+                _traced(impl, region, "Compare_and_swap", None, "both", t0)
+            return
         with self._mutex(impl, where):
             old = np.empty(region.nbytes, np.uint8)
             region.read(old)

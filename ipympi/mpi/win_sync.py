@@ -17,6 +17,10 @@ what the synchronisation calls add is ordering between ranks:
 * ``Flush*`` and ``Sync`` have nothing left to wait for, but must be called inside a
   passive-target epoch, as the standard says (``ERR_RMA_SYNC`` otherwise).
 
+A window whose ranks span hosts (``impl.remote``, see ``win_remote``) takes its locks
+from each target's lock manager, and ``Fence``, ``Complete``, ``Unlock*``, ``Flush``
+and ``Flush_all`` also wait until the targets have applied this rank's operations.
+
 While tracing is on, each call adds one ``rma_sync`` record (``progress.tracing``); the
 barrier and messages it exchanges on the private communicator are not recorded.
 """
@@ -172,6 +176,8 @@ class WinSynchronization:
         if impl.locks or impl.lock_all or impl.access is not None or impl.exposure is not None:
             raise MPIException(ERR_RMA_SYNC, "Fence: a lock or post/start epoch is still open")
         self._settle_sends(impl)
+        if impl.remote is not None:
+            impl.remote.flush_all("Fence")
         impl.comm.Barrier()
         impl.fence = not mode & K.MODE_NOSUCCEED
         if t0:
@@ -204,6 +210,8 @@ class WinSynchronization:
         impl = self._live()
         if impl.access is None:
             raise MPIException(ERR_RMA_SYNC, "Complete: no access epoch (call Start first)")
+        if impl.remote is not None:
+            impl.remote.flush(impl.access, "Complete")
         for rank in sorted(impl.access):
             impl.sends.append(impl.comm.Isend(_NOTHING, dest=rank, tag=_COMPLETE_TAG))
         if t0:
@@ -273,7 +281,10 @@ class WinSynchronization:
         if impl.access is not None:
             raise MPIException(ERR_RMA_SYNC, "Lock: a post/start access epoch is open")
         held = 0
-        if not mode & K.MODE_NOCHECK:
+        if not mode & K.MODE_NOCHECK and impl.remote is not None:
+            impl.remote.lock([rank], kind == K.LOCK_EXCLUSIVE, "Lock")
+            held = 1
+        elif not mode & K.MODE_NOCHECK:
             self._take(impl, impl.lock_byte(rank), 1, kind == K.LOCK_EXCLUSIVE, "Lock")
             held = 1
         impl.locks[rank] = held
@@ -291,7 +302,13 @@ class WinSynchronization:
             return
         if rank not in impl.locks:
             raise MPIException(ERR_RMA_SYNC, f"Unlock: rank {rank} is not locked")
-        if impl.locks.pop(rank) and impl.segment is not None:
+        held = impl.locks.pop(rank)
+        if impl.remote is not None:
+            if held:
+                impl.remote.unlock(rank, "Unlock")
+            else:
+                impl.remote.flush([rank], "Unlock")
+        elif held and impl.segment is not None:
             impl.segment.unlock(impl.lock_byte(rank), 1)
         if t0:
             _traced(impl, "Unlock", t0, peer=rank)
@@ -307,7 +324,9 @@ class WinSynchronization:
         if impl.access is not None:
             raise MPIException(ERR_RMA_SYNC, "Lock_all: a post/start access epoch is open")
         impl.lock_all_nocheck = bool(mode & K.MODE_NOCHECK)
-        if not impl.lock_all_nocheck:
+        if not impl.lock_all_nocheck and impl.remote is not None:
+            impl.remote.lock(list(range(impl.size)), False, "Lock_all")
+        elif not impl.lock_all_nocheck:
             self._take(impl, 0, impl.size, False, "Lock_all")
         impl.lock_all = True
         impl.fence = False
@@ -321,7 +340,12 @@ class WinSynchronization:
         impl = self._live()
         if not impl.lock_all:
             raise MPIException(ERR_RMA_SYNC, "Unlock_all: Lock_all was not called")
-        if not impl.lock_all_nocheck and impl.segment is not None:
+        if impl.remote is not None:
+            impl.remote.flush_all("Unlock_all")
+            if not impl.lock_all_nocheck:
+                for rank in range(impl.size):
+                    impl.remote.unlock(rank, "Unlock_all")
+        elif not impl.lock_all_nocheck and impl.segment is not None:
             impl.segment.unlock(0, impl.size)
         impl.lock_all = False
         if t0:
@@ -335,6 +359,8 @@ class WinSynchronization:
         rank = self._target_rank(impl, rank, "Flush")
         if rank != K.PROC_NULL and rank not in impl.locks and not impl.lock_all:
             raise MPIException(ERR_RMA_SYNC, f"Flush: rank {rank} is not locked")
+        if impl.remote is not None and rank != K.PROC_NULL:
+            impl.remote.flush([rank], "Flush")
         if t0 and rank != K.PROC_NULL:
             _traced(impl, "Flush", t0, peer=rank)
 
@@ -344,6 +370,8 @@ class WinSynchronization:
         t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         self._passive(impl, "Flush_all")
+        if impl.remote is not None:
+            impl.remote.flush_all("Flush_all")
         if t0:
             _traced(impl, "Flush_all", t0)
 

@@ -174,6 +174,10 @@ class Engine:
         # (collective context, source, seq) of a straight collective's message, or the
         # operation waited on (``Operation.awaited`` says which receive, if any).
         self.awaiting: tuple[int, int, int] | Operation | None = None
+        # Frame kinds served above the engine (``RMA``: ``mpi.win_remote``), by kind: each
+        # gets the frame and, for a chunk from another host, its data apart (else None);
+        # called with the engine held, by whichever thread drives the socket.
+        self.services: dict[int, Callable[[bytes, memoryview | None], None]] = {}
         if transport is not None:
             transport.quiet = self._on_quiet
 
@@ -515,6 +519,8 @@ class Engine:
             self._compare_call(context, source, tag, sig, wsource)
         elif kind == WAKE:
             pass  # it only woke the thread reading the socket
+        elif kind in self.services:
+            self.services[kind](frame, None)
         else:
             raise MPIException(ERR_OTHER, f"unknown frame kind {kind} from rank {wsource}")
 
@@ -584,10 +590,20 @@ class Engine:
             self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
         self._reply(wsource, FIN, msgid)
 
+    def on_service(self, frame: bytes, data: memoryview) -> None:
+        """A chunk from another host of a frame kind served above (:attr:`services`)."""
+        service = self.services.get(frame[0])
+        if service is None:
+            raise MPIException(ERR_OTHER, f"unknown frame kind {frame[0]} from another host")
+        service(frame, data)
+
     def _handle(self, frame: Received) -> None:
         self.progressed += 1
         if type(frame) is tuple:  # a chunk from another host: (header frame, data)
-            self.on_data(*frame)
+            if frame[0][0] == DATA:
+                self.on_data(*frame)
+            else:
+                self.on_service(*frame)
         elif frame[0] == DATA:
             self.on_data(frame)  # type: ignore[arg-type]  # not a tuple: bytes
         else:
