@@ -60,7 +60,7 @@ from .largebuf import VmReader, buffer_address
 from .operation import Operation
 from .sharing import await_queued, blocked_calls, hand_on, wait_shared
 from .tcp import Received
-from .transport import MAX_FRAME, QUIET_MS, SPIN_TRIES, Transport
+from .transport import FOREIGN_BASE, MAX_FRAME, QUIET_MS, SPIN_TRIES, Transport
 
 __all__ = ["EAGER_LIMIT", "Engine", "WaitInfo", "arrival_signature"]
 
@@ -163,6 +163,10 @@ class Engine:
         # long transfer from a rank that cannot progress.
         self.progressed = 0
         self.dead_peers: dict[int, str] = {}  # world rank -> why it is gone
+        # Waits another job may end: Accept calls in progress, connected processes of
+        # other jobs (``mpi.jobs``); the stuck-job rule leaves such a rank alone.
+        self.accepting = 0
+        self.other_jobs = 0
         # Point-to-point messages (even contexts) sent to and arrived from each
         # world rank, ever: a cell's leftovers still on their way show as a
         # difference between two ranks' counts (``engine/leftovers.py``).
@@ -252,8 +256,7 @@ class Engine:
             try:
                 self.sent[wdest] += 1
             except IndexError:  # a process this one did not know of (spawned)
-                self.grow(wdest + 1)
-                self.sent[wdest] += 1
+                self._count_new(self.sent, wdest)
         if nbytes <= EAGER_LIMIT:
             header = _pack_header(
                 EAGER,
@@ -310,8 +313,7 @@ class Engine:
             try:
                 self.sent[wdest] += 1
             except IndexError:
-                self.grow(wdest + 1)
-                self.sent[wdest] += 1
+                self._count_new(self.sent, wdest)
         self._send(
             wdest,
             _pack_header(EAGER, 0, sig, context, source, tag, self.rank, self.pid, 0, nbytes) + mem,
@@ -450,8 +452,7 @@ class Engine:
             try:
                 self.arrived[wsource] += 1
             except IndexError:  # from a process this one did not know of (spawned)
-                self.grow(wsource + 1)
-                self.arrived[wsource] += 1
+                self._count_new(self.arrived, wsource)
         if kind == EAGER:
             recv = self.matcher.match_posted(context, source, tag)
             if recv is None:
@@ -895,6 +896,14 @@ class Engine:
             self.arrived.extend([0] * more)
             self.size = size
 
+    def _count_new(self, counts: list[int], wrank: int) -> None:
+        """Count a message to or from ``wrank``, a process this one did not know of: one
+        spawned since (the counts grow), or of another job (not counted: the counts
+        compare the ranks of one world)."""
+        if wrank < FOREIGN_BASE:
+            self.grow(wrank + 1)
+            counts[wrank] += 1
+
     # -- a rank that died -------------------------------------------------------
     def fail_peer(self, wrank: int, reason: str) -> None:
         """World rank ``wrank`` has died: fail everything that waits on it.
@@ -904,7 +913,8 @@ class Engine:
         that no rank hangs on a dead one. (Later calls naming it are left to
         the controller's stuck-cell rule.)
         """
-        text = f"rank {wrank} has died ({reason})" if reason else f"rank {wrank} has died"
+        who = f"rank {wrank}" if wrank < FOREIGN_BASE else "a process of another job"
+        text = f"{who} has died ({reason})" if reason else f"{who} has died"
         self.dead_peers[wrank] = text
 
         def involves(op: Any) -> bool:
