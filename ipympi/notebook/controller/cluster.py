@@ -367,6 +367,10 @@ class Cluster(ClusterAPI, ServesSpawn):
             if kind == "ended":
                 self._on_world_end(event)
                 continue
+            if kind == "output":  # a spawned process's, forwarded by a real MPI's launcher
+                text = {"name": event["name"], "text": event["text"]}
+                self._children_said([(int(event["index"]), "stream", text)], [])
+                continue
             engine = self._engine_of(event)
             if engine is None:
                 continue
