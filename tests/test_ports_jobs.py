@@ -3,7 +3,8 @@ publishes a port, a client job (launched, or a plain ``python client.py``) looks
 connects; they talk over the intercommunicator (point-to-point, small and large, both ways;
 collectives; ``Merge``) and ``Disconnect``. ``Comm.Join`` over a socket between two jobs; a
 job that ends while the other holds the intercommunicator is a dead peer, not a hang; a port
-of a job that has ended is refused with ``ERR_PORT``.
+of a job that has ended is refused with ``ERR_PORT``; the ranks of a notebook session
+accept a launched job.
 
 Each job is a real ``python -m ipympi.run`` (or plain ``python``) process with a timeout;
 both share the test's private temp folder (the name service and the session directories
@@ -22,6 +23,14 @@ from pathlib import Path
 
 import pytest
 from conftest import _env
+from kernel_helpers import (
+    KernelSession,
+    error_text,
+    kernel_env,
+    kernel_specs_installed,
+    outputs,
+    stream_text,
+)
 
 SERVICE = "ipympi-test-jobs"
 TIMEOUT = 40  # seconds a job may run
@@ -296,3 +305,43 @@ def test_a_job_that_ends_is_a_dead_peer_and_its_ports_are_gone(jobs: Jobs) -> No
     port = f"ipympi-port:0123456789abcdef:0:0:1:{jobs.tmp / 'ipympi-gone'}"
     code, out, err = jobs.finish(jobs.start(1, gone, port))
     assert code == 0 and "refused:" in out and "not open" in out, out + err
+
+
+NOTEBOOK_CLIENT = f"""
+import time
+from ipympi import MPI
+time.sleep(2.0)  # the notebook's ranks wait in Accept longer than its stuck-cell rule looks
+port = MPI.Lookup_name({SERVICE!r})
+inter = MPI.COMM_WORLD.Connect(port)
+inter.send(("from the client job", MPI.COMM_WORLD.rank), dest=MPI.COMM_WORLD.rank)
+print("client", MPI.COMM_WORLD.rank, inter.allreduce(1), flush=True)
+inter.Disconnect()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_notebook_session_accepts_a_launched_job(jobs: Jobs) -> None:
+    cell = f"""\
+port = MPI.Open_port() if rank == 0 else None
+if rank == 0:
+    MPI.Publish_name({SERVICE!r}, port)
+inter = comm.Accept(port)
+print(inter.recv(source=rank), inter.allreduce(10))
+inter.Disconnect()
+if rank == 0:
+    MPI.Unpublish_name({SERVICE!r}, port)
+    MPI.Close_port(port)
+"""
+    with kernel_specs_installed(jobs.folder / "jupyter"):
+        env = kernel_env(np=2, TMPDIR=str(jobs.tmp))
+        with KernelSession("ipympi", env) as kernel:
+            kernel.ok("None", timeout=60)
+            client = jobs.start(2, jobs.write("client.py", NOTEBOOK_CLIENT))
+            reply, messages = kernel.execute(cell, timeout=60)
+            assert reply["content"]["status"] == "ok", "\n".join(error_text(reply))
+            out = stream_text(outputs(messages), "stdout")
+            for rank in range(2):
+                assert f"[stdout:{rank}] ('from the client job', {rank}) 2\n" in out, out
+    code, out, err = jobs.finish(client)
+    assert code == 0, out + err
+    assert sorted(out.split("\n")[:2]) == ["client 0 20", "client 1 20"], out
