@@ -216,6 +216,7 @@ class Children:
                 time.sleep(0.02)
         for child in list(self.procs.values()):
             self._forget(child, kill=True)
+        self.output.take()  # what they said last goes with their world
 
     def _forget(self, child: Child, kill: bool) -> None:
         if kill and child.popen.poll() is None:
