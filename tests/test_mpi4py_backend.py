@@ -185,6 +185,47 @@ def test_workers_spawned_from_rank_0_are_labelled_as_with_the_builtin_mpi(
             assert f"[stderr:{first + i}] worker {i} warns\n" in err, err
 
 
+LOUD = """\
+import sys, time
+from mpi4py import MPI
+MPI.Comm.Get_parent().Disconnect()
+time.sleep(0.5)  # the cell that spawned it has ended by now
+for i in range(10000):  # ~1 MB, far more than the pipes between it and the kernel hold
+    print(f"line {i:05d}", "z" * 90)
+sys.stdout.flush()
+open(sys.argv[1], "w").close()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_printing_much_between_cells_finishes_and_shows_it_all(
+    kernel: KernelSession, tmp_path: Path
+) -> None:
+    loud, done = tmp_path / "loud.py", tmp_path / "done"
+    loud.write_text(LOUD)
+    cell = (
+        "import sys\n"
+        "if rank == 0:\n"
+        f"    MPI.COMM_SELF.Spawn(sys.executable, [{str(loud)!r}, {str(done)!r}], maxprocs=1)"
+        ".Disconnect()\n"
+    )
+    reply, _ = kernel.execute(cell, timeout=60)
+    assert reply["content"]["status"] == "ok", error_text(reply)
+    deadline = time.monotonic() + 30
+    while not done.exists() and time.monotonic() < deadline:  # no cell runs meanwhile
+        time.sleep(0.1)
+    assert done.exists(), "the worker stalled writing its output"
+    shown: list[str] = []
+    while len(shown) < 10000 and time.monotonic() < deadline + 30:
+        _, later = kernel.execute("None", timeout=30)
+        text = stream_text(outputs(later), "stdout")
+        shown += [line for line in text.splitlines() if "z" * 90 in line]
+    assert [line.split("] ", 1)[1] for line in shown] == [
+        f"line {i:05d} " + "z" * 90 for i in range(10000)
+    ]
+    assert len({line.split("] ", 1)[0] for line in shown}) == 1  # one label
+
+
 @pytest.mark.timeout(60)
 def test_allreduce_result_is_collapsed(kernel: KernelSession) -> None:
     reply, messages = kernel.execute("comm.allreduce(rank)")

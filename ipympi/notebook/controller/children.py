@@ -24,6 +24,7 @@ Linux kills them if the controller dies first.
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import os
 import signal
@@ -57,6 +58,7 @@ class Child:
     index: int
     popen: subprocess.Popen[bytes]
     pipes: set[str] = field(default_factory=set)  # the names of its open output pipes
+    decoders: dict[str, Any] = field(default_factory=dict)  # stream name -> its decoder
     returncode: int | None = None
 
 
@@ -148,6 +150,7 @@ class Children:
         for pipe, name in ((popen.stdout, "stdout"), (popen.stderr, "stderr")):
             assert pipe is not None
             child.pipes.add(name)
+            child.decoders[name] = codecs.getincrementaldecoder("utf-8")(errors="replace")
             self.output.add(pipe.fileno(), index, name)
         return child
 
@@ -159,9 +162,14 @@ class Children:
         items: list[Item] = []
         exits: list[tuple[int, int]] = []
         for chunk in self.output.take(now):
-            if chunk.text:
-                items.append((chunk.key, "stream", {"name": chunk.name, "text": chunk.text}))
             child = self.procs.get(chunk.key)
+            decoder = child.decoders.get(chunk.name) if child is not None else None
+            if decoder is None:  # a note of the reader's, or a child already forgotten
+                text = chunk.data.decode(errors="replace")
+            else:
+                text = decoder.decode(chunk.data, final=chunk.ended)
+            if text:
+                items.append((chunk.key, "stream", {"name": chunk.name, "text": text}))
             if chunk.ended and child is not None:
                 self._close_pipe(child, chunk.name)
                 exits += self._reap(child)

@@ -56,6 +56,7 @@ from ...launch.launcher import _die_with_parent, rank_environment
 from ..engine import mpi4py_engine
 from ..engine.keeper import parse_report
 from .hydraout import HydraOutput
+from .outpipes import PipeReader
 from .supervisor import SupervisorProcess, engine_environment, take_early
 
 __all__ = [
@@ -310,6 +311,9 @@ class MPILauncher(Launcher):
         self._pipes: dict[int, dict[int, bytes]] = {}
         self._marks: HydraOutput | None = None  # MPICH's marks on each chunk, if it takes them
         self._decoders: dict[tuple[int, int, int], Any] = {}  # (pipe, group, rank) -> decoder
+        # Reads the pipes also between cells: a spawned process that prints much then never
+        # stalls on a full pipe. Nothing is left out: the keepers' reports come this way.
+        self._reader = PipeReader(limit=None)
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._reported = False  # some rank's keeper reported its exit
 
@@ -370,43 +374,40 @@ class MPILauncher(Launcher):
             raise ClusterError(f"cannot start {self.name} ({self.program}): {exc}") from None
         for pipe in (self.proc.stdout, self.proc.stderr):
             assert pipe is not None
-            os.set_blocking(pipe.fileno(), False)
             self._pipes[pipe.fileno()] = {}
+            name = "stdout" if pipe is self.proc.stdout else "stderr"
+            self._reader.add(pipe.fileno(), pipe.fileno(), name)
         with contextlib.suppress(AttributeError, OSError):  # without pidfd: end of output
             self._pidfd = os.pidfd_open(self.proc.pid)
         return [{"type": "spawned", "rank": rank, "pid": None} for rank in range(world.n)]
 
     def fds(self) -> list[int]:
-        return [*self._pipes, *([self._pidfd] if self._pidfd is not None else [])]
+        output = [self._reader.fd] if self._pipes else []
+        return [*output, *([self._pidfd] if self._pidfd is not None else [])]
 
     def read(self, fd: int) -> list[Event]:
-        if fd in self._pipes:
-            events = self._read_pipe(fd)
+        if fd == self._reader.fd:
+            events = self._take()
             if self._pipes or self._pidfd is not None:
                 return events
         else:
             events = []
         # The launcher has exited (or closed its output): the world is over.
-        for pipe in list(self._pipes):
-            events += self._read_pipe(pipe, drain=True)
+        events += self._take(now=True)
+        for pipe in list(self._pipes):  # what is not closed yet will say no more
+            events += self._read_pipe(pipe, b"", True)
         return events + self._reap()
 
-    def _read_pipe(self, fd: int, drain: bool = False) -> list[Event]:
-        """Events in what ``fd`` has now (``drain``: all of it, then close it)."""
-        data = b""
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                chunk = None
-            except OSError:
-                chunk = b""
-            if chunk:
-                data += chunk
-                if drain:
-                    continue
-            ended = chunk == b"" or drain
-            break
+    def _take(self, now: bool = False) -> list[Event]:
+        """Events in what the reader has read from the pipes (``now``: and what they hold)."""
+        events: list[Event] = []
+        for chunk in self._reader.take(now):
+            if chunk.key in self._pipes:
+                events += self._read_pipe(chunk.key, chunk.data, chunk.ended)
+        return events
+
+    def _read_pipe(self, fd: int, data: bytes, ended: bool) -> list[Event]:
+        """Events in ``data`` read from ``fd`` (``ended``: all it will say; it is closed)."""
         pieces = self._marks.split(fd, data, ended) if self._marks else [(0, 0, data)]
         events: list[Event] = []
         partial = self._pipes[fd]
@@ -451,6 +452,7 @@ class MPILauncher(Launcher):
 
     def _close_pipe(self, fd: int) -> None:
         assert self.proc is not None
+        self._reader.forget(fd)
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None and not pipe.closed and pipe.fileno() == fd:
                 pipe.close()
@@ -526,6 +528,7 @@ class MPILauncher(Launcher):
     def _forget_process(self) -> None:
         for fd in list(self._pipes):
             self._close_pipe(fd)
+        self._reader.take()  # what it read of them is the ended world's
         self._pipes = {}
         if self._pidfd is not None:
             os.close(self._pidfd)

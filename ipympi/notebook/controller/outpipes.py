@@ -1,22 +1,22 @@
-"""The output pipes of a session's spawned processes, read in a thread of their own.
+"""The output pipes of processes the controller does not drive, read in a thread of their own.
 
 A process that writes to a pipe nobody reads stops once the pipe's buffer (64 KiB on
 Linux) is full. The controller's driving thread reads its sockets only while it waits
 for something (a cell, a magic); between cells nobody would read the pipes, and a
 spawned process that prints a lot after the cell that started it has ended would stall
-until the next cell. :class:`PipeReader` reads them always, in a daemon thread that
-lives while pipes are open: what it reads waits in order, decoded as UTF-8, until the
-driving thread takes it (:meth:`PipeReader.take`), woken by a byte on :attr:`PipeReader.fd`
-that its poller watches.
+until the next cell (so would a real MPI's ``mpiexec``, which forwards the output of the
+processes its ranks spawn). :class:`PipeReader` reads them always, in a daemon thread
+that lives while pipes are open: the bytes it reads wait in order until the driving
+thread takes them (:meth:`PipeReader.take`), woken by a byte on :attr:`PipeReader.fd`
+that its poller watches; the taker decodes them.
 
-What waits is bounded: beyond ``limit`` characters (a process that prints on and on while
-no cell runs) the text goes to the log, where output no cell asked for goes, and the
+What waits may be bounded: beyond ``limit`` bytes (a process that prints on and on while
+no cell runs) the rest goes to the log, where output no cell asked for goes, and the
 next take carries one line saying so, so that memory does not grow without end.
 """
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import logging
 import os
@@ -26,30 +26,29 @@ from dataclasses import dataclass
 
 __all__ = ["HELD_LIMIT", "Chunk", "PipeReader"]
 
-HELD_LIMIT = 8 * 2**20  # characters waiting for the driving thread, beyond which they are logged
+HELD_LIMIT = 8 * 2**20  # bytes waiting for the driving thread, beyond which they are logged
 READ_SIZE = 65536
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """Text read from one pipe (``ended``: its writers have all closed it)."""
+    """Bytes read from one pipe (``ended``: its writers have all closed it)."""
 
-    key: int  # whose pipe: a process index
+    key: int  # whose pipe: a process index, say
     name: str  # "stdout" or "stderr"
-    text: str
+    data: bytes
     ended: bool = False
 
 
 class PipeReader:
     """Reads registered pipes in a thread; the driving thread takes what they said."""
 
-    def __init__(self, limit: int = HELD_LIMIT) -> None:
+    def __init__(self, limit: int | None = HELD_LIMIT) -> None:
         self.limit = limit
         self._lock = threading.Lock()
         self._pipes: dict[int, tuple[int, str]] = {}  # fd -> (key, name)
-        self._decoders: dict[int, codecs.IncrementalDecoder] = {}
         self._pending: list[Chunk] = []
-        self._held = 0  # characters in _pending
+        self._held = 0  # bytes in _pending
         self._logged: set[int] = set()  # keys whose output went to the log since the last take
         self._wake_r, self._wake_w = os.pipe()  # for the driving thread's poller
         self._poke_r, self._poke_w = os.pipe()  # for the reading thread: the pipes changed
@@ -67,7 +66,6 @@ class PipeReader:
         os.set_blocking(fd, False)
         with self._lock:
             self._pipes[fd] = (key, name)
-            self._decoders[fd] = codecs.getincrementaldecoder("utf-8")(errors="replace")
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._follow, name="ipympi-child-output", daemon=True
@@ -79,7 +77,6 @@ class PipeReader:
         """Stop reading ``fd`` (its owner closes it next)."""
         with self._lock:
             self._pipes.pop(fd, None)
-            self._decoders.pop(fd, None)
         _poke(self._poke_w)
 
     def take(self, now: bool = False) -> list[Chunk]:
@@ -100,7 +97,6 @@ class PipeReader:
         """Stop reading every pipe and close the reader's own (the thread then ends)."""
         with self._lock:
             self._pipes.clear()
-            self._decoders.clear()
         _poke(self._poke_w)
         thread = self._thread
         if thread is not None:
@@ -148,28 +144,28 @@ class PipeReader:
                 break
             data += chunk
         key, name = self._pipes[fd]
-        text = self._decoders[fd].decode(data, final=ended)
         if ended:
-            del self._pipes[fd], self._decoders[fd]
-        if not text and not ended:
+            del self._pipes[fd]
+        if not data and not ended:
             return False
-        room = max(0, self.limit - self._held)
-        if len(text) > room:  # what fits waits; the rest goes to the log
-            self._overflow(key, name, text[room:])
-            text = text[:room]
-        self._held += len(text)
-        self._pending.append(Chunk(key, name, text, ended))
+        room = len(data) if self.limit is None else max(0, self.limit - self._held)
+        if len(data) > room:  # what fits waits; the rest goes to the log
+            self._overflow(key, name, data[room:])
+            data = data[:room]
+        self._held += len(data)
+        self._pending.append(Chunk(key, name, data, ended))
         return True
 
-    def _overflow(self, key: int, name: str, text: str) -> None:
+    def _overflow(self, key: int, name: str, data: bytes) -> None:
         if key not in self._logged:
             self._logged.add(key)
             note = (
                 f"[more output of spawned process {key}, written while no cell ran, "
                 "went to the kernel's log]\n"
             )
-            self._pending.append(Chunk(key, "stderr", note))
-        logging.getLogger(__name__).warning("[%s:%d] %s", name, key, text.rstrip("\n"))
+            self._pending.append(Chunk(key, "stderr", note.encode()))
+        text = data.decode(errors="replace").rstrip("\n")
+        logging.getLogger(__name__).warning("[%s:%d] %s", name, key, text)
 
 
 def _poke(fd: int) -> None:
