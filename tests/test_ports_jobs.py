@@ -345,3 +345,42 @@ if rank == 0:
     code, out, err = jobs.finish(client)
     assert code == 0, out + err
     assert sorted(out.split("\n")[:2]) == ["client 0 20", "client 1 20"], out
+
+
+CLOSES = f"""
+import sys, time
+from ipympi import MPI
+if sys.argv[1] == "server":
+    port = MPI.Open_port()
+    MPI.Publish_name({SERVICE!r}, port)
+    time.sleep(1.5)  # the other job's Connect request arrives meanwhile
+    MPI.Unpublish_name({SERVICE!r}, port)
+    MPI.Close_port(port)  # refuses it
+    print("server closed", flush=True)
+else:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            port = MPI.Lookup_name({SERVICE!r})
+            break
+        except MPI.Exception:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    try:
+        MPI.COMM_WORLD.Connect(port)
+    except MPI.Exception as exc:
+        assert exc.Get_error_class() == MPI.ERR_PORT, exc
+        print("refused:", exc, flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_closing_a_port_refuses_another_jobs_waiting_connect(jobs: Jobs) -> None:
+    program = jobs.write("closes.py", CLOSES)
+    server = jobs.start(1, program, "server")
+    client = jobs.start(2, program, "client")
+    code, out, err = jobs.finish(client)
+    assert code == 0, out + err
+    assert "refused:" in out and "was closed before accepting" in out, out
+    code, out, err = jobs.finish(server)
+    assert code == 0 and "server closed" in out, out + err

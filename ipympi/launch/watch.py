@@ -13,7 +13,7 @@ is computing then, and no message is moving:
 the ranks wait on each other (a deadlock), on a rank that failed, or on one
 that finished the cell without doing its part. A long transfer is not stuck
 (its receiver keeps handling frames), nor is a loop of short waits (each wait
-is new). A rank that waits in ``Accept``, or is connected to a process of another job
+is new). A rank that waits in ``Accept`` or ``Connect``, or is connected to a process of another job
 (``other_jobs`` in its state), is never stuck: another job may yet answer it.
 
 Pure functions over state dicts, and :class:`BuiltinWatch`, which applies

@@ -223,11 +223,7 @@ def _accept_root(impl: CommImpl, members: list[Member], port: Any) -> Any:
         raise MPIException(ERR_PORT, f"{call}: {port!r} is not a port this process has open")
     _, _, ident = _parse(port, call)
     link = _wire(impl.engine, call)
-    impl.engine.accepting += 1  # a request may come from another job: not stuck
-    try:
-        request = link.recv(None, K.ANY_SOURCE, 2 * ident)
-    finally:
-        impl.engine.accepting -= 1
+    request = link.recv(None, K.ANY_SOURCE, 2 * ident)
     if request[0] == _FROM_JOB:
         return _accept_job(impl, members, request, link, ident)
     remote_ranks, remote_parts, source = request
@@ -332,14 +328,18 @@ def _establish(comm: Any, call: str, port: Any, info: Any, root: Any, at_root: A
     engine = impl.engine
     become_job(call)  # a singleton: a data socket that another job can reach
     me: Member = (ctx.contribution(engine), jobs.blocks_in_use(engine), _contact(engine))
-    members = cb.allgather(comm, call, me)
-    result: Any = None
-    if impl.rank == root:
-        try:
-            result = at_root(impl, members, port)
-        except MPIException as exc:
-            result = (exc.Get_error_class(), exc._message or str(exc))
-    result = _bcast_object(comm, call, result, root)
+    engine.connecting += 1  # what this waits for may come from another job: not stuck
+    try:
+        members = cb.allgather(comm, call, me)
+        result: Any = None
+        if impl.rank == root:
+            try:
+                result = at_root(impl, members, port)
+            except MPIException as exc:
+                result = (exc.Get_error_class(), exc._message or str(exc))
+        result = _bcast_object(comm, call, result, root)
+    finally:
+        engine.connecting -= 1
     if len(result) == 2:
         raise MPIException(result[0], result[1])
     remote, context, base = result

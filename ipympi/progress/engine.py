@@ -163,9 +163,9 @@ class Engine:
         # long transfer from a rank that cannot progress.
         self.progressed = 0
         self.dead_peers: dict[int, str] = {}  # world rank -> why it is gone
-        # Waits another job may end: Accept calls in progress, connected processes of
-        # other jobs (``mpi.jobs``); the stuck-job rule leaves such a rank alone.
-        self.accepting = 0
+        # Waits another job may end: Accept and Connect calls in progress, connected
+        # processes of other jobs (``mpi.jobs``); the stuck-job rule leaves such a rank alone.
+        self.connecting = 0
         self.other_jobs = 0
         # Point-to-point messages (even contexts) sent to and arrived from each
         # world rank, ever: a cell's leftovers still on their way show as a
