@@ -167,9 +167,9 @@ class Engine:
         # processes of other jobs (``mpi.jobs``); the stuck-job rule leaves such a rank alone.
         self.connecting = 0
         self.other_jobs = 0
-        # Point-to-point messages (even contexts) sent to and arrived from each
-        # world rank, ever: a cell's leftovers still on their way show as a
-        # difference between two ranks' counts (``engine/leftovers.py``).
+        # Point-to-point messages (even contexts) sent to and arrived from each world
+        # rank (not other jobs' processes), ever: a cell's leftovers still on their way
+        # show as a difference between two ranks' counts (``engine/leftovers.py``).
         self.sent = [0] * size
         self.arrived = [0] * size
         # The message recorder while tracing is on (``progress.tracing``), else None.
@@ -252,11 +252,12 @@ class Engine:
         nbytes = mem.nbytes if type(mem) is memoryview else len(mem)
         msgid = next(self._msgids)
         op.msgid = msgid
-        if not context & 1:
+        if not context & 1 and wdest < FOREIGN_BASE:  # (other jobs' processes: not counted)
             try:
                 self.sent[wdest] += 1
             except IndexError:  # a process this one did not know of (spawned)
-                self._count_new(self.sent, wdest)
+                self.grow(wdest + 1)
+                self.sent[wdest] += 1
         if nbytes <= EAGER_LIMIT:
             header = _pack_header(
                 EAGER,
@@ -309,11 +310,12 @@ class Engine:
         nbytes = mem.nbytes if type(mem) is memoryview else len(mem)
         if nbytes > EAGER_LIMIT:
             return False
-        if not context & 1:
+        if not context & 1 and wdest < FOREIGN_BASE:
             try:
                 self.sent[wdest] += 1
             except IndexError:
-                self._count_new(self.sent, wdest)
+                self.grow(wdest + 1)
+                self.sent[wdest] += 1
         self._send(
             wdest,
             _pack_header(EAGER, 0, sig, context, source, tag, self.rank, self.pid, 0, nbytes) + mem,
@@ -448,11 +450,12 @@ class Engine:
             if kind == RTS:
                 self._reply(wsource, FIN, msgid)  # release the sender's buffer
             return
-        if kind <= RTS and not context & 1:
+        if kind <= RTS and not context & 1 and wsource < FOREIGN_BASE:
             try:
                 self.arrived[wsource] += 1
             except IndexError:  # from a process this one did not know of (spawned)
-                self._count_new(self.arrived, wsource)
+                self.grow(wsource + 1)
+                self.arrived[wsource] += 1
         if kind == EAGER:
             recv = self.matcher.match_posted(context, source, tag)
             if recv is None:
@@ -895,14 +898,6 @@ class Engine:
             self.sent.extend([0] * more)
             self.arrived.extend([0] * more)
             self.size = size
-
-    def _count_new(self, counts: list[int], wrank: int) -> None:
-        """Count a message to or from ``wrank``, a process this one did not know of: one
-        spawned since (the counts grow), or of another job (not counted: the counts
-        compare the ranks of one world)."""
-        if wrank < FOREIGN_BASE:
-            self.grow(wrank + 1)
-            counts[wrank] += 1
 
     # -- a rank that died -------------------------------------------------------
     def fail_peer(self, wrank: int, reason: str) -> None:
