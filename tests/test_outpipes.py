@@ -52,12 +52,12 @@ def test_beyond_the_limit_text_goes_to_the_log_with_one_notice(
     reader = PipeReader(limit=1000)
     r, w = os.pipe()
     try:
-        reader.add(r, 5, "stdout")
+        for i in range(20):  # written before the reader looks: all read at once
+            os.write(w, (f"{i:03d}" + "y" * 96 + "\n").encode())
+        os.close(w)
+        w = -1
         with caplog.at_level(logging.WARNING):
-            for i in range(20):
-                os.write(w, (f"{i:03d}" + "y" * 96 + "\n").encode())
-            os.close(w)
-            w = -1
+            reader.add(r, 5, "stdout")
             chunks = wait_for(reader)
             while not any(c.ended for c in chunks):
                 chunks += wait_for(reader)
