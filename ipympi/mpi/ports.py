@@ -53,6 +53,7 @@ from ..core import constants as K
 from ..core import contexts as ctx
 from ..core.errors import ERR_ARG, ERR_NAME, ERR_OTHER, ERR_PORT, ERR_SERVICE
 from ..core.errors import Exception as MPIException
+from ..progress.engine import EAGER_LIMIT
 from . import commbuild as cb
 from . import finalize_hooks, jobs
 from .args import c_int
@@ -212,6 +213,13 @@ def _answer(link: Any, request: Any, answer: Any, ident: int) -> None:
         engine.transport.drop_foreign(asker)
 
 
+def _fits(message: Any, call: str) -> None:
+    """The handshake with another job travels in one frame each way: ``ERR_OTHER`` for a
+    group too large for that (some thousands of processes), instead of waiting forever."""
+    if len(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)) > EAGER_LIMIT - 1024:
+        raise MPIException(ERR_OTHER, f"{call}: the group is too large to connect to another job")
+
+
 def _free(engine: Any, call: str) -> int:
     return jobs.free_block([jobs.blocks_in_use(engine)], call)
 
@@ -255,8 +263,12 @@ def _accept_job(impl: CommImpl, members: list[Member], request: Any, link: Any, 
     except MPIException as exc:
         _answer(link, request, ("error", exc.Get_error_class(), exc._message or str(exc)), ident)
         raise MPIException(exc.Get_error_class(), f"{call}: {exc._message or exc}") from None
-    locals_ = [m[2] for m in members]
-    answer = ("ok", locals_, context, base, mine)
+    answer = ("ok", [m[2] for m in members], context, base, mine)
+    try:
+        _fits(answer, call)
+    except MPIException as exc:
+        _answer(link, request, ("error", exc.Get_error_class(), exc._message or str(exc)), ident)
+        raise
     known = jobs.foreign_ids(block, len(members), call)[impl.rank]
     jobs.connect_group(impl.engine, ids, contacts, known, local_first=True)
     _pair(impl.engine, [ids[root], impl.engine.rank], call).send(answer, 0, 2 * ident + 1)
@@ -299,6 +311,7 @@ def _connect_job(impl: CommImpl, members: list[Member], port: str) -> Any:
     mine = jobs.free_block([m[1] for m in members], call)  # ids of the other job here
     contacts = [m[2] for m in members]
     request = (_FROM_JOB, contacts, [m[0] for m in members], mine, impl.rank)
+    _fits(request, call)
     spare = jobs.free_block([{mine}, jobs.blocks_in_use(engine)], call)
     (asked,) = jobs.foreign_ids(spare, 1, call)  # the acceptor, until the answer comes
     jobs.connect_group(engine, [asked], [(folder, rank, pid)], _UNKNOWN)
