@@ -39,6 +39,13 @@ def test_a_rank_that_computes_is_not_stuck() -> None:
     assert not is_stuck(previous, previous, [0, 1])
 
 
+def test_a_rank_waiting_on_another_job_is_not_stuck() -> None:
+    """In Accept, or connected to processes of another job: that job may yet answer."""
+    waiting = {**blocked(call="recv", peer=0), "other_jobs": True}
+    look = {0: waiting, 1: blocked(peer=0)}
+    assert not is_stuck(look, look, [0, 1])
+
+
 def test_a_rank_handling_frames_is_not_stuck() -> None:
     before = {0: blocked(progressed=5)}
     after = {0: blocked(progressed=6)}

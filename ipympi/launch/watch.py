@@ -13,7 +13,8 @@ is computing then, and no message is moving:
 the ranks wait on each other (a deadlock), on a rank that failed, or on one
 that finished the cell without doing its part. A long transfer is not stuck
 (its receiver keeps handling frames), nor is a loop of short waits (each wait
-is new).
+is new). A rank that waits in ``Accept`` or ``Connect``, or is connected to a process of another job
+(``other_jobs`` in its state), is never stuck: another job may yet answer it.
 
 Pure functions over state dicts, and :class:`BuiltinWatch`, which applies
 them to a job's successive looks. A real MPI shows less:
@@ -103,6 +104,8 @@ def is_stuck(
         if _key(now) != _key(before) or now.get("progressed") != before.get("progressed"):
             return False
         if now.get("busy") or before.get("busy"):
+            return False
+        if now.get("other_jobs"):  # another job may yet answer (or connect)
             return False
         cpu_now, cpu_before = now.get("cpu"), before.get("cpu")
         if cpu_now is not None and cpu_before is not None and cpu_now - cpu_before >= BUSY_CPU:

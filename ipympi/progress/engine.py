@@ -60,7 +60,7 @@ from .largebuf import VmReader, buffer_address
 from .operation import Operation
 from .sharing import await_queued, blocked_calls, hand_on, wait_shared
 from .tcp import Received
-from .transport import MAX_FRAME, QUIET_MS, SPIN_TRIES, Transport
+from .transport import FOREIGN_BASE, MAX_FRAME, QUIET_MS, SPIN_TRIES, Transport
 
 __all__ = ["EAGER_LIMIT", "Engine", "WaitInfo", "arrival_signature"]
 
@@ -163,9 +163,13 @@ class Engine:
         # long transfer from a rank that cannot progress.
         self.progressed = 0
         self.dead_peers: dict[int, str] = {}  # world rank -> why it is gone
-        # Point-to-point messages (even contexts) sent to and arrived from each
-        # world rank, ever: a cell's leftovers still on their way show as a
-        # difference between two ranks' counts (``engine/leftovers.py``).
+        # Waits another job may end: Accept and Connect calls in progress, connected
+        # processes of other jobs (``mpi.jobs``); the stuck-job rule leaves such a rank alone.
+        self.connecting = 0
+        self.other_jobs = 0
+        # Point-to-point messages (even contexts) sent to and arrived from each world
+        # rank (not other jobs' processes), ever: a cell's leftovers still on their way
+        # show as a difference between two ranks' counts (``engine/leftovers.py``).
         self.sent = [0] * size
         self.arrived = [0] * size
         # The message recorder while tracing is on (``progress.tracing``), else None.
@@ -252,7 +256,7 @@ class Engine:
         nbytes = mem.nbytes if type(mem) is memoryview else len(mem)
         msgid = next(self._msgids)
         op.msgid = msgid
-        if not context & 1:
+        if not context & 1 and wdest < FOREIGN_BASE:  # (other jobs' processes: not counted)
             try:
                 self.sent[wdest] += 1
             except IndexError:  # a process this one did not know of (spawned)
@@ -310,7 +314,7 @@ class Engine:
         nbytes = mem.nbytes if type(mem) is memoryview else len(mem)
         if nbytes > EAGER_LIMIT:
             return False
-        if not context & 1:
+        if not context & 1 and wdest < FOREIGN_BASE:
             try:
                 self.sent[wdest] += 1
             except IndexError:
@@ -450,7 +454,7 @@ class Engine:
             if kind == RTS:
                 self._reply(wsource, FIN, msgid)  # release the sender's buffer
             return
-        if kind <= RTS and not context & 1:
+        if kind <= RTS and not context & 1 and wsource < FOREIGN_BASE:
             try:
                 self.arrived[wsource] += 1
             except IndexError:  # from a process this one did not know of (spawned)
@@ -920,7 +924,8 @@ class Engine:
         that no rank hangs on a dead one. (Later calls naming it are left to
         the controller's stuck-cell rule.)
         """
-        text = f"rank {wrank} has died ({reason})" if reason else f"rank {wrank} has died"
+        who = f"rank {wrank}" if wrank < FOREIGN_BASE else "a process of another job"
+        text = f"{who} has died ({reason})" if reason else f"{who} has died"
         self.dead_peers[wrank] = text
 
         def involves(op: Any) -> bool:

@@ -138,7 +138,7 @@ class Cluster(ClusterAPI, ServesSpawn):
         self._poller.register(self.errands.fd, zmq.POLLIN)
         self._watched: set[int] = set()  # the launcher's file descriptors in the poller
         self.children = Children()  # the processes the world's ranks spawned
-        self._child_fds: set[int] = set()  # their output pipes in the poller
+        self._poller.register(self.children.fd, zmq.POLLIN)  # what they said
         self._held: list[Item] = []  # their output no running cell has taken yet
         self._closed = False
 
@@ -315,6 +315,8 @@ class Cluster(ClusterAPI, ServesSpawn):
             self._router.close(0)
             self._poller.unregister(self.errands.fd)
             self.errands.close()
+            self._poller.unregister(self.children.fd)
+            self.children.output.close()
             self._ctx.term()
             remove_session_dir(self.session_dir)
 
@@ -331,7 +333,6 @@ class Cluster(ClusterAPI, ServesSpawn):
 
     def _close_world(self) -> None:
         self.children.close(STOP_GRACE)  # children never outlive their world
-        self._watch_children()
         self._held = []
         if self._ctl is not None:
             self._poller.unregister(self._ctl.socket)
@@ -347,8 +348,8 @@ class Cluster(ClusterAPI, ServesSpawn):
         self._watched = self._poll_exactly(self._watched, self.launcher.fds())
 
     def _poll_exactly(self, polled: set[int], fds: Iterable[int]) -> set[int]:
-        """Make the poller watch ``fds`` where it watched ``polled`` (both for one
-        source: the launcher's, the spawned processes'); the new set."""
+        """Make the poller watch ``fds`` where it watched ``polled`` (both the
+        launcher's); the new set."""
         wanted = set(fds)
         for fd in polled - wanted:
             self._poller.unregister(fd)
@@ -367,6 +368,10 @@ class Cluster(ClusterAPI, ServesSpawn):
             kind = event.get("type")
             if kind == "ended":
                 self._on_world_end(event)
+                continue
+            if kind == "output":  # a spawned process's, forwarded by a real MPI's launcher
+                text = {"name": event["name"], "text": event["text"]}
+                self._children_said([(int(event["index"]), "stream", text)], [])
                 continue
             engine = engine_of(self.engines, event)
             if engine is None:
@@ -539,7 +544,7 @@ class Cluster(ClusterAPI, ServesSpawn):
         while True:
             if done():
                 if self.children.procs:  # what they wrote before the ranks finished
-                    self._children_said(*self.children.drain())
+                    self._children_said(*self.children.take(now=True))
                 return True
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
@@ -561,8 +566,8 @@ class Cluster(ClusterAPI, ServesSpawn):
             for fd in self._watched & events.keys():
                 if fd in self._watched:  # an earlier read may have closed it
                     self._read_launcher(fd)
-            for fd in self._child_fds & events.keys():
-                self._children_said(*self.children.read(fd))
+            if self.children.fd in events:
+                self._children_said(*self.children.take())
             if self.errands.fd in events:
                 self.errands.run()
 
