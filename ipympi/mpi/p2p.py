@@ -79,7 +79,7 @@ class PointToPoint(SendRecv):
             )
             if transfer.done and transfer.bsend_pool is not None:
                 transfer.bsend_pool.release(transfer)
-            op.done = True
+            op.complete()
             return op
         impl.engine.start_send(
             op,

@@ -32,6 +32,7 @@ import time
 from typing import Any, Callable, NoReturn, cast
 
 from ..core import wire
+from ..core.arrival import SELF, Arrival, SelfMessage
 from ..core.constants import ANY_SOURCE
 from ..core.contexts import is_collective
 from ..core.errors import ERR_OTHER, ERR_TRUNCATE
@@ -53,7 +54,6 @@ from ..core.wire import (
     RTS,
     SYNC,
     WAKE,
-    signature_of,
 )
 from . import tracing as _trace
 from .largebuf import VmReader, buffer_address
@@ -62,13 +62,15 @@ from .sharing import await_queued, blocked_calls, hand_on, wait_shared
 from .tcp import Received
 from .transport import MAX_FRAME, QUIET_MS, SPIN_TRIES, Transport
 
-__all__ = ["EAGER_LIMIT", "Engine", "WaitInfo", "arrival_signature"]
+__all__ = ["EAGER_LIMIT", "Engine", "WaitInfo"]
 
 # Messages up to this size travel in one frame with their header.
 EAGER_LIMIT = 64 * 1024
 
 # The progress thread takes over once no thread has been in MPI this long (s).
 IDLE_HANDOFF = 0.002
+
+ABANDONED = "collective abandoned after an interrupt"
 
 
 class WaitInfo:
@@ -91,18 +93,6 @@ class WaitInfo:
             "tag": self.tag,
             "since": round(time.monotonic() - self.since, 3),
         }
-
-
-# What a queued envelope's ``payload`` holds (opaque to the matcher), by its second item:
-# a frame from another rank, ``(frame, EAGER or RTS, flags, wsource, pid, msgid)``, or a
-# message this rank sent to itself, ``(data, SELF, the sync sender's op or None, sig)``.
-SELF = 0
-
-
-def arrival_signature(env: Envelope) -> int:
-    """The collective signature that a queued message was sent with."""
-    payload = env.payload
-    return payload[3] if payload[1] == SELF else signature_of(payload[0])
 
 
 _pack_header = wire.HEADER.pack
@@ -272,7 +262,7 @@ class Engine:
                 op.send_context = context
                 self._sends[msgid] = op
             else:
-                op.done = True
+                op.complete()
             return
         # Large: announce it; the receiver reads our buffer and answers FIN.
         if type(mem) is not memoryview:
@@ -328,9 +318,10 @@ class Engine:
         sync: bool,
         sig: int = 0,
     ) -> None:
-        env = Envelope(context, source, tag, len(data), (data, SELF, op if sync else None, sig))
+        payload = SelfMessage(data, op if sync else None, sig)
+        env = Envelope(context, source, tag, len(data), payload)
         if not sync:
-            op.done = True
+            op.complete()
         if self.tracer is not None:
             self.tracer.arrived(env)
         recv = self.matcher.arrive(env)
@@ -365,37 +356,36 @@ class Engine:
         op.source = env.source
         op.tag = env.tag
         payload = env.payload
-        kind = payload[1]
+        kind = payload.kind
+        if kind == SELF:
+            op.rsig = payload.sig
+            self._fill(op, memoryview(payload.data), env.nbytes)
+            if self.tracer is not None:
+                self.tracer.received(self, op, env, self.rank, env.context, env.tag, env.nbytes)
+            if payload.sender is not None:
+                payload.sender.complete()
+            return
+        frame = payload.frame
+        wsource = payload.wsource
+        op.rsig = frame[2] | frame[3] << 8  # wire.signature_of, inlined
         if kind == EAGER:
-            frame, _, flags, wsource, _, msgid = payload
-            op.rsig = signature_of(frame)
             self._fill(op, memoryview(frame)[HEADER_SIZE:], env.nbytes)
             if self.tracer is not None:
                 self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
-            if flags & SYNC:
-                self._reply(wsource, ACK, msgid)
-            return
-        if kind == SELF:
-            data, _, sender, op.rsig = payload
-            self._fill(op, memoryview(data), env.nbytes)
-            if self.tracer is not None:
-                self.tracer.received(self, op, env, self.rank, env.context, env.tag, env.nbytes)
-            if sender is not None:
-                sender.done = True
+            if payload.flags & SYNC:
+                self._reply(wsource, ACK, payload.msgid)
             return
         # RTS: read the sender's buffer directly, or ask for the data.
-        frame, _, flags, wsource, pid, msgid = payload
-        op.rsig = signature_of(frame)
         target = self._target(op, env.nbytes)
         (address,) = wire.RTS_EXTRA.unpack_from(frame, HEADER_SIZE)
-        if self._same_host(wsource) and self.vm.read(pid, address, target):
+        if self._same_host(wsource) and self.vm.read(payload.pid, address, target):
             self._finish_fill(op, target, env.nbytes)
             if self.tracer is not None:
                 self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
-            self._reply(wsource, FIN, msgid)
+            self._reply(wsource, FIN, payload.msgid)
         else:
-            self._rdv[(wsource, msgid)] = (op, env, target, 0)
-            self._reply(wsource, CTS, msgid)
+            self._rdv[(wsource, payload.msgid)] = (op, env, target, 0)
+            self._reply(wsource, CTS, payload.msgid)
 
     def _target(self, op: Operation, nbytes: int) -> memoryview:
         """Where a message of ``nbytes`` goes: the user's buffer, or new bytes."""
@@ -409,25 +399,26 @@ class Engine:
     def _finish_fill(self, op: Operation, target: memoryview, nbytes: int) -> None:
         op.count = target.nbytes
         if nbytes > target.nbytes:
-            op.error = ERR_TRUNCATE
-            op.error_detail = (
+            op.fail(
+                ERR_TRUNCATE,
                 f"message of {nbytes} bytes from rank {op.source} (tag {op.tag}) "
-                f"does not fit in a receive buffer of {target.nbytes} bytes"
+                f"does not fit in a receive buffer of {target.nbytes} bytes",
             )
-        op.done = True
+        else:
+            op.complete()
 
     def _fill(self, op: Operation, data: memoryview, nbytes: int) -> None:
         mem = op.mem
         if mem is None:
             op.data = data
             op.count = nbytes
-            op.done = True
+            op.complete()
             return
         if nbytes == mem.nbytes:
             if nbytes:
                 mem[:] = data
             op.count = nbytes
-            op.done = True
+            op.complete()
             return
         n = min(nbytes, mem.nbytes)
         if n:
@@ -456,7 +447,7 @@ class Engine:
             recv = self.matcher.match_posted(context, source, tag)
             if recv is None:
                 env = Envelope(
-                    context, source, tag, value, (frame, kind, flags, wsource, pid, msgid)
+                    context, source, tag, value, Arrival(frame, kind, flags, wsource, pid, msgid)
                 )
                 self.matcher.queue_unexpected(env)
                 if self.tracer is not None:
@@ -473,7 +464,9 @@ class Engine:
             if flags & SYNC:
                 self._reply(wsource, ACK, msgid)
         elif kind == RTS:
-            env = Envelope(context, source, tag, value, (frame, kind, flags, wsource, pid, msgid))
+            env = Envelope(
+                context, source, tag, value, Arrival(frame, kind, flags, wsource, pid, msgid)
+            )
             if self.tracer is not None:
                 self.tracer.arrived(env)
             recv = self.matcher.arrive(env)
@@ -482,10 +475,7 @@ class Engine:
         elif kind in (ACK, FIN):
             op = self._sends.pop(msgid, None)
             if op is not None:
-                op.mem = None
-                op.done = True
-                if op.bsend_pool is not None:
-                    op.bsend_pool.release(op)
+                op.complete_send()
         elif kind == CTS:
             op = self._sends.get(msgid)
             if op is not None and op.mem is not None:
@@ -501,11 +491,7 @@ class Engine:
         elif kind == CANCELLED:
             op = self._sends.pop(msgid, None)
             if op is not None:
-                op.mem = None
-                op.cancelled = True
-                op.done = True
-                if op.bsend_pool is not None:
-                    op.bsend_pool.release(op)
+                op.complete_send(cancelled=True)
         elif kind == CERR:
             text = bytes(frame[HEADER_SIZE:]).decode(errors="replace")
             self.fail_collectives(context, text, tag)
@@ -528,9 +514,8 @@ class Engine:
         if wdest == self.rank:
             for env in self.matcher.pending_unexpected():
                 payload = env.payload
-                if payload[1] == SELF and payload[2] is op and self.matcher.remove(env):
-                    op.cancelled = True
-                    op.done = True
+                if payload.kind == SELF and payload.sender is op and self.matcher.remove(env):
+                    op.complete_cancelled()
                     return
         elif op.msgid in self._sends:
             self._reply(wdest, CANCEL, op.msgid)
@@ -543,11 +528,7 @@ class Engine:
         for msgid, op in list(self._sends.items()):
             if op.send_context >= 0 and not op.send_context & 1:
                 del self._sends[msgid]
-                op.mem = None
-                op.cancelled = True
-                op.done = True
-                if op.bsend_pool is not None:
-                    op.bsend_pool.release(op)
+                op.complete_send(cancelled=True)
                 dropped.append(op)
         return dropped
 
@@ -555,7 +536,7 @@ class Engine:
         """Drop an unmatched message of ``wsource`` whose sender cancelled it."""
         for env in self.matcher.pending_unexpected():
             payload = env.payload
-            if payload[1] in (EAGER, RTS) and payload[3] == wsource and payload[5] == msgid:
+            if payload.kind != SELF and payload.wsource == wsource and payload.msgid == msgid:
                 if self.matcher.remove(env):
                     self._reply(wsource, CANCELLED, msgid)
                 return
@@ -682,14 +663,12 @@ class Engine:
                 if self.ledger.errors:
                     known = self.ledger.known_error(context, tag)
                     if known is not None:
-                        op.error = ERR_OTHER
-                        op.error_detail = known
-                        op.done = True
+                        op.fail(ERR_OTHER, known)
                         return
                 if self.dead_peers:
                     gone = next((self.dead_peers[r] for r in members if r in self.dead_peers), None)
                     if gone is not None:
-                        self._fail_op(op, gone)
+                        op.fail(ERR_OTHER, gone, peer_died=True)
                         return
                 frame = self.collective_frame(unexpected, context, source, tag)
                 if frame is not None:
@@ -717,10 +696,10 @@ class Engine:
             entries = queue.keys.get((source, tag))
             if entries is not None:
                 payload = entries[0][1].payload
-                if payload[1] != EAGER:
+                if payload.kind != EAGER:
                     return None
                 queue.take(source, tag)
-                return payload[0]
+                return payload.frame
         transport = self.transport
         assert transport is not None
         readable, data_recv = transport.readable, transport.data.recv
@@ -862,12 +841,7 @@ class Engine:
             return
         waiting = self.matcher.pending_posted()
         for recv in [r for r in waiting if r.context == context and r.tag >= seq]:
-            if self.matcher.cancel(recv):
-                op = recv.handle
-                op.posted = None
-                op.error = ERR_OTHER
-                op.error_detail = text
-                op.done = True
+            self._fail_posted(recv, text)
 
     def notify_mismatch(self, context: int, seq: int, wranks: list[int], text: str) -> None:
         """Tell every other rank of a communicator that collective ``seq`` failed."""
@@ -918,21 +892,20 @@ class Engine:
             if op is None:
                 continue
             in_collective = any(recv.context == c and recv.tag >= seq for c, seq in dying)
-            p2p = recv.context % 2 == 0 and involves(op)
-            if (in_collective or p2p) and self.matcher.cancel(recv):
-                op.posted = None
-                self._fail_op(op, text)
+            if in_collective or (recv.context % 2 == 0 and involves(op)):
+                self._fail_posted(recv, text, peer_died=True)
         for msgid, op in list(self._sends.items()):
             if involves(op):
                 del self._sends[msgid]
-                self._fail_op(op, text)
+                op.fail(ERR_OTHER, text, peer_died=True)
 
-    @staticmethod
-    def _fail_op(op: Operation, text: str) -> None:
-        op.error = ERR_OTHER
-        op.error_detail = text
-        op.peer_died = True
-        op.done = True
+    def _fail_posted(self, recv: PostedReceive, text: str, peer_died: bool = False) -> None:
+        """Withdraw posted receive ``recv`` and fail its operation with ERR_OTHER
+        (nothing when it was matched meanwhile)."""
+        if self.matcher.cancel(recv):
+            op = recv.handle
+            op.posted = None
+            op.fail(ERR_OTHER, text, peer_died)
 
     def note_peer_exit(self, wrank: int, reason: str) -> None:
         """From any thread: tell whoever drives the data socket that ``wrank`` died."""
@@ -966,23 +939,15 @@ class Engine:
             for env in [e for e in self.matcher.pending_unexpected() if e.context == context]:
                 if env.tag < base and self.matcher.remove(env):
                     payload = env.payload
-                    if len(payload) == 6 and payload[1] == RTS:  # release the sender
-                        self._reply(payload[3], FIN, payload[5])
+                    if payload.kind == RTS:  # release the sender
+                        self._reply(payload.wsource, FIN, payload.msgid)
             for recv in [r for r in self.matcher.pending_posted() if r.context == context]:
-                if recv.tag < base and self.matcher.cancel(recv):
-                    op = recv.handle
-                    op.posted = None
-                    op.error = ERR_OTHER
-                    op.error_detail = "collective abandoned after an interrupt"
-                    op.done = True
+                if recv.tag < base:
+                    self._fail_posted(recv, ABANDONED)
         for coll in list(self.colls):
             if coll.context in bases:
                 self.colls.remove(coll)
-                coll.error = ERR_OTHER
-                coll.error_detail = "collective abandoned after an interrupt"
-                coll.done = True
-                if coll.trace is not None:
-                    coll.tracer.coll_ended(coll.trace, coll.round, coll.error_detail)
+                coll.fail(ERR_OTHER, ABANDONED)
 
     # -- probes --------------------------------------------------------------
     def iprobe(self, context: int, source: int, tag: int, take: bool) -> Envelope | None:
