@@ -58,7 +58,7 @@ from ..core.wire import (
 from . import tracing as _trace
 from .largebuf import VmReader, buffer_address
 from .operation import Operation
-from .sharing import await_queued, blocked_calls, hand_on, wait_shared
+from .sharing import Sharing, WaitInfo
 from .tcp import Received
 from .transport import MAX_FRAME, QUIET_MS, SPIN_TRIES, Transport
 
@@ -71,28 +71,6 @@ EAGER_LIMIT = 64 * 1024
 IDLE_HANDOFF = 0.002
 
 ABANDONED = "collective abandoned after an interrupt"
-
-
-class WaitInfo:
-    """What a rank is blocked on: for hang reports and the controller."""
-
-    __slots__ = ("call", "comm", "peer", "since", "tag")
-
-    def __init__(self, call: str, comm: str, peer: int, tag: int) -> None:
-        self.call = call
-        self.comm = comm
-        self.peer = peer
-        self.tag = tag
-        self.since = time.monotonic()
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "call": self.call,
-            "comm": self.comm,
-            "peer": self.peer,
-            "tag": self.tag,
-            "since": round(time.monotonic() - self.since, 3),
-        }
 
 
 _pack_header = wire.HEADER.pack
@@ -119,8 +97,8 @@ class Engine:
         self._same_host = transport.same_host if transport is not None else _everywhere
         self.matcher = Matcher(exact=is_collective)
         self.lock = threading.RLock()
-        # Threads waiting with the engine released wait on this (``progress.sharing``).
-        self.cond = threading.Condition(self.lock)
+        # The threads waiting with the engine released (``progress.sharing``).
+        self.shared = Sharing(self.lock)
         self.vm = VmReader()
         self._msgids = itertools.count(1)
         self._sends: dict[int, Operation] = {}  # msgid -> send waiting for ACK/FIN
@@ -131,11 +109,6 @@ class Engine:
         # only when someone asks, to keep blocking calls cheap), and since when.
         self.waiting: Callable[[], WaitInfo] | None = None
         self.waiting_since = 0.0
-        # The same for the threads that wait with the engine released, by thread
-        # ident; how many they are, and the one watching the socket (``progress.sharing``).
-        self.blocked: dict[int, tuple[Callable[[], WaitInfo] | None, float]] = {}
-        self.sharing = 0
-        self.reader: int | None = None
         self.depth = 0  # MPI calls in progress, nested ones included
         # MPI calls entered, by any thread: with ``progressed``, tells an observer
         # whether anything can have changed in the engine since it last looked.
@@ -173,7 +146,7 @@ class Engine:
 
         When another thread holds it and waits for a frame reading the socket,
         a ``WAKE`` frame gets it to let go: seeing ``wanted``, it waits on
-        sharing the socket (``sharing``).
+        sharing the socket (``progress.sharing``).
         """
         if not self.lock.acquire(False):
             with self._wanted_lock:
@@ -195,19 +168,47 @@ class Engine:
         """Give the engine back; threads waiting in it may have been completed."""
         self.depth -= 1
         self.last_exit = time.monotonic()
-        if self.sharing:
-            hand_on(self)
+        if self.shared.count:
+            self.shared.hand_on(self.transport)
         self.lock.release()
 
     def waiting_info(self) -> WaitInfo | None:
         """What the rank is blocked on right now, or None: the first of
         :meth:`blocked_calls`."""
-        calls = blocked_calls(self)
+        calls = self.blocked_calls()
         return calls[0] if calls else None
 
     def blocked_calls(self) -> list[WaitInfo]:
         """What each thread blocked in MPI waits for, the one to report first."""
-        return blocked_calls(self)
+        return self.shared.calls((self.waiting, self.waiting_since))
+
+    def _wait_shared(self, ready: Callable[[], bool]) -> None:
+        """Wait until ``ready()`` taking turns at the socket with the other threads
+        waiting in MPI (``progress.sharing``); the caller holds the engine."""
+        waiting = (self.waiting, self.waiting_since)
+        self.waiting = None  # the thread holding the engine no longer waits in it
+        try:
+            self.shared.wait(ready, waiting, self.transport, self.poll_once, self.deadlock)
+        finally:
+            self.waiting, self.waiting_since = waiting
+
+    def _await_queued(self, queue: ExactQueue, context: int, source: int, tag: int) -> None:
+        """Wait (shared) until a blocking collective's message from ``source`` with
+        ``tag`` is in ``queue`` (its context's unexpected messages), a mismatch of
+        this call or an earlier one on ``context`` is reported, or a rank dies.
+
+        While threads share the socket, the frame that the straight path
+        (:meth:`collective_frame`) would take off it may be read by another
+        thread, which queues it: the caller then takes it from the queue.
+        """
+        dead = len(self.dead_peers)
+
+        def ready() -> bool:
+            if (source, tag) in queue:
+                return True
+            return self.ledger.known_error(context, tag) is not None or len(self.dead_peers) != dead
+
+        self._wait_shared(ready)
 
     # -- sending -------------------------------------------------------------
     def start_send(
@@ -610,13 +611,13 @@ class Engine:
         self.waiting_since = time.monotonic()
         try:
             if transport is None:
-                wait_shared(self, lambda: op.done)  # another thread may send to this rank
+                self._wait_shared(lambda: op.done)  # another thread may send to this rank
                 return
             recv = transport.recv
             self.awaiting = op
             while not op.done:
-                if self.wanted or self.sharing:  # other threads in MPI
-                    wait_shared(self, lambda: op.done)
+                if self.wanted or self.shared.count:  # other threads in MPI
+                    self._wait_shared(lambda: op.done)
                     return
                 self._handle(recv())
                 if self.colls:
@@ -706,8 +707,8 @@ class Engine:
         handle = self._handle
         self.awaiting = (context, source, tag)
         while True:
-            if self.wanted or self.sharing:  # other threads in MPI: one reads for all
-                await_queued(self, queue, context, source, tag)
+            if self.wanted or self.shared.count:  # other threads in MPI: one reads for all
+                self._await_queued(queue, context, source, tag)
                 return None
             if transport.pending or transport.tcp is not None:
                 frame = transport.recv()
@@ -754,8 +755,8 @@ class Engine:
         self.waiting_since = time.monotonic()
         try:
             while not ready():
-                if self.transport is None or self.wanted or self.sharing:
-                    wait_shared(self, ready)
+                if self.transport is None or self.wanted or self.shared.count:
+                    self._wait_shared(ready)
                     return
                 self.poll_once(True)
         finally:
