@@ -29,7 +29,7 @@ from .sendrecv import SendRecv
 from .status import Status
 
 if TYPE_CHECKING:
-    from .comm import CommImpl
+    from .commimpl import CommImpl
 
 __all__ = ["PointToPoint"]
 

@@ -48,7 +48,7 @@ from .process import PROCESS
 from .request import Request
 
 if TYPE_CHECKING:
-    from .win import WinImpl
+    from .winimpl import WinImpl
 
 __all__ = ["WinSynchronization"]
 
