@@ -14,12 +14,12 @@ from ipympi.core.errors import ERR_OTHER, ERR_TRUNCATE
 from ipympi.core.errors import Exception as MPIException
 from ipympi.core.protocol import (
     EAGER_LIMIT,
-    FETCH,
-    SEND,
-    SEND_DATA,
-    TRACE_ARRIVED,
-    TRACE_RECEIVED,
+    Fetch,
     PeerProtocol,
+    Send,
+    SendData,
+    TraceArrived,
+    TraceReceived,
 )
 from ipympi.core.schedule import signature
 from ipympi.progress.operation import RECV, Operation
@@ -54,22 +54,22 @@ def _send(peer: int, tag: int) -> Operation:
     return Operation(SEND_OP, _comm(), "Send", peer, tag)
 
 
-def _take(proto: PeerProtocol) -> list[tuple[Any, ...]]:
+def _take(proto: PeerProtocol) -> list[Any]:
     actions = list(proto.actions)
     proto.actions.clear()
     return actions
 
 
-def _kinds(actions: list[tuple[Any, ...]]) -> list[str]:
-    """The frame kinds of the SEND actions, by name."""
-    return [wire.KIND_NAMES[a[2][0]] for a in actions if a[0] == SEND]
+def _kinds(actions: list[Any]) -> list[str]:
+    """The frame kinds of the Send actions, by name (every action is one)."""
+    assert all(type(a) is Send for a in actions), actions
+    return [wire.KIND_NAMES[a.frame[0]] for a in actions]
 
 
-def _deliver(to: PeerProtocol, actions: list[tuple[Any, ...]]) -> None:
+def _deliver(to: PeerProtocol, actions: list[Any]) -> None:
     for action in actions:
-        if action[0] == SEND:
-            assert action[1] == to.rank
-            to.receive(action[2])
+        assert type(action) is Send and action.wdest == to.rank
+        to.receive(action.frame)
 
 
 def test_an_eager_message_completes_a_posted_receive() -> None:
@@ -112,10 +112,9 @@ def test_a_large_message_is_announced_and_fetched_then_released_with_fin() -> No
     b.start_recv(op, P2P, 0, 1)
     b.receive(frame)
     [fetch] = _take(b)
-    assert fetch[0] == FETCH and fetch[1] is op and fetch[4] == ADDRESS
-    target = fetch[3]
-    target[:] = data  # the engine read the sender's memory
-    b.fetched(op, fetch[2], target, True)
+    assert type(fetch) is Fetch and fetch.op is op and fetch.address == ADDRESS
+    fetch.target[:] = data  # the engine read the sender's memory
+    b.fetched(op, fetch.env, fetch.target, True)
     assert op.done and not op.error and bytes(op.mem) == data
     fin = _take(b)
     assert _kinds(fin) == ["FIN"]
@@ -132,13 +131,13 @@ def test_a_large_message_that_cannot_be_read_comes_in_data_frames() -> None:
     op = _recv(0, 2)  # an object receive: new bytes
     b.start_recv(op, P2P, 0, 2)
     [fetch] = _take(b)
-    b.fetched(op, fetch[2], fetch[3], False)  # another host, or reads refused
+    b.fetched(op, fetch.env, fetch.target, False)  # another host, or reads refused
     cts = _take(b)
     assert _kinds(cts) == ["CTS"] and not op.done
     _deliver(a, cts)
     [chunks] = _take(a)
-    assert chunks[0] == SEND_DATA and chunks[1:3] == (1, send.msgid)
-    mem = chunks[3]
+    assert type(chunks) is SendData and (chunks.wdest, chunks.msgid) == (1, send.msgid)
+    mem = chunks.mem
     half = len(data) // 2
     b.receive_data(a.data_header(send.msgid, 0) + bytes(mem[:half]))
     assert not op.done
@@ -217,9 +216,13 @@ def test_trace_actions_appear_only_while_tracing() -> None:
     assert not b.actions
     b.tracing = True
     b.receive(a.start_send(_send(1, 2), b"y", 1, P2P, 0, 2, sync=False))
-    assert [x[0] for x in _take(b)] == [TRACE_ARRIVED]
-    b.start_recv(_recv(0, 2), P2P, 0, 2)
-    assert [x[0] for x in _take(b)] == [TRACE_RECEIVED]
+    [arrived] = _take(b)
+    assert type(arrived) is TraceArrived and arrived.env.tag == 2
+    op = _recv(0, 2)
+    b.start_recv(op, P2P, 0, 2)
+    [received] = _take(b)
+    assert type(received) is TraceReceived and received.op is op
+    assert (received.wsource, received.context, received.tag, received.nbytes) == (0, P2P, 2, 1)
 
 
 def _collective(protos: tuple[PeerProtocol, ...], sigs: list[int]) -> list[int]:

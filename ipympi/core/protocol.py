@@ -9,15 +9,15 @@ the program (:meth:`PeerProtocol.start_send`, :meth:`PeerProtocol.start_recv`, .
 the protocol completes or fails operations itself, and leaves in :attr:`actions` what
 needs the world outside, for the engine to perform in order:
 
-* ``(SEND, wdest, frame)``: send ``frame`` to world rank ``wdest`` (answers: ``ACK``,
-  ``FIN``, ``CTS``, ``CANCEL``, ``CANCELLED``; mismatch reports, ``CERR``);
-* ``(SEND_DATA, wdest, msgid, mem)``: send a large message's bytes in ``DATA`` frames
-  (the receiver answered ``CTS``: it cannot read the sender's memory);
-* ``(FETCH, op, env, target, address)``: read a large message straight from the
-  sender's memory at ``address`` into ``target``, then tell :meth:`PeerProtocol.fetched`
-  whether that worked (else the protocol asks for ``DATA`` frames);
-* ``(TRACE_ARRIVED, env)`` and ``(TRACE_RECEIVED, op, env, wsource, context, tag,
-  nbytes)``: for the message recorder, only while :attr:`tracing` is on.
+* :class:`Send`: send a frame to a world rank (answers: ``ACK``, ``FIN``, ``CTS``,
+  ``CANCEL``, ``CANCELLED``; mismatch reports, ``CERR``; questions, ``CHECK``);
+* :class:`SendData`: send a large message's bytes in ``DATA`` frames (the receiver
+  answered ``CTS``: it cannot read the sender's memory);
+* :class:`Fetch`: read a large message straight from the sender's memory into a
+  receive's target, then tell :meth:`PeerProtocol.fetched` whether that worked (else
+  the protocol asks for ``DATA`` frames);
+* :class:`TraceArrived` and :class:`TraceReceived`: for the message recorder, only
+  while :attr:`PeerProtocol.tracing` is on.
 
 A send's first frame is the return value of :meth:`PeerProtocol.start_send` (the hot
 path: one frame, no action list). Operations are duck-typed: anything with the fields
@@ -60,25 +60,89 @@ from .wire import (
 __all__ = [
     "ABANDONED",
     "EAGER_LIMIT",
-    "FETCH",
-    "SEND",
-    "SEND_DATA",
-    "TRACE_ARRIVED",
-    "TRACE_RECEIVED",
+    "Fetch",
     "PeerProtocol",
+    "Send",
+    "SendData",
+    "TraceArrived",
+    "TraceReceived",
 ]
 
 # Messages up to this size travel in one frame with their header.
 EAGER_LIMIT = 64 * 1024
-
-# The kinds of actions (the first item of each entry of ``PeerProtocol.actions``).
-SEND, SEND_DATA, FETCH, TRACE_ARRIVED, TRACE_RECEIVED = range(5)
 
 ABANDONED = "collective abandoned after an interrupt"
 
 _pack = HEADER.pack
 _unpack = HEADER.unpack_from
 _pack_address = RTS_EXTRA.pack
+
+
+# -- actions: what the protocol leaves for the engine -------------------------------------
+class Send:
+    """Send ``frame`` to world rank ``wdest``."""
+
+    __slots__ = ("frame", "wdest")
+
+    def __init__(self, wdest: int, frame: bytes) -> None:
+        self.wdest = wdest
+        self.frame = frame
+
+
+class SendData:
+    """Send ``mem``, the bytes of message ``msgid``, to ``wdest`` in DATA frames
+    (:meth:`PeerProtocol.data_header` makes each frame's header)."""
+
+    __slots__ = ("mem", "msgid", "wdest")
+
+    def __init__(self, wdest: int, msgid: int, mem: memoryview) -> None:
+        self.wdest = wdest
+        self.msgid = msgid
+        self.mem = mem
+
+
+class Fetch:
+    """Read the large message of ``env`` (announced by world rank
+    ``env.payload.wsource``, process ``env.payload.pid``) from ``address`` in the
+    sender's memory into ``target``, for receive ``op``; then call
+    :meth:`PeerProtocol.fetched`."""
+
+    __slots__ = ("address", "env", "op", "target")
+
+    def __init__(self, op: Any, env: Envelope, target: memoryview, address: int) -> None:
+        self.op = op
+        self.env = env
+        self.target = target
+        self.address = address
+
+
+class TraceArrived:
+    """Record that ``env`` arrived before its receive was posted."""
+
+    __slots__ = ("env",)
+
+    def __init__(self, env: Envelope) -> None:
+        self.env = env
+
+
+class TraceReceived:
+    """Record that receive ``op`` got its message (``env``, or None when it was not
+    queued) from world rank ``wsource``."""
+
+    __slots__ = ("context", "env", "nbytes", "op", "tag", "wsource")
+
+    def __init__(
+        self, op: Any, env: Envelope | None, wsource: int, context: int, tag: int, nbytes: int
+    ) -> None:
+        self.op = op
+        self.env = env
+        self.wsource = wsource
+        self.context = context
+        self.tag = tag
+        self.nbytes = nbytes
+
+
+Action = Send | SendData | Fetch | TraceArrived | TraceReceived
 
 
 class PeerProtocol:
@@ -95,7 +159,7 @@ class PeerProtocol:
         self.address_of = address_of
         self.matcher = Matcher(exact=is_collective)
         self.ledger = Ledger()
-        self.actions: list[tuple[Any, ...]] = []
+        self.actions: list[Action] = []
         self.tracing = False  # leave TRACE_* actions (the engine's tracer is on)
         self._msgids = itertools.count(1)
         self.sends: dict[int, Any] = {}  # msgid -> send waiting for ACK/FIN/CANCELLED
@@ -119,7 +183,7 @@ class PeerProtocol:
 
     def _reply(self, wdest: int, kind: int, msgid: int) -> None:
         frame = _pack(kind, 0, 0, 0, 0, 0, self.rank, self.pid, msgid, 0)
-        self.actions.append((SEND, wdest, frame))
+        self.actions.append(Send(wdest, frame))
 
     def count_sent(self, wdest: int, context: int) -> None:
         """Count a point-to-point message (even ``context``) to world rank ``wdest``."""
@@ -181,7 +245,7 @@ class PeerProtocol:
         if not sync:
             op.complete()
         if self.tracing:
-            self.actions.append((TRACE_ARRIVED, env))
+            self.actions.append(TraceArrived(env))
         recv = self.matcher.arrive(env)
         if recv is not None:
             self.deliver(env, recv.handle)
@@ -239,7 +303,7 @@ class PeerProtocol:
             self.fill(op, memoryview(payload.data), env.nbytes)
             if self.tracing:
                 self.actions.append(
-                    (TRACE_RECEIVED, op, env, self.rank, env.context, env.tag, env.nbytes)
+                    TraceReceived(op, env, self.rank, env.context, env.tag, env.nbytes)
                 )
             if payload.sender is not None:
                 payload.sender.complete()
@@ -251,14 +315,14 @@ class PeerProtocol:
             self.fill(op, memoryview(frame)[HEADER_SIZE:], env.nbytes)
             if self.tracing:
                 self.actions.append(
-                    (TRACE_RECEIVED, op, env, wsource, env.context, env.tag, env.nbytes)
+                    TraceReceived(op, env, wsource, env.context, env.tag, env.nbytes)
                 )
             if payload.flags & SYNC:
                 self._reply(wsource, ACK, payload.msgid)
             return
         # RTS: read the sender's buffer directly if the engine can, or ask for the data.
         (address,) = RTS_EXTRA.unpack_from(frame, HEADER_SIZE)
-        self.actions.append((FETCH, op, env, self._target(op, env.nbytes), address))
+        self.actions.append(Fetch(op, env, self._target(op, env.nbytes), address))
 
     def fetched(self, op: Any, env: Envelope, target: memoryview, read: bool) -> None:
         """The answer to a ``FETCH``: whether the message's bytes are in ``target``."""
@@ -267,7 +331,7 @@ class PeerProtocol:
             self._finish_fill(op, target, env.nbytes)
             if self.tracing:
                 self.actions.append(
-                    (TRACE_RECEIVED, op, env, payload.wsource, env.context, env.tag, env.nbytes)
+                    TraceReceived(op, env, payload.wsource, env.context, env.tag, env.nbytes)
                 )
             self._reply(payload.wsource, FIN, payload.msgid)
         else:
@@ -344,7 +408,7 @@ class PeerProtocol:
                 )
                 self.matcher.queue_unexpected(env)
                 if self.tracing:
-                    self.actions.append((TRACE_ARRIVED, env))
+                    self.actions.append(TraceArrived(env))
                 return
             op = recv.handle
             op.posted = None
@@ -353,7 +417,7 @@ class PeerProtocol:
             op.rsig = sig
             self.fill(op, memoryview(frame)[HEADER_SIZE:], value)
             if self.tracing:
-                self.actions.append((TRACE_RECEIVED, op, None, wsource, context, tag, value))
+                self.actions.append(TraceReceived(op, None, wsource, context, tag, value))
             if flags & SYNC:
                 self._reply(wsource, ACK, msgid)
         elif kind == RTS:
@@ -361,7 +425,7 @@ class PeerProtocol:
                 context, source, tag, value, Arrival(frame, kind, flags, wsource, pid, msgid)
             )
             if self.tracing:
-                self.actions.append((TRACE_ARRIVED, env))
+                self.actions.append(TraceArrived(env))
             recv = self.matcher.arrive(env)
             if recv is not None:
                 self.deliver(env, recv.handle)
@@ -372,7 +436,7 @@ class PeerProtocol:
         elif kind == CTS:
             op = self.sends.get(msgid)
             if op is not None and op.mem is not None:
-                self.actions.append((SEND_DATA, wsource, msgid, op.mem))
+                self.actions.append(SendData(wsource, msgid, op.mem))
         elif kind == CANCEL:
             self._withdraw_unexpected(wsource, msgid)
         elif kind == CANCELLED:
@@ -410,9 +474,7 @@ class PeerProtocol:
         del self.rdv[key]
         self._finish_fill(op, target, env.nbytes)
         if self.tracing:
-            self.actions.append(
-                (TRACE_RECEIVED, op, env, wsource, env.context, env.tag, env.nbytes)
-            )
+            self.actions.append(TraceReceived(op, env, wsource, env.context, env.tag, env.nbytes))
         self._reply(wsource, FIN, msgid)
 
     def data_header(self, msgid: int, offset: int) -> bytes:
@@ -449,7 +511,7 @@ class PeerProtocol:
         if 0 <= source < len(members) and members[source] != self.rank:
             me = members.index(self.rank)
             frame = _pack(CHECK, 0, sig, context, me, seq, self.rank, self.pid, 0, 0)
-            self.actions.append((SEND, members[source], frame))
+            self.actions.append(Send(members[source], frame))
 
     def _compare_call(self, context: int, source: int, seq: int, sig: int, wsource: int) -> None:
         """Rank ``source`` (world rank ``wsource``) waits in collective ``seq`` on
@@ -483,7 +545,7 @@ class PeerProtocol:
         header = _pack(CERR, 0, 0, context, 0, seq, self.rank, self.pid, 0, len(data))
         for wrank in wranks:
             if wrank != self.rank:
-                self.actions.append((SEND, wrank, header + data))
+                self.actions.append(Send(wrank, header + data))
         self.fail_collectives(context, text, seq)
 
     def end_collective(self, context: int, seq: int) -> Envelope | None:

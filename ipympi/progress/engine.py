@@ -43,11 +43,11 @@ from ..core.matching import Envelope, ExactQueue
 from ..core.protocol import (
     ABANDONED,
     EAGER_LIMIT,
-    FETCH,
-    SEND,
-    SEND_DATA,
-    TRACE_ARRIVED,
+    Fetch,
     PeerProtocol,
+    Send,
+    SendData,
+    TraceArrived,
 )
 from ..core.wire import DATA, EAGER, PEER_DEAD, WAKE
 from . import tracing as _trace
@@ -293,26 +293,31 @@ class Engine:
             while done < len(actions):
                 action = actions[done]
                 done += 1
-                kind = action[0]
-                if kind == SEND:
-                    self._send(action[1], action[2])
-                elif kind == FETCH:  # a large message: read it from the sender's memory
-                    _, op, env, target, address = action
-                    payload = env.payload
+                if isinstance(action, Send):
+                    self._send(action.wdest, action.frame)
+                elif isinstance(action, Fetch):  # a large message: read it from the sender's memory
+                    payload = action.env.payload
                     read = self._same_host(payload.wsource) and self.vm.read(
-                        payload.pid, address, target
+                        payload.pid, action.address, action.target
                     )
-                    self.protocol.fetched(op, env, target, read)
-                elif kind == SEND_DATA:  # a large message, in frames
-                    _, wdest, msgid, mem = action
+                    self.protocol.fetched(action.op, action.env, action.target, read)
+                elif isinstance(action, SendData):  # a large message, in frames
                     assert self.transport is not None
-                    header_at = partial(self.protocol.data_header, msgid)
-                    self.transport.send_chunked(wdest, header_at, mem)
+                    header_at = partial(self.protocol.data_header, action.msgid)
+                    self.transport.send_chunked(action.wdest, header_at, action.mem)
                 elif self.tracer is not None:
-                    if kind == TRACE_ARRIVED:
-                        self.tracer.arrived(action[1])
+                    if isinstance(action, TraceArrived):
+                        self.tracer.arrived(action.env)
                     else:
-                        self.tracer.received(self, *action[1:])
+                        self.tracer.received(
+                            self,
+                            action.op,
+                            action.env,
+                            action.wsource,
+                            action.context,
+                            action.tag,
+                            action.nbytes,
+                        )
         finally:
             del actions[:done]
 
