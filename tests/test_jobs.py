@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from ipympi.core.errors import Exception as MPIException
+from ipympi.core.wire import FOREIGN_BASE
 from ipympi.mpi import jobs
-from ipympi.progress.transport import FOREIGN_BASE
 
 
 def test_a_block_free_on_every_member_and_its_ids() -> None:

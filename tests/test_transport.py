@@ -58,7 +58,8 @@ def test_a_process_of_another_job_gets_frames_under_the_id_it_knows_the_sender_b
     """Two jobs (two session directories): a foreign id maps to the other job's socket, and
     the frame's sender field becomes the id the other side gave this process."""
     from ipympi.core import wire
-    from ipympi.progress.transport import FOREIGN_BASE, WSOURCE_AT, endpoint
+    from ipympi.core.wire import FOREIGN_BASE
+    from ipympi.progress.transport import WSOURCE_AT, endpoint
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()

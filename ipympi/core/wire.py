@@ -71,6 +71,7 @@ __all__ = [
     "DATA",
     "EAGER",
     "FIN",
+    "FOREIGN_BASE",
     "HEADER",
     "HEADER_SIZE",
     "PEER_DEAD",
@@ -104,6 +105,10 @@ KIND_NAMES = {
 }
 
 SYNC = 0x01
+
+# The ids (``wsource``) of processes of other jobs start here: no job has this many
+# processes (``progress.transport`` maps them to the other job's sockets).
+FOREIGN_BASE = 1 << 24
 
 HEADER = struct.Struct("<BBHIiiiIQQ")
 HEADER_SIZE = HEADER.size

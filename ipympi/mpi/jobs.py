@@ -31,7 +31,8 @@ from typing import Any
 
 from ..core.errors import ERR_OTHER
 from ..core.errors import Exception as MPIException
-from ..progress.transport import FOREIGN_BASE, endpoint
+from ..core.wire import FOREIGN_BASE
+from ..progress.transport import endpoint
 
 __all__ = [
     "BLOCK",

@@ -23,8 +23,9 @@ The rest of this docstring is about windows on one host.
   post/start/complete/wait are messages on it, so a rank stuck in either is reported
   by the machinery that reports stuck communication.
 
-The synchronisation calls are in ``win_sync``, the communication calls in ``win_ops``;
-this module holds creation, the window's properties and freeing.
+The synchronisation calls are in ``win_sync``, the communication calls in ``win_ops``,
+the window's state in ``winimpl``; this module holds creation, the window's properties
+and freeing.
 """
 
 from __future__ import annotations
@@ -70,10 +71,11 @@ from .info import INFO_NULL, Info, info_items, new_info
 from .memory import buffer
 from .process import PROCESS
 from .rawmem import BOTTOM, acquire
-from .runtime import COMM_SELF, _default_errhandler
+from .runtime import COMM_SELF
 from .win_ops import WinOperations
 from .win_remote import Remote
 from .win_sync import WinSynchronization
+from .winimpl import Target, WinImpl
 
 __all__ = ["WIN_NULL", "Win"]
 
@@ -83,85 +85,6 @@ _FLAVOR_NAMES = {
     K.WIN_FLAVOR_DYNAMIC: "dynamic",
     K.WIN_FLAVOR_SHARED: "shared",
 }
-# Hints a window understands (MPI-4.1 §12.2.1); others are kept but not acted on.
-_DEFAULT_INFO = {
-    "no_locks": "false",
-    "accumulate_ordering": "rar,raw,war,waw",
-    "accumulate_ops": "same_op_no_op",
-    "same_size": "false",
-    "same_disp_unit": "false",
-    "mpi_accumulate_granularity": "0",
-}
-
-
-class Target:
-    """How one rank of a window reaches the memory of rank ``rank``.
-
-    ``array`` is a ``uint8`` view of that memory when this process can address it (a
-    shared segment, or its own memory); otherwise ``pid``/``base`` name it in the other
-    process, reached with ``process_vm_readv``/``writev``.
-    """
-
-    __slots__ = ("array", "base", "disp_unit", "nbytes", "pid", "rank")
-
-    def __init__(
-        self, rank: int, pid: int, base: int, nbytes: int, disp_unit: int, array: Any
-    ) -> None:
-        self.rank = rank
-        self.pid = pid
-        self.base = base
-        self.nbytes = nbytes
-        self.disp_unit = disp_unit
-        self.array = array
-
-
-class WinImpl:
-    """The state of one window on one rank (see the module docstring)."""
-
-    def __init__(self, comm: Intracomm, flavor: int, info: dict[str, str]) -> None:
-        self.comm = comm  # private duplicate: synchronisation traffic
-        self.rank = comm.Get_rank()
-        self.size = comm.Get_size()
-        self.flavor = flavor
-        self.info = {**_DEFAULT_INFO, **info}
-        self.name = ""
-        self.errhandler: Any = Errhandler(_default_errhandler())
-        self.attrs: dict[int, Any] = {}
-        self.memory: buffer = buffer()  # this rank's window memory
-        self.disp_unit = 1
-        self.targets: list[Target] = []
-        self.segment: Segment | None = None
-        self.keep: Any = None  # the program's object whose memory the window exposes
-        self.attached: list[tuple[int, int, Any]] = []  # dynamic: (address, size, obj)
-        # epochs (see win_sync)
-        self.fence = False  # a fence epoch is open (a Fence without MODE_NOSUCCEED)
-        self.access: frozenset[int] | None = None  # Start's group, until Complete
-        self.exposure: list[Any] | None = None  # Post's pending receives, until Wait
-        self.locks: dict[int, int] = {}  # target -> lock type held
-        self.lock_all = False
-        self.lock_all_nocheck = False
-        self.sends: list[Any] = []  # synchronisation messages still leaving
-        self.remote: Remote | None = None  # the ranks span hosts (``win_remote``)
-
-    def traced(self) -> dict[str, Any]:
-        """The fields of this rank's trace records of this window (``progress.tracing``)."""
-        comm = self.comm._live()
-        return {
-            "rank": comm.world_ranks[self.rank],
-            "crank": self.rank,
-            "win": comm.context,
-            "window": self.name or comm.label,
-        }
-
-    def world_rank(self, rank: int) -> int:
-        """The COMM_WORLD rank of the window's rank ``rank``."""
-        return int(self.comm._live().world_ranks[rank])
-
-    def lock_byte(self, target: int) -> int:
-        return target
-
-    def mutex_byte(self, target: int) -> int:
-        return self.size + target
 
 
 def _flavor_error(call: str, impl: WinImpl) -> MPIException:

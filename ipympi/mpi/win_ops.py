@@ -63,7 +63,7 @@ from .op import NO_OP, REPLACE, SUM, Op
 from .request import Request
 
 if TYPE_CHECKING:
-    from .win import Target, WinImpl
+    from .winimpl import Target, WinImpl
 
 __all__ = ["WinOperations"]
 

@@ -67,8 +67,8 @@ from .process import PROCESS
 from .win_ops import WinOperations
 
 if TYPE_CHECKING:
-    from .win import WinImpl
     from .win_ops import _Region
+    from .winimpl import WinImpl
 
 __all__ = ["Remote"]
 

@@ -52,7 +52,7 @@ from .process import PROCESS
 from .request import Request
 
 if TYPE_CHECKING:
-    from .win import WinImpl
+    from .winimpl import WinImpl
 
 __all__ = ["WinSynchronization"]
 
@@ -152,7 +152,7 @@ class WinSynchronization:
             def info() -> WaitInfo:  # no tag: reports show "Win.Lock(peer=1)"
                 return WaitInfo(f"Win.{call}", name, peer, None)  # type: ignore[arg-type]
 
-            engine.blocked[me] = (info, time.monotonic())
+            engine.shared.blocked[me] = (info, time.monotonic())
         try:
             segment.lock(start, length, exclusive)
         except OSError as exc:
@@ -164,7 +164,7 @@ class WinSynchronization:
             raise
         finally:
             if engine is not None:
-                engine.blocked.pop(me, None)
+                engine.shared.blocked.pop(me, None)
 
     # -- active target: fence ---------------------------------------------------------
     @mpi_call

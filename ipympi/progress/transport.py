@@ -19,8 +19,8 @@ other local user can send a frame to a rank.
 
 Processes of another job of the same user on this host (connected by ``Accept``/
 ``Connect`` or ``Comm.Join``, see :mod:`ipympi.mpi.jobs`) are *foreign* peers: ids
-from :data:`FOREIGN_BASE` up, which no process of a job ever has, each mapped to its
-data socket in the other job's session directory (:meth:`Transport.add_foreign`). A
+from :data:`~ipympi.core.wire.FOREIGN_BASE` up, which no process of a job ever has, each
+mapped to its data socket in the other job's session directory (:meth:`Transport.add_foreign`). A
 frame to a foreign peer leaves with its sender field (``wsource``) set to the id that
 peer knows this process by, so its replies come back the same way.
 
@@ -58,10 +58,11 @@ from typing import Any, Callable
 import zmq
 
 from ..core import control as _control
+from ..core.wire import FOREIGN_BASE
 from .tcp import CHUNK as TCP_CHUNK
 from .tcp import Received, TcpLink
 
-__all__ = ["FOREIGN_BASE", "MAX_FRAME", "QUIET_MS", "Transport"]
+__all__ = ["MAX_FRAME", "QUIET_MS", "Transport"]
 
 # The largest frame: an eager message (64 KiB) with its header, or a chunk of
 # a large message sent through frames (when process_vm_readv is refused).
@@ -94,8 +95,6 @@ QUIET_MS = 100
 _PEER_GONE = frozenset({errno.ECONNREFUSED, errno.ENOTCONN})
 
 
-# The ids of processes of other jobs start here: no job has this many processes.
-FOREIGN_BASE = 1 << 24
 _WSOURCE = struct.Struct("<i")  # the sender field of a frame's header, at WSOURCE_AT
 WSOURCE_AT = 16
 

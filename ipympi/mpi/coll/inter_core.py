@@ -33,7 +33,7 @@ from ..rawmem import IN_PLACE
 from .runner import CollOp, check_reported, run_in_mode
 
 if TYPE_CHECKING:
-    from ..comm import CommImpl
+    from ..commimpl import CommImpl
 
 __all__ = [
     "Build",

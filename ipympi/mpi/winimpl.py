@@ -1,0 +1,103 @@
+"""The state of one window on one rank (:class:`WinImpl`), and how it reaches each
+target's memory (:class:`Target`).
+
+``MPI.Win`` (``win``) is a handle on a :class:`WinImpl`; its synchronisation calls
+(``win_sync``) and communication calls (``win_ops``) work on this state, which lives
+here, below all three, so that they need not know the handle class.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .errhandling import Errhandler
+from .memory import buffer
+from .runtime import _default_errhandler
+
+if TYPE_CHECKING:
+    from ..progress.shm import Segment
+    from .comm import Intracomm
+
+__all__ = ["Target", "WinImpl"]
+
+# Hints a window understands (MPI-4.1 §12.2.1); others are kept but not acted on.
+_DEFAULT_INFO = {
+    "no_locks": "false",
+    "accumulate_ordering": "rar,raw,war,waw",
+    "accumulate_ops": "same_op_no_op",
+    "same_size": "false",
+    "same_disp_unit": "false",
+    "mpi_accumulate_granularity": "0",
+}
+
+
+class Target:
+    """How one rank of a window reaches the memory of rank ``rank``.
+
+    ``array`` is a ``uint8`` view of that memory when this process can address it (a
+    shared segment, or its own memory); otherwise ``pid``/``base`` name it in the other
+    process, reached with ``process_vm_readv``/``writev``.
+    """
+
+    __slots__ = ("array", "base", "disp_unit", "nbytes", "pid", "rank")
+
+    def __init__(
+        self, rank: int, pid: int, base: int, nbytes: int, disp_unit: int, array: Any
+    ) -> None:
+        self.rank = rank
+        self.pid = pid
+        self.base = base
+        self.nbytes = nbytes
+        self.disp_unit = disp_unit
+        self.array = array
+
+
+class WinImpl:
+    """The state of one window on one rank (see the module docstring)."""
+
+    def __init__(self, comm: Intracomm, flavor: int, info: dict[str, str]) -> None:
+        self.comm = comm  # private duplicate: synchronisation traffic
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.flavor = flavor
+        self.info = {**_DEFAULT_INFO, **info}
+        self.name = ""
+        self.errhandler: Any = Errhandler(_default_errhandler())
+        self.attrs: dict[int, Any] = {}
+        self.memory: buffer = buffer()  # this rank's window memory
+        self.disp_unit = 1
+        self.targets: list[Target] = []
+        self.segment: Segment | None = None
+        self.keep: Any = None  # the program's object whose memory the window exposes
+        self.attached: list[tuple[int, int, Any]] = []  # dynamic: (address, size, obj)
+        # epochs (see win_sync)
+        self.fence = False  # a fence epoch is open (a Fence without MODE_NOSUCCEED)
+        self.access: frozenset[int] | None = None  # Start's group, until Complete
+        self.exposure: list[Any] | None = None  # Post's pending receives, until Wait
+        self.locks: dict[int, int] = {}  # target -> lock type held
+        self.lock_all = False
+        self.lock_all_nocheck = False
+        self.sends: list[Any] = []  # synchronisation messages still leaving
+        # The ranks span hosts: a ``win_remote.Remote`` (typed loosely here, since that
+        # module works on this one's state).
+        self.remote: Any = None
+
+    def traced(self) -> dict[str, Any]:
+        """The fields of this rank's trace records of this window (``progress.tracing``)."""
+        comm = self.comm._live()
+        return {
+            "rank": comm.world_ranks[self.rank],
+            "crank": self.rank,
+            "win": comm.context,
+            "window": self.name or comm.label,
+        }
+
+    def world_rank(self, rank: int) -> int:
+        """The COMM_WORLD rank of the window's rank ``rank``."""
+        return int(self.comm._live().world_ranks[rank])
+
+    def lock_byte(self, target: int) -> int:
+        return target
+
+    def mutex_byte(self, target: int) -> int:
+        return self.size + target
