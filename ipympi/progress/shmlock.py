@@ -1,0 +1,201 @@
+"""Mutexes that the processes of one host share, taken without a system call.
+
+A :class:`HostMutexes` is ``n`` mutexes, each a POSIX named semaphore (the standard
+library's ``_multiprocessing.SemLock``): taking a free one and giving it back are one
+atomic instruction each in the C library (``sem_trywait``/``sem_post``, futex based),
+about a tenth of a ``fcntl`` byte-range lock's two system calls. One process creates
+them, the others open them by name, and once all have them open the creator unlinks
+the names, as with :class:`~ipympi.progress.shm.Segment`: nothing is left behind.
+
+A semaphore is not released when its holder dies, as a ``fcntl`` lock is, so each mutex
+has a holder slot in a small shared segment (the holder's pid, 0 when free). A process
+that waits for a mutex waits in slices of :data:`SLICE` seconds (the wait is
+interruptible); after each slice it looks at the slot, and when the holder has died
+(no such process, or a zombie) it posts the semaphore for it, once (see :meth:`_free`).
+A holder that died between taking the semaphore and writing its pid (or between
+clearing it and posting) leaves no pid in the slot: such a mutex is freed too once the
+slot showed the same non-pid value at every look for :data:`ORPHANED` seconds while the
+semaphore stayed taken, and one of the ``peers`` (the processes that share the
+mutexes) is dead; a live holder is in that state for nanoseconds, not at twenty looks
+in a row. So no process waits forever for a dead one;
+a live holder is waited for as long as it holds.
+
+Memory ordering: what a holder stores to shared memory before :meth:`release` is seen
+by the next process after its :meth:`acquire` returns. ``sem_post`` is an atomic
+read-modify-write with release semantics and a successful ``sem_trywait``/``sem_wait``
+one with acquire semantics (on x86 both are ``lock``-prefixed instructions, full
+barriers; x86 is TSO besides: stores become visible in program order). The stores of
+the critical section are C stores (numpy, ``struct``, ``memcpy``) made by calls that
+return before ``sem_post`` is called, and the compiler cannot move them across that
+opaque library call. The holder slot itself is only a hint for recovery: it is written
+by the holder after taking the semaphore and cleared before posting it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib
+import os
+import time
+from typing import Any
+
+from .shm import Segment
+
+__all__ = ["ORPHANED", "SLICE", "HostMutexes", "process_alive"]
+
+SLICE = 0.05  # seconds a waiter sleeps before it looks at the holder again
+ORPHANED = 1.0  # seconds a held mutex may show no holder before a dead peer is blamed
+_SEMAPHORE = 1  # SemLock kind: a counting semaphore (here with a maximum of 1)
+
+try:
+    _native: Any = importlib.import_module("_multiprocessing")
+    _SemLock: Any = _native.SemLock
+    _sem_unlink: Any = _native.sem_unlink
+except (ImportError, AttributeError):  # a Python built without POSIX semaphores
+    _SemLock = _sem_unlink = None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` is alive: it exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, owned by someone else
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return True  # no procfs: existence is all we know
+    return state not in (b"Z", b"X")
+
+
+def _sem_name(segment_name: str, index: int) -> str:
+    return "/" + os.path.basename(segment_name) + f"-{index}"
+
+
+class HostMutexes:
+    """``n`` mutexes shared by processes of one host; see the module docstring.
+
+    Create them in one process with :meth:`create`, pass :attr:`name` to the others,
+    which call :meth:`open`; once all have them open, the creator calls :meth:`unlink`.
+    Raises ``OSError`` (or ``ImportError``-like ``OSError``) where named semaphores are
+    not available; callers then keep to ``fcntl`` locks.
+    """
+
+    def __init__(self, segment: Segment, sems: list[Any], peers: list[int]) -> None:
+        self.segment = segment
+        self.name = segment.name
+        self._sems = sems
+        self._slots = segment.array[: 8 * len(sems)].view("i8") if sems else None
+        self._pid = os.getpid()
+        self._posters: dict[int, Any] = {}  # second handles, for posting for the dead
+        self.peers = [p for p in peers if p != self._pid]
+
+    @classmethod
+    def create(cls, n: int, peers: list[int] = (), prefix: str = "ipympi-mtx") -> HostMutexes:  # type: ignore[assignment]
+        """``n`` new free mutexes under fresh names."""
+        if _SemLock is None:
+            raise OSError("named semaphores are not available in this Python")
+        segment = Segment.create(8 * max(n, 1), prefix=prefix)
+        sems: list[Any] = []
+        try:
+            for i in range(n):
+                sems.append(_SemLock(_SEMAPHORE, 1, 1, _sem_name(segment.name, i), False))
+        except BaseException:
+            cls._unlink_names(segment.name, len(sems))
+            segment.close()
+            segment.unlink()
+            raise
+        return cls(segment, sems, list(peers))
+
+    @classmethod
+    def open(cls, name: str, n: int, peers: list[int] = ()) -> HostMutexes:  # type: ignore[assignment]
+        """The mutexes another process created under ``name``."""
+        if _SemLock is None:
+            raise OSError("named semaphores are not available in this Python")
+        segment = Segment.open(name, 8 * max(n, 1))
+        try:
+            sems = [_SemLock._rebuild(0, _SEMAPHORE, 1, _sem_name(name, i)) for i in range(n)]
+        except BaseException:
+            segment.close()
+            raise
+        return cls(segment, sems, list(peers))
+
+    @staticmethod
+    def _unlink_names(name: str, n: int) -> None:
+        for i in range(n):
+            try:
+                _sem_unlink(_sem_name(name, i))
+            except OSError:
+                pass
+
+    def unlink(self) -> None:
+        """Remove the names (the mutexes stay while some process has them open)."""
+        self._unlink_names(self.name, len(self._sems))
+        self.segment.unlink()
+
+    def close(self) -> None:
+        """Let go of the mutexes in this process."""
+        # Drop the second handles first: closing a semaphore twice is harmless
+        # (the second close finds no mapping), using it after the first is not.
+        self._posters.clear()
+        self._sems = []
+        self._slots = None
+        self.segment.close()
+
+    # -- taking and giving back ---------------------------------------------------------
+    def acquire(self, index: int) -> None:
+        """Take mutex ``index``, waiting as long as a live process holds it."""
+        sem = self._sems[index]
+        try:
+            if not sem.acquire(False):
+                self._wait(sem, index)
+            self._slots[index] = self._pid  # type: ignore[index]
+        except BaseException:  # interrupted: never keep the mutex held
+            if sem._is_mine():
+                sem.release()
+            raise
+
+    def release(self, index: int) -> None:
+        """Give mutex ``index`` back (taken by :meth:`acquire` in this thread)."""
+        self._slots[index] = 0  # type: ignore[index]
+        self._sems[index].release()
+
+    def _wait(self, sem: Any, index: int) -> None:
+        """Wait for mutex ``index`` in slices; free it when its holder died."""
+        seen, since = None, 0.0
+        while not sem.acquire(True, SLICE):
+            holder = int(self._slots[index])  # type: ignore[index]
+            if holder > 0:
+                seen = None
+                if holder != self._pid and not process_alive(holder):
+                    self._free(sem, index, holder)
+                continue
+            now = time.monotonic()
+            if holder != seen:
+                seen, since = holder, now
+            elif now - since >= ORPHANED and not all(map(process_alive, self.peers)):
+                self._free(sem, index, holder)
+                seen = None
+
+    def _free(self, sem: Any, index: int, holder: int) -> None:
+        """Post mutex ``index`` for ``holder``, who died holding it (0 or less: a holder
+        that died without its pid in the slot). One waiter at a time looks, under a
+        ``fcntl`` lock on the slot, and marks the slot (a negative number, not the one
+        it saw) before posting: a waiter that saw the same holder finds the slot
+        changed and does not post twice. The post goes through a second handle on the
+        semaphore, so that this process's own handle counts only its own takes."""
+        fd = self.segment.fd
+        fcntl.lockf(fd, fcntl.LOCK_EX, 8, 8 * index, os.SEEK_SET)
+        try:
+            if int(self._slots[index]) != holder:  # type: ignore[index]
+                return  # freed by another waiter, or changed hands
+            self._slots[index] = min(holder, 0) - 1  # type: ignore[index]
+            poster = self._posters.get(index)
+            if poster is None:
+                poster = self._posters[index] = _SemLock._rebuild(sem.handle, _SEMAPHORE, 1, None)
+            poster.release()
+        finally:
+            fcntl.lockf(fd, fcntl.LOCK_UN, 8, 8 * index, os.SEEK_SET)
