@@ -37,10 +37,10 @@ __all__ = ["CHECKED", "AccumulateLock", "direct_accumulate", "direct_fetch", "di
 
 # (op, origin type, target type) ids -> (op object, basic type) of checks that passed
 CHECKED: dict[tuple[int, int, int], tuple[Any, Datatype]] = {}
-# (op, dtype character) -> (op object, how): how is a (struct codec, combine) pair to
-# combine one element as a Python number (combine None: REPLACE; _KEEP: NO_OP), or
-# None where the operation's ufunc combines
-_SCALAR: dict[tuple[int, str], tuple[Any, Any]] = {}
+# (op, dtype character) -> (op object, item size, basic type, how) for the pairs in
+# CHECKED: how is a (struct codec, combine) pair to combine one element as a Python
+# number (combine None: REPLACE; _KEEP: NO_OP), or None where the ufunc combines
+_FAST: dict[tuple[int, str], tuple[Any, int, Datatype, Any]] = {}
 _KEEP = object()
 # element size -> the struct codec comparing elements bit for bit (Compare_and_swap)
 _BITS = {1: struct.Struct("B"), 2: struct.Struct("H"), 4: struct.Struct("I"), 8: struct.Struct("Q")}
@@ -80,26 +80,32 @@ def unlock(impl: WinImpl, rank: int) -> None:
         impl.segment.unlock(impl.mutex_byte(rank), 1)
 
 
-def _how(op: Op, array: np.ndarray) -> Any:
-    """How ``op`` combines into one element of ``array``'s type (see :data:`_SCALAR`)."""
-    key = (id(op._impl), array.dtype.char)
-    found = _SCALAR.get(key)
-    if found is not None and found[0] is op._impl:
-        return found[1]
+def _fast(op: Op, dtype: np.dtype[Any]) -> tuple[Any, int, Datatype, Any] | None:
+    """``(op object, item size, basic type, how)`` of ``op`` on a native ``dtype`` the
+    general path checked it on (:data:`CHECKED`), else None (see :data:`_FAST`)."""
+    found = _FAST.get((id(op._impl), dtype.char))
+    if found is not None and found[0] is op._impl and found[1] == dtype.itemsize:
+        return found if dtype.isnative else None
+    datatype = ndarray_datatype(dtype)  # None when not native
+    known = None
+    if datatype is not None:
+        known = CHECKED.get((id(op._impl), id(datatype._impl), id(datatype._impl)))
+    if known is None or known[0] is not op._impl:
+        return None
     how: Any = None
-    bits = _BITS.get(array.itemsize)
+    bits = _BITS.get(dtype.itemsize)
     if op._impl is REPLACE._impl:
         how = None if bits is None else (bits, None)
     elif op._impl is NO_OP._impl:
         how = None if bits is None else (bits, _KEEP)
     else:
-        values = ScalarValues.for_array(op._impl, array, None)
+        values = ScalarValues.for_array(op._impl, np.empty(1, dtype), None)
         if values is not None and values.codec is not None:
-            how = (struct.Struct(array.dtype.char), values.codec[2])
-    if len(_SCALAR) > 256:
-        _SCALAR.clear()
-    _SCALAR[key] = (op._impl, how)
-    return how
+            how = (struct.Struct(dtype.char), values.codec[2])
+    if len(_FAST) > 256:
+        _FAST.clear()
+    entry = _FAST[(id(op._impl), dtype.char)] = (op._impl, dtype.itemsize, known[1], how)
+    return entry
 
 
 def _offset(impl: WinImpl, where: Target, disp: Any, nbytes: int) -> int:
@@ -154,16 +160,6 @@ def _combine_many(
         unlock(impl, where.rank)
 
 
-def _checked_type(op: Op, array: np.ndarray) -> Datatype | None:
-    """The basic type of ``op`` on ``array``'s predefined datatype, if the general path
-    checked that pair before (:data:`CHECKED`); else None."""
-    datatype = ndarray_datatype(array.dtype)
-    if datatype is None:
-        return None
-    known = CHECKED.get((id(op._impl), id(datatype._impl), id(datatype._impl)))
-    return known[1] if known is not None and known[0] is op._impl else None
-
-
 def direct_fetch(
     impl: WinImpl, where: Target, origin: Any, result: Any, disp: Any, op: Any
 ) -> bool:
@@ -176,15 +172,14 @@ def direct_fetch(
         return False
     if origin.dtype.char != result.dtype.char or not result.flags.writeable:
         return False
-    basic = _checked_type(op, origin)
+    fast = _fast(op, origin.dtype)
     offset = _offset(impl, where, disp, origin.itemsize)
-    if basic is None or offset < 0:
+    if fast is None or offset < 0:
         return False
-    how = _how(op, origin)
-    if how is not None:
-        _combine_one(impl, where, offset, how, origin, result)
+    if fast[3] is not None:
+        _combine_one(impl, where, offset, fast[3], origin, result)
     else:
-        _combine_many(impl, where, offset, op, basic, origin, result)
+        _combine_many(impl, where, offset, op, fast[2], origin, result)
     return True
 
 
@@ -203,15 +198,14 @@ def direct_accumulate(
             return False
         if result.size != origin.size or ndarray_spec(result, True) is None:
             return False
-    basic = _checked_type(op, origin)
+    fast = _fast(op, origin.dtype)
     offset = _offset(impl, where, 0 if target is None else target, origin.nbytes)
-    if basic is None or offset < 0:
+    if fast is None or offset < 0:
         return False
-    how = _how(op, origin) if origin.size == 1 else None
-    if how is not None:
-        _combine_one(impl, where, offset, how, origin, result)
+    if fast[3] is not None and origin.size == 1:
+        _combine_one(impl, where, offset, fast[3], origin, result)
     else:
-        _combine_many(impl, where, offset, op, basic, origin, result)
+        _combine_many(impl, where, offset, op, fast[2], origin, result)
     return True
 
 

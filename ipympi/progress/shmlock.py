@@ -88,7 +88,8 @@ class HostMutexes:
         self.segment = segment
         self.name = segment.name
         self._sems = sems
-        self._slots = segment.array[: 8 * len(sems)].view("i8") if sems else None
+        slots = memoryview(segment.array).cast("B")[: 8 * len(sems)]  # type: ignore[arg-type]
+        self._slots: Any = slots.cast("q") if sems else None
         self._pid = os.getpid()
         self._posters: dict[int, Any] = {}  # second handles, for posting for the dead
         self.peers = [p for p in peers if p != self._pid]
@@ -152,7 +153,7 @@ class HostMutexes:
         try:
             if not sem.acquire(False):
                 self._wait(sem, index)
-            self._slots[index] = self._pid  # type: ignore[index]
+            self._slots[index] = self._pid
         except BaseException:  # interrupted: never keep the mutex held
             if sem._is_mine():
                 sem.release()
@@ -160,14 +161,14 @@ class HostMutexes:
 
     def release(self, index: int) -> None:
         """Give mutex ``index`` back (taken by :meth:`acquire` in this thread)."""
-        self._slots[index] = 0  # type: ignore[index]
+        self._slots[index] = 0
         self._sems[index].release()
 
     def _wait(self, sem: Any, index: int) -> None:
         """Wait for mutex ``index`` in slices; free it when its holder died."""
         seen, since = None, 0.0
         while not sem.acquire(True, SLICE):
-            holder = int(self._slots[index])  # type: ignore[index]
+            holder = int(self._slots[index])
             if holder > 0:
                 seen = None
                 if holder != self._pid and not process_alive(holder):
@@ -190,9 +191,9 @@ class HostMutexes:
         fd = self.segment.fd
         fcntl.lockf(fd, fcntl.LOCK_EX, 8, 8 * index, os.SEEK_SET)
         try:
-            if int(self._slots[index]) != holder:  # type: ignore[index]
+            if int(self._slots[index]) != holder:
                 return  # freed by another waiter, or changed hands
-            self._slots[index] = min(holder, 0) - 1  # type: ignore[index]
+            self._slots[index] = min(holder, 0) - 1
             poster = self._posters.get(index)
             if poster is None:
                 poster = self._posters[index] = _SemLock._rebuild(sem.handle, _SEMAPHORE, 1, None)
