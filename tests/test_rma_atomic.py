@@ -7,7 +7,10 @@
   NaN, ties), ``REPLACE``/``NO_OP``, and ``Compare_and_swap`` compares bit for bit;
 * ``progress.shmlock``: a mutex whose holder died (with or without its pid written)
   is freed for the others, an interrupted wait keeps nothing, and the names are gone
-  once every process has them open.
+  once every process has them open;
+* ``Fence`` through the window's shared counters pairs the ranks' fences (every
+  neighbour's ``Put`` is seen after it), a rank that dies before fencing ends the job
+  instead of hanging it, and an interrupted wait takes its arrival back.
 """
 
 from __future__ import annotations
@@ -268,3 +271,78 @@ def test_the_accumulate_locks_leave_nothing_behind(run_mpi) -> None:
         ),
     )
     assert_ok(proc, 3)
+
+
+# -- Fence through the shared counters --------------------------------------------------
+@pytest.mark.parametrize("n", [2, 4])
+def test_fences_pair_up_and_show_every_put(run_mpi, n: int) -> None:
+    proc = run_mpi(
+        n,
+        program("""
+        win = MPI.Win.Allocate(8 * size, 8, comm=comm)
+        mine = np.frombuffer(win.tomemory(), 'q')
+        win.Fence()
+        for i in range(1, 401):
+            win.Put(np.array([i * size + rank], 'q'), nxt, rank)
+            if i % 7 == 0:
+                time.sleep(0.002 * rank)     # arrive at different times, some sleep
+            win.Fence()
+            assert mine[prv] == i * size + prv, (i, mine)   # the neighbour's Put is here
+            win.Fence()                                     # before anyone overwrites it
+        win.Fence(MPI.MODE_NOSUCCEED)
+        win.Free()
+        """),
+        timeout=50,
+    )
+    assert_ok(proc, n)
+
+
+def test_a_rank_that_dies_before_fencing_ends_the_job(run_mpi) -> None:
+    t0 = time.monotonic()
+    proc = run_mpi(
+        3,
+        mpi_program(
+            MPI_PRELUDE,
+            """
+        import os
+        win = MPI.Win.Allocate(8, comm=comm)
+        win.Fence()
+        if rank == 1:
+            os._exit(7)
+        win.Fence()                  # waits for rank 1, which is gone
+        """,
+            ok=False,
+        ),
+        timeout=40,
+    )
+    assert proc.returncode != 0, proc.stderr
+    assert time.monotonic() - t0 < 30, proc.stderr
+
+
+def test_the_shared_barrier_takes_an_interrupted_arrival_back() -> None:
+    import threading
+
+    first = HostMutexes.create(2)
+    second = HostMutexes.open(first.name, 2)
+    first.unlink()
+
+    class Interrupted(Exception):
+        pass
+
+    def interrupted() -> None:
+        raise Interrupted
+
+    try:
+        with pytest.raises(Interrupted):
+            first.barrier(0, interrupted)  # the other never came
+        assert first._arrivals[first._arrived[0]] == 0 and first._epoch == 0
+        done = []
+        other = threading.Thread(target=lambda: done.append(second.barrier(1, lambda: None)))
+        other.start()
+        first.barrier(0, lambda: None)  # pairs with the other's first barrier
+        other.join(10)
+        assert done == [None]
+        assert first._epoch == second._epoch == 1
+    finally:
+        first.close()
+        second.close()

@@ -37,7 +37,7 @@ import fcntl
 import importlib
 import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from .shm import Segment
 
@@ -45,7 +45,10 @@ __all__ = ["ORPHANED", "SLICE", "HostMutexes", "process_alive"]
 
 SLICE = 0.05  # seconds a waiter sleeps before it looks at the holder again
 ORPHANED = 1.0  # seconds a held mutex may show no holder before a dead peer is blamed
-_SEMAPHORE = 1  # SemLock kind: a counting semaphore (here with a maximum of 1)
+SPINS = 200  # looks (each after a sched_yield) at a barrier before sleeping
+_SEMAPHORE = 1  # SemLock kind: a counting semaphore
+_BELL_MAX = 2**31 - 1  # a doorbell counts rings up to SEM_VALUE_MAX
+_STRIDE = 64  # bytes between two processes' barrier counters: one cache line each
 
 try:
     _native: Any = importlib.import_module("_multiprocessing")
@@ -53,6 +56,9 @@ try:
     _sem_unlink: Any = _native.sem_unlink
 except (ImportError, AttributeError):  # a Python built without POSIX semaphores
     _SemLock = _sem_unlink = None
+
+
+_sched_yield = getattr(os, "sched_yield", lambda: None)
 
 
 def process_alive(pid: int) -> bool:
@@ -75,6 +81,12 @@ def _sem_name(segment_name: str, index: int) -> str:
     return "/" + os.path.basename(segment_name) + f"-{index}"
 
 
+def _arrivals_offset(n: int) -> int:
+    """Where the barrier's counters start in the segment: after the holder slots, on
+    a cache line of their own."""
+    return -(-8 * max(n, 1) // _STRIDE) * _STRIDE
+
+
 class HostMutexes:
     """``n`` mutexes shared by processes of one host; see the module docstring.
 
@@ -84,45 +96,61 @@ class HostMutexes:
     not available; callers then keep to ``fcntl`` locks.
     """
 
-    def __init__(self, segment: Segment, sems: list[Any], peers: list[int]) -> None:
+    def __init__(
+        self, segment: Segment, sems: list[Any], bells: list[Any], peers: list[int]
+    ) -> None:
+        n = len(sems)
         self.segment = segment
         self.name = segment.name
         self._sems = sems
-        slots = memoryview(segment.array).cast("B")[: 8 * len(sems)]  # type: ignore[arg-type]
-        self._slots: Any = slots.cast("q") if sems else None
+        self._bells = bells
+        whole = memoryview(segment.array).cast("B")  # type: ignore[arg-type]
+        self._slots: Any = whole[: 8 * n].cast("q") if n else None
+        start = _arrivals_offset(n)
+        self._arrivals: Any = whole[start : start + _STRIDE * n].cast("q") if n else None
+        self._arrived = [_STRIDE // 8 * i for i in range(n)]  # each process's counter
+        self._epoch = 0  # barriers this process arrived at
         self._pid = os.getpid()
         self._posters: dict[int, Any] = {}  # second handles, for posting for the dead
         self.peers = [p for p in peers if p != self._pid]
 
     @classmethod
     def create(cls, n: int, peers: list[int] = (), prefix: str = "ipympi-mtx") -> HostMutexes:  # type: ignore[assignment]
-        """``n`` new free mutexes under fresh names."""
+        """``n`` new free mutexes (and a barrier of ``n`` processes) under fresh names."""
         if _SemLock is None:
             raise OSError("named semaphores are not available in this Python")
-        segment = Segment.create(8 * max(n, 1), prefix=prefix)
+        segment = Segment.create(_arrivals_offset(n) + _STRIDE * n, prefix=prefix)
         sems: list[Any] = []
         try:
             for i in range(n):
                 sems.append(_SemLock(_SEMAPHORE, 1, 1, _sem_name(segment.name, i), False))
+            for i in range(n):
+                sems.append(
+                    _SemLock(_SEMAPHORE, 0, _BELL_MAX, _sem_name(segment.name, n + i), False)
+                )
         except BaseException:
             cls._unlink_names(segment.name, len(sems))
             segment.close()
             segment.unlink()
             raise
-        return cls(segment, sems, list(peers))
+        return cls(segment, sems[:n], sems[n:], list(peers))
 
     @classmethod
     def open(cls, name: str, n: int, peers: list[int] = ()) -> HostMutexes:  # type: ignore[assignment]
         """The mutexes another process created under ``name``."""
         if _SemLock is None:
             raise OSError("named semaphores are not available in this Python")
-        segment = Segment.open(name, 8 * max(n, 1))
+        segment = Segment.open(name, _arrivals_offset(n) + _STRIDE * n)
         try:
             sems = [_SemLock._rebuild(0, _SEMAPHORE, 1, _sem_name(name, i)) for i in range(n)]
+            bells = [
+                _SemLock._rebuild(0, _SEMAPHORE, _BELL_MAX, _sem_name(name, n + i))
+                for i in range(n)
+            ]
         except BaseException:
             segment.close()
             raise
-        return cls(segment, sems, list(peers))
+        return cls(segment, sems, bells, list(peers))
 
     @staticmethod
     def _unlink_names(name: str, n: int) -> None:
@@ -134,7 +162,7 @@ class HostMutexes:
 
     def unlink(self) -> None:
         """Remove the names (the mutexes stay while some process has them open)."""
-        self._unlink_names(self.name, len(self._sems))
+        self._unlink_names(self.name, 2 * len(self._sems))
         self.segment.unlink()
 
     def close(self) -> None:
@@ -143,7 +171,8 @@ class HostMutexes:
         # (the second close finds no mapping), using it after the first is not.
         self._posters.clear()
         self._sems = []
-        self._slots = None
+        self._bells = []
+        self._slots = self._arrivals = None
         self.segment.close()
 
     # -- taking and giving back ---------------------------------------------------------
@@ -200,3 +229,48 @@ class HostMutexes:
             poster.release()
         finally:
             fcntl.lockf(fd, fcntl.LOCK_UN, 8, 8 * index, os.SEEK_SET)
+
+    # -- the barrier ----------------------------------------------------------------------
+    def barrier(self, me: int, slow: Callable[[], None]) -> None:
+        """Arrive at the next barrier as process ``me`` of the ``n`` and return once all
+        arrived (see the module docstring). The wait looks :data:`SPINS` times, then
+        sleeps on ``me``'s doorbell in slices of :data:`SLICE` seconds, calling ``slow()``
+        before each (it may raise, as an interrupt may: the arrival is then taken back,
+        unless every process had arrived)."""
+        arrivals, arrived = self._arrivals, self._arrived
+        epoch = self._epoch + 1
+        arrivals[arrived[me]] = epoch
+        self._epoch = epoch
+        bells = self._bells
+        for index, bell in enumerate(bells):
+            if index != me:
+                bell.release()
+        try:
+            spins = SPINS
+            while True:
+                for where in arrived:
+                    if arrivals[where] < epoch:
+                        break
+                else:
+                    break
+                if spins:
+                    spins -= 1
+                    _sched_yield()
+                    continue
+                slow()
+                self._drain(me)
+                if all(arrivals[where] >= epoch for where in arrived):
+                    break
+                bells[me].acquire(True, SLICE)
+        except BaseException:
+            if not all(arrivals[where] >= epoch for where in arrived):
+                arrivals[arrived[me]] = epoch - 1  # as if this process had not come
+                self._epoch = epoch - 1
+            raise
+        self._drain(me)
+
+    def _drain(self, me: int) -> None:
+        """Take every ring of ``me``'s doorbell (each arrival rings the others')."""
+        take = self._bells[me].acquire
+        while take(False):
+            pass
