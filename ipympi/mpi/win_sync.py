@@ -4,17 +4,20 @@ Operations complete when their call returns (``win_ops`` copies the data at once
 what the synchronisation calls add is ordering between ranks:
 
 * ``Fence`` is a barrier of the window's ranks; it opens a fence epoch unless the
-  assertion says ``MODE_NOSUCCEED``. On x86 (and wherever the window has its shared
-  mutexes, ``progress.shmlock``) the barrier is a counter per rank in shared memory:
-  each rank stores its count of fences, rings the others' doorbells, and waits until
-  every counter has reached its own (a few looks, then sleeping on its doorbell), in
-  a microsecond or two when the ranks arrive together instead of a round of messages.
+  assertion says ``MODE_NOSUCCEED``. On x86, when the window has its shared mutexes
+  (``progress.shmlock``), the barrier is a counter per rank in shared memory: each
+  rank stores its count of fences, rings the others' doorbells, and waits until every
+  counter has reached its own (a few looks, then sleeping on its doorbell): a
+  microsecond or two when the ranks arrive together, instead of a round of messages.
   What a rank stored into a window before its counter (a ``Put``'s copy) is seen by
   any rank that sees the counter: x86 makes stores visible to other processors in
   program order (TSO), and the copies are C stores made by calls that return before
-  the counter's store. Elsewhere ``Fence`` is a ``Barrier`` on the private
-  communicator. A rank interrupted while it waits takes its arrival back (unless all
-  had arrived), so the ranks' counts of fences stay paired.
+  the counter's store (a copy with string instructions is ordered before a later
+  store to another variable, the C library ends a copy made of non-temporal stores
+  with ``sfence``, and the doorbells' ``sem_post`` after the counter is a full
+  barrier). Elsewhere ``Fence`` is a ``Barrier`` on the private communicator. A rank
+  interrupted while it waits takes its arrival back (unless all had arrived), so the
+  ranks' counts of fences stay paired.
 * ``Post`` sends each origin of its group a message and posts receives for their
   ``Complete`` messages; ``Start`` waits for the targets' post messages (unless
   ``MODE_NOCHECK``); ``Complete`` sends its message to each target; ``Wait``/``Test``
