@@ -19,9 +19,11 @@ prompt) never stalls an origin (passive target progress needs no progress thread
   target shared by the window's ranks (``progress.shmlock``: a named semaphore, taken
   without a system call, freed when its holder dies), or, where the host has no named
   semaphores, by the segment's bytes ``n..2n-1``.
-* The window keeps a private duplicate of its communicator: ``Fence`` is its barrier,
-  post/start/complete/wait are messages on it, so a rank stuck in either is reported
-  by the machinery that reports stuck communication.
+* The window keeps a private duplicate of its communicator: post/start/complete/wait
+  are messages on it, so a rank stuck there is reported by the machinery that reports
+  stuck communication. ``Fence`` is a barrier of shared counters next to the mutexes
+  (a rank waiting there reports itself blocked in ``Win.Fence``), or a ``Barrier`` on
+  the private communicator where they are not available (see ``win_sync``).
 
 The synchronisation calls are in ``win_sync``, the communication calls in ``win_ops``;
 this module holds creation, the window's properties and freeing.

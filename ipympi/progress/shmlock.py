@@ -1,4 +1,4 @@
-"""Mutexes that the processes of one host share, taken without a system call.
+"""Mutexes and a barrier that the processes of one host share, without system calls.
 
 A :class:`HostMutexes` is ``n`` mutexes, each a POSIX named semaphore (the standard
 library's ``_multiprocessing.SemLock``): taking a free one and giving it back are one
@@ -19,6 +19,16 @@ semaphore stayed taken, and one of the ``peers`` (the processes that share the
 mutexes) is dead; a live holder is in that state for nanoseconds, not at twenty looks
 in a row. So no process waits forever for a dead one;
 a live holder is waited for as long as it holds.
+
+The same segment holds a barrier of the ``n`` processes (:meth:`HostMutexes.barrier`):
+each process has a counter on a cache line of its own, which only it writes. To arrive,
+a process stores its count of barriers into it and rings every other process's
+doorbell (one more named semaphore each); the barrier is passed when every counter
+has reached that count. A waiter looks :data:`SPINS` times (yielding the processor
+between looks), then drains its doorbell, looks again and sleeps on it: a ring that
+comes after the look was posted after the counter it announces, so no arrival is
+missed. Counters only grow, so a process that passed a barrier and arrives at the
+next one early does not confuse one still leaving the last.
 
 Memory ordering: what a holder stores to shared memory before :meth:`release` is seen
 by the next process after its :meth:`acquire` returns. ``sem_post`` is an atomic
@@ -41,7 +51,7 @@ from typing import Any, Callable
 
 from .shm import Segment
 
-__all__ = ["ORPHANED", "SLICE", "HostMutexes", "process_alive"]
+__all__ = ["ORPHANED", "SLICE", "SPINS", "HostMutexes", "process_alive"]
 
 SLICE = 0.05  # seconds a waiter sleeps before it looks at the holder again
 ORPHANED = 1.0  # seconds a held mutex may show no holder before a dead peer is blamed
