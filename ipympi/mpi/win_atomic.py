@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import constants as K
 from ..core.lazynumpy import np
 from ..core.reductions import ScalarValues
-from .buffers import ndarray_datatype, ndarray_spec
+from .buffers import ndarray_datatype
 from .datatype import Datatype
 from .op import NO_OP, REPLACE, Op
 
@@ -191,12 +191,16 @@ def direct_accumulate(
     False for anything else."""
     if type(origin) is not np.ndarray or type(op) is not Op:
         return False
-    if ndarray_spec(origin, False) is None or not origin.size:
+    size = origin.size  # one element is contiguous: no flags to build then
+    if not size or not origin.ndim or (size != 1 and not origin.flags.c_contiguous):
         return False
     if result is not None:
         if type(result) is not np.ndarray or result.dtype.char != origin.dtype.char:
             return False
-        if result.size != origin.size or ndarray_spec(result, True) is None:
+        if result.size != size or not result.ndim:
+            return False
+        flags = result.flags
+        if not flags.writeable or (size != 1 and not flags.c_contiguous):
             return False
     fast = _fast(op, origin.dtype)
     offset = _offset(impl, where, 0 if target is None else target, origin.nbytes)

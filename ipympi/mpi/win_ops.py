@@ -442,10 +442,10 @@ class WinOperations:
         where = self._reach(impl, target_rank, call)
         if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
             return
-        fetching = result is not None or call.startswith(("Get", "Rget"))
-        direct = not t0 and (result is not None or not fetching)
+        direct = not t0 and (result is not None or call == "Accumulate" or call == "Raccumulate")
         if direct and direct_accumulate(impl, where, origin, result, target, op):
             return
+        fetching = result is not None or call.startswith(("Get", "Rget"))
         spec = send_buffer(origin)
         out = recv_buffer(result) if fetching else None
         if out is not None and op == NO_OP and spec.count == 0:
