@@ -17,11 +17,16 @@ The rest of this docstring is about windows on one host.
   (``progress.largebuf``); a rank reaches its own memory directly.
 * Every window has a segment, if only for its locks: bytes ``0..n-1`` of its file are
   the per-target locks of ``Lock``/``Lock_all`` (POSIX byte-range locks, released by
-  the kernel if a rank dies); bytes ``n..2n-1`` serialise the accumulate operations on
-  each target (element-wise atomicity, and the default ordering of accumulates).
-* The window keeps a private duplicate of its communicator: ``Fence`` is its barrier,
-  post/start/complete/wait are messages on it, so a rank stuck in either is reported
-  by the machinery that reports stuck communication.
+  the kernel if a rank dies). The accumulate operations on each target are serialised
+  (element-wise atomicity, and the default ordering of accumulates) by one mutex per
+  target shared by the window's ranks (``progress.shmlock``: a named semaphore, taken
+  without a system call, freed when its holder dies), or, where the host has no named
+  semaphores, by the segment's bytes ``n..2n-1``.
+* The window keeps a private duplicate of its communicator: post/start/complete/wait
+  are messages on it, so a rank stuck there is reported by the machinery that reports
+  stuck communication. ``Fence`` is a barrier of shared counters next to the mutexes
+  (a rank waiting there reports itself blocked in ``Win.Fence``), or a ``Barrier`` on
+  the private communicator where they are not available (see ``win_sync``).
 
 The synchronisation calls are in ``win_sync``, the communication calls in ``win_ops``,
 the window's state in ``winimpl``; this module holds creation, the window's properties
@@ -55,6 +60,7 @@ from ..core.lazynumpy import np
 from ..progress import tracing
 from ..progress.largebuf import buffer_address
 from ..progress.shm import Segment
+from ..progress.shmlock import HostMutexes
 from .args import c_int
 from .attributes import (
     create_keyval,
@@ -85,6 +91,15 @@ _FLAVOR_NAMES = {
     K.WIN_FLAVOR_DYNAMIC: "dynamic",
     K.WIN_FLAVOR_SHARED: "shared",
 }
+
+
+def _host_mutexes(make: Callable[[], HostMutexes]) -> HostMutexes | None:
+    """The accumulate locks ``make`` creates or opens, or None where the host has no
+    named semaphores (the segment's ``fcntl`` locks serve then)."""
+    try:
+        return make()
+    except (OSError, ValueError):
+        return None
 
 
 def _flavor_error(call: str, impl: WinImpl) -> MPIException:
@@ -176,26 +191,40 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
         total = offsets[-1]
         segment = None
         error = ""
+        pids = [pid for pid, _, _ in sizes]
+        mutexes = None
         if impl.rank == 0:
             try:
                 segment = Segment.create(total, prefix="ipympi-win")
                 name = segment.name
             except OSError as exc:
                 name, error = "", str(exc)
+            mutexes = _host_mutexes(lambda: HostMutexes.create(impl.size, pids)) if name else None
         else:
             name = ""
-        name, error = comm.bcast((name, error) if impl.rank == 0 else None, root=0)
+        names = (name, error, mutexes.name if mutexes is not None else "")
+        name, error, mutex_name = comm.bcast(names if impl.rank == 0 else None, root=0)
         if error:
             comm.Free()
             raise MPIException(ERR_NO_MEM, f"{call}: cannot create shared memory: {error}")
+        opened = False
         try:
             if segment is None:
                 segment = Segment.open(name, total)
+            if mutex_name and mutexes is None:
+                mutexes = _host_mutexes(lambda: HostMutexes.open(mutex_name, impl.size, pids))
+            opened = mutexes is not None
         finally:
-            comm.Barrier()
+            everywhere = all(comm.allgather(opened))  # also: every rank has them open
             if impl.rank == 0 and segment is not None:
                 segment.unlink()
+            if impl.rank == 0 and mutexes is not None:
+                mutexes.unlink()
+        if mutexes is not None and not everywhere:  # fcntl locks then, on every rank
+            mutexes.close()
+            mutexes = None
         impl.segment = segment
+        impl.mutexes = mutexes
         table = [(pid, 0, size, unit) for (pid, size, unit) in sizes]
         if shared:
             base = segment.address
@@ -361,6 +390,8 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
         impl.comm.Free()
         if impl.segment is not None:
             impl.segment.close()
+        if impl.mutexes is not None:
+            impl.mutexes.close()
         impl.targets = []
         self._impl = None
 

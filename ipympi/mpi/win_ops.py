@@ -12,7 +12,7 @@ memory with one ``process_vm_readv``/``writev`` call over the datatype's runs.
 A window whose ranks span hosts (``impl.remote``) hands every data movement to
 ``win_remote``, which has the target apply it; the checks and errors are these.
 
-Accumulates take the target's accumulate lock (a byte of the window's segment) for
+Accumulates take the target's accumulate lock (``win_atomic``) for
 the whole read-combine-write: operations on one target are atomic per element and
 applied in the order they were called. Only the predefined operations, ``REPLACE``
 and ``NO_OP`` are allowed (user operations are ``ERR_OP``, as the standard says).
@@ -52,7 +52,6 @@ from .buffers import (
     BufferSpec,
     data_span,
     datatype_of,
-    ndarray_datatype,
     ndarray_spec,
     recv_buffer,
     send_buffer,
@@ -61,6 +60,7 @@ from .datatype import Datatype
 from .errhandling import mpi_call
 from .op import NO_OP, REPLACE, SUM, Op
 from .request import Request
+from .win_atomic import CHECKED, AccumulateLock, direct_accumulate, direct_fetch, direct_swap
 
 if TYPE_CHECKING:
     from .winimpl import Target, WinImpl
@@ -68,8 +68,7 @@ if TYPE_CHECKING:
 __all__ = ["WinOperations"]
 
 _LEAVES: dict[int, Datatype] = {}
-# (op, origin type, target type) ids -> (op object, basic type) of checks that passed
-_CHECKED: dict[tuple[int, int, int], tuple[Any, Datatype]] = {}
+_CHECKED = CHECKED  # the checks that passed, which the direct paths rely on
 
 
 def _basic(datatype: Datatype) -> Datatype | None:
@@ -244,55 +243,6 @@ def _direct(impl: WinImpl, where: Target, origin: Any, target: Any, put: bool) -
     return True
 
 
-def _fetch_in_place(
-    impl: WinImpl, where: Target, origin: Any, result: Any, here: Any, op: Op, basic: Datatype
-) -> None:
-    """Fetch_and_op on one element of memory this process addresses (``here``, its
-    bytes), under the target's accumulate lock: no copies."""
-    target = here.view(origin.dtype)
-    segment, byte = impl.segment, impl.size + where.rank
-    if segment is not None:
-        segment.lock(byte, 1, True)
-    try:
-        result.reshape(-1)[0] = target[0]
-        if op._impl is REPLACE._impl:
-            target[0] = origin.reshape(-1)[0]
-        elif op._impl is not NO_OP._impl:
-            op._reduce_arrays(origin.reshape(-1), target, basic)
-    finally:
-        if segment is not None:
-            segment.unlock(byte, 1)
-
-
-def _direct_fetch(
-    impl: WinImpl, where: Target, origin: Any, result: Any, disp: Any, op: Any
-) -> bool:
-    """Fetch_and_op of one-element numpy arrays of one datatype, at an int displacement
-    in memory this process addresses, with an operation already checked on that
-    datatype (:data:`_CHECKED`): straight to the combine. False for anything else,
-    which takes the general path (and its errors)."""
-    if type(origin) is not np.ndarray or type(result) is not np.ndarray:
-        return False
-    if where.array is None or type(disp) is not int or disp < 0 or not isinstance(op, Op):
-        return False
-    # one element each (so contiguous), of one native type with a predefined datatype
-    if origin.size != 1 or result.size != 1 or not origin.ndim or not result.ndim:
-        return False
-    if origin.dtype.char != result.dtype.char or not result.flags.writeable:
-        return False
-    datatype = ndarray_datatype(origin.dtype)
-    if datatype is None:
-        return False
-    known = _CHECKED.get((id(op._impl), id(datatype._impl), id(datatype._impl)))
-    if known is None or known[0] is not op._impl:
-        return False
-    offset, size = disp * where.disp_unit, origin.itemsize
-    if offset + size > where.nbytes or impl.flavor == K.WIN_FLAVOR_DYNAMIC:
-        return False
-    _fetch_in_place(impl, where, origin, result, where.array[offset : offset + size], op, known[1])
-    return True
-
-
 def _packed(spec: BufferSpec) -> np.ndarray:
     if not spec.mem.nbytes:
         return np.zeros(0, np.uint8)
@@ -407,7 +357,7 @@ class WinOperations:
         return basic
 
     def _mutex(self, impl: WinImpl, target: Target) -> Any:
-        return _Mutex(impl, target.rank)
+        return AccumulateLock(impl, target.rank)
 
     # -- put and get ------------------------------------------------------------------
     @mpi_call
@@ -501,10 +451,12 @@ class WinOperations:
         where = self._reach(impl, target_rank, call)
         if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
             return
+        direct = not t0 and (result is not None or call == "Accumulate" or call == "Raccumulate")
+        if direct and direct_accumulate(impl, where, origin, result, target, op):
+            return
+        fetching = result is not None or call.startswith(("Get", "Rget"))
         spec = send_buffer(origin)
-        out = (
-            recv_buffer(result) if result is not None or call.startswith(("Get", "Rget")) else None
-        )
+        out = recv_buffer(result) if fetching else None
         if out is not None and op == NO_OP and spec.count == 0:
             spec = BufferSpec(spec.mem, out.count, out.datatype)
         region = self._region(impl, where, *_target_spec(target, spec), call)
@@ -554,7 +506,7 @@ class WinOperations:
         where = self._reach(impl, target_rank, "Fetch_and_op")
         if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
             return
-        if not t0 and _direct_fetch(impl, where, origin, result, target_disp, op):
+        if not t0 and direct_fetch(impl, where, origin, result, target_disp, op):
             return
         spec = send_buffer(origin)
         out = recv_buffer(result)
@@ -563,18 +515,13 @@ class WinOperations:
         disp = operator.index(target_disp)
         region = self._region(impl, where, disp, 1, spec.datatype, "Fetch_and_op")
         basic = self._check_op(op, spec.datatype, region, "Fetch_and_op")
-        here = region.direct()
-        if here is not None and spec.array is not None and out.array is not None:
-            # one element of addressable memory: combine in place, no copies
-            _fetch_in_place(impl, where, spec.array, out.array, here, op, basic)
+        if impl.remote is not None:
+            impl.remote.combine(region, basic, op, _packed(spec), _packed(out), "Fetch_and_op")
         else:
-            if impl.remote is not None:
-                impl.remote.combine(region, basic, op, _packed(spec), _packed(out), "Fetch_and_op")
-            else:
-                with self._mutex(impl, where):
-                    self._combine(region, basic, op, _packed(spec), _packed(out))
-            if out.unpack is not None:
-                out.unpack(out.mem.nbytes)
+            with self._mutex(impl, where):
+                self._combine(region, basic, op, _packed(spec), _packed(out))
+        if out.unpack is not None:
+            out.unpack(out.mem.nbytes)
         if t0:
             _traced(impl, region, "Fetch_and_op", op, "both", t0)
 
@@ -588,6 +535,8 @@ class WinOperations:
         impl = self._live()
         where = self._reach(impl, target_rank, "Compare_and_swap")
         if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
+            return
+        if not t0 and direct_swap(impl, where, origin, compare, result, target_disp):
             return
         spec = send_buffer(origin)
         cmp = send_buffer(compare)
@@ -642,21 +591,3 @@ class WinOperations:
         """``Get_accumulate`` returning a request (complete at once)."""
         self._accumulate(origin, result, target_rank, target, op, "Rget_accumulate")
         return _done(self, "Rget_accumulate", target_rank)
-
-
-class _Mutex:
-    """Holds target ``rank``'s accumulate lock (a byte of the window's segment)."""
-
-    __slots__ = ("byte", "segment")
-
-    def __init__(self, impl: WinImpl, rank: int) -> None:
-        self.segment = impl.segment
-        self.byte = impl.mutex_byte(rank)
-
-    def __enter__(self) -> None:
-        if self.segment is not None:
-            self.segment.lock(self.byte, 1, True)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.segment is not None:
-            self.segment.unlock(self.byte, 1)

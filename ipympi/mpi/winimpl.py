@@ -16,6 +16,7 @@ from .runtime import _default_errhandler
 
 if TYPE_CHECKING:
     from ..progress.shm import Segment
+    from ..progress.shmlock import HostMutexes
     from .comm import Intracomm
 
 __all__ = ["Target", "WinImpl"]
@@ -68,6 +69,7 @@ class WinImpl:
         self.disp_unit = 1
         self.targets: list[Target] = []
         self.segment: Segment | None = None
+        self.mutexes: HostMutexes | None = None  # accumulate locks, if not fcntl's
         self.keep: Any = None  # the program's object whose memory the window exposes
         self.attached: list[tuple[int, int, Any]] = []  # dynamic: (address, size, obj)
         # epochs (see win_sync)
