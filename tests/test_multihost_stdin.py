@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 import os
 import pty
 import subprocess
@@ -18,9 +19,18 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import MPI_PRELUDE, _env, assert_ok, mpi_program
+from conftest import MPI_PRELUDE, ROOT, _env, assert_ok, mpi_program
 
 from ipympi.launch.stdinput import CHUNK, WINDOW, InputSink, InputSource, forwardable
+
+sys.path.insert(0, str(ROOT / "conformance"))
+from mpi4py_suite import (
+    MPI4PY_VERSION,
+    default_cache,
+    fetch_folder,
+    launch_command,
+    mpi_environment,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux loopback")
 
@@ -167,6 +177,29 @@ def test_a_terminal_that_stays_open_is_forwarded_and_does_not_block_the_end(
     assert launcher.returncode == 0, out + err
     typed = sorted(line for line in out.splitlines() if line.startswith("TYPED"))
     assert typed == [f"TYPED {r} 'typed 42\\n'" for r in range(4)], out + err
+
+
+@pytest.mark.timeout(90)
+def test_mpi4py_s_cpi_demo_reads_its_intervals_across_hosts() -> None:
+    """mpi4py's ``compute-pi/cpi-cco.py``, unchanged: rank 0 reads the number of
+    intervals from stdin (then end of input, which quits), on a job of two hosts."""
+    folder = Path(fetch_folder(MPI4PY_VERSION, default_cache(), "demo")) / "compute-pi"
+    env = mpi_environment("ipympi")
+    env["PYTHONPATH"] = _env()["PYTHONPATH"]
+    proc = subprocess.run(
+        [*launch_command("ipympi", 5, 60, HOSTS), sys.executable, "cpi-cco.py"],
+        cwd=folder,
+        env=env,
+        input="100\n",
+        capture_output=True,
+        text=True,
+        timeout=75,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    prompt = "Enter the number of intervals: (0 quits) "
+    assert proc.stdout.count(prompt) == 2, proc.stdout  # 100, then end of input
+    pi = float(proc.stdout.split("pi is approximately ")[1].split(",")[0])
+    assert abs(pi - math.pi) < 1e-4, proc.stdout
 
 
 # -- the two sides, without processes ---------------------------------------------------
