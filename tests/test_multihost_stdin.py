@@ -110,6 +110,26 @@ def test_a_rank_0_that_never_reads_does_not_hold_up_the_job(run_mpi) -> None:
     assert took < 20, took
 
 
+def test_the_launcher_reads_only_what_rank_0_can_take(run_mpi, tmp_path: Path) -> None:
+    """stdin a 16 MB file, rank 0 reads 100 bytes of it: the launcher has read no more
+    than rank 0's pipe and the window hold (the file's offset, shared, says how much)."""
+    body = """
+    import sys
+    if rank == 0:
+        head = sys.stdin.buffer.read(100)
+        assert head == b"z" * 100, head
+    time.sleep(1.0)  # meanwhile the launcher would read on, if nothing held it
+    comm.Barrier()
+    """
+    path = tmp_path / "input"
+    path.write_bytes(b"z" * (16 << 20))
+    with open(path, "rb") as stdin:
+        proc = run_mpi(4, mpi_program(MPI_PRELUDE, body), launcher_args=HOSTS, stdin=stdin.fileno())
+        offset = os.lseek(stdin.fileno(), 0, os.SEEK_CUR)
+    assert_ok(proc, 4)
+    assert 100 <= offset <= (1 << 20) + WINDOW, offset  # a pipe holds at most 1 MiB
+
+
 def test_a_rank_0_that_reads_a_line_then_closes_stdin_stops_the_reading(run_mpi) -> None:
     """Endless input: rank 0 takes one line and closes its stdin; the job still ends."""
     body = """
