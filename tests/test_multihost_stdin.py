@@ -292,3 +292,30 @@ def test_what_the_launcher_forwards() -> None:
     assert forwardable(r) == r
     os.close(r)
     assert forwardable(r) is None  # closed
+
+
+BACKGROUND = """
+import os, pty
+from ipympi.launch.stdinput import forwardable
+master, slave = pty.openpty()
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    fd = os.open(os.ttyname(slave), os.O_RDWR)  # the new session's controlling terminal
+    foreground = forwardable(fd) == fd
+    child = os.fork()
+    if child == 0:
+        os.setpgid(0, 0)  # a background job of that session, as after ``&``
+        os._exit(0 if forwardable(fd) is None else 1)
+    background = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+    os._exit(0 if foreground and background else 1)
+print("ok" if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0 else "wrong")
+"""
+
+
+def test_a_controlling_terminal_is_read_only_in_the_foreground() -> None:
+    """Reading it from a background job would stop the launcher (SIGTTIN)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", BACKGROUND], capture_output=True, text=True, env=_env(), timeout=30
+    )
+    assert proc.stdout.strip() == "ok", proc.stdout + proc.stderr
