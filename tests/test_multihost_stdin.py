@@ -222,6 +222,61 @@ def test_mpi4py_s_cpi_demo_reads_its_intervals_across_hosts() -> None:
     assert abs(pi - math.pi) < 1e-4, proc.stdout
 
 
+FOREGROUND = """
+import os, pty, subprocess, sys, time
+master, slave = pty.openpty()
+pid = os.fork()
+if pid == 0:
+    os.setsid()
+    fd = os.open(os.ttyname(slave), os.O_RDWR)  # the new session's controlling terminal
+    launcher = subprocess.Popen(sys.argv[1:], stdin=fd, stdout=subprocess.PIPE,
+                                process_group=0)  # a background job, as after ``&``
+    try:
+        os.write(master, b"typed 42\\n")
+        time.sleep(2.0)
+        waited = launcher.poll() is None  # rank 0 waits for its input
+        os.tcsetpgrp(fd, launcher.pid)  # ``fg``
+        out, _ = launcher.communicate(timeout=40)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    sys.stdout.write(out.decode())
+    print(f"WAITED {waited} STATUS {launcher.returncode}", flush=True)
+    os._exit(0)
+os.waitpid(pid, 0)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_background_job_reads_its_terminal_once_in_the_foreground(tmp_path: Path) -> None:
+    """Started with ``&`` from a terminal: the launcher is not stopped by the terminal,
+    rank 0's input waits, and what was typed arrives once the job is brought back."""
+    program = tmp_path / "prog.py"
+    program.write_text(
+        mpi_program(
+            MPI_PRELUDE,
+            """
+            import sys
+            line = sys.stdin.readline() if rank == 0 else None
+            print(f"TYPED {rank} {comm.bcast(line)!r}", flush=True)
+            """,
+        )
+    )
+    cmd = [sys.executable, "-m", "ipympi.run", "-n", "4", "--timeout", "30", *HOSTS]
+    proc = subprocess.run(
+        [sys.executable, "-c", FOREGROUND, *cmd, str(program)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=str(tmp_path),
+        timeout=75,
+    )
+    assert "WAITED True STATUS 0" in proc.stdout, proc.stdout + proc.stderr
+    typed = sorted(line for line in proc.stdout.splitlines() if line.startswith("TYPED"))
+    assert typed == [f"TYPED {r} 'typed 42\\n'" for r in range(4)], proc.stdout
+
+
 # -- the two sides, without processes ---------------------------------------------------
 def test_the_launcher_reads_no_more_than_the_window_allows() -> None:
     sent: list[dict] = []
@@ -296,17 +351,18 @@ def test_what_the_launcher_forwards() -> None:
 
 BACKGROUND = """
 import os, pty
-from ipympi.launch.stdinput import forwardable
+from ipympi.launch.stdinput import InputSource
 master, slave = pty.openpty()
 pid = os.fork()
 if pid == 0:
     os.setsid()
     fd = os.open(os.ttyname(slave), os.O_RDWR)  # the new session's controlling terminal
-    foreground = forwardable(fd) == fd
+    source = InputSource(fd, 0, print)
+    foreground = source.wants_input() and not source.paused()
     child = os.fork()
     if child == 0:
         os.setpgid(0, 0)  # a background job of that session, as after ``&``
-        os._exit(0 if forwardable(fd) is None else 1)
+        os._exit(0 if source.paused() and not source.wants_input() else 1)
     background = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
     os._exit(0 if foreground and background else 1)
 print("ok" if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0 else "wrong")
@@ -314,7 +370,8 @@ print("ok" if os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0 else "wrong"
 
 
 def test_a_controlling_terminal_is_read_only_in_the_foreground() -> None:
-    """Reading it from a background job would stop the launcher (SIGTTIN)."""
+    """Reading it from a background job would stop the launcher (SIGTTIN): its input
+    waits (the launcher checks again on its ticks) until the job is in the foreground."""
     proc = subprocess.run(
         [sys.executable, "-c", BACKGROUND], capture_output=True, text=True, env=_env(), timeout=30
     )

@@ -282,7 +282,8 @@ class HostsJob(Job):
 
     # -- rank 0's standard input ----------------------------------------------------------
     def _watch_input(self) -> None:
-        """Watch the launcher's stdin while rank 0's agent has room for more of it."""
+        """Watch the launcher's stdin while rank 0's agent has room for more of it (and,
+        for its controlling terminal, while the launcher is the foreground job)."""
         source = self._input
         if source is None:
             return
@@ -376,13 +377,16 @@ class HostsJob(Job):
         return self.node_hosts[self.nodes[rank.rank]].name
 
     def _needs_tick(self) -> bool:
-        return super()._needs_tick() or bool(self._starting())
+        paused = self._input is not None and self._input.paused()  # a background job's tty
+        return super()._needs_tick() or bool(self._starting()) or paused
 
     def _starting(self) -> list[AgentProcess]:
         """The agents that have not answered yet."""
         return [agent for agent in self.agents if agent.ready is None and not agent.gone]
 
     def _reap(self) -> None:
+        if self._input is not None and self._input.tty:
+            self._watch_input()  # the launcher may have become the terminal's foreground job
         if not self._ending and time.monotonic() > self._start_deadline:
             for agent in self._starting():
                 self.report(

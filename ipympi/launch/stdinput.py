@@ -18,6 +18,9 @@ several hosts (:mod:`ipympi.launch.agents`) rank 0 is started by a host agent
   ``closed`` once rank 0 cannot take more (its stdin was closed or it exited):
   the launcher then stops reading.
 
+A terminal that is the launcher's controlling one is read only while the
+launcher is its foreground job (reading it from the background would stop the
+launcher): after ``&``, or Ctrl-Z and ``bg``, input waits until ``fg``.
 Nothing waits for the end of the launcher's stdin: the job ends when its ranks do.
 """
 
@@ -29,7 +32,7 @@ import os
 from collections.abc import Mapping
 from typing import Any, Callable
 
-__all__ = ["CHUNK", "WINDOW", "InputSink", "InputSource", "forwardable"]
+__all__ = ["CHUNK", "WINDOW", "InputSink", "InputSource", "forwardable", "in_foreground"]
 
 CHUNK = 16 << 10  # bytes of input per command (about 22 KB of base64)
 WINDOW = 2 * CHUNK  # bytes sent and not yet written into rank 0's stdin, at most
@@ -38,23 +41,25 @@ Send = Callable[[Mapping[str, Any]], None]
 
 
 def forwardable(fd: int | None) -> int | None:
-    """``fd`` if it is an open descriptor worth forwarding, else None: a terminal is
-    read only when this process is in its foreground (a job started with ``&`` would
-    be stopped by the terminal otherwise), as rank 0's own stdin would be."""
+    """``fd`` if it is an open descriptor, else None."""
     if fd is None:
         return None
     try:
         os.fstat(fd)
     except OSError:
         return None
-    if os.isatty(fd):
-        try:
-            foreground = os.tcgetpgrp(fd)
-        except OSError:  # not this process's controlling terminal: no job control
-            return fd
-        if foreground != os.getpgrp():
-            return None
     return fd
+
+
+def in_foreground(fd: int) -> bool:
+    """False when ``fd`` is this process's controlling terminal and another process
+    group is its foreground job, so that reading it would stop this process."""
+    if not os.isatty(fd):
+        return True
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:  # not this process's controlling terminal: no job control
+        return True
 
 
 class InputSource:
@@ -66,10 +71,20 @@ class InputSource:
         self._send = send
         self.unwritten = 0  # bytes sent that the agent has not written into the pipe yet
         self.done = False  # end of input was sent, or the rank takes no more
+        self.tty = os.isatty(fd)
+
+    def has_room(self) -> bool:
+        """Not done, and a whole chunk fits in the window."""
+        return not self.done and self.unwritten + CHUNK <= WINDOW
 
     def wants_input(self) -> bool:
-        """Whether to read now: not done, and a whole chunk fits in the window."""
-        return not self.done and self.unwritten + CHUNK <= WINDOW
+        """Whether to read now: there is room, and reading would not stop this process."""
+        return self.has_room() and (not self.tty or in_foreground(self.fd))
+
+    def paused(self) -> bool:
+        """Whether only the terminal's job control keeps it from reading (then the
+        caller checks again from time to time)."""
+        return self.tty and self.has_room() and not in_foreground(self.fd)
 
     def read(self) -> None:
         """Read what ``fd`` has (it is readable) and send it, or end of input."""
