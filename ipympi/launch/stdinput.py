@@ -1,4 +1,4 @@
-"""The launcher's standard input, forwarded to rank 0 on another host through its agent.
+"""The launcher's standard input, forwarded to rank 0 of a job on hosts through its agent.
 
 ``ipympi.run -n 4 prog.py < input.txt`` gives rank 0 the launcher's stdin, as
 ``mpiexec`` does. On this machine rank 0 simply inherits it; in a job on
@@ -35,7 +35,7 @@ from typing import Any, Callable
 __all__ = ["CHUNK", "WINDOW", "InputSink", "InputSource", "forwardable", "in_foreground"]
 
 CHUNK = 16 << 10  # bytes of input per command (about 22 KB of base64)
-WINDOW = 2 * CHUNK  # bytes sent and not yet written into rank 0's stdin, at most
+WINDOW = 2 * CHUNK  # bytes sent, not yet in rank 0's stdin: 44 KB of commands < a pipe
 
 Send = Callable[[Mapping[str, Any]], None]
 
