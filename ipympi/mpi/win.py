@@ -81,7 +81,7 @@ from .runtime import COMM_SELF
 from .win_ops import WinOperations
 from .win_remote import Remote
 from .win_sync import WinSynchronization
-from .winimpl import Target, WinImpl
+from .winimpl import AttachTable, Target, WinImpl
 
 __all__ = ["WIN_NULL", "Win"]
 
@@ -172,11 +172,11 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
 
     @classmethod
     def _share(
-        cls, impl: WinImpl, local_size: int, shared: bool, call: str
+        cls, impl: WinImpl, local_size: int, shared: bool, call: str, extra: int = 0
     ) -> tuple[list[tuple[int, int, int, int]], int]:
         """Agree on the ranks' sizes, map the window's segment (holding the memory of
-        every rank when ``shared``); returns ``(pid, base, size, unit)`` per rank and
-        this rank's offset in the segment."""
+        every rank when ``shared``, and ``extra`` more bytes at its end); returns
+        ``(pid, base, size, unit)`` per rank and this rank's offset in the segment."""
         comm = impl.comm
         sizes = comm.allgather((os.getpid(), local_size, impl.disp_unit))
         if impl.remote is not None:  # across hosts: no segment, each target serves
@@ -188,7 +188,7 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
             if shared:
                 step = -(-size // 4096) * 4096 if noncontig else size
             offsets.append(offsets[-1] + step)
-        total = offsets[-1]
+        total = offsets[-1] + extra
         segment = None
         error = ""
         pids = [pid for pid, _, _ in sizes]
@@ -340,7 +340,10 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
         call = "Create_dynamic"
         comm = COMM_SELF if comm is None else comm
         impl = cls._start(comm, info, call, K.WIN_FLAVOR_DYNAMIC)
-        table, _ = cls._share(impl, 0, False, call)
+        rows = AttachTable.ROW * impl.size
+        table, _ = cls._share(impl, 0, False, call, extra=rows)
+        if impl.segment is not None:  # one host: what each rank attached, for origins
+            impl.attach_table = AttachTable(impl.segment.array[-rows:], impl.size)
         cls._finish(impl, table, False)
         for target in impl.targets:
             target.array = None
@@ -358,6 +361,8 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
             if address < start + size and start < address + mem.nbytes:
                 raise MPIException(ERR_RMA_ATTACH, "Attach: memory overlaps an attached region")
         impl.attached.append((address, mem.nbytes, memory))
+        if impl.attach_table is not None:
+            impl.attach_table.publish(impl.rank, impl.attached)
 
     @mpi_call
     def Detach(self, memory: Any) -> None:
@@ -370,6 +375,8 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
         for index, (start, _, _) in enumerate(impl.attached):
             if start == address:
                 del impl.attached[index]
+                if impl.attach_table is not None:
+                    impl.attach_table.publish(impl.rank, impl.attached)
                 return
         raise MPIException(ERR_RMA_ATTACH, "Detach: memory is not attached to this window")
 

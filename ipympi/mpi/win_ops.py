@@ -296,19 +296,21 @@ class WinOperations:
                 f"{call}: bytes {offset + low} to {offset + high} are outside rank "
                 f"{target.rank}'s window of {target.nbytes} bytes",
             )
-        if (
-            dynamic
-            and count
-            and target.rank == impl.rank
-            and not any(
-                start <= offset + low and offset + high <= start + size
-                for start, size, _ in impl.attached
-            )
-        ):
+        if dynamic and count and not self._attached(impl, target.rank, offset + low, offset + high):
             raise MPIException(
-                ERR_RMA_RANGE, f"{call}: address {offset:#x} is not in an attached region"
+                ERR_RMA_RANGE,
+                f"{call}: address {offset:#x} is not in a region rank {target.rank} attached",
             )
         return _Region(target, offset, count, datatype)
+
+    @staticmethod
+    def _attached(impl: WinImpl, rank: int, low: int, high: int) -> bool:
+        """Whether rank ``rank`` of dynamic window ``impl`` has bytes ``[low, high)``
+        attached, as far as this rank can tell (across hosts the target checks)."""
+        if rank == impl.rank:
+            return any(start <= low and high <= start + size for start, size, _ in impl.attached)
+        table = impl.attach_table
+        return table is None or table.covers(rank, low, high)
 
     @staticmethod
     def _same_size(origin: BufferSpec, region: _Region, call: str) -> None:

@@ -1,5 +1,6 @@
-"""The state of one window on one rank (:class:`WinImpl`), and how it reaches each
-target's memory (:class:`Target`).
+"""The state of one window on one rank (:class:`WinImpl`), how it reaches each
+target's memory (:class:`Target`), and what each rank of a dynamic window has attached
+(:class:`AttachTable`).
 
 ``MPI.Win`` (``win``) is a handle on a :class:`WinImpl`; its synchronisation calls
 (``win_sync``) and communication calls (``win_ops``) work on this state, which lives
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from ..progress.shmlock import HostMutexes
     from .comm import Intracomm
 
-__all__ = ["Target", "WinImpl"]
+__all__ = ["AttachTable", "Target", "WinImpl"]
 
 # Hints a window understands (MPI-4.1 §12.2.1); others are kept but not acted on.
 _DEFAULT_INFO = {
@@ -30,6 +31,52 @@ _DEFAULT_INFO = {
     "same_disp_unit": "false",
     "mpi_accumulate_granularity": "0",
 }
+
+
+class AttachTable:
+    """The regions each rank of a dynamic window on one host has attached, in shared
+    memory (a row per rank at the end of the window's segment), so that an origin can
+    refuse an address its target has not attached (``ERR_RMA_RANGE``) without the
+    target's help, instead of writing into whatever memory the address names.
+
+    A row is ``count, start0, size0, start1, size1, ...`` as int64; a rank that has
+    more than :attr:`REGIONS` regions attached writes ``count = -1`` and its regions
+    are then not checked (writes to unmapped memory still fail, as ``EFAULT``). Only
+    the owner writes its row (``Attach``/``Detach``); the standard has the program
+    order an ``Attach`` before any access to it by a synchronisation, which orders the
+    row's stores too.
+    """
+
+    REGIONS = 32
+    ROW = 8 * (1 + 2 * REGIONS)  # bytes per rank
+
+    def __init__(self, memory: Any, size: int) -> None:
+        self.rows = memory.view("<i8").reshape(size, 1 + 2 * self.REGIONS)
+
+    def publish(self, rank: int, regions: list[tuple[int, int, Any]]) -> None:
+        """Write ``rank``'s attached regions ``(start, size, obj)`` into its row."""
+        row = self.rows[rank]
+        if len(regions) > self.REGIONS:
+            row[0] = -1
+            return
+        row[0] = 0  # readers see no half-written region list
+        for index, (start, size, _) in enumerate(regions):
+            row[1 + 2 * index] = start
+            row[2 + 2 * index] = size
+        row[0] = len(regions)
+
+    def covers(self, rank: int, low: int, high: int) -> bool:
+        """Whether ``rank`` has bytes ``[low, high)`` attached (True when its regions
+        are too many to be listed)."""
+        row = self.rows[rank]
+        count = int(row[0])
+        if count < 0:
+            return True
+        for index in range(count):
+            start = int(row[1 + 2 * index])
+            if start <= low and high <= start + int(row[2 + 2 * index]):
+                return True
+        return False
 
 
 class Target:
@@ -72,6 +119,7 @@ class WinImpl:
         self.mutexes: HostMutexes | None = None  # accumulate locks, if not fcntl's
         self.keep: Any = None  # the program's object whose memory the window exposes
         self.attached: list[tuple[int, int, Any]] = []  # dynamic: (address, size, obj)
+        self.attach_table: AttachTable | None = None  # dynamic, on one host
         # epochs (see win_sync)
         self.fence = False  # a fence epoch is open (a Fence without MODE_NOSUCCEED)
         self.access: frozenset[int] | None = None  # Start's group, until Complete
