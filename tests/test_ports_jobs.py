@@ -307,6 +307,44 @@ def test_a_job_that_ends_is_a_dead_peer_and_its_ports_are_gone(jobs: Jobs) -> No
     assert code == 0 and "refused:" in out and "not open" in out, out + err
 
 
+MISMATCHED = f"""
+import sys, time
+from ipympi import MPI
+comm = MPI.COMM_WORLD
+if sys.argv[1] == "server":
+    port = MPI.Open_port() if comm.rank == 0 else None
+    if comm.rank == 0:
+        MPI.Publish_name({SERVICE!r}, port)
+    inter = comm.Accept(port)
+    if comm.rank:
+        inter.bcast(None, root=0)  # where all others call allreduce: a mismatch
+    inter.allreduce(comm.rank)
+else:
+    port = None
+    while port is None:
+        try:
+            port = MPI.Lookup_name({SERVICE!r})
+        except MPI.Exception:
+            time.sleep(0.05)
+    inter = comm.Connect(port)
+    inter.allreduce(comm.rank)
+"""
+
+
+def test_two_jobs_failing_together_end_cleanly(jobs: Jobs) -> None:
+    """A collective mismatch between two connected jobs fails both, each with the
+    mismatch named, and neither job's ending shows a stray thread's traceback (the
+    watch of the other job's processes outliving its own socket)."""
+    program = jobs.write("mismatched.py", MISMATCHED)
+    for _ in range(3):  # the jobs' ends race each other: give the race a few chances
+        server = jobs.start(2, program, "server")
+        client = jobs.start(3, program, "client")
+        for proc in (client, server):
+            code, out, err = jobs.finish(proc)
+            assert code != 0 and "collective mismatch" in err, out + err
+            assert "Exception in thread" not in err, err
+
+
 NOTEBOOK_CLIENT = f"""
 import time
 from ipympi import MPI

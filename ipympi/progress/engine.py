@@ -633,7 +633,10 @@ class Engine:
         if self.transport is None:
             return
         header = _pack_header(PEER_DEAD, 0, 0, 0, 0, 0, self.rank, self.pid, 0, wrank)
-        self.transport.send_to_self(header + reason.encode())
+        try:
+            self.transport.send_to_self(header + reason.encode())
+        except OSError:
+            pass  # this rank's own socket is gone: it is ending, nothing waits to hear
 
     # -- recovery after an interrupt -------------------------------------------
     def abandon_collectives(self) -> dict[int, int]:
