@@ -35,6 +35,21 @@ from kernel_helpers import (
 SERVICE = "ipympi-test-jobs"
 TIMEOUT = 40  # seconds a job may run
 
+# The client side's wait for the server's name, prepended to the programs that look it up.
+LOOKUP = f"""
+import time
+from ipympi import MPI
+def lookup():
+    \"\"\"The port the server job published under SERVICE, once it has (30 s at most).\"\"\"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return MPI.Lookup_name({SERVICE!r})
+        except MPI.Exception:
+            assert time.monotonic() < deadline, "the server never published its port"
+            time.sleep(0.05)
+"""
+
 SERVER = f"""
 import os, stat, sys, tempfile
 import numpy as np
@@ -76,20 +91,10 @@ if comm.rank == 0:
 print("server done", comm.rank, flush=True)
 """
 
-CLIENT = f"""
-import time
+CLIENT = f"""{LOOKUP}
 import numpy as np
-from ipympi import MPI
 comm = MPI.COMM_WORLD
-port = None
-if comm.rank == 0:
-    deadline = time.monotonic() + 30
-    while port is None:
-        try:
-            port = MPI.Lookup_name({SERVICE!r})
-        except MPI.Exception:
-            assert time.monotonic() < deadline, "the server never published its port"
-            time.sleep(0.05)
+port = lookup() if comm.rank == 0 else None
 inter = comm.Connect(port)
 servers = inter.remote_size
 if comm.rank == 0:
@@ -242,7 +247,7 @@ def test_join_connects_two_jobs_over_a_socket(jobs: Jobs) -> None:
         assert f"joined {word} with" in out, out
 
 
-ENDS = f"""
+ENDS = f"""{LOOKUP}
 import os, sys, time
 from ipympi import MPI
 comm = MPI.COMM_WORLD
@@ -263,14 +268,7 @@ if sys.argv[1] == "server":
     except MPI.Exception as exc:
         assert exc.Get_error_class() == MPI.ERR_PORT, exc
 else:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            port = MPI.Lookup_name({SERVICE!r})
-            break
-        except MPI.Exception:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    port = lookup()
     inter = comm.Connect(port)
     print("client connected", flush=True)
     os._exit(0)  # the job ends, the intercommunicator still open
@@ -307,7 +305,7 @@ def test_a_job_that_ends_is_a_dead_peer_and_its_ports_are_gone(jobs: Jobs) -> No
     assert code == 0 and "refused:" in out and "not open" in out, out + err
 
 
-MISMATCHED = f"""
+MISMATCHED = f"""{LOOKUP}
 import sys, time
 from ipympi import MPI
 comm = MPI.COMM_WORLD
@@ -320,12 +318,7 @@ if sys.argv[1] == "server":
         inter.bcast(None, root=0)  # where all others call allreduce: a mismatch
     inter.allreduce(comm.rank)
 else:
-    port = None
-    while port is None:
-        try:
-            port = MPI.Lookup_name({SERVICE!r})
-        except MPI.Exception:
-            time.sleep(0.05)
+    port = lookup()
     inter = comm.Connect(port)
     inter.allreduce(comm.rank)
 """
@@ -385,7 +378,7 @@ if rank == 0:
     assert sorted(out.split("\n")[:2]) == ["client 0 20", "client 1 20"], out
 
 
-CLOSES = f"""
+CLOSES = f"""{LOOKUP}
 import sys, time
 from ipympi import MPI
 if sys.argv[1] == "server":
@@ -396,14 +389,7 @@ if sys.argv[1] == "server":
     MPI.Close_port(port)  # refuses it
     print("server closed", flush=True)
 else:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            port = MPI.Lookup_name({SERVICE!r})
-            break
-        except MPI.Exception:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
+    port = lookup()
     try:
         MPI.COMM_WORLD.Connect(port)
     except MPI.Exception as exc:

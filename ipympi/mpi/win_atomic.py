@@ -172,15 +172,7 @@ def direct_fetch(
         return False
     if origin.dtype.char != result.dtype.char or not result.flags.writeable:
         return False
-    fast = _fast(op, origin.dtype)
-    offset = _offset(impl, where, disp, origin.itemsize)
-    if fast is None or offset < 0:
-        return False
-    if fast[3] is not None:
-        _combine_one(impl, where, offset, fast[3], origin, result)
-    else:
-        _combine_many(impl, where, offset, op, fast[2], origin, result)
-    return True
+    return _apply(impl, where, origin, result, disp, op)
 
 
 def direct_accumulate(
@@ -202,8 +194,15 @@ def direct_accumulate(
         flags = result.flags
         if not flags.writeable or (size != 1 and not flags.c_contiguous):
             return False
+    return _apply(impl, where, origin, result, 0 if target is None else target, op)
+
+
+def _apply(impl: WinImpl, where: Target, origin: Any, result: Any, disp: Any, op: Op) -> bool:
+    """Combine ``origin`` (checked by the caller) into the target at ``disp``, ``result``
+    (if not None) getting what was there: one element as a Python number where the
+    operation and type allow, else with numpy; False if neither direct path applies."""
     fast = _fast(op, origin.dtype)
-    offset = _offset(impl, where, 0 if target is None else target, origin.nbytes)
+    offset = _offset(impl, where, disp, origin.nbytes)
     if fast is None or offset < 0:
         return False
     if fast[3] is not None and origin.size == 1:
