@@ -29,6 +29,9 @@ ROWS = (
     ("get8", "Get 8 B + Flush", "us", 50, 2000),
     ("put1m", "Put 1 MiB, Fence", "us", 5, 200),
     ("fop", "Fetch_and_op + Flush", "us", 50, 2000),
+    ("cas", "Compare_and_swap + Flush", "us", 50, 2000),
+    ("acc", "Accumulate 8 B + Flush", "us", 50, 2000),
+    ("gacc", "Get_accumulate 8 B + Flush", "us", 50, 2000),
     ("shm", "shared 1 MiB load+store", "us", 5, 300),
 )
 
@@ -58,10 +61,11 @@ def run_row(MPI: Any, name: str, reps: int, trials: int) -> list[float]:
     rank = comm.Get_rank()
     peer = 1 - rank
     times: list[float] = []
-    if name in ("put8", "get8", "fop"):
+    if name in ("put8", "get8", "fop", "cas", "acc", "gacc"):
         win = MPI.Win.Allocate(64, 8, MPI.INFO_NULL, comm)
         small = np.zeros(1, dtype="i8")
         one = np.ones(1, dtype="i8")
+        compare = np.zeros(1, dtype="i8")
         win.Lock_all()
 
         def body() -> None:
@@ -70,8 +74,14 @@ def run_row(MPI: Any, name: str, reps: int, trials: int) -> list[float]:
                     win.Put(small, 1, 0)
                 elif name == "get8":
                     win.Get(small, 1, 0)
-                else:
+                elif name == "fop":
                     win.Fetch_and_op(one, small, 1, 0, MPI.SUM)
+                elif name == "cas":
+                    win.Compare_and_swap(one, compare, small, 1, 0)
+                elif name == "acc":
+                    win.Accumulate(one, 1, 0, MPI.SUM)
+                else:
+                    win.Get_accumulate(one, small, 1, 0, MPI.SUM)
                 win.Flush(1)
 
         for trial in range(trials + 1):

@@ -4,8 +4,9 @@
 
 Runs ``_rma_rank.py`` under ``python -m ipympi.run -n 2``, then under ``mpiexec -n 2``
 with mpi4py (when mpi4py and ``mpiexec`` are available), and prints min / median time
-per operation over the trials: ``Put``/``Get`` of 8 bytes and ``Fetch_and_op`` each
-followed by ``Flush`` under ``Lock_all``, a 1 MiB ``Put`` between two ``Fence`` calls
+per operation over the trials: ``Put``/``Get`` of 8 bytes, ``Fetch_and_op``,
+``Compare_and_swap``, ``Accumulate`` and ``Get_accumulate`` of 8 bytes, each followed by
+``Flush`` under ``Lock_all``, a 1 MiB ``Put`` between two ``Fence`` calls
 (with its bandwidth), and a numpy load+store pass over the other rank's 1 MiB of an
 ``Allocate_shared`` window. See ``benchmarks/README.md`` for the method.
 """
@@ -40,7 +41,7 @@ from _rma_rank import MIB, RESULT_PREFIX, make_plan  # noqa: E402
 
 RANKS = 2
 IMPLS = ("ipympi", "mpi4py")
-LABEL_WIDTH = 26
+LABEL_WIDTH = 28
 VALUE_WIDTH = 16
 
 

@@ -10,6 +10,7 @@ arranged. With ``--mpich`` it runs the same files with ``mpiexec`` on the real m
     python conformance/mpi4py_suite.py -n 2 --mpich
     python conformance/mpi4py_suite.py -n 1 -n 2 -n 4 --files 'cco|p2p'
     python conformance/mpi4py_suite.py -n 2 --check      # fail on any lost test
+    python conformance/mpi4py_suite.py --files win --ipympi-args='--hosts 127.0.0.2:1,127.0.0.3:1'
 
 A test counts as passed when every rank passed it. ``--check`` compares the run with the
 tests listed as passing in ``expected-N.txt`` next to this script and exits 1 if any of them
@@ -24,6 +25,7 @@ import concurrent.futures
 import glob
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -163,16 +165,17 @@ def read_outcomes(outdir: str, module: str, ranks: int) -> dict[str, str]:
     return merged
 
 
-def launcher(mpi: str, timeout: float) -> list[str]:
+def launcher(mpi: str, timeout: float, extra: Sequence[str] = ()) -> list[str]:
     """``mpi``'s launcher, to be followed by ``-n N``: ipympi's (ending a hung job after
-    ``timeout`` seconds), or the ``mpiexec`` installed beside this Python (MPICH's)."""
+    ``timeout`` seconds, with ``extra`` options such as ``--hosts``), or the ``mpiexec``
+    installed beside this Python (MPICH's)."""
     if mpi == "ipympi":
-        return [sys.executable, "-m", "ipympi.run", "--timeout", str(timeout)]
+        return [sys.executable, "-m", "ipympi.run", "--timeout", str(timeout), *extra]
     return [shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or "mpiexec"]
 
 
-def launch_command(mpi: str, ranks: int, timeout: float) -> list[str]:
-    return [*launcher(mpi, timeout), "-n", str(ranks)]
+def launch_command(mpi: str, ranks: int, timeout: float, extra: Sequence[str] = ()) -> list[str]:
+    return [*launcher(mpi, timeout, extra), "-n", str(ranks)]
 
 
 def mpi_environment(mpi: str) -> dict[str, str]:
@@ -184,13 +187,19 @@ def mpi_environment(mpi: str) -> dict[str, str]:
 
 
 def run_file(
-    mpi: str, module: str, testdir: str, ranks: int, outdir: str, timeout: float
+    mpi: str,
+    module: str,
+    testdir: str,
+    ranks: int,
+    outdir: str,
+    timeout: float,
+    extra: Sequence[str] = (),
 ) -> FileRun:
     """Run one test file on ``ranks`` ranks of ``mpi`` (``"ipympi"`` or ``"mpich"``)."""
     for stale in glob.glob(os.path.join(outdir, f"{module}.*.jsonl")):
         os.remove(stale)
     command = [
-        *launch_command(mpi, ranks, timeout),
+        *launch_command(mpi, ranks, timeout, extra),
         sys.executable,
         RANK_SCRIPT,
         outdir,
@@ -223,11 +232,12 @@ def run_suite(
     outdir: str,
     timeout: float,
     jobs: int,
+    extra: Sequence[str] = (),
 ) -> dict[str, FileRun]:
     os.makedirs(outdir, exist_ok=True)
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
         futures = [
-            pool.submit(run_file, mpi, module, testdir, ranks, outdir, timeout)
+            pool.submit(run_file, mpi, module, testdir, ranks, outdir, timeout, extra)
             for module in modules
         ]
         return {run.name: run for run in (future.result() for future in futures)}
@@ -330,6 +340,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=300.0,
         help="seconds one file may take (default: %(default)s)",
     )
+    parser.add_argument(
+        "--ipympi-args",
+        default="",
+        metavar="ARGS",
+        help="more options for ipympi's launcher, e.g. '--hosts 127.0.0.2:1,127.0.0.3:1' "
+        "(ranks on two hosts)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="test files run at once (default: 1)")
     parser.add_argument(
         "--verbose",
@@ -344,7 +361,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch:
         for ranks in args.ranks or [2]:
             outdir = os.path.join(args.out or scratch, f"ipympi-{ranks}")
-            ours = run_suite("ipympi", modules, testdir, ranks, outdir, args.timeout, args.jobs)
+            ours = run_suite(
+                "ipympi",
+                modules,
+                testdir,
+                ranks,
+                outdir,
+                args.timeout,
+                args.jobs,
+                shlex.split(args.ipympi_args),
+            )
             theirs = None
             if args.mpich:
                 mpich_dir = os.path.join(args.out or scratch, f"mpich-{ranks}")

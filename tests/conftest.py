@@ -30,6 +30,9 @@ RunMPI = Callable[..., subprocess.CompletedProcess]
 def run_mpi(tmp_path: Path) -> RunMPI:
     """``run_mpi(n, source, *args, timeout=30, launcher_args=())`` runs ``source`` on n ranks.
 
+    ``input`` (text) or ``stdin`` (a descriptor, or ``subprocess.DEVNULL``) is the
+    launcher's standard input; by default it inherits the test's.
+
     The program text is dedented and written to a file; the launcher's own
     ``--timeout`` ends a hung job with a report well before the test's timeout.
     Returns the completed process (stdout/stderr as text).
@@ -43,6 +46,8 @@ def run_mpi(tmp_path: Path) -> RunMPI:
         timeout: float = 30,
         launcher_args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        input: str | None = None,
+        stdin: int | None = None,
     ) -> subprocess.CompletedProcess:
         path = tmp_path / f"prog{next(counter)}.py"
         path.write_text(textwrap.dedent(source))
@@ -68,6 +73,8 @@ def run_mpi(tmp_path: Path) -> RunMPI:
             timeout=timeout + 15,
             env=full_env,
             cwd=str(tmp_path),
+            input=input,
+            stdin=stdin,
         )
 
     return run

@@ -178,6 +178,9 @@ RMA_ROWS = [
     "Get 8 B + Flush",
     "Put 1 MiB, Fence",
     "Fetch_and_op + Flush",
+    "Compare_and_swap + Flush",
+    "Accumulate 8 B + Flush",
+    "Get_accumulate 8 B + Flush",
     "shared 1 MiB load+store",
 ]
 

@@ -38,11 +38,10 @@ def collect(children: Children, timeout: float = 20.0) -> tuple[list, list]:
     exits: list = []
     deadline = time.monotonic() + timeout
     while children.procs and time.monotonic() < deadline:
-        ready, _, _ = select.select(children.fds(), [], [], 0.5)
-        for fd in ready:
-            said, ended = children.read(fd)
-            items += said
-            exits += ended
+        select.select([children.fd], [], [], 0.5)
+        said, ended = children.take()
+        items += said
+        exits += ended
     return items, exits
 
 
@@ -106,6 +105,26 @@ def test_close_ends_children_that_do_not_exit() -> None:
     assert all(alive(pid) for pid in pids)
     children.close(0.5)
     assert not any(alive(pid) for pid in pids)
-    assert not children.procs and not children.fds() and not children.running
+    assert not children.procs and not children.running
     refused = children.spawn(request(app("pass")), environment)
     assert refused["error"] == "the world is ending"
+
+
+@pytest.mark.timeout(60)
+def test_output_is_read_while_nobody_takes_it() -> None:
+    """A child printing far more than a pipe holds finishes while no one takes its output
+    (as between two cells); all of it is there at the next take, in order."""
+    children = Children()
+    children.reset(1)
+    code = "import sys\nfor i in range(20000):\n    print(f'line {i:05d}', 'é' * 20)\n"
+    children.spawn(request(app(code)), environment)
+    (child,) = children.procs.values()
+    try:
+        child.popen.wait(timeout=30)  # stalls on a full pipe if nobody reads it
+        items, exits = collect(children)
+        lines = text_of(items, 1).splitlines()
+        # two-byte characters cut by reads are decoded whole
+        assert lines == [f"line {i:05d} " + "é" * 20 for i in range(20000)]
+        assert exits == [(1, 0)]
+    finally:
+        children.close(1.0)

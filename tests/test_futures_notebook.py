@@ -89,7 +89,7 @@ def test_a_stock_kernel_maps_cell_functions_over_spawned_workers() -> None:
         def workers() -> list[int]:
             return [
                 p for p in descendants(kernel.pid)
-                if not any(m in cmdline(p) for m in ("launch.singleton", "launch.template"))
+                if not any(m in cmdline(p) for m in ("launch.supervisor", "launch.template"))
             ]  # fmt: skip
 
         assert wait_gone(workers(), 20) == [], [cmdline(p) for p in workers()]

@@ -149,6 +149,42 @@ def test_a_worker_that_fails_is_reported_in_the_cell(kernel: KernelSession, work
     assert died or "waits in recv(source=1" in failure, failure
 
 
+LOUD = """\
+import time
+from ipympi import MPI
+
+MPI.Comm.Get_parent().Disconnect()
+time.sleep(0.5)  # the cell that spawned it has ended by now
+for i in range(2000):  # ~200 KB, three times what a pipe holds
+    print(f"line {i:04d}", "z" * 90)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_printing_much_between_cells_finishes_and_shows_it_all(
+    kernel: KernelSession, tmp_path: Path
+) -> None:
+    loud = tmp_path / "loud.py"
+    loud.write_text(LOUD)
+    cell = (
+        "import sys\n"
+        "from ipympi import MPI\n"
+        "if MPI.COMM_WORLD.rank == 0:\n"
+        f"    MPI.COMM_SELF.Spawn(sys.executable, [{str(loud)!r}], maxprocs=1).Disconnect()\n"
+    )
+    reply, messages = kernel.execute(cell, timeout=60)
+    assert reply["content"]["status"] == "ok", "\n".join(error_text(reply))
+    # no cell runs: the worker's output must still be read, or it stalls on a full pipe
+    deadline = time.monotonic() + 30
+    while spawned(kernel.pid, loud) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not spawned(kernel.pid, loud), "the worker stalled writing its output"
+    _, later = kernel.execute("None", timeout=30)
+    text = shown(kernel, messages + later, "stdout")
+    lines = [line for line in text.splitlines() if "z" * 90 in line]
+    assert lines == [f"[stdout:2] line {i:04d} " + "z" * 90 for i in range(2000)], text[:2000]
+
+
 @pytest.mark.timeout(120)
 def test_ranks_waiting_for_a_busy_worker_are_not_stuck(kernel: KernelSession, worker: Path) -> None:
     reply, messages = kernel.execute(spawn_cell(worker, "slow"), timeout=60)

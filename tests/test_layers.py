@@ -1,7 +1,8 @@
 """The package's layers, as the README's architecture section draws them, checked on its imports.
 
-Every ``import`` of an ipympi module anywhere in a module counts (inside functions too; only
-``if TYPE_CHECKING:`` blocks are left out, since they never run). The rules:
+Every ``import`` of an ipympi module anywhere in a module counts: inside functions, and
+inside ``if TYPE_CHECKING:`` blocks too (an import that only the type checker follows
+still ties two modules together). The rules:
 
 * a module imports nothing of a layer above its own (``core`` imports nothing of ipympi's
   outside ``core``; ``mpi`` never imports ``notebook``; ...);
@@ -66,24 +67,13 @@ def modules() -> dict[str, Path]:
     return found
 
 
-def _in_type_checking(tree: ast.AST) -> set[int]:
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
-            skipped.update(id(child) for child in ast.walk(node))
-    return skipped
-
-
 def imports(name: str, path: Path, known: dict[str, Path]) -> tuple[set[str], set[str]]:
     """The ipympi modules ``name`` imports, and the top-level names of the others."""
     tree = ast.parse(path.read_text())
-    skipped = _in_type_checking(tree)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     ours: set[str] = set()
     others: set[str] = set()
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         targets: list[str] = []
         if isinstance(node, ast.ImportFrom):
             if node.level:
@@ -114,6 +104,25 @@ def imports(name: str, path: Path, known: dict[str, Path]) -> tuple[set[str], se
 KNOWN = modules()
 GRAPH = {name: imports(name, path, KNOWN) for name, path in KNOWN.items()}
 
+# Imports made for the type checker only that still close a circle, not yet removed:
+# the mixins of ``MPI.Comm`` and ``MPI.Datatype`` (and the protocols describing them)
+# name the handle classes they end up in, for the annotations of the public methods
+# (``Split() -> Comm``), and the process state names ``Comm`` and the buffered-send
+# pool. Each is left out of the graph below; the list may only shrink.
+PENDING_TYPE_IMPORTS = {
+    ("ipympi.mpi.attributes", "ipympi.mpi.datatype"),
+    ("ipympi.mpi.commcreate", "ipympi.mpi.comm"),
+    ("ipympi.mpi.commimpl", "ipympi.mpi.comm"),
+    ("ipympi.mpi.datatype_derived", "ipympi.mpi.datatype"),
+    ("ipympi.mpi.datatype_lookup", "ipympi.mpi.datatype"),
+    ("ipympi.mpi.handles", "ipympi.mpi.comm"),
+    ("ipympi.mpi.handles", "ipympi.mpi.datatype"),
+    ("ipympi.mpi.intercomm", "ipympi.mpi.comm"),
+    ("ipympi.mpi.process", "ipympi.mpi.bsend"),
+    ("ipympi.mpi.process", "ipympi.mpi.comm"),
+    ("ipympi.mpi.topology", "ipympi.mpi.neighbor"),
+}
+
 
 def test_every_module_is_in_a_layer() -> None:
     for name in KNOWN:
@@ -143,7 +152,17 @@ def test_core_is_sans_io() -> None:
         assert used <= LOCKS_ONLY, f"{name} uses threading.{sorted(used - LOCKS_ONLY)}"
 
 
+def test_pending_type_imports_are_still_there() -> None:
+    """Each allowance above names an import that exists: a removed one must leave the list."""
+    gone = sorted(edge for edge in PENDING_TYPE_IMPORTS if edge[1] not in GRAPH[edge[0]][0])
+    assert not gone, f"remove from PENDING_TYPE_IMPORTS: {gone}"
+
+
 def test_no_import_cycle() -> None:
+    graph = {
+        name: {t for t in targets if (name, t) not in PENDING_TYPE_IMPORTS}
+        for name, (targets, _) in GRAPH.items()
+    }
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -154,7 +173,7 @@ def test_no_import_cycle() -> None:
         index[node] = low[node] = len(index)
         stack.append(node)
         on_stack.add(node)
-        for target in GRAPH[node][0]:
+        for target in graph[node]:
             if target not in index:
                 visit(target)
                 low[node] = min(low[node], low[target])

@@ -147,6 +147,85 @@ def test_each_rank_prints_one_labelled_line_from_mpi4py(kernel: KernelSession) -
     assert texts == [f"[stdout:{r}] hello from {r} of {NP} mpi4py.MPI True\n" for r in range(NP)]
 
 
+SPAWNED = """\
+import sys
+from mpi4py import MPI
+parent = MPI.Comm.Get_parent()
+rank = MPI.COMM_WORLD.Get_rank()
+print(f"worker {rank} of {MPI.COMM_WORLD.Get_size()} says hello", flush=True)
+print(f"worker {rank} warns", file=sys.stderr, flush=True)
+parent.send(100 + rank, dest=0)
+parent.Disconnect()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_workers_spawned_from_rank_0_are_labelled_as_with_the_builtin_mpi(
+    kernel: KernelSession, tmp_path: Path
+) -> None:
+    worker = tmp_path / "worker.py"
+    worker.write_text(SPAWNED)
+    cell = (
+        "import sys\n"
+        "if rank == 0:\n"
+        f"    inter = MPI.COMM_SELF.Spawn(sys.executable, [{str(worker)!r}], maxprocs=2)\n"
+        "    got = [inter.recv(source=i) for i in range(inter.remote_size)]\n"
+        "    inter.Disconnect()\n"
+        "    print('got', got)\n"
+    )
+    for first in (NP, NP + 2):  # a second Spawn takes the next indexes
+        reply, messages = kernel.execute(cell, timeout=60)
+        assert reply["content"]["status"] == "ok", error_text(reply)
+        _, later = kernel.execute("None", timeout=30)  # late output comes with the next cell
+        out = stream_text(outputs(messages + later), "stdout")
+        err = stream_text(outputs(messages + later), "stderr")
+        assert "[stdout:0] got [100, 101]\n" in out, out
+        for i in range(2):
+            assert f"[stdout:{first + i}] worker {i} of 2 says hello\n" in out, out
+            assert f"[stderr:{first + i}] worker {i} warns\n" in err, err
+
+
+LOUD = """\
+import sys, time
+from mpi4py import MPI
+MPI.Comm.Get_parent().Disconnect()
+time.sleep(0.5)  # the cell that spawned it has ended by now
+for i in range(10000):  # ~1 MB, far more than the pipes between it and the kernel hold
+    print(f"line {i:05d}", "z" * 90)
+sys.stdout.flush()
+open(sys.argv[1], "w").close()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_printing_much_between_cells_finishes_and_shows_it_all(
+    kernel: KernelSession, tmp_path: Path
+) -> None:
+    loud, done = tmp_path / "loud.py", tmp_path / "done"
+    loud.write_text(LOUD)
+    cell = (
+        "import sys\n"
+        "if rank == 0:\n"
+        f"    MPI.COMM_SELF.Spawn(sys.executable, [{str(loud)!r}, {str(done)!r}], maxprocs=1)"
+        ".Disconnect()\n"
+    )
+    reply, _ = kernel.execute(cell, timeout=60)
+    assert reply["content"]["status"] == "ok", error_text(reply)
+    deadline = time.monotonic() + 30
+    while not done.exists() and time.monotonic() < deadline:  # no cell runs meanwhile
+        time.sleep(0.1)
+    assert done.exists(), "the worker stalled writing its output"
+    shown: list[str] = []
+    while len(shown) < 10000 and time.monotonic() < deadline + 30:
+        _, later = kernel.execute("None", timeout=30)
+        text = stream_text(outputs(later), "stdout")
+        shown += [line for line in text.splitlines() if "z" * 90 in line]
+    assert [line.split("] ", 1)[1] for line in shown] == [
+        f"line {i:05d} " + "z" * 90 for i in range(10000)
+    ]
+    assert len({line.split("] ", 1)[0] for line in shown}) == 1  # one label
+
+
 @pytest.mark.timeout(60)
 def test_allreduce_result_is_collapsed(kernel: KernelSession) -> None:
     reply, messages = kernel.execute("comm.allreduce(rank)")

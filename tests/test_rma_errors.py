@@ -75,6 +75,55 @@ def test_error_classes_and_recovery(run_mpi, n: int) -> None:
     assert_ok(proc, n)
 
 
+def test_a_dynamic_window_refuses_what_its_target_has_not_attached(run_mpi) -> None:
+    """On one host an origin reaches a dynamic window's target memory directly: an
+    address the target has not attached (never, no longer, or only partly) is
+    ``ERR_RMA_RANGE`` at the origin, and the target's memory is left as it was."""
+    proc = run_mpi(
+        2,
+        program("""
+        dyn = MPI.Win.Create_dynamic(comm=comm)
+        exposed, private = np.zeros(4, 'i'), np.zeros(4, 'i')
+        dyn.Attach(exposed)
+        there = comm.bcast((MPI.Get_address(exposed), MPI.Get_address(private)), root=1)
+        one = np.ones(1, 'i')
+        if rank == 0:
+            dyn.Lock(1)
+            dyn.Put(one, 1, there[0] + 12)                            # the last element
+            raises(MPI.ERR_RMA_RANGE, dyn.Put, one, 1, there[0] + 16)  # one past it
+            raises(MPI.ERR_RMA_RANGE, dyn.Put, np.ones(2, 'i'), 1, there[0] + 12)
+            raises(MPI.ERR_RMA_RANGE, dyn.Put, one, 1, there[1])      # never attached
+            raises(MPI.ERR_RMA_RANGE, dyn.Get, one, 1, there[1])
+            dyn.Unlock(1)
+        comm.Barrier()
+        if rank == 1:
+            assert list(exposed) == [0, 0, 0, 1] and not private.any(), (exposed, private)
+            dyn.Detach(exposed)
+        comm.Barrier()
+        if rank == 0:
+            dyn.Lock(1)
+            raises(MPI.ERR_RMA_RANGE, dyn.Put, one, 1, there[0])      # detached
+            dyn.Unlock(1)
+        comm.Barrier()
+        many = [np.zeros(1, 'i') for _ in range(40)]  # more than a row lists
+        for buf in many:
+            dyn.Attach(buf)
+        last = comm.bcast(MPI.Get_address(many[-1]), root=1)
+        if rank == 0:
+            dyn.Lock(1)
+            dyn.Put(one, 1, last)
+            dyn.Unlock(1)
+        comm.Barrier()
+        if rank == 1:
+            assert many[-1][0] == 1
+        for buf in many:
+            dyn.Detach(buf)
+        dyn.Free()
+        """),
+    )
+    assert_ok(proc, 2)
+
+
 def test_lock_cycle_is_a_conflict_not_a_hang(run_mpi) -> None:
     proc = run_mpi(
         2,

@@ -68,7 +68,7 @@ def test_a_wait_no_other_thread_can_end_is_a_deadlock() -> None:
             engine.wait(op)
     finally:
         engine.leave()
-    assert engine.sharing == 0 and not engine.blocked
+    assert engine.shared.count == 0 and not engine.shared.blocked
 
 
 @pytest.mark.timeout(30)
@@ -76,7 +76,7 @@ def test_threads_waiting_are_woken_by_the_message_that_completes_each() -> None:
     engine = _engine()
     ops = {tag: _recv(engine, tag) for tag in (1, 2, 3)}
     waits = {tag: _wait_in_thread(engine, op) for tag, op in ops.items()}
-    _until(lambda: len(engine.blocked) == 3)
+    _until(lambda: len(engine.shared.blocked) == 3)
     # observers see each waiting thread's call, the longest first
     assert sorted(info.tag for info in engine.blocked_calls()) == [1, 2, 3]
     assert engine.waiting_info() is not None
@@ -91,7 +91,7 @@ def test_threads_waiting_are_woken_by_the_message_that_completes_each() -> None:
         thread, errors = waits[tag]
         thread.join(5)
         assert not thread.is_alive() and not errors
-    assert engine.sharing == 0 and not engine.blocked and engine.waiting_info() is None
+    assert engine.shared.count == 0 and not engine.shared.blocked and engine.waiting_info() is None
 
 
 class _Impl:

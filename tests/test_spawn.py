@@ -419,3 +419,40 @@ def test_a_singleton_that_aborts_ends_its_children_and_exits_with_its_code(
     assert "rank 0 called Abort with error code 7" in proc.stderr
     assert time.monotonic() - start < 20
     assert list(tmp.iterdir()) == []
+
+
+LOUD_CHILD = """
+import sys
+from ipympi import MPI
+if len(sys.argv) > 1:  # the child: a megabyte while its parent computes, then a barrier
+    parent = MPI.Comm.Get_parent()
+    for i in range(10000):
+        print(f"{i:05d}", "w" * 94)
+    sys.stdout.flush()
+    parent.Barrier()
+    parent.Disconnect()
+else:
+    import time
+    inter = MPI.COMM_SELF.Spawn(sys.executable, [__file__, "child"], maxprocs=1)
+    time.sleep(2)  # outside MPI: the child's output must be forwarded meanwhile
+    inter.Barrier()
+    inter.Disconnect()
+    print("parent done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["launcher", "singleton"])
+def test_a_child_printing_a_megabyte_does_not_stall(
+    run_mpi: RunMPI, tmp_path: Path, how: str
+) -> None:
+    tmp = _private_tmp(tmp_path)
+    if how == "launcher":
+        proc = run_mpi(1, LOUD_CHILD, env={"TMPDIR": str(tmp)})
+    else:
+        proc = _plain(_write(tmp_path, "loud.py", LOUD_CHILD), tmp)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line for line in lines if line.endswith("w" * 94)] == [
+        f"{i:05d} " + "w" * 94 for i in range(10000)
+    ]
+    assert "parent done" in lines

@@ -50,3 +50,36 @@ def test_a_peer_without_room_gets_its_frames_later_in_order(pair) -> None:
     got += [receiver.recv() for _ in range(waiting)]
     assert got == [b"%d" % i for i in range(sent + 5)]
     assert not sender.pending
+
+
+def test_a_process_of_another_job_gets_frames_under_the_id_it_knows_the_sender_by(
+    tmp_path,
+) -> None:
+    """Two jobs (two session directories): a foreign id maps to the other job's socket, and
+    the frame's sender field becomes the id the other side gave this process."""
+    from ipympi.core import wire
+    from ipympi.core.wire import FOREIGN_BASE
+    from ipympi.progress.transport import WSOURCE_AT, endpoint
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    mine = Transport(0, str(tmp_path / "a"), None)
+    theirs = Transport(0, str(tmp_path / "b"), None)
+    try:
+        other, known_as = FOREIGN_BASE + 7, FOREIGN_BASE + 4096
+        mine.add_foreign(other, endpoint(str(tmp_path / "b"), 0), known_as)
+        header = wire.pack(wire.EAGER, 0, 0, 4, 0, 9, 0, 123, 1, 3)
+        assert wire.unpack(header).wsource == 0
+        marked = wire.pack(wire.EAGER, 0, 0, 0, 0, 0, 0x01020304, 0, 0, 0)
+        assert marked[WSOURCE_AT : WSOURCE_AT + 4] == bytes([4, 3, 2, 1])  # where wsource is
+        mine.send(other, header + b"abc")
+        got = theirs.recv()
+        assert wire.unpack(got).wsource == known_as and got[wire.HEADER_SIZE :] == b"abc"
+        assert wire.unpack(got)._replace(wsource=0) == wire.unpack(header)
+        mine.drop_foreign(other)
+        assert other not in mine.foreign and other not in mine.peers
+        with pytest.raises(ValueError):
+            mine.add_foreign(5, endpoint(str(tmp_path / "b"), 0), known_as)
+    finally:
+        mine.close(linger_ms=0)
+        theirs.close(linger_ms=0)

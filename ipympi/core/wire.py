@@ -43,6 +43,12 @@ Kinds:
   called another one reports the mismatch (``CERR``); otherwise nothing is answered.
   Without it, two ranks in different collectives that wait for each other with no
   message crossing between them (Bcast against Reduce) would wait forever.
+* ``RMA``: one-sided communication with a window's rank on another host (a request,
+  or the target's reply): ``context`` names the window (its communicator's), ``tag``
+  the request, ``msgid`` the origin's number for it, ``value`` the offset of this
+  chunk; an 8-byte field after the header (:data:`RMA_EXTRA`) holds the whole
+  payload's size, and the chunk follows (see ``mpi.win_remote``). The engine hands
+  these frames to the service registered for the kind (``Engine.services``).
 * ``WAKE``: nothing to handle. A thread of the rank that finds the engine taken by
   a thread blocked reading the socket sends it to the rank's own socket, so that
   the reader wakes up and lets it in (see ``Engine.enter``).
@@ -65,9 +71,12 @@ __all__ = [
     "DATA",
     "EAGER",
     "FIN",
+    "FOREIGN_BASE",
     "HEADER",
     "HEADER_SIZE",
     "PEER_DEAD",
+    "RMA",
+    "RMA_EXTRA",
     "RTS",
     "RTS_EXTRA",
     "SYNC",
@@ -78,7 +87,7 @@ __all__ = [
     "unpack",
 ]
 
-EAGER, RTS, ACK, FIN, CTS, DATA, CERR, CANCEL, CANCELLED, PEER_DEAD, WAKE, CHECK = range(1, 13)
+EAGER, RTS, ACK, FIN, CTS, DATA, CERR, CANCEL, CANCELLED, PEER_DEAD, WAKE, CHECK, RMA = range(1, 14)
 KIND_NAMES = {
     EAGER: "EAGER",
     RTS: "RTS",
@@ -92,13 +101,19 @@ KIND_NAMES = {
     PEER_DEAD: "PEER_DEAD",
     WAKE: "WAKE",
     CHECK: "CHECK",
+    RMA: "RMA",
 }
 
 SYNC = 0x01
 
+# The ids (``wsource``) of processes of other jobs start here: no job has this many
+# processes (``progress.transport`` maps them to the other job's sockets).
+FOREIGN_BASE = 1 << 24
+
 HEADER = struct.Struct("<BBHIiiiIQQ")
 HEADER_SIZE = HEADER.size
 RTS_EXTRA = struct.Struct("<Q")  # address of the sender's buffer
+RMA_EXTRA = struct.Struct("<Q")  # size of a one-sided request's (or reply's) whole payload
 
 
 class Header(NamedTuple):

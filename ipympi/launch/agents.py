@@ -13,7 +13,8 @@ streams. :class:`AgentProcess` is that process, started
 
 :class:`AgentRank` is a Popen-shaped handle on a rank an agent runs, so the
 job drives local and remote ranks alike: its pid and return code come from
-the agent's events, and signals go to the agent as commands.
+the agent's events, and signals go to the agent as commands. The launcher's
+standard input goes to rank 0 through its agent (:mod:`ipympi.launch.stdinput`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .forwarding import OutputStream
 from .hosts import Host, controller_address, environment_is_local, nodes_of, start_method
 from .jsonlines import JsonLinesProcess
 from .launcher import GRACE, Job, RankHandle, rank_environment
+from .stdinput import InputSource, forwardable
 
 __all__ = [
     "LAUNCHERS",
@@ -181,7 +183,9 @@ class HostsJob(Job):
     reach the first other host (loopback when every host is this machine).
     Every rank learns each rank's host from ``IPYMPI_NODES``; ranks on one host
     exchange datagrams, others signed tcp frames, whose endpoints the job
-    sends to every rank (``peers``) once all have said hello.
+    sends to every rank (``peers``) once all have said hello. Rank 0 reads what
+    the descriptor ``stdin`` gives (the launcher's standard input by default; None:
+    nothing), as rank 0 of a job on this machine inherits it.
     """
 
     def __init__(
@@ -193,6 +197,7 @@ class HostsJob(Job):
         launcher: str = "auto",
         launcher_exec: str | None = None,
         iface: str | None = None,
+        stdin: int | None = 0,
         **options: Any,
     ) -> None:
         super().__init__(argv, n, **options)
@@ -210,6 +215,10 @@ class HostsJob(Job):
         self._control_host = ""
         self._start_timeout = float(self.env.get("IPYMPI_START_TIMEOUT", AGENT_START_TIMEOUT))
         self._start_deadline = 0.0  # when agents that have not answered are given up
+        if stdin == 0 and sys.stdin is None:
+            stdin = None  # this process started with its stdin closed
+        self._stdin = forwardable(stdin)
+        self._input: InputSource | None = None  # rank 0's input, once its agent has started
 
     # -- starting -----------------------------------------------------------------------
     def _bind_control(self, control: ControlServer) -> str:
@@ -248,19 +257,52 @@ class HostsJob(Job):
                     "argv": self.argv,
                     "cwd": cwd,
                     "env": None if local else shared,
-                    "ranks": [{"rank": rank, "env": self._rank_env(rank)} for rank in ranks],
+                    "ranks": [self._rank_entry(rank) for rank in ranks],
                 }
             )
+            if 0 in ranks and self._stdin is not None:
+                self._input = InputSource(self._stdin, 0, agent.command)
         self.ranks.sort(key=lambda handle: handle.rank)
         for handle in self.ranks:
             prefix = b"[%d] " % handle.rank if self.tag_output else None
             for fd, sink in ((1, self._stdout), (2, self._stderr)):
                 self._streams[_stream_key(handle.rank, fd)] = OutputStream(None, sink, prefix)
+        self._watch_input()
 
-    def _rank_env(self, rank: int) -> dict[str, str]:
+    def _rank_entry(self, rank: int) -> dict[str, Any]:
+        """What the ``start`` command says of ``rank``: its environment, and whether
+        its stdin is the launcher's."""
         assert self.ctl_address is not None
         names = [host.name for host in self.node_hosts]
-        return placed_rank_environment(rank, self.nodes, names, self.key, self.ctl_address)
+        env = placed_rank_environment(rank, self.nodes, names, self.key, self.ctl_address)
+        entry: dict[str, Any] = {"rank": rank, "env": env}
+        if rank == 0 and self._stdin is not None:
+            entry["stdin"] = True
+        return entry
+
+    # -- rank 0's standard input ----------------------------------------------------------
+    def _watch_input(self) -> None:
+        """Watch the launcher's stdin while rank 0's agent has room for more of it (and,
+        for its controlling terminal, while the launcher is the foreground job)."""
+        source = self._input
+        if source is None:
+            return
+        if source.wants_input() and not self._ending:
+            if source.fd not in self._handlers:
+                self._watch(source.fd, self._read_input)
+        else:
+            self._unwatch(source.fd)
+
+    def _read_input(self) -> None:
+        if self._input is not None:
+            self._input.read()
+            self._watch_input()
+
+    def _stop_input(self, handle: AgentRank) -> None:
+        """Rank 0 exited, failed to start or was lost: read no more input for it."""
+        if handle.rank == 0 and self._input is not None:
+            self._input.stop()
+            self._watch_input()
 
     # -- what the agents say --------------------------------------------------------------
     def _read_agent(self, agent: AgentProcess) -> None:
@@ -288,12 +330,18 @@ class HostsJob(Job):
                     stream.feed(base64.b64decode(event["data"]))
             elif kind == "closed":
                 self._close_stream(_stream_key(handle.rank, int(event["fd"])))
+            elif kind == "input":
+                if handle.rank == 0 and self._input is not None:
+                    self._input.on_event(event)
+                    self._watch_input()
             elif kind == "exited":
                 handle.returncode = int(event["returncode"])
+                self._stop_input(handle)
             elif kind == "failed":
                 handle.error = str(event.get("error", ""))
                 self.report(f"host {agent.host.name}: rank {handle.rank}: {handle.error}")
                 handle.returncode = int(event.get("status", 127))
+                self._stop_input(handle)
                 for fd in (1, 2):
                     self._close_stream(_stream_key(handle.rank, fd))
 
@@ -315,6 +363,8 @@ class HostsJob(Job):
             handle.error = f"lost with the agent of host {agent.host.name}"
             handle.returncode = LOST
         for handle in lost:
+            self._stop_input(handle)
+        for handle in lost:
             for fd in (1, 2):
                 self._close_stream(_stream_key(handle.rank, fd))
 
@@ -327,13 +377,16 @@ class HostsJob(Job):
         return self.node_hosts[self.nodes[rank.rank]].name
 
     def _needs_tick(self) -> bool:
-        return super()._needs_tick() or bool(self._starting())
+        paused = self._input is not None and self._input.paused()  # a background job's tty
+        return super()._needs_tick() or bool(self._starting()) or paused
 
     def _starting(self) -> list[AgentProcess]:
         """The agents that have not answered yet."""
         return [agent for agent in self.agents if agent.ready is None and not agent.gone]
 
     def _reap(self) -> None:
+        if self._input is not None and self._input.tty:
+            self._watch_input()  # the launcher may have become the terminal's foreground job
         if not self._ending and time.monotonic() > self._start_deadline:
             for agent in self._starting():
                 self.report(
@@ -346,6 +399,7 @@ class HostsJob(Job):
                     if isinstance(handle, AgentRank) and handle.agent is agent:
                         handle.error = f"its host {agent.host.name} did not start it"
                         handle.returncode = LOST
+                        self._stop_input(handle)
                         for fd in (1, 2):
                             self._close_stream(_stream_key(handle.rank, fd))
         super()._reap()
@@ -379,6 +433,9 @@ class HostsJob(Job):
         if self._closed:
             return
         try:
+            if self._input is not None:
+                self._input.stop()
+                self._watch_input()
             super().close()
         finally:
             for agent in self.agents:

@@ -233,8 +233,11 @@ class CommandLoop:
             while True:
                 self.reap()
                 extra = self.watched()
+                outs = self.watched_writable()
                 try:
-                    ready, _, _ = select.select([self.commands, self._wake_r, *extra], [], [], 1.0)
+                    ready, writable, _ = select.select(
+                        [self.commands, self._wake_r, *extra], outs, [], 1.0
+                    )
                 except InterruptedError:
                     continue
                 if self._wake_r in ready:
@@ -243,6 +246,8 @@ class CommandLoop:
                 for fd in ready:
                     if fd in extra:
                         self.on_readable(fd)
+                for fd in writable:
+                    self.on_writable(fd)
                 if self.commands in ready:
                     more = self._read_commands()
                     self.after_commands()
@@ -280,6 +285,13 @@ class CommandLoop:
 
     def on_readable(self, fd: int) -> None:
         """One of :meth:`watched` is readable."""
+
+    def watched_writable(self) -> list[int]:
+        """File descriptors waiting to be writable."""
+        return []
+
+    def on_writable(self, fd: int) -> None:
+        """One of :meth:`watched_writable` is writable."""
 
     def after_commands(self) -> None:
         """The commands that came together have been handled."""

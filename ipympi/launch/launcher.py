@@ -20,10 +20,11 @@ stop request) ends the job: every rank's process group gets [SIGINT →] SIGTERM
 Popen-shaped handle, so the notebook controller can drive engines the same way.
 
 With ``deadlock_check`` (on in :func:`run_job`, so in ``ipympi.run``), a job
-also ends when no rank can progress, by the stuck-cell rule of notebooks
-(:mod:`ipympi.launch.watch`): from :data:`LOOK_AFTER` seconds after the
-start, every :data:`LOOK_EVERY` seconds, the loop asks the running ranks what
-they are doing and collects the answers for at most :data:`LOOK_WAIT` seconds,
+also ends when no rank can progress, by the stuck-cell rule of notebooks and
+through the same watch of a job as a notebook's cell
+(:class:`ipympi.launch.watch.JobWatch`): from ``LOOK_AFTER`` seconds after the
+start, every ``LOOK_EVERY`` seconds, the loop asks the running ranks what
+they are doing and collects the answers for at most ``LOOK_WAIT`` seconds,
 forwarding output and seeing exits meanwhile. When two looks in a row find
 every running rank blocked in the same MPI wait, for at least ``STUCK_AFTER``
 seconds, having handled no incoming message in between and (where ``/proc``
@@ -68,14 +69,13 @@ from .basics import rank_environment as rank_environment
 from .ctlserver import ControlServer
 from .forwarding import OutputStream, Sink
 from .sessiondir import make_session_dir, remove_session_dir
-from .watch import LOOK_AFTER, LOOK_EVERY, describe_stuck_job, is_stuck, with_cpu
+from .watch import BuiltinWatch, JobWatch, Look, describe_stuck_job, with_cpu
 
 __all__ = ["DEADLOCK_STATUS", "TIMEOUT_STATUS", "Job", "Rank", "rank_environment", "run_job"]
 
 GRACE = 2.0  # seconds between the steps of the shutdown sequence
 ABORT_GRACE = 0.25  # how long a failed rank's abort message may lag behind its exit
 DRAIN_GRACE = 1.0  # how long output may lag behind the end of the last process
-LOOK_WAIT = 0.2  # how long ranks get to answer one look for a deadlock
 _TICK = 0.05  # poll period for exits when the platform has no pidfd
 
 
@@ -207,15 +207,10 @@ class Job:
         self._preexec: Callable[[], None] | None = None  # what each process runs before exec
         self._plan: pymain.Plan = {}
         self._early = early  # a template started for this job before it was made
-        # Looking for a deadlock: when the next look starts, the ranks asked in
-        # the look under way (None between looks) and when it stops waiting for
-        # answers, the running ranks' states at the previous look, and the
+        # Looking for a deadlock: the job's watch (once started), and the
         # verdict with every rank's state once no rank can progress.
         self.deadlock_check = deadlock_check
-        self._next_look = 0.0
-        self._looking: list[RankHandle] | None = None
-        self._look_due = 0.0
-        self._previous: dict[int, dict[str, Any]] = {}
+        self._looks: JobWatch | None = None
         self._deadlock: str | None = None
         self._deadlock_states: list[dict[str, Any]] = []
         self._on_message: dict[str, Callable[[RankHandle, dict[str, Any]], None]] = {
@@ -257,7 +252,7 @@ class Job:
             self.kill()
             self._pump(time.monotonic() + GRACE, self._all_exited)
             raise
-        self._next_look = time.monotonic() + LOOK_AFTER
+        self._looks = JobWatch(self, BuiltinWatch(), time.monotonic())
 
     def _bind_control(self, control: ControlServer) -> str:
         """Bind the control ROUTER and return its address (ipc in the session directory)."""
@@ -455,13 +450,15 @@ class Job:
         silent ones are reported as ``"no answer"``, exited ones as ``"exited"``.
         """
         self._require_started()
-        asked = self._ask()
-        self._looking = None  # the answers to a look under way were just dropped
-        self._pump(time.monotonic() + timeout, lambda: self._answered(asked))
+        answered = self.ask_states()
+        if self._looks is not None:
+            self._looks.drop()  # the answers to a look under way were just dropped
+        self._pump(time.monotonic() + timeout, answered)
         return [self._state_of(rank) for rank in self.ranks]
 
-    def _ask(self) -> list[RankHandle]:
-        """Send a state query to every running rank; return the ranks asked.
+    def ask_states(self) -> Callable[[], bool]:
+        """Send a state query to every running rank; the test of whether all those
+        asked have answered (or exited).
 
         Answers collected so far are dropped. A rank whose control socket is
         not connected yet cannot be asked (it stays ``"no answer"``).
@@ -470,10 +467,8 @@ class Job:
         self._reap()
         self._states = {}
         running = [rank.rank for rank in self.ranks if rank.returncode is None]
-        return [self.ranks[r] for r in self._control.ask(running)]
-
-    def _answered(self, asked: Sequence[RankHandle]) -> bool:
-        return all(r.rank in self._states or r.returncode is not None for r in asked)
+        asked = [self.ranks[r] for r in self._control.ask(running)]
+        return lambda: all(r.rank in self._states or r.returncode is not None for r in asked)
 
     def _state_of(self, rank: RankHandle) -> dict[str, Any]:
         if rank.returncode is not None:
@@ -504,46 +499,37 @@ class Job:
     def _run(self, deadline: float | None) -> bool:
         """``_pump`` until the job has an outcome (True) or ``deadline`` passes (False).
 
-        With ``deadlock_check`` the loop also wakes for the looks: one starts
-        when ``_next_look`` comes, and is judged once every rank asked has
-        answered or ``LOOK_WAIT`` seconds have passed.
+        With ``deadlock_check`` the loop also wakes for the looks of the job's
+        watch (:class:`~ipympi.launch.watch.JobWatch`).
         """
-        if not self.deadlock_check:
+        looks = self._looks
+        if not self.deadlock_check or looks is None:
             return self._pump(deadline, self._has_outcome)
 
         def done() -> bool:
-            looking = self._looking
-            return self._has_outcome() or (looking is not None and self._answered(looking))
+            return self._has_outcome() or looks.answered()
 
         while True:
-            wake = self._next_look if self._looking is None else self._look_due
+            wake = looks.wake
             self._pump(wake if deadline is None else min(wake, deadline), done)
             if self._has_outcome():
                 return True
             now = time.monotonic()
-            if self._looking is not None:
-                if now >= self._look_due or self._answered(self._looking):
-                    self._looking = None
-                    self._judge()
-                    self._next_look = time.monotonic() + LOOK_EVERY
-                    if self._has_outcome():
-                        return True
-            elif now >= self._next_look:
-                self._looking = self._ask()
-                self._look_due = now + LOOK_WAIT
+            seen = looks.step(now)
+            if seen is not None and seen.verdict is not None:
+                states = [self._state_of(rank) for rank in self.ranks]
+                self._deadlock = describe_stuck_job(states, seen.pending)
+                self._deadlock_states = states
+                return True
             if deadline is not None and now >= deadline:
                 return False
 
-    def _judge(self) -> None:
-        """Compare this look's answers with the previous look's: can any rank progress?"""
+    def seen(self) -> Look:
+        """What the last look's answers say: the running ranks' states, with their CPU times."""
         self._reap()
-        states = [self._state_of(rank) for rank in self.ranks]
         pending = [rank.rank for rank in self.ranks if rank.returncode is None]
-        current = {rank: with_cpu(states[rank], self.ranks[rank].mpi_pid) for rank in pending}
-        if is_stuck(self._previous, current, pending):
-            self._deadlock = describe_stuck_job(states, pending)
-            self._deadlock_states = states
-        self._previous = current
+        ranks = [self.ranks[r] for r in pending]
+        return Look({r.rank: with_cpu(self._state_of(r), r.mpi_pid) for r in ranks}, pending)
 
     def _conclude(self) -> int:
         """Report why the job ends, end the ranks and return the exit status."""

@@ -16,7 +16,11 @@ type       direction   keys
 start      L → agent   ``host`` (its name in the host list), ``iface`` (or null),
                        ``launcher`` (the launcher's address), ``argv``, ``cwd``,
                        ``env`` (variables to set for every rank, or null),
-                       ``ranks``: ``[{"rank": r, "env": {...}}, ...]``; once, first
+                       ``ranks``: ``[{"rank": r, "env": {...}}, ...]``, with
+                       ``"stdin": true`` for the rank whose stdin is fed by ``input``
+                       commands (others read /dev/null); once, first
+input      L → agent   ``rank``, ``data`` (base64) or ``eof`` (true): the launcher's
+                       stdin for that rank (:mod:`ipympi.launch.stdinput`)
 signal     L → agent   ``signal`` (int), ``ranks`` (optional list): signal those
                        ranks' process groups (all of this host's by default)
 exit       L → agent   end every rank (SIGKILL), remove the session, exit
@@ -27,6 +31,8 @@ failed     agent → L   ``rank``, ``status`` (126/127), ``error``: could not st
 output     agent → L   ``rank``, ``fd`` (1 or 2), ``data`` (base64)
 closed     agent → L   ``rank``, ``fd``: that stream reached end of file
 exited     agent → L   ``rank``, ``returncode`` (Popen style: -n after signal n)
+input      agent → L   ``rank``, ``taken`` (bytes of input written into its stdin or
+                       dropped), ``closed`` (optional true: it takes no more input)
 =========  ==========  ==============================================================
 
 The session key travels inside the ranks' environment in the ``start``
@@ -50,6 +56,7 @@ from .hosts import HostError, bind_address_for
 from .jsonlines import CommandLoop
 from .launcher import THREAD_VARS, _die_with_parent
 from .sessiondir import make_session_dir, remove_session_dir
+from .stdinput import InputSink
 
 __all__ = ["Agent", "main"]
 
@@ -66,6 +73,7 @@ class Agent(CommandLoop):
         self.ranks: dict[int, subprocess.Popen[bytes]] = {}  # rank -> process
         self.exited: set[int] = set()
         self.pipes: dict[int, tuple[int, int]] = {}  # fd -> (rank, 1 or 2)
+        self.inputs: dict[int, InputSink] = {}  # rank -> its stdin, fed by the launcher
 
     def handle(self, command: dict[str, Any]) -> bool:
         kind = command.get("type")
@@ -73,6 +81,10 @@ class Agent(CommandLoop):
             self.start(command)
         elif kind == "signal":
             self.signal(int(command["signal"]), command.get("ranks"))
+        elif kind == "input":
+            rank = command.get("rank")
+            if isinstance(rank, int) and rank in self.inputs:
+                self.inputs[rank].feed(command)
         elif kind == "exit":
             return False
         else:
@@ -110,10 +122,13 @@ class Agent(CommandLoop):
         for entry in spec["ranks"]:
             rank = int(entry["rank"])
             env = dict(base, **entry["env"])
+            stdin_r = stdin_w = None
+            if entry.get("stdin"):
+                stdin_r, stdin_w = os.pipe()
             try:
                 proc = subprocess.Popen(
                     spec["argv"],
-                    stdin=subprocess.DEVNULL,
+                    stdin=subprocess.DEVNULL if stdin_r is None else stdin_r,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     env=env,
@@ -125,8 +140,15 @@ class Agent(CommandLoop):
                 status = 126 if isinstance(exc, PermissionError) else 127
                 error = f"cannot run {spec['argv'][0]!r}: {exc.strerror or exc}"
                 self.emit({"type": "failed", "rank": rank, "status": status, "error": error})
+                if stdin_w is not None:
+                    os.close(stdin_w)
                 continue
+            finally:
+                if stdin_r is not None:
+                    os.close(stdin_r)
             self.ranks[rank] = proc
+            if stdin_w is not None:
+                self.inputs[rank] = InputSink(rank, stdin_w, self.emit)
             assert proc.stdout is not None and proc.stderr is not None
             for fd, stream in ((proc.stdout.fileno(), 1), (proc.stderr.fileno(), 2)):
                 self.pipes[fd] = (rank, stream)
@@ -138,6 +160,15 @@ class Agent(CommandLoop):
 
     def on_readable(self, fd: int) -> None:
         self.forward(fd)
+
+    def watched_writable(self) -> list[int]:
+        fds = (sink.fd for sink in self.inputs.values() if sink.wants_write())
+        return [fd for fd in fds if fd is not None]
+
+    def on_writable(self, fd: int) -> None:
+        for sink in self.inputs.values():
+            if sink.fd == fd:
+                sink.flush()
 
     def forward(self, fd: int) -> None:
         rank, stream = self.pipes[fd]
@@ -157,6 +188,8 @@ class Agent(CommandLoop):
         for rank, proc in self.ranks.items():
             if rank not in self.exited and proc.poll() is not None:
                 self.exited.add(rank)
+                if rank in self.inputs:
+                    self.inputs[rank].gone()
                 self.emit({"type": "exited", "rank": rank, "returncode": proc.returncode})
 
     def signal(self, signum: int, ranks: list[int] | None) -> None:
@@ -177,6 +210,8 @@ class Agent(CommandLoop):
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.pipes.clear()
+        for sink in self.inputs.values():
+            sink.gone()
         remove_session_dir(self.session_dir)
 
 

@@ -13,20 +13,33 @@ is computing then, and no message is moving:
 the ranks wait on each other (a deadlock), on a rank that failed, or on one
 that finished the cell without doing its part. A long transfer is not stuck
 (its receiver keeps handling frames), nor is a loop of short waits (each wait
-is new).
+is new). A rank that waits in ``Accept`` or ``Connect``, or is connected to a process of another job
+(``other_jobs`` in its state), is never stuck: another job may yet answer it.
 
 Pure functions over state dicts, and :class:`BuiltinWatch`, which applies
-them to a cell's successive looks; :func:`ipympi.notebook.controller.execute.follow`
-applies the session's ``on_error`` policy to a stuck cell. A real MPI shows
-less: :mod:`ipympi.notebook.controller.realwatch` has its rule.
+them to a job's successive looks. A real MPI shows less:
+:mod:`ipympi.notebook.controller.realwatch` has its rule.
+
+:class:`JobWatch` is the one watch of a job, shared by the launcher
+(:class:`ipympi.launch.launcher.Job`, whose job is the ranks of ``ipympi.run``)
+and the notebook's controller (:class:`ipympi.notebook.controller.cellrun.CellRun`,
+whose job is one cell on the session's ranks): it says when the job's loop
+must wake, asks the job's processes what they do (:data:`LOOK_AFTER` seconds
+after the start, then :data:`LOOK_EVERY` seconds after each look), keeps
+pumping while the answers come (at most :data:`LOOK_WAIT` seconds), and
+judges them by the job's rule. The job says what it has (:class:`Watched`):
+how to ask, and what the answers and its replies say (:class:`Look`); what
+a verdict does is the job's (the launcher ends the job and reports, a cell
+follows the session's ``on_error``).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
 
 from ..core import control as ctl
 from ..core.ranksets import format_ranks, ranks_phrase
@@ -35,10 +48,15 @@ __all__ = [
     "BUSY_CPU",
     "LOOK_AFTER",
     "LOOK_EVERY",
+    "LOOK_WAIT",
     "ON_ERROR",
     "STUCK_AFTER",
     "BuiltinWatch",
+    "JobWatch",
+    "Look",
+    "Rule",
     "Verdict",
+    "Watched",
     "cpu_seconds",
     "describe_stuck",
     "describe_stuck_job",
@@ -48,6 +66,7 @@ __all__ = [
 
 LOOK_AFTER = 0.5  # seconds into a cell before the first look
 LOOK_EVERY = 0.25  # seconds between looks
+LOOK_WAIT = 0.2  # seconds the processes get to answer one look
 STUCK_AFTER = 0.5  # seconds a wait must have lasted
 BUSY_CPU = 0.05  # CPU seconds between looks that mean a rank is working (a big copy)
 ON_ERROR = ("interrupt", "wait", "abort")  # what to do with a stuck cell
@@ -85,6 +104,8 @@ def is_stuck(
         if _key(now) != _key(before) or now.get("progressed") != before.get("progressed"):
             return False
         if now.get("busy") or before.get("busy"):
+            return False
+        if now.get("other_jobs"):  # another job may yet answer (or connect)
             return False
         cpu_now, cpu_before = now.get("cpu"), before.get("cpu")
         if cpu_now is not None and cpu_before is not None and cpu_now - cpu_before >= BUSY_CPU:
@@ -124,6 +145,97 @@ class BuiltinWatch:
         if not stuck:
             return None
         return Verdict("stuck", describe_stuck(states, pending, finished, failed))
+
+
+@dataclass
+class Look:
+    """What one look saw of a job: the answers of the processes still running
+    (``pending``), with their CPU times; those that ended (``finished`` and
+    ``failed``, for a cell: the ranks that replied) and how many output
+    messages each rank sent so far (``said``)."""
+
+    states: dict[int, dict[str, Any]]
+    pending: list[int]
+    finished: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    said: Mapping[int, int] = field(default_factory=dict)
+    verdict: Verdict | None = None  # the rule's, once judged
+
+
+class Rule(Protocol):
+    """A stuck-job rule over successive looks (:class:`BuiltinWatch`, or
+    :class:`~ipympi.notebook.controller.realwatch.RealMPIWatch` for a real MPI)."""
+
+    def look(
+        self,
+        now: float,
+        states: Mapping[int, State],
+        pending: Iterable[int],
+        finished: Iterable[int],
+        failed: Iterable[int],
+        said: Mapping[int, int],
+    ) -> Verdict | None: ...
+
+
+class Watched(Protocol):
+    """What a :class:`JobWatch` needs of the job it watches."""
+
+    def ask_states(self) -> Callable[[], bool]:
+        """Ask the running processes what they do (earlier answers are dropped);
+        the test of whether every process asked has answered (or exited)."""
+        ...
+
+    def seen(self) -> Look:
+        """What the answers so far say, with the job's replies."""
+        ...
+
+
+class JobWatch:
+    """When a job's loop looks at its processes, and what the looks conclude.
+
+    The loop wakes at :attr:`wake`, ends its waits early once :meth:`answered`,
+    and calls :meth:`step` after each wait: a look that is due is started, one
+    whose answers are in (or whose :data:`LOOK_WAIT` has passed) is judged and
+    returned, with the rule's verdict.
+    """
+
+    def __init__(self, job: Watched, rule: Rule, start: float) -> None:
+        self.job = job
+        self.rule = rule
+        self._next = start + LOOK_AFTER  # when the next look starts
+        self._asked: Callable[[], bool] | None = None  # a look under way: its answers are in
+        self._due = 0.0  # when a look under way stops waiting for answers
+
+    @property
+    def wake(self) -> float:
+        """When the loop must wake next for the watch."""
+        return self._next if self._asked is None else self._due
+
+    def answered(self) -> bool:
+        """Whether a look is under way and every process asked has answered."""
+        return self._asked is not None and self._asked()
+
+    def drop(self) -> None:
+        """Forget the look under way (another query dropped its answers); the next
+        look starts when it was due."""
+        self._asked = None
+
+    def step(self, now: float) -> Look | None:
+        """Start a look that is due, or judge the one under way: the judged look."""
+        if self._asked is not None:
+            if now < self._due and not self._asked():
+                return None
+            self._asked = None
+            seen = self.job.seen()
+            seen.verdict = self.rule.look(
+                now, seen.states, seen.pending, seen.finished, seen.failed, seen.said
+            )
+            self._next = time.monotonic() + LOOK_EVERY
+            return seen
+        if now >= self._next:
+            self._asked = self.job.ask_states()
+            self._due = now + LOOK_WAIT
+        return None
 
 
 def with_cpu(state: State, pid: int | None) -> dict[str, Any]:

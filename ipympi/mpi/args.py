@@ -26,7 +26,7 @@ from ..core.errors import ERR_RANK, ERR_ROOT, ERR_TAG
 from ..core.errors import Exception as MPIException
 
 if TYPE_CHECKING:
-    from .comm import CommImpl
+    from .commimpl import CommImpl
 
 __all__ = [
     "c_int",

@@ -55,7 +55,7 @@ from .handles import CommMixin, DatatypeMixin
 from .process import PROCESS
 
 if TYPE_CHECKING:
-    from .comm import CommImpl
+    from .commimpl import CommImpl
     from .datatype import Datatype, _TypeImpl
 
     AttrHolder = Union[CommImpl, _TypeImpl]

@@ -53,7 +53,7 @@ class Pool:
             self.used -= op.bsend_bytes
             if not self.ops:
                 for waiting in self.flushes:
-                    waiting.done = True
+                    waiting.complete()
                 self.flushes.clear()
         op.bsend_bytes = 0
         op.bsend_pool = None
@@ -85,7 +85,7 @@ def iflush(holder: Any, comm: Any, call: str) -> Operation:
     op = Operation(SEND, comm, call, PROC_NULL, ANY_TAG)
     pool = holder.bsend
     if pool is None or not pool.ops:
-        op.done = True
+        op.complete()
     else:
         pool.flushes.append(op)
     return op

@@ -34,6 +34,7 @@ from .commimpl import CommImpl, handle_class, topocomm_class
 from .commlock import lock_of, table_of
 from .errhandling import Errhandler, ErrhandlerMethods, mpi_call
 from .intercomm import InterMethods
+from .jobs import release
 from .p2p import PointToPoint
 from .ports import JoinMethod, PortMethods
 from .process import PROCESS
@@ -233,6 +234,9 @@ class Comm(
         if impl.predefined:
             raise MPIException(ERR_COMM, f"Disconnect: {impl.name} is predefined")
         wait_pending(impl, "Disconnect")
+        # Processes of another job are no longer watched: one that leaves the barrier
+        # first may end before this one has left it.
+        release(impl.engine, impl.remote_world_ranks)
         self.Barrier()  # type: ignore[attr-defined]
         self.Free()
 

@@ -287,7 +287,7 @@ class FileAccess:
         """A completed request reporting ``nbytes``."""
         op = Operation(RECV, self, call, ANY_SOURCE, ANY_TAG)
         op.count = nbytes
-        op.done = True
+        op.complete()
         return Request._of(op)
 
     # -- views -----------------------------------------------------------------------------

@@ -305,13 +305,21 @@ def Alloc_mem(size: int, info: Info = INFO_NULL) -> buffer:
 def Free_mem(mem: Any) -> None:
     """Free a block returned by ``Alloc_mem``; the buffer is released.
 
-    Anything else, including a block freed before, raises ``Exception(ERR_BASE)``.
+    A block is named by its address, as ``MPI_Free_mem`` names it: another buffer over
+    its memory (a window's ``tomemory()``) frees it too. Anything else, including a
+    block freed before, raises ``Exception(ERR_BASE)``.
     """
     owner = mem.obj if isinstance(mem, buffer) else None
     with _lock:
-        block = _blocks.get(id(owner)) if owner is not None else None
+        key = id(owner)
+        block = _blocks.get(key) if owner is not None else None
+        if owner is not None and (block is None or block.address != mem.address):
+            key, block = next(
+                ((k, b) for k, b in _blocks.items() if b.nbytes and b.address == mem.address),
+                (key, None),
+            )
         if block is not None and block.address == mem.address:
-            del _blocks[id(owner)]
+            del _blocks[key]
         else:
             block = None
     if block is None:

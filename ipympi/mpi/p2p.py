@@ -29,7 +29,7 @@ from .sendrecv import SendRecv
 from .status import Status
 
 if TYPE_CHECKING:
-    from .comm import CommImpl
+    from .commimpl import CommImpl
 
 __all__ = ["PointToPoint"]
 
@@ -79,7 +79,7 @@ class PointToPoint(SendRecv):
             )
             if transfer.done and transfer.bsend_pool is not None:
                 transfer.bsend_pool.release(transfer)
-            op.done = True
+            op.complete()
             return op
         impl.engine.start_send(
             op,

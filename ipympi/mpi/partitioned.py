@@ -194,7 +194,7 @@ class PartSend(Operation):
             return
         self.sending = [op for op in self.sending if not op.done]
         if self.left == 0 and not self.sending:
-            self.done = True
+            self.complete()
             if self in self.engine.colls:
                 self.engine.colls.remove(self)
 
@@ -270,7 +270,7 @@ class PartRecv(Operation):
         if self.missing == 0:
             self.source = self.peer
             self.count = 0 if self.error else self.buf.nbytes
-            self.done = True
+            self.complete()
             if self in self.engine.colls:
                 self.engine.colls.remove(self)
 

@@ -186,8 +186,7 @@ class Request(MultipleCompletion, Handle):
         try:
             if op.kind == RECV:
                 if engine.withdraw(op):
-                    op.cancelled = True
-                    op.done = True
+                    op.complete_cancelled()
             elif op.kind == SEND:
                 engine.cancel_send(op, op.comm._live().remote_world_ranks[op.peer])
         finally:

@@ -25,7 +25,7 @@ from .request import Request
 from .status import Status
 
 if TYPE_CHECKING:
-    from .comm import CommImpl
+    from .commimpl import CommImpl
 
 __all__ = ["SendRecv", "SendrecvOp"]
 

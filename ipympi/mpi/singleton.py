@@ -1,12 +1,12 @@
 """A singleton becomes a job: what a program started without the launcher does on its
 first ``Comm.Spawn``.
 
-It starts its supervisor, ``python -m ipympi.launch.singleton`` (a process, not an import:
+It starts its supervisor, ``python -m ipympi.launch.supervisor`` (a process, not an import:
 the launcher sits above MPI), which makes a session directory and a control socket and
 reports them on a pipe. The singleton then binds its data socket there as process 0,
 connects to the control socket and starts its progress thread, exactly as a rank of
 ``ipympi.run`` does at start-up; from then on the supervisor serves its ``spawn``
-requests (:mod:`ipympi.launch.singleton` says how it watches and ends the job).
+requests (:mod:`ipympi.launch.supervisor` says how it watches and ends the job).
 
 At ``Finalize`` the singleton closes the supervisor's standard input and waits for it to
 exit, which it does once every spawned process has ended: the job ends with its first
@@ -46,7 +46,7 @@ def become_job(call: str) -> None:
     read_fd, write_fd = os.pipe()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "ipympi.launch.singleton", str(os.getpid()), str(write_fd)],
+            [sys.executable, "-m", "ipympi.launch.supervisor", str(os.getpid()), str(write_fd)],
             stdin=subprocess.PIPE,
             pass_fds=(write_fd,),
         )

@@ -2,7 +2,7 @@
 
 Spawned processes are more processes of the same job: the launcher of ``python -m
 ipympi.run`` (or, for a program started without it, the supervisor a singleton starts on
-its first ``Spawn``, :mod:`ipympi.launch.singleton`; for the ranks of a notebook session,
+its first ``Spawn``, :mod:`ipympi.launch.supervisor`; for the ranks of a notebook session,
 the controller, :mod:`ipympi.notebook.controller.children`) starts them in the same session
 directory, at the next free process indexes, so that the transport reaches them as it
 reaches the first ranks. Their ``COMM_WORLD`` holds the children of one ``Spawn`` only.

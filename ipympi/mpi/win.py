@@ -1,9 +1,12 @@
 """``MPI.Win``: windows for one-sided communication (MPI-4.1 chapter 12).
 
-A window is the memory each rank of a communicator exposes to the others. Every rank
-of a window must share one host: the window's ranks reach each other's memory
+A window is the memory each rank of a communicator exposes to the others. When every
+rank of a window shares one host, the window's ranks reach each other's memory
 directly, without the target's help, so a target busy in numpy (or idle at a notebook
 prompt) never stalls an origin (passive target progress needs no progress thread).
+A window whose ranks span hosts is served instead by each target's engine, for every
+target (``win_remote``); ``Allocate_shared`` across hosts is ``ERR_RMA_SHARED``.
+The rest of this docstring is about windows on one host.
 
 * Memory that ipympi allocates (``Allocate``, ``Allocate_shared``) lives in one shared
   segment (``progress.shm``) that every rank of the window maps: moving data is a
@@ -14,14 +17,20 @@ prompt) never stalls an origin (passive target progress needs no progress thread
   (``progress.largebuf``); a rank reaches its own memory directly.
 * Every window has a segment, if only for its locks: bytes ``0..n-1`` of its file are
   the per-target locks of ``Lock``/``Lock_all`` (POSIX byte-range locks, released by
-  the kernel if a rank dies); bytes ``n..2n-1`` serialise the accumulate operations on
-  each target (element-wise atomicity, and the default ordering of accumulates).
-* The window keeps a private duplicate of its communicator: ``Fence`` is its barrier,
-  post/start/complete/wait are messages on it, so a rank stuck in either is reported
-  by the machinery that reports stuck communication.
+  the kernel if a rank dies). The accumulate operations on each target are serialised
+  (element-wise atomicity, and the default ordering of accumulates) by one mutex per
+  target shared by the window's ranks (``progress.shmlock``: a named semaphore, taken
+  without a system call, freed when its holder dies), or, where the host has no named
+  semaphores, by the segment's bytes ``n..2n-1``.
+* The window keeps a private duplicate of its communicator: post/start/complete/wait
+  are messages on it, so a rank stuck there is reported by the machinery that reports
+  stuck communication. ``Fence`` is a barrier of shared counters next to the mutexes
+  (a rank waiting there reports itself blocked in ``Win.Fence``), or a ``Barrier`` on
+  the private communicator where they are not available (see ``win_sync``).
 
-The synchronisation calls are in ``win_sync``, the communication calls in ``win_ops``;
-this module holds creation, the window's properties and freeing.
+The synchronisation calls are in ``win_sync``, the communication calls in ``win_ops``,
+the window's state in ``winimpl``; this module holds creation, the window's properties
+and freeing.
 """
 
 from __future__ import annotations
@@ -43,7 +52,6 @@ from ..core.errors import (
     ERR_RMA_SHARED,
     ERR_RMA_SYNC,
     ERR_SIZE,
-    ERR_UNSUPPORTED_OPERATION,
     ERR_WIN,
 )
 from ..core.errors import Exception as MPIException
@@ -52,6 +60,7 @@ from ..core.lazynumpy import np
 from ..progress import tracing
 from ..progress.largebuf import buffer_address
 from ..progress.shm import Segment
+from ..progress.shmlock import HostMutexes
 from .args import c_int
 from .attributes import (
     create_keyval,
@@ -68,9 +77,11 @@ from .info import INFO_NULL, Info, info_items, new_info
 from .memory import buffer
 from .process import PROCESS
 from .rawmem import BOTTOM, acquire
-from .runtime import COMM_SELF, _default_errhandler
+from .runtime import COMM_SELF
 from .win_ops import WinOperations
+from .win_remote import Remote
 from .win_sync import WinSynchronization
+from .winimpl import AttachTable, Target, WinImpl
 
 __all__ = ["WIN_NULL", "Win"]
 
@@ -80,84 +91,15 @@ _FLAVOR_NAMES = {
     K.WIN_FLAVOR_DYNAMIC: "dynamic",
     K.WIN_FLAVOR_SHARED: "shared",
 }
-# Hints a window understands (MPI-4.1 §12.2.1); others are kept but not acted on.
-_DEFAULT_INFO = {
-    "no_locks": "false",
-    "accumulate_ordering": "rar,raw,war,waw",
-    "accumulate_ops": "same_op_no_op",
-    "same_size": "false",
-    "same_disp_unit": "false",
-    "mpi_accumulate_granularity": "0",
-}
 
 
-class Target:
-    """How one rank of a window reaches the memory of rank ``rank``.
-
-    ``array`` is a ``uint8`` view of that memory when this process can address it (a
-    shared segment, or its own memory); otherwise ``pid``/``base`` name it in the other
-    process, reached with ``process_vm_readv``/``writev``.
-    """
-
-    __slots__ = ("array", "base", "disp_unit", "nbytes", "pid", "rank")
-
-    def __init__(
-        self, rank: int, pid: int, base: int, nbytes: int, disp_unit: int, array: Any
-    ) -> None:
-        self.rank = rank
-        self.pid = pid
-        self.base = base
-        self.nbytes = nbytes
-        self.disp_unit = disp_unit
-        self.array = array
-
-
-class WinImpl:
-    """The state of one window on one rank (see the module docstring)."""
-
-    def __init__(self, comm: Intracomm, flavor: int, info: dict[str, str]) -> None:
-        self.comm = comm  # private duplicate: synchronisation traffic
-        self.rank = comm.Get_rank()
-        self.size = comm.Get_size()
-        self.flavor = flavor
-        self.info = {**_DEFAULT_INFO, **info}
-        self.name = ""
-        self.errhandler: Any = Errhandler(_default_errhandler())
-        self.attrs: dict[int, Any] = {}
-        self.memory: buffer = buffer()  # this rank's window memory
-        self.disp_unit = 1
-        self.targets: list[Target] = []
-        self.segment: Segment | None = None
-        self.keep: Any = None  # the program's object whose memory the window exposes
-        self.attached: list[tuple[int, int, Any]] = []  # dynamic: (address, size, obj)
-        # epochs (see win_sync)
-        self.fence = False  # a fence epoch is open (a Fence without MODE_NOSUCCEED)
-        self.access: frozenset[int] | None = None  # Start's group, until Complete
-        self.exposure: list[Any] | None = None  # Post's pending receives, until Wait
-        self.locks: dict[int, int] = {}  # target -> lock type held
-        self.lock_all = False
-        self.lock_all_nocheck = False
-        self.sends: list[Any] = []  # synchronisation messages still leaving
-
-    def traced(self) -> dict[str, Any]:
-        """The fields of this rank's trace records of this window (``progress.tracing``)."""
-        comm = self.comm._live()
-        return {
-            "rank": comm.world_ranks[self.rank],
-            "crank": self.rank,
-            "win": comm.context,
-            "window": self.name or comm.label,
-        }
-
-    def world_rank(self, rank: int) -> int:
-        """The COMM_WORLD rank of the window's rank ``rank``."""
-        return int(self.comm._live().world_ranks[rank])
-
-    def lock_byte(self, target: int) -> int:
-        return target
-
-    def mutex_byte(self, target: int) -> int:
-        return self.size + target
+def _host_mutexes(make: Callable[[], HostMutexes]) -> HostMutexes | None:
+    """The accumulate locks ``make`` creates or opens, or None where the host has no
+    named semaphores (the segment's ``fcntl`` locks serve then)."""
+    try:
+        return make()
+    except (OSError, ValueError):
+        return None
 
 
 def _flavor_error(call: str, impl: WinImpl) -> MPIException:
@@ -209,15 +151,17 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
         private = Intracomm(comm.Dup())
         private._impl.name = f"{call} window"  # type: ignore[union-attr]
         hosts = private.allgather(PROCESS.host_name())
-        if len(set(hosts)) > 1:
+        if len(set(hosts)) > 1 and flavor == K.WIN_FLAVOR_SHARED:
             private.Free()
-            shared = flavor == K.WIN_FLAVOR_SHARED
             raise MPIException(
-                ERR_RMA_SHARED if shared else ERR_UNSUPPORTED_OPERATION,
-                f"{call}: the ranks of a window must share one host; this communicator "
-                f"spans {len(set(hosts))} hosts ({', '.join(sorted(set(hosts)))})",
+                ERR_RMA_SHARED,
+                f"{call}: the ranks of a shared window must share one host; this "
+                f"communicator spans {len(set(hosts))} hosts ({', '.join(sorted(set(hosts)))})",
             )
-        return WinImpl(private, flavor, hints)
+        impl = WinImpl(private, flavor, hints)
+        if len(set(hosts)) > 1:
+            impl.remote = Remote(impl)
+        return impl
 
     @staticmethod
     def _check_unit(disp_unit: Any, call: str) -> int:
@@ -228,13 +172,15 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
 
     @classmethod
     def _share(
-        cls, impl: WinImpl, local_size: int, shared: bool, call: str
+        cls, impl: WinImpl, local_size: int, shared: bool, call: str, extra: int = 0
     ) -> tuple[list[tuple[int, int, int, int]], int]:
         """Agree on the ranks' sizes, map the window's segment (holding the memory of
-        every rank when ``shared``); returns ``(pid, base, size, unit)`` per rank and
-        this rank's offset in the segment."""
+        every rank when ``shared``, and ``extra`` more bytes at its end); returns
+        ``(pid, base, size, unit)`` per rank and this rank's offset in the segment."""
         comm = impl.comm
         sizes = comm.allgather((os.getpid(), local_size, impl.disp_unit))
+        if impl.remote is not None:  # across hosts: no segment, each target serves
+            return [(pid, 0, size, unit) for (pid, size, unit) in sizes], 0
         offsets = [0]
         noncontig = impl.info.get("alloc_shared_noncontig", "false") == "true"
         for _, size, _ in sizes:
@@ -242,29 +188,43 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
             if shared:
                 step = -(-size // 4096) * 4096 if noncontig else size
             offsets.append(offsets[-1] + step)
-        total = offsets[-1]
+        total = offsets[-1] + extra
         segment = None
         error = ""
+        pids = [pid for pid, _, _ in sizes]
+        mutexes = None
         if impl.rank == 0:
             try:
                 segment = Segment.create(total, prefix="ipympi-win")
                 name = segment.name
             except OSError as exc:
                 name, error = "", str(exc)
+            mutexes = _host_mutexes(lambda: HostMutexes.create(impl.size, pids)) if name else None
         else:
             name = ""
-        name, error = comm.bcast((name, error) if impl.rank == 0 else None, root=0)
+        names = (name, error, mutexes.name if mutexes is not None else "")
+        name, error, mutex_name = comm.bcast(names if impl.rank == 0 else None, root=0)
         if error:
             comm.Free()
             raise MPIException(ERR_NO_MEM, f"{call}: cannot create shared memory: {error}")
+        opened = False
         try:
             if segment is None:
                 segment = Segment.open(name, total)
+            if mutex_name and mutexes is None:
+                mutexes = _host_mutexes(lambda: HostMutexes.open(mutex_name, impl.size, pids))
+            opened = mutexes is not None
         finally:
-            comm.Barrier()
+            everywhere = all(comm.allgather(opened))  # also: every rank has them open
             if impl.rank == 0 and segment is not None:
                 segment.unlink()
+            if impl.rank == 0 and mutexes is not None:
+                mutexes.unlink()
+        if mutexes is not None and not everywhere:  # fcntl locks then, on every rank
+            mutexes.close()
+            mutexes = None
         impl.segment = segment
+        impl.mutexes = mutexes
         table = [(pid, 0, size, unit) for (pid, size, unit) in sizes]
         if shared:
             base = segment.address
@@ -277,10 +237,10 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
     @classmethod
     def _finish(cls, impl: WinImpl, table: list[tuple[int, int, int, int]], shared: bool) -> None:
         segment = impl.segment
-        assert segment is not None
         for rank, (pid, base, size, unit) in enumerate(table):
             array = None
             if shared:
+                assert segment is not None
                 start = base - segment.address if size else 0
                 array = segment.array[start : start + size]
             elif rank == impl.rank:
@@ -288,6 +248,8 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
             impl.targets.append(Target(rank, pid, base, size, unit, array))
         # From now on the window's synchronisation traffic is traced as its own calls.
         tracing.quiet.add(impl.comm._live().context)
+        if impl.remote is not None:
+            impl.remote.open()
 
     @classmethod
     @world_call
@@ -321,6 +283,13 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
         unit = cls._check_unit(disp_unit, call)
         impl = cls._start(comm, info, call, flavor)
         impl.disp_unit = unit
+        if impl.remote is not None:  # across hosts: memory of this rank's own
+            memory = np.zeros(nbytes, np.uint8)
+            impl.memory = buffer.frombuffer(memory) if nbytes else buffer()
+            impl.keep = memory
+            table, _ = cls._share(impl, nbytes, False, call)
+            cls._finish(impl, table, False)
+            return cls._from_impl(impl)
         table, offset = cls._share(impl, nbytes, True, call)
         segment = impl.segment
         assert segment is not None
@@ -371,7 +340,10 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
         call = "Create_dynamic"
         comm = COMM_SELF if comm is None else comm
         impl = cls._start(comm, info, call, K.WIN_FLAVOR_DYNAMIC)
-        table, _ = cls._share(impl, 0, False, call)
+        rows = AttachTable.ROW * impl.size
+        table, _ = cls._share(impl, 0, False, call, extra=rows)
+        if impl.segment is not None:  # one host: what each rank attached, for origins
+            impl.attach_table = AttachTable(impl.segment.array[-rows:], impl.size)
         cls._finish(impl, table, False)
         for target in impl.targets:
             target.array = None
@@ -389,6 +361,8 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
             if address < start + size and start < address + mem.nbytes:
                 raise MPIException(ERR_RMA_ATTACH, "Attach: memory overlaps an attached region")
         impl.attached.append((address, mem.nbytes, memory))
+        if impl.attach_table is not None:
+            impl.attach_table.publish(impl.rank, impl.attached)
 
     @mpi_call
     def Detach(self, memory: Any) -> None:
@@ -401,6 +375,8 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
         for index, (start, _, _) in enumerate(impl.attached):
             if start == address:
                 del impl.attached[index]
+                if impl.attach_table is not None:
+                    impl.attach_table.publish(impl.rank, impl.attached)
                 return
         raise MPIException(ERR_RMA_ATTACH, "Detach: memory is not attached to this window")
 
@@ -412,11 +388,17 @@ class Win(ErrhandlerMethods, WinOperations, WinSynchronization, Handle):
             raise MPIException(ERR_RMA_SYNC, "Free: an access or exposure epoch is still open")
         delete_attributes(self, impl, "Free")  # type: ignore[arg-type]
         self._settle_sends(impl)
+        if impl.remote is not None:
+            impl.remote.flush_all("Free")
         tracing.quiet.discard(impl.comm._live().context)
         impl.comm.Barrier()  # nobody accesses this memory any more
+        if impl.remote is not None:
+            impl.remote.close()
         impl.comm.Free()
         if impl.segment is not None:
             impl.segment.close()
+        if impl.mutexes is not None:
+            impl.mutexes.close()
         impl.targets = []
         self._impl = None
 

@@ -9,7 +9,10 @@ target's memory described by the target datatype (``core.typemap_copy``): in the
 shared segment or the rank's own memory with numpy copies, in another process's
 memory with one ``process_vm_readv``/``writev`` call over the datatype's runs.
 
-Accumulates take the target's accumulate lock (a byte of the window's segment) for
+A window whose ranks span hosts (``impl.remote``) hands every data movement to
+``win_remote``, which has the target apply it; the checks and errors are these.
+
+Accumulates take the target's accumulate lock (``win_atomic``) for
 the whole read-combine-write: operations on one target are atomic per element and
 applied in the order they were called. Only the predefined operations, ``REPLACE``
 and ``NO_OP`` are allowed (user operations are ``ERR_OP``, as the standard says).
@@ -49,7 +52,6 @@ from .buffers import (
     BufferSpec,
     data_span,
     datatype_of,
-    ndarray_datatype,
     ndarray_spec,
     recv_buffer,
     send_buffer,
@@ -58,15 +60,15 @@ from .datatype import Datatype
 from .errhandling import mpi_call
 from .op import NO_OP, REPLACE, SUM, Op
 from .request import Request
+from .win_atomic import CHECKED, AccumulateLock, direct_accumulate, direct_fetch, direct_swap
 
 if TYPE_CHECKING:
-    from .win import Target, WinImpl
+    from .winimpl import Target, WinImpl
 
 __all__ = ["WinOperations"]
 
 _LEAVES: dict[int, Datatype] = {}
-# (op, origin type, target type) ids -> (op object, basic type) of checks that passed
-_CHECKED: dict[tuple[int, int, int], tuple[Any, Datatype]] = {}
+_CHECKED = CHECKED  # the checks that passed, which the direct paths rely on
 
 
 def _basic(datatype: Datatype) -> Datatype | None:
@@ -241,55 +243,6 @@ def _direct(impl: WinImpl, where: Target, origin: Any, target: Any, put: bool) -
     return True
 
 
-def _fetch_in_place(
-    impl: WinImpl, where: Target, origin: Any, result: Any, here: Any, op: Op, basic: Datatype
-) -> None:
-    """Fetch_and_op on one element of memory this process addresses (``here``, its
-    bytes), under the target's accumulate lock: no copies."""
-    target = here.view(origin.dtype)
-    segment, byte = impl.segment, impl.size + where.rank
-    if segment is not None:
-        segment.lock(byte, 1, True)
-    try:
-        result.reshape(-1)[0] = target[0]
-        if op._impl is REPLACE._impl:
-            target[0] = origin.reshape(-1)[0]
-        elif op._impl is not NO_OP._impl:
-            op._reduce_arrays(origin.reshape(-1), target, basic)
-    finally:
-        if segment is not None:
-            segment.unlock(byte, 1)
-
-
-def _direct_fetch(
-    impl: WinImpl, where: Target, origin: Any, result: Any, disp: Any, op: Any
-) -> bool:
-    """Fetch_and_op of one-element numpy arrays of one datatype, at an int displacement
-    in memory this process addresses, with an operation already checked on that
-    datatype (:data:`_CHECKED`): straight to the combine. False for anything else,
-    which takes the general path (and its errors)."""
-    if type(origin) is not np.ndarray or type(result) is not np.ndarray:
-        return False
-    if where.array is None or type(disp) is not int or disp < 0 or not isinstance(op, Op):
-        return False
-    # one element each (so contiguous), of one native type with a predefined datatype
-    if origin.size != 1 or result.size != 1 or not origin.ndim or not result.ndim:
-        return False
-    if origin.dtype.char != result.dtype.char or not result.flags.writeable:
-        return False
-    datatype = ndarray_datatype(origin.dtype)
-    if datatype is None:
-        return False
-    known = _CHECKED.get((id(op._impl), id(datatype._impl), id(datatype._impl)))
-    if known is None or known[0] is not op._impl:
-        return False
-    offset, size = disp * where.disp_unit, origin.itemsize
-    if offset + size > where.nbytes or impl.flavor == K.WIN_FLAVOR_DYNAMIC:
-        return False
-    _fetch_in_place(impl, where, origin, result, where.array[offset : offset + size], op, known[1])
-    return True
-
-
 def _packed(spec: BufferSpec) -> np.ndarray:
     if not spec.mem.nbytes:
         return np.zeros(0, np.uint8)
@@ -343,19 +296,21 @@ class WinOperations:
                 f"{call}: bytes {offset + low} to {offset + high} are outside rank "
                 f"{target.rank}'s window of {target.nbytes} bytes",
             )
-        if (
-            dynamic
-            and count
-            and target.rank == impl.rank
-            and not any(
-                start <= offset + low and offset + high <= start + size
-                for start, size, _ in impl.attached
-            )
-        ):
+        if dynamic and count and not self._attached(impl, target.rank, offset + low, offset + high):
             raise MPIException(
-                ERR_RMA_RANGE, f"{call}: address {offset:#x} is not in an attached region"
+                ERR_RMA_RANGE,
+                f"{call}: address {offset:#x} is not in a region rank {target.rank} attached",
             )
         return _Region(target, offset, count, datatype)
+
+    @staticmethod
+    def _attached(impl: WinImpl, rank: int, low: int, high: int) -> bool:
+        """Whether rank ``rank`` of dynamic window ``impl`` has bytes ``[low, high)``
+        attached, as far as this rank can tell (across hosts the target checks)."""
+        if rank == impl.rank:
+            return any(start <= low and high <= start + size for start, size, _ in impl.attached)
+        table = impl.attach_table
+        return table is None or table.covers(rank, low, high)
 
     @staticmethod
     def _same_size(origin: BufferSpec, region: _Region, call: str) -> None:
@@ -404,7 +359,7 @@ class WinOperations:
         return basic
 
     def _mutex(self, impl: WinImpl, target: Target) -> Any:
-        return _Mutex(impl, target.rank)
+        return AccumulateLock(impl, target.rank)
 
     # -- put and get ------------------------------------------------------------------
     @mpi_call
@@ -423,7 +378,10 @@ class WinOperations:
         spec = send_buffer(origin)
         region = self._region(impl, where, *_target_spec(target, spec), call)
         self._same_size(spec, region, call)
-        region.write(_packed(spec))
+        if impl.remote is not None:
+            impl.remote.put(region, _packed(spec), call)
+        else:
+            region.write(_packed(spec))
         if t0:
             _traced(impl, region, call, None, "put", t0)
 
@@ -443,7 +401,10 @@ class WinOperations:
         spec = recv_buffer(origin)
         region = self._region(impl, where, *_target_spec(target, spec), call)
         self._same_size(spec, region, call)
-        region.read(_packed(spec))
+        if impl.remote is not None:
+            impl.remote.get(region, _packed(spec), call)
+        else:
+            region.read(_packed(spec))
         if spec.unpack is not None:
             spec.unpack(spec.mem.nbytes)
         if t0:
@@ -492,10 +453,12 @@ class WinOperations:
         where = self._reach(impl, target_rank, call)
         if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
             return
+        direct = not t0 and (result is not None or call == "Accumulate" or call == "Raccumulate")
+        if direct and direct_accumulate(impl, where, origin, result, target, op):
+            return
+        fetching = result is not None or call.startswith(("Get", "Rget"))
         spec = send_buffer(origin)
-        out = (
-            recv_buffer(result) if result is not None or call.startswith(("Get", "Rget")) else None
-        )
+        out = recv_buffer(result) if fetching else None
         if out is not None and op == NO_OP and spec.count == 0:
             spec = BufferSpec(spec.mem, out.count, out.datatype)
         region = self._region(impl, where, *_target_spec(target, spec), call)
@@ -506,8 +469,11 @@ class WinOperations:
         if out is not None:
             self._same_size(out, region, call)
             fetch = _packed(out)
-        with self._mutex(impl, where):
-            self._combine(region, basic, op, _packed(spec), fetch)
+        if impl.remote is not None:
+            impl.remote.combine(region, basic, op, _packed(spec), fetch, call)
+        else:
+            with self._mutex(impl, where):
+                self._combine(region, basic, op, _packed(spec), fetch)
         if out is not None and out.unpack is not None:
             out.unpack(out.mem.nbytes)
         if t0:
@@ -542,7 +508,7 @@ class WinOperations:
         where = self._reach(impl, target_rank, "Fetch_and_op")
         if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
             return
-        if not t0 and _direct_fetch(impl, where, origin, result, target_disp, op):
+        if not t0 and direct_fetch(impl, where, origin, result, target_disp, op):
             return
         spec = send_buffer(origin)
         out = recv_buffer(result)
@@ -551,15 +517,13 @@ class WinOperations:
         disp = operator.index(target_disp)
         region = self._region(impl, where, disp, 1, spec.datatype, "Fetch_and_op")
         basic = self._check_op(op, spec.datatype, region, "Fetch_and_op")
-        here = region.direct()
-        if here is not None and spec.array is not None and out.array is not None:
-            # one element of addressable memory: combine in place, no copies
-            _fetch_in_place(impl, where, spec.array, out.array, here, op, basic)
+        if impl.remote is not None:
+            impl.remote.combine(region, basic, op, _packed(spec), _packed(out), "Fetch_and_op")
         else:
             with self._mutex(impl, where):
                 self._combine(region, basic, op, _packed(spec), _packed(out))
-            if out.unpack is not None:
-                out.unpack(out.mem.nbytes)
+        if out.unpack is not None:
+            out.unpack(out.mem.nbytes)
         if t0:
             _traced(impl, region, "Fetch_and_op", op, "both", t0)
 
@@ -574,6 +538,8 @@ class WinOperations:
         where = self._reach(impl, target_rank, "Compare_and_swap")
         if where is None:  # PROC_NULL: no buffer is read, as in mpi4py
             return
+        if not t0 and direct_swap(impl, where, origin, compare, result, target_disp):
+            return
         spec = send_buffer(origin)
         cmp = send_buffer(compare)
         out = recv_buffer(result)
@@ -583,6 +549,13 @@ class WinOperations:
         disp = operator.index(target_disp)
         region = self._region(impl, where, disp, 1, spec.datatype, "Compare_and_swap")
         fetch = _packed(out)
+        if impl.remote is not None:
+            impl.remote.compare_and_swap(
+                region, _packed(cmp), _packed(spec), fetch, "Compare_and_swap"
+            )
+            if t0:
+                _traced(impl, region, "Compare_and_swap", None, "both", t0)
+            return
         with self._mutex(impl, where):
             old = np.empty(region.nbytes, np.uint8)
             region.read(old)
@@ -620,21 +593,3 @@ class WinOperations:
         """``Get_accumulate`` returning a request (complete at once)."""
         self._accumulate(origin, result, target_rank, target, op, "Rget_accumulate")
         return _done(self, "Rget_accumulate", target_rank)
-
-
-class _Mutex:
-    """Holds target ``rank``'s accumulate lock (a byte of the window's segment)."""
-
-    __slots__ = ("byte", "segment")
-
-    def __init__(self, impl: WinImpl, rank: int) -> None:
-        self.segment = impl.segment
-        self.byte = impl.mutex_byte(rank)
-
-    def __enter__(self) -> None:
-        if self.segment is not None:
-            self.segment.lock(self.byte, 1, True)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.segment is not None:
-            self.segment.unlock(self.byte, 1)

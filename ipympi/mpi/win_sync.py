@@ -3,8 +3,21 @@
 Operations complete when their call returns (``win_ops`` copies the data at once), so
 what the synchronisation calls add is ordering between ranks:
 
-* ``Fence`` is a barrier on the window's private communicator; it opens a fence
-  epoch unless the assertion says ``MODE_NOSUCCEED``.
+* ``Fence`` is a barrier of the window's ranks; it opens a fence epoch unless the
+  assertion says ``MODE_NOSUCCEED``. On x86, when the window has its shared mutexes
+  (``progress.shmlock``), the barrier is a counter per rank in shared memory: each
+  rank stores its count of fences, rings the others' doorbells, and waits until every
+  counter has reached its own (a few looks, then sleeping on its doorbell): a
+  microsecond or two when the ranks arrive together, instead of a round of messages.
+  What a rank stored into a window before its counter (a ``Put``'s copy) is seen by
+  any rank that sees the counter: x86 makes stores visible to other processors in
+  program order (TSO), and the copies are C stores made by calls that return before
+  the counter's store (a copy with string instructions is ordered before a later
+  store to another variable, the C library ends a copy made of non-temporal stores
+  with ``sfence``, and the doorbells' ``sem_post`` after the counter is a full
+  barrier). Elsewhere ``Fence`` is a ``Barrier`` on the private communicator. A rank
+  interrupted while it waits takes its arrival back (unless all had arrived), so the
+  ranks' counts of fences stay paired.
 * ``Post`` sends each origin of its group a message and posts receives for their
   ``Complete`` messages; ``Start`` waits for the targets' post messages (unless
   ``MODE_NOCHECK``); ``Complete`` sends its message to each target; ``Wait``/``Test``
@@ -17,6 +30,10 @@ what the synchronisation calls add is ordering between ranks:
 * ``Flush*`` and ``Sync`` have nothing left to wait for, but must be called inside a
   passive-target epoch, as the standard says (``ERR_RMA_SYNC`` otherwise).
 
+A window whose ranks span hosts (``impl.remote``, see ``win_remote``) takes its locks
+from each target's lock manager, and ``Fence``, ``Complete``, ``Unlock*``, ``Flush``
+and ``Flush_all`` also wait until the targets have applied this rank's operations.
+
 While tracing is on, each call adds one ``rma_sync`` record (``progress.tracing``); the
 barrier and messages it exchanges on the private communicator are not recorded.
 """
@@ -24,6 +41,7 @@ barrier and messages it exchanges on the private communicator are not recorded.
 from __future__ import annotations
 
 import errno
+import platform
 import threading
 import time
 from typing import TYPE_CHECKING, Any
@@ -33,6 +51,7 @@ from ..core.errors import (
     ERR_ASSERT,
     ERR_GROUP,
     ERR_LOCKTYPE,
+    ERR_OTHER,
     ERR_RANK,
     ERR_RMA_CONFLICT,
     ERR_RMA_SYNC,
@@ -40,6 +59,7 @@ from ..core.errors import (
 from ..core.errors import Exception as MPIException
 from ..progress import tracing
 from ..progress.engine import WaitInfo
+from ..progress.shmlock import process_alive
 from .args import c_int
 from .datatype import BYTE
 from .errhandling import mpi_call
@@ -48,7 +68,7 @@ from .process import PROCESS
 from .request import Request
 
 if TYPE_CHECKING:
-    from .win import WinImpl
+    from .winimpl import WinImpl
 
 __all__ = ["WinSynchronization"]
 
@@ -56,6 +76,9 @@ _MODES = K.MODE_NOCHECK | K.MODE_NOSTORE | K.MODE_NOPUT | K.MODE_NOPRECEDE | K.M
 _POST_TAG = 1
 _COMPLETE_TAG = 2
 _NOTHING: list[Any] = [None, 0, BYTE]
+# Stores become visible to other processes in program order (TSO): a rank that sees
+# another's barrier counter sees what that rank stored before it (see Fence).
+_TSO = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
 
 
 _now = time.perf_counter
@@ -82,6 +105,17 @@ def _traced(
         done=done,
     )
     tracing.rma_sync(record, t0)
+
+
+def _dead_rank(impl: WinImpl) -> int | None:
+    """A rank of the window whose process has died (the lowest), if any."""
+    engine = PROCESS.engine
+    dead = engine.dead_peers if engine is not None else {}
+    world = impl.comm._live().world_ranks
+    for target in impl.targets:
+        if int(world[target.rank]) in dead or not process_alive(target.pid):
+            return target.rank
+    return None
 
 
 def _assertion(assertion: Any, call: str) -> int:
@@ -148,7 +182,7 @@ class WinSynchronization:
             def info() -> WaitInfo:  # no tag: reports show "Win.Lock(peer=1)"
                 return WaitInfo(f"Win.{call}", name, peer, None)  # type: ignore[arg-type]
 
-            engine.blocked[me] = (info, time.monotonic())
+            engine.shared.blocked[me] = (info, time.monotonic())
         try:
             segment.lock(start, length, exclusive)
         except OSError as exc:
@@ -160,7 +194,40 @@ class WinSynchronization:
             raise
         finally:
             if engine is not None:
-                engine.blocked.pop(me, None)
+                engine.shared.blocked.pop(me, None)
+
+    def _fence_barrier(self, impl: WinImpl) -> None:
+        """The barrier of ``Fence`` through the window's shared counters (see the
+        module docstring). Past its first looks the rank reports itself blocked in
+        ``Win.Fence`` (hang reports, the controller's status queries), and a rank of
+        the window that died ends the wait with ``ERR_OTHER``."""
+        mutexes = impl.mutexes
+        assert mutexes is not None
+        engine = PROCESS.engine
+        me = threading.get_ident()
+        blocked = False
+
+        def slow() -> None:
+            nonlocal blocked
+            if not blocked and engine is not None:
+                name = impl.comm._live().name
+
+                def info() -> WaitInfo:
+                    return WaitInfo("Win.Fence", name, None, None)  # type: ignore[arg-type]
+
+                engine.shared.blocked[me] = (info, time.monotonic())
+                blocked = True
+            dead = _dead_rank(impl)
+            if dead is not None:
+                raise MPIException(
+                    ERR_OTHER, f"Fence: rank {dead} of the window has died (it never fenced)"
+                )
+
+        try:
+            mutexes.barrier(impl.rank, slow)
+        finally:
+            if blocked and engine is not None:
+                engine.shared.blocked.pop(me, None)
 
     # -- active target: fence ---------------------------------------------------------
     @mpi_call
@@ -172,7 +239,12 @@ class WinSynchronization:
         if impl.locks or impl.lock_all or impl.access is not None or impl.exposure is not None:
             raise MPIException(ERR_RMA_SYNC, "Fence: a lock or post/start epoch is still open")
         self._settle_sends(impl)
-        impl.comm.Barrier()
+        if impl.remote is not None:
+            impl.remote.flush_all("Fence")
+        if impl.mutexes is not None and _TSO:
+            self._fence_barrier(impl)
+        else:
+            impl.comm.Barrier()
         impl.fence = not mode & K.MODE_NOSUCCEED
         if t0:
             _traced(impl, "Fence", t0, mode)
@@ -204,6 +276,8 @@ class WinSynchronization:
         impl = self._live()
         if impl.access is None:
             raise MPIException(ERR_RMA_SYNC, "Complete: no access epoch (call Start first)")
+        if impl.remote is not None:
+            impl.remote.flush(impl.access, "Complete")
         for rank in sorted(impl.access):
             impl.sends.append(impl.comm.Isend(_NOTHING, dest=rank, tag=_COMPLETE_TAG))
         if t0:
@@ -273,7 +347,10 @@ class WinSynchronization:
         if impl.access is not None:
             raise MPIException(ERR_RMA_SYNC, "Lock: a post/start access epoch is open")
         held = 0
-        if not mode & K.MODE_NOCHECK:
+        if not mode & K.MODE_NOCHECK and impl.remote is not None:
+            impl.remote.lock([rank], kind == K.LOCK_EXCLUSIVE, "Lock")
+            held = 1
+        elif not mode & K.MODE_NOCHECK:
             self._take(impl, impl.lock_byte(rank), 1, kind == K.LOCK_EXCLUSIVE, "Lock")
             held = 1
         impl.locks[rank] = held
@@ -291,7 +368,13 @@ class WinSynchronization:
             return
         if rank not in impl.locks:
             raise MPIException(ERR_RMA_SYNC, f"Unlock: rank {rank} is not locked")
-        if impl.locks.pop(rank) and impl.segment is not None:
+        held = impl.locks.pop(rank)
+        if impl.remote is not None:
+            if held:
+                impl.remote.unlock(rank, "Unlock")
+            else:
+                impl.remote.flush([rank], "Unlock")
+        elif held and impl.segment is not None:
             impl.segment.unlock(impl.lock_byte(rank), 1)
         if t0:
             _traced(impl, "Unlock", t0, peer=rank)
@@ -307,7 +390,9 @@ class WinSynchronization:
         if impl.access is not None:
             raise MPIException(ERR_RMA_SYNC, "Lock_all: a post/start access epoch is open")
         impl.lock_all_nocheck = bool(mode & K.MODE_NOCHECK)
-        if not impl.lock_all_nocheck:
+        if not impl.lock_all_nocheck and impl.remote is not None:
+            impl.remote.lock(list(range(impl.size)), False, "Lock_all")
+        elif not impl.lock_all_nocheck:
             self._take(impl, 0, impl.size, False, "Lock_all")
         impl.lock_all = True
         impl.fence = False
@@ -321,7 +406,12 @@ class WinSynchronization:
         impl = self._live()
         if not impl.lock_all:
             raise MPIException(ERR_RMA_SYNC, "Unlock_all: Lock_all was not called")
-        if not impl.lock_all_nocheck and impl.segment is not None:
+        if impl.remote is not None:
+            impl.remote.flush_all("Unlock_all")
+            if not impl.lock_all_nocheck:
+                for rank in range(impl.size):
+                    impl.remote.unlock(rank, "Unlock_all")
+        elif not impl.lock_all_nocheck and impl.segment is not None:
             impl.segment.unlock(0, impl.size)
         impl.lock_all = False
         if t0:
@@ -335,6 +425,8 @@ class WinSynchronization:
         rank = self._target_rank(impl, rank, "Flush")
         if rank != K.PROC_NULL and rank not in impl.locks and not impl.lock_all:
             raise MPIException(ERR_RMA_SYNC, f"Flush: rank {rank} is not locked")
+        if impl.remote is not None and rank != K.PROC_NULL:
+            impl.remote.flush([rank], "Flush")
         if t0 and rank != K.PROC_NULL:
             _traced(impl, "Flush", t0, peer=rank)
 
@@ -344,6 +436,8 @@ class WinSynchronization:
         t0 = _now() if tracing.current is not None else 0.0
         impl = self._live()
         self._passive(impl, "Flush_all")
+        if impl.remote is not None:
+            impl.remote.flush_all("Flush_all")
         if t0:
             _traced(impl, "Flush_all", t0)
 

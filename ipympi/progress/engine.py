@@ -1,8 +1,12 @@
 """The progress engine of one rank: matching, data movement and waiting.
 
-The engine ties the pure :class:`~ipympi.core.matching.Matcher` to the sockets of
-:class:`~ipympi.progress.transport.Transport`. One lock guards the matcher, the sockets
-and every :class:`~ipympi.progress.operation.Op`; whoever holds it *drives* the data socket:
+The engine ties the sans-I/O protocol between ranks
+(:class:`~ipympi.core.protocol.PeerProtocol`: matching, the EAGER/RTS/CTS/FIN/ACK/
+CANCEL/CHECK/CERR exchanges) to the sockets of :class:`~ipympi.progress.transport.Transport`:
+it feeds the protocol every frame it reads and performs the actions the protocol leaves
+(sends, reads of another rank's memory, trace records). One lock guards the protocol,
+the sockets and every :class:`~ipympi.progress.operation.Operation`; whoever holds it
+*drives* the data socket:
 
 * a thread inside an MPI call holds it and, when it must wait, blocks in the
   data socket's ``recv`` itself (no thread hand-off between kernel and rank);
@@ -16,7 +20,8 @@ and every :class:`~ipympi.progress.operation.Op`; whoever holds it *drives* the 
 
 Small messages travel eagerly in one frame. Large ones are announced (RTS) and
 read by the receiver straight from the sender's memory (``progress.largebuf``), or
-sent in chunks where that is not permitted. See ``core.wire`` for the frame layout.
+sent in chunks where that is not permitted. See ``core.wire`` for the frame layout,
+``core.protocol`` for the exchanges.
 
 Every blocking wait is interruptible (Ctrl-C raises ``KeyboardInterrupt``; the
 posted receive is withdrawn) and observable: :meth:`Engine.waiting_info` says
@@ -25,89 +30,40 @@ what the rank is blocked on, for hang reports.
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
+from functools import partial
 from typing import Any, Callable, NoReturn, cast
 
 from ..core import wire
-from ..core.constants import ANY_SOURCE
-from ..core.contexts import is_collective
-from ..core.errors import ERR_OTHER, ERR_TRUNCATE
+from ..core.errors import ERR_OTHER
 from ..core.errors import Exception as MPIException
-from ..core.ledger import Ledger
-from ..core.matching import Envelope, ExactQueue, Matcher, PostedReceive
-from ..core.wire import (
-    ACK,
-    CANCEL,
-    CANCELLED,
-    CERR,
-    CHECK,
-    CTS,
-    DATA,
-    EAGER,
-    FIN,
-    HEADER_SIZE,
-    PEER_DEAD,
-    RTS,
-    SYNC,
-    WAKE,
-    signature_of,
+from ..core.matching import Envelope, ExactQueue
+from ..core.protocol import (
+    ABANDONED,
+    EAGER_LIMIT,
+    Fetch,
+    PeerProtocol,
+    Send,
+    SendData,
+    TraceArrived,
 )
+from ..core.wire import DATA, EAGER, PEER_DEAD, WAKE
 from . import tracing as _trace
 from .largebuf import VmReader, buffer_address
 from .operation import Operation
-from .sharing import await_queued, blocked_calls, hand_on, wait_shared
+from .sharing import Sharing, WaitInfo
 from .tcp import Received
 from .transport import MAX_FRAME, QUIET_MS, SPIN_TRIES, Transport
 
-__all__ = ["EAGER_LIMIT", "Engine", "WaitInfo", "arrival_signature"]
-
-# Messages up to this size travel in one frame with their header.
-EAGER_LIMIT = 64 * 1024
+__all__ = ["EAGER_LIMIT", "Engine", "WaitInfo"]
 
 # The progress thread takes over once no thread has been in MPI this long (s).
 IDLE_HANDOFF = 0.002
 
-
-class WaitInfo:
-    """What a rank is blocked on: for hang reports and the controller."""
-
-    __slots__ = ("call", "comm", "peer", "since", "tag")
-
-    def __init__(self, call: str, comm: str, peer: int, tag: int) -> None:
-        self.call = call
-        self.comm = comm
-        self.peer = peer
-        self.tag = tag
-        self.since = time.monotonic()
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "call": self.call,
-            "comm": self.comm,
-            "peer": self.peer,
-            "tag": self.tag,
-            "since": round(time.monotonic() - self.since, 3),
-        }
-
-
-# What a queued envelope's ``payload`` holds (opaque to the matcher), by its second item:
-# a frame from another rank, ``(frame, EAGER or RTS, flags, wsource, pid, msgid)``, or a
-# message this rank sent to itself, ``(data, SELF, the sync sender's op or None, sig)``.
-SELF = 0
-
-
-def arrival_signature(env: Envelope) -> int:
-    """The collective signature that a queued message was sent with."""
-    payload = env.payload
-    return payload[3] if payload[1] == SELF else signature_of(payload[0])
-
-
 _pack_header = wire.HEADER.pack
 _unpack_header = wire.HEADER.unpack_from
-_pack_address = wire.RTS_EXTRA.pack
 _sched_yield = os.sched_yield
 # Sent to the rank's own socket to wake a thread blocked reading it (see ``enter``).
 _WAKE_FRAME = _pack_header(WAKE, 0, 0, 0, 0, 0, 0, 0, 0, 0)
@@ -118,8 +74,13 @@ class Engine:
 
     def __init__(self, rank: int, size: int, transport: Transport | None) -> None:
         self.rank = rank
-        self.size = size
         self.pid = os.getpid()
+        # The protocol between ranks (``core.protocol``): matching, the sends waiting
+        # for an answer, the collective ledger, the ranks known dead. It leaves what
+        # needs the sockets in ``actions``, which :meth:`_perform` carries out.
+        self.protocol = PeerProtocol(rank, size, self.pid, buffer_address)
+        self.actions = self.protocol.actions
+        self.matcher = self.protocol.matcher
         self.transport = transport
         # None only without a transport: then every message is to this rank itself.
         self._send = cast(
@@ -127,25 +88,14 @@ class Engine:
         )
         # Whether a rank shares this host (its memory can be read directly).
         self._same_host = transport.same_host if transport is not None else _everywhere
-        self.matcher = Matcher(exact=is_collective)
         self.lock = threading.RLock()
-        # Threads waiting with the engine released wait on this (``progress.sharing``).
-        self.cond = threading.Condition(self.lock)
+        # The threads waiting with the engine released (``progress.sharing``).
+        self.shared = Sharing(self.lock)
         self.vm = VmReader()
-        self._msgids = itertools.count(1)
-        self._sends: dict[int, Operation] = {}  # msgid -> send waiting for ACK/FIN
-        # (wsrc, msgid) -> (recv, envelope, target, bytes so far) for large
-        # messages arriving in frames
-        self._rdv: dict[tuple[int, int], tuple[Operation, Envelope, memoryview, int]] = {}
         # What the rank is blocked on: a callable building a WaitInfo (built
         # only when someone asks, to keep blocking calls cheap), and since when.
         self.waiting: Callable[[], WaitInfo] | None = None
         self.waiting_since = 0.0
-        # The same for the threads that wait with the engine released, by thread
-        # ident; how many they are, and the one watching the socket (``progress.sharing``).
-        self.blocked: dict[int, tuple[Callable[[], WaitInfo] | None, float]] = {}
-        self.sharing = 0
-        self.reader: int | None = None
         self.depth = 0  # MPI calls in progress, nested ones included
         # MPI calls entered, by any thread: with ``progressed``, tells an observer
         # whether anything can have changed in the engine since it last looked.
@@ -158,30 +108,49 @@ class Engine:
         # Collectives: the schedules in progress (nonblocking and persistent ones
         # advance as frames come), and the ledger numbering every call.
         self.colls: list[Any] = []
-        self.ledger = Ledger()
+        self.ledger = self.protocol.ledger
         # Incoming frames handled: observers compare two readings to tell a
         # long transfer from a rank that cannot progress.
         self.progressed = 0
-        self.dead_peers: dict[int, str] = {}  # world rank -> why it is gone
         # Called from any thread when a thread waiting without reading the socket (on a
         # shared-memory board, ``progress.shmcoll``) must look at it: a rank died, or
         # another thread wants the engine.
         self.wake_hooks: list[Callable[[], None]] = []
         # Called after :meth:`resynchronize` (the ranks realigned their collectives).
         self.resync_hooks: list[Callable[[], None]] = []
-        # Point-to-point messages (even contexts) sent to and arrived from each
-        # world rank, ever: a cell's leftovers still on their way show as a
-        # difference between two ranks' counts (``engine/leftovers.py``).
-        self.sent = [0] * size
-        self.arrived = [0] * size
+        self.dead_peers = self.protocol.dead_peers  # world rank -> why it is gone
+        # Waits another job may end: Accept and Connect calls in progress, connected
+        # processes of other jobs (``mpi.jobs``); the stuck-job rule leaves such a rank alone.
+        self.connecting = 0
+        self.other_jobs = 0
+        # Point-to-point messages (even contexts) sent to and arrived from each world
+        # rank (not other jobs' processes), ever: a cell's leftovers still on their way
+        # show as a difference between two ranks' counts (``engine/leftovers.py``).
+        self.sent = self.protocol.sent
+        self.arrived = self.protocol.arrived
         # The message recorder while tracing is on (``progress.tracing``), else None.
-        self.tracer: _trace.Tracer | None = _trace.attach(self)
+        self.tracer: _trace.Tracer | None = None
+        self.set_tracer(_trace.attach(self))
         # What a blocking receive waits for, asked about when the wait gets long:
         # (collective context, source, seq) of a straight collective's message, or the
         # operation waited on (``Operation.awaited`` says which receive, if any).
         self.awaiting: tuple[int, int, int] | Operation | None = None
+        # Frame kinds served above the engine (``RMA``: ``mpi.win_remote``), by kind: each
+        # gets the frame and, for a chunk from another host, its data apart (else None);
+        # called with the engine held, by whichever thread drives the socket.
+        self.services: dict[int, Callable[[bytes, memoryview | None], None]] = {}
         if transport is not None:
             transport.quiet = self._on_quiet
+
+    @property
+    def size(self) -> int:
+        """How many processes this one knows of (``grow`` adds spawned ones)."""
+        return self.protocol.size
+
+    def set_tracer(self, tracer: _trace.Tracer | None) -> None:
+        """Feed ``tracer`` (the message recorder) from now on, or none."""
+        self.tracer = tracer
+        self.protocol.tracing = tracer is not None
 
     # -- entering and leaving MPI --------------------------------------------
     def enter(self) -> None:
@@ -189,7 +158,7 @@ class Engine:
 
         When another thread holds it and waits for a frame reading the socket,
         a ``WAKE`` frame gets it to let go: seeing ``wanted``, it waits on
-        sharing the socket (``sharing``).
+        sharing the socket (``progress.sharing``).
         """
         if not self.lock.acquire(False):
             with self._wanted_lock:
@@ -213,19 +182,47 @@ class Engine:
         """Give the engine back; threads waiting in it may have been completed."""
         self.depth -= 1
         self.last_exit = time.monotonic()
-        if self.sharing:
-            hand_on(self)
+        if self.shared.count:
+            self.shared.hand_on(self.transport)
         self.lock.release()
 
     def waiting_info(self) -> WaitInfo | None:
         """What the rank is blocked on right now, or None: the first of
         :meth:`blocked_calls`."""
-        calls = blocked_calls(self)
+        calls = self.blocked_calls()
         return calls[0] if calls else None
 
     def blocked_calls(self) -> list[WaitInfo]:
         """What each thread blocked in MPI waits for, the one to report first."""
-        return blocked_calls(self)
+        return self.shared.calls((self.waiting, self.waiting_since))
+
+    def _wait_shared(self, ready: Callable[[], bool]) -> None:
+        """Wait until ``ready()`` taking turns at the socket with the other threads
+        waiting in MPI (``progress.sharing``); the caller holds the engine."""
+        waiting = (self.waiting, self.waiting_since)
+        self.waiting = None  # the thread holding the engine no longer waits in it
+        try:
+            self.shared.wait(ready, waiting, self.transport, self.poll_once, self.deadlock)
+        finally:
+            self.waiting, self.waiting_since = waiting
+
+    def _await_queued(self, queue: ExactQueue, context: int, source: int, tag: int) -> None:
+        """Wait (shared) until a blocking collective's message from ``source`` with
+        ``tag`` is in ``queue`` (its context's unexpected messages), a mismatch of
+        this call or an earlier one on ``context`` is reported, or a rank dies.
+
+        While threads share the socket, the frame that the straight path
+        (:meth:`collective_frame`) would take off it may be read by another
+        thread, which queues it: the caller then takes it from the queue.
+        """
+        dead = len(self.dead_peers)
+
+        def ready() -> bool:
+            if (source, tag) in queue:
+                return True
+            return self.ledger.known_error(context, tag) is not None or len(self.dead_peers) != dead
+
+        self._wait_shared(ready)
 
     # -- sending -------------------------------------------------------------
     def start_send(
@@ -251,47 +248,11 @@ class Engine:
         if tracer is not None:
             tracer.sent(self, op, mem, wdest, context, source, tag)
         if wdest == self.rank:
-            self._send_to_self(op, bytes(mem), context, source, tag, sync, sig)
+            self.protocol.send_to_self(op, bytes(mem), context, source, tag, sync, sig)
+            if self.actions:
+                self._perform()
             return
-        nbytes = mem.nbytes if type(mem) is memoryview else len(mem)
-        msgid = next(self._msgids)
-        op.msgid = msgid
-        if not context & 1:
-            try:
-                self.sent[wdest] += 1
-            except IndexError:  # a process this one did not know of (spawned)
-                self.grow(wdest + 1)
-                self.sent[wdest] += 1
-        if nbytes <= EAGER_LIMIT:
-            header = _pack_header(
-                EAGER,
-                SYNC if sync else 0,
-                sig,
-                context,
-                source,
-                tag,
-                self.rank,
-                self.pid,
-                msgid,
-                nbytes,
-            )
-            self._send(wdest, header + mem)
-            if sync:
-                op.send_context = context
-                self._sends[msgid] = op
-            else:
-                op.done = True
-            return
-        # Large: announce it; the receiver reads our buffer and answers FIN.
-        if type(mem) is not memoryview:
-            mem = memoryview(mem)
-        op.mem = mem  # keeps the buffer alive until FIN
-        header = _pack_header(
-            RTS, SYNC if sync else 0, sig, context, source, tag, self.rank, self.pid, msgid, nbytes
-        ) + _pack_address(buffer_address(mem))
-        op.send_context = context
-        self._sends[msgid] = op
-        self._send(wdest, header)
+        self._send(wdest, self.protocol.start_send(op, mem, wdest, context, source, tag, sync, sig))
 
     def send_eager(
         self,
@@ -315,217 +276,68 @@ class Engine:
         if nbytes > EAGER_LIMIT:
             return False
         if not context & 1:
-            try:
-                self.sent[wdest] += 1
-            except IndexError:
-                self.grow(wdest + 1)
-                self.sent[wdest] += 1
+            self.protocol.count_sent(wdest, context)
         self._send(
             wdest,
             _pack_header(EAGER, 0, sig, context, source, tag, self.rank, self.pid, 0, nbytes) + mem,
         )
         return True
 
-    def _send_to_self(
-        self,
-        op: Operation,
-        data: bytes,
-        context: int,
-        source: int,
-        tag: int,
-        sync: bool,
-        sig: int = 0,
-    ) -> None:
-        env = Envelope(context, source, tag, len(data), (data, SELF, op if sync else None, sig))
-        if not sync:
-            op.done = True
-        if self.tracer is not None:
-            self.tracer.arrived(env)
-        recv = self.matcher.arrive(env)
-        if recv is not None:
-            self._deliver(env, recv.handle)
-
     # -- receiving -----------------------------------------------------------
     def start_recv(self, op: Operation, context: int, source: int, tag: int) -> None:
         """Post a receive; it may complete at once from the unexpected queue."""
-        env = self.matcher.take(context, source, tag)
-        if env is not None:
-            self._deliver(env, op)
-            return
-        posted = PostedReceive(context, source, tag, op)
-        self.matcher.enqueue(posted)
-        op.posted = posted
+        self.protocol.start_recv(op, context, source, tag)
+        if self.actions:
+            self._perform()
 
     def withdraw(self, op: Operation) -> bool:
         """Take back a posted, unmatched receive (cancel or interrupt)."""
-        if op.posted is not None and self.matcher.cancel(op.posted):
-            op.posted = None
-            return True
-        return False
+        return self.protocol.withdraw(op)
 
     def receive_matched(self, env: Envelope, op: Operation) -> None:
-        """Receive a message already taken off the queue by a matched probe."""
-        self._deliver(env, op)
+        """Receive a message already taken off the queue (by a matched probe)."""
+        self.protocol.deliver(env, op)
+        if self.actions:
+            self._perform()
 
-    def _deliver(self, env: Envelope, op: Operation) -> None:
-        """Move a matched message's data into the receive ``op``."""
-        op.posted = None
-        op.source = env.source
-        op.tag = env.tag
-        payload = env.payload
-        kind = payload[1]
-        if kind == EAGER:
-            frame, _, flags, wsource, _, msgid = payload
-            op.rsig = signature_of(frame)
-            self._fill(op, memoryview(frame)[HEADER_SIZE:], env.nbytes)
-            if self.tracer is not None:
-                self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
-            if flags & SYNC:
-                self._reply(wsource, ACK, msgid)
-            return
-        if kind == SELF:
-            data, _, sender, op.rsig = payload
-            self._fill(op, memoryview(data), env.nbytes)
-            if self.tracer is not None:
-                self.tracer.received(self, op, env, self.rank, env.context, env.tag, env.nbytes)
-            if sender is not None:
-                sender.done = True
-            return
-        # RTS: read the sender's buffer directly, or ask for the data.
-        frame, _, flags, wsource, pid, msgid = payload
-        op.rsig = signature_of(frame)
-        target = self._target(op, env.nbytes)
-        (address,) = wire.RTS_EXTRA.unpack_from(frame, HEADER_SIZE)
-        if self._same_host(wsource) and self.vm.read(pid, address, target):
-            self._finish_fill(op, target, env.nbytes)
-            if self.tracer is not None:
-                self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
-            self._reply(wsource, FIN, msgid)
-        else:
-            self._rdv[(wsource, msgid)] = (op, env, target, 0)
-            self._reply(wsource, CTS, msgid)
-
-    def _target(self, op: Operation, nbytes: int) -> memoryview:
-        """Where a message of ``nbytes`` goes: the user's buffer, or new bytes."""
-        if op.mem is None:
-            op.data = bytearray(nbytes)
-            return memoryview(op.data)
-        if nbytes >= op.mem.nbytes:
-            return op.mem
-        return op.mem[:nbytes]
-
-    def _finish_fill(self, op: Operation, target: memoryview, nbytes: int) -> None:
-        op.count = target.nbytes
-        if nbytes > target.nbytes:
-            op.error = ERR_TRUNCATE
-            op.error_detail = (
-                f"message of {nbytes} bytes from rank {op.source} (tag {op.tag}) "
-                f"does not fit in a receive buffer of {target.nbytes} bytes"
-            )
-        op.done = True
-
-    def _fill(self, op: Operation, data: memoryview, nbytes: int) -> None:
-        mem = op.mem
-        if mem is None:
-            op.data = data
-            op.count = nbytes
-            op.done = True
-            return
-        if nbytes == mem.nbytes:
-            if nbytes:
-                mem[:] = data
-            op.count = nbytes
-            op.done = True
-            return
-        n = min(nbytes, mem.nbytes)
-        if n:
-            mem[:n] = data[:n]
-        self._finish_fill(op, mem[:n], nbytes)
-
-    def _reply(self, wdest: int, kind: int, msgid: int) -> None:
-        self._send(wdest, _pack_header(kind, 0, 0, 0, 0, 0, self.rank, self.pid, msgid, 0))
+    def _perform(self) -> None:
+        """Carry out, in order, what the protocol left for the world outside
+        (``core.protocol``'s actions); the caller holds the engine."""
+        actions = self.actions
+        done = 0
+        try:
+            while done < len(actions):
+                action = actions[done]
+                done += 1
+                if isinstance(action, Send):
+                    self._send(action.wdest, action.frame)
+                elif isinstance(action, Fetch):  # a large message: read it from the sender's memory
+                    payload = action.env.payload
+                    read = self._same_host(payload.wsource) and self.vm.read(
+                        payload.pid, action.address, action.target
+                    )
+                    self.protocol.fetched(action.op, action.env, action.target, read)
+                elif isinstance(action, SendData):  # a large message, in frames
+                    assert self.transport is not None
+                    header_at = partial(self.protocol.data_header, action.msgid)
+                    self.transport.send_chunked(action.wdest, header_at, action.mem)
+                elif self.tracer is not None:
+                    if isinstance(action, TraceArrived):
+                        self.tracer.arrived(action.env)
+                    else:
+                        self.tracer.received(
+                            self,
+                            action.op,
+                            action.env,
+                            action.wsource,
+                            action.context,
+                            action.tag,
+                            action.nbytes,
+                        )
+        finally:
+            del actions[:done]
 
     # -- incoming frames -----------------------------------------------------
-    def on_frame(self, frame: bytes) -> None:
-        """Handle one single-part frame from the data socket (caller holds the engine)."""
-        kind, flags, sig, context, source, tag, wsource, pid, msgid, value = _unpack_header(frame)
-        if context & 1 and kind <= RTS and self.ledger.is_stray(context, tag):
-            self._report_mismatch(context, source, tag, sig)
-            if kind == RTS:
-                self._reply(wsource, FIN, msgid)  # release the sender's buffer
-            return
-        if kind <= RTS and not context & 1:
-            try:
-                self.arrived[wsource] += 1
-            except IndexError:  # from a process this one did not know of (spawned)
-                self.grow(wsource + 1)
-                self.arrived[wsource] += 1
-        if kind == EAGER:
-            recv = self.matcher.match_posted(context, source, tag)
-            if recv is None:
-                env = Envelope(
-                    context, source, tag, value, (frame, kind, flags, wsource, pid, msgid)
-                )
-                self.matcher.queue_unexpected(env)
-                if self.tracer is not None:
-                    self.tracer.arrived(env)
-                return
-            op = recv.handle
-            op.posted = None
-            op.source = source
-            op.tag = tag
-            op.rsig = sig
-            self._fill(op, memoryview(frame)[HEADER_SIZE:], value)
-            if self.tracer is not None:
-                self.tracer.received(self, op, None, wsource, context, tag, value)
-            if flags & SYNC:
-                self._reply(wsource, ACK, msgid)
-        elif kind == RTS:
-            env = Envelope(context, source, tag, value, (frame, kind, flags, wsource, pid, msgid))
-            if self.tracer is not None:
-                self.tracer.arrived(env)
-            recv = self.matcher.arrive(env)
-            if recv is not None:
-                self._deliver(env, recv.handle)
-        elif kind in (ACK, FIN):
-            op = self._sends.pop(msgid, None)
-            if op is not None:
-                op.mem = None
-                op.done = True
-                if op.bsend_pool is not None:
-                    op.bsend_pool.release(op)
-        elif kind == CTS:
-            op = self._sends.get(msgid)
-            if op is not None and op.mem is not None:
-                me, pid = self.rank, self.pid
-
-                def header_at(offset: int) -> bytes:
-                    return _pack_header(DATA, 0, 0, 0, 0, 0, me, pid, msgid, offset)
-
-                assert self.transport is not None
-                self.transport.send_chunked(wsource, header_at, op.mem)
-        elif kind == CANCEL:
-            self._withdraw_unexpected(wsource, msgid)
-        elif kind == CANCELLED:
-            op = self._sends.pop(msgid, None)
-            if op is not None:
-                op.mem = None
-                op.cancelled = True
-                op.done = True
-                if op.bsend_pool is not None:
-                    op.bsend_pool.release(op)
-        elif kind == CERR:
-            text = bytes(frame[HEADER_SIZE:]).decode(errors="replace")
-            self.fail_collectives(context, text, tag)
-        elif kind == PEER_DEAD:
-            self.fail_peer(value, bytes(frame[HEADER_SIZE:]).decode(errors="replace"))
-        elif kind == CHECK:
-            self._compare_call(context, source, tag, sig, wsource)
-        elif kind == WAKE:
-            pass  # it only woke the thread reading the socket
-        else:
-            raise MPIException(ERR_OTHER, f"unknown frame kind {kind} from rank {wsource}")
-
     def cancel_send(self, op: Operation, wdest: int) -> None:
         """Ask the receiver to drop a send that is still waiting (Request.Cancel).
 
@@ -533,73 +345,41 @@ class Engine:
         be withdrawn; the answer (CANCELLED, or the usual ACK/FIN when the
         message was already matched) completes the operation either way.
         """
-        if wdest == self.rank:
-            for env in self.matcher.pending_unexpected():
-                payload = env.payload
-                if payload[1] == SELF and payload[2] is op and self.matcher.remove(env):
-                    op.cancelled = True
-                    op.done = True
-                    return
-        elif op.msgid in self._sends:
-            self._reply(wdest, CANCEL, op.msgid)
+        self.protocol.cancel_send(op, wdest)
+        if self.actions:
+            self._perform()
 
     def drop_p2p_sends(self) -> list[Operation]:
         """Forget the point-to-point sends still waiting for their receiver, which
         drops their messages too (a failed cell's leftovers): they complete as
         cancelled. The caller holds the engine."""
-        dropped = []
-        for msgid, op in list(self._sends.items()):
-            if op.send_context >= 0 and not op.send_context & 1:
-                del self._sends[msgid]
-                op.mem = None
-                op.cancelled = True
-                op.done = True
-                if op.bsend_pool is not None:
-                    op.bsend_pool.release(op)
-                dropped.append(op)
-        return dropped
+        return self.protocol.drop_p2p_sends()
 
-    def _withdraw_unexpected(self, wsource: int, msgid: int) -> None:
-        """Drop an unmatched message of ``wsource`` whose sender cancelled it."""
-        for env in self.matcher.pending_unexpected():
-            payload = env.payload
-            if payload[1] in (EAGER, RTS) and payload[3] == wsource and payload[5] == msgid:
-                if self.matcher.remove(env):
-                    self._reply(wsource, CANCELLED, msgid)
-                return
-
-    def on_data(self, frame: bytes, chunk: memoryview | None = None) -> None:
-        """A chunk (header ``value`` = offset) of a large message sent through frames.
-
-        The data follows the header in ``frame``, or comes apart as ``chunk``
-        (from another host).
-        """
-        _, _, _, _, _, _, wsource, _, msgid, offset = _unpack_header(frame)
-        key = (wsource, msgid)
-        op, env, target, got = self._rdv[key]
-        if chunk is None:
-            chunk = memoryview(frame)[HEADER_SIZE:]
-        end = min(offset + chunk.nbytes, target.nbytes)
-        if end > offset:
-            target[offset:end] = chunk[: end - offset]
-        got += chunk.nbytes
-        if got < env.nbytes:
-            self._rdv[key] = (op, env, target, got)
-            return
-        del self._rdv[key]
-        self._finish_fill(op, target, env.nbytes)
-        if self.tracer is not None:
-            self.tracer.received(self, op, env, wsource, env.context, env.tag, env.nbytes)
-        self._reply(wsource, FIN, msgid)
+    def on_service(self, frame: bytes, data: memoryview) -> None:
+        """A chunk from another host of a frame kind served above (:attr:`services`)."""
+        service = self.services.get(frame[0])
+        if service is None:
+            raise MPIException(ERR_OTHER, f"unknown frame kind {frame[0]} from another host")
+        service(frame, data)
 
     def _handle(self, frame: Received) -> None:
+        """Feed one frame read off the data socket to the protocol, and do what it says."""
         self.progressed += 1
         if type(frame) is tuple:  # a chunk from another host: (header frame, data)
-            self.on_data(*frame)
+            if frame[0][0] == DATA:
+                self.protocol.receive_data(*frame)
+            else:
+                self.on_service(*frame)
         elif frame[0] == DATA:
-            self.on_data(frame)  # type: ignore[arg-type]  # not a tuple: bytes
+            self.protocol.receive_data(frame)  # type: ignore[arg-type]  # not a tuple: bytes
         else:
-            self.on_frame(frame)  # type: ignore[arg-type]
+            service = self.services.get(frame[0])  # type: ignore[arg-type]
+            if service is None:  # the protocol's own kinds (and unknown ones: its error)
+                self.protocol.receive(frame)  # type: ignore[arg-type]
+            else:
+                service(frame, None)  # type: ignore[arg-type]
+        if self.actions:
+            self._perform()
 
     # -- progress ------------------------------------------------------------
     def poll_once(self, block: bool = False) -> bool:
@@ -637,13 +417,13 @@ class Engine:
         self.waiting_since = time.monotonic()
         try:
             if transport is None:
-                wait_shared(self, lambda: op.done)  # another thread may send to this rank
+                self._wait_shared(lambda: op.done)  # another thread may send to this rank
                 return
             recv = transport.recv
             self.awaiting = op
             while not op.done:
-                if self.wanted or self.sharing:  # other threads in MPI
-                    wait_shared(self, lambda: op.done)
+                if self.wanted or self.shared.count:  # other threads in MPI
+                    self._wait_shared(lambda: op.done)
                     return
                 self._handle(recv())
                 if self.colls:
@@ -683,21 +463,19 @@ class Engine:
                 if unexpected:  # the message, or a large one's announcement, came early
                     env = self.matcher.take(context, source, tag)
                     if env is not None:
-                        self._deliver(env, op)
+                        self.receive_matched(env, op)
                         if not op.done:  # coming in chunks
                             self.wait(op, info)
                         return
                 if self.ledger.errors:
                     known = self.ledger.known_error(context, tag)
                     if known is not None:
-                        op.error = ERR_OTHER
-                        op.error_detail = known
-                        op.done = True
+                        op.fail(ERR_OTHER, known)
                         return
                 if self.dead_peers:
                     gone = next((self.dead_peers[r] for r in members if r in self.dead_peers), None)
                     if gone is not None:
-                        self._fail_op(op, gone)
+                        op.fail(ERR_OTHER, gone, peer_died=True)
                         return
                 frame = self.collective_frame(unexpected, context, source, tag)
                 if frame is not None:
@@ -725,18 +503,18 @@ class Engine:
             entries = queue.keys.get((source, tag))
             if entries is not None:
                 payload = entries[0][1].payload
-                if payload[1] != EAGER:
+                if payload.kind != EAGER:
                     return None
                 queue.take(source, tag)
-                return payload[0]
+                return payload.frame
         transport = self.transport
         assert transport is not None
         readable, data_recv = transport.readable, transport.data.recv
         handle = self._handle
         self.awaiting = (context, source, tag)
         while True:
-            if self.wanted or self.sharing:  # other threads in MPI: one reads for all
-                await_queued(self, queue, context, source, tag)
+            if self.wanted or self.shared.count:  # other threads in MPI: one reads for all
+                self._await_queued(queue, context, source, tag)
                 return None
             if transport.pending or transport.tcp is not None:
                 frame = transport.recv()
@@ -767,11 +545,7 @@ class Engine:
 
     def fill_from_frame(self, op: Operation, frame: bytes) -> None:
         """Complete receive ``op`` with an eager frame taken off the socket for it."""
-        header = _unpack_header(frame)
-        op.source = header[4]
-        op.tag = header[5]
-        op.rsig = header[2]
-        self._fill(op, memoryview(frame)[HEADER_SIZE:], header[9])
+        self.protocol.fill_from_frame(op, frame)
 
     def wait_until(
         self, ready: Callable[[], bool], info: Callable[[], WaitInfo] | None = None
@@ -783,8 +557,8 @@ class Engine:
         self.waiting_since = time.monotonic()
         try:
             while not ready():
-                if self.transport is None or self.wanted or self.sharing:
-                    wait_shared(self, ready)
+                if self.transport is None or self.wanted or self.shared.count:
+                    self._wait_shared(ready)
                     return
                 self.poll_once(True)
         finally:
@@ -810,19 +584,7 @@ class Engine:
         In a correct collective every message sent to a rank is received by it
         within the call, so a leftover means the ranks called different ones.
         """
-        self.ledger.end(context, seq)
-        return self.matcher.take(context, ANY_SOURCE, seq)
-
-    def _report_mismatch(self, context: int, source: int, tag: int, sig: int) -> None:
-        """Rank ``source`` called ``sig`` as collective ``tag`` on ``context``, which
-        this rank ran as another call (a message of it came after this rank finished
-        it, or the rank asked, ``CHECK``): tell every member, unless that collective
-        already failed, or was abandoned."""
-        members = self.ledger.members.get(context, [])
-        me = members.index(self.rank) if self.rank in members else self.rank
-        text = self.ledger.stray_report(context, tag, source, sig, me)
-        if text is not None:
-            self.notify_mismatch(context, tag, members, text)
+        return self.protocol.end_collective(context, seq)
 
     def _on_quiet(self) -> None:
         """A blocking receive has had no input for a while (``Transport.quiet``): if it
@@ -837,56 +599,20 @@ class Engine:
             awaiting = (posted.context, posted.source, posted.tag) if posted is not None else None
         if awaiting is None:
             return
-        context, source, seq = awaiting
-        members = self.ledger.members.get(context)
-        sig = self.ledger.calls.get((context, seq))
-        if members is None or sig is None or self.rank not in members:
-            return
-        if 0 <= source < len(members) and members[source] != self.rank:
-            me = members.index(self.rank)
-            header = _pack_header(CHECK, 0, sig, context, me, seq, self.rank, self.pid, 0, 0)
-            self._send(members[source], header)
-
-    def _compare_call(self, context: int, source: int, seq: int, sig: int, wsource: int) -> None:
-        """Rank ``source`` (world rank ``wsource``) waits in collective ``seq`` on
-        ``context``, which it called as ``sig``, for a message of this rank: report a
-        mismatch if this rank called another collective there. Nothing when this rank
-        has not got there yet (its message will come), called the same, or is not on
-        the same communicator as the asker (an intercommunicator's other group)."""
-        ledger = self.ledger
-        members = ledger.members.get(context)
-        if members is None or not 0 <= source < len(members) or members[source] != wsource:
-            return
-        if seq >= ledger.next.get(context, 0) or self.rank not in members:
-            return
-        mine = ledger.calls.get((context, seq))
-        if mine is not None and mine != sig:
-            self._report_mismatch(context, source, seq, sig)
+        self.protocol.ask(*awaiting)
+        if self.actions:
+            self._perform()
 
     def fail_collectives(self, context: int, text: str, seq: int) -> None:
         """Record the mismatch of collective ``seq`` on ``context`` (once, however
         many ranks report it) and fail the receives waiting on that context."""
-        if not self.ledger.record_mismatch(context, seq, text):
-            return
-        waiting = self.matcher.pending_posted()
-        for recv in [r for r in waiting if r.context == context and r.tag >= seq]:
-            if self.matcher.cancel(recv):
-                op = recv.handle
-                op.posted = None
-                op.error = ERR_OTHER
-                op.error_detail = text
-                op.done = True
+        self.protocol.fail_collectives(context, text, seq)
 
     def notify_mismatch(self, context: int, seq: int, wranks: list[int], text: str) -> None:
         """Tell every other rank of a communicator that collective ``seq`` failed."""
-        if (context, seq) in self.ledger.mismatched:
-            return
-        data = text.encode()
-        header = _pack_header(CERR, 0, 0, context, 0, seq, self.rank, self.pid, 0, len(data))
-        for wrank in wranks:
-            if wrank != self.rank:
-                self._send(wrank, header + data)
-        self.fail_collectives(context, text, seq)
+        self.protocol.notify_mismatch(context, seq, wranks, text)
+        if self.actions:
+            self._perform()
 
     def attach(self, transport: Transport) -> None:
         """Use ``transport`` from now on: a singleton that starts processes gets one."""
@@ -897,11 +623,7 @@ class Engine:
     def grow(self, size: int) -> None:
         """Know of ``size`` processes at least: processes started later (``Comm.Spawn``)
         take the next indexes, and are addressed like the first ones."""
-        if size > self.size:
-            more = size - self.size
-            self.sent.extend([0] * more)
-            self.arrived.extend([0] * more)
-            self.size = size
+        self.protocol.grow(size)
 
     # -- a rank that died -------------------------------------------------------
     def fail_peer(self, wrank: int, reason: str) -> None:
@@ -912,42 +634,17 @@ class Engine:
         that no rank hangs on a dead one. (Later calls naming it are left to
         the controller's stuck-cell rule.)
         """
-        text = f"rank {wrank} has died ({reason})" if reason else f"rank {wrank} has died"
-        self.dead_peers[wrank] = text
-
-        def involves(op: Any) -> bool:
-            impl = getattr(op.comm, "_impl", op.comm)
-            ranks = getattr(impl, "remote_world_ranks", None)
-            return ranks is not None and 0 <= op.peer < len(ranks) and ranks[op.peer] == wrank
-
-        dying = self.ledger.running_with(wrank)  # its communicators' running collectives
-        for recv in self.matcher.pending_posted():
-            op = recv.handle
-            if op is None:
-                continue
-            in_collective = any(recv.context == c and recv.tag >= seq for c, seq in dying)
-            p2p = recv.context % 2 == 0 and involves(op)
-            if (in_collective or p2p) and self.matcher.cancel(recv):
-                op.posted = None
-                self._fail_op(op, text)
-        for msgid, op in list(self._sends.items()):
-            if involves(op):
-                del self._sends[msgid]
-                self._fail_op(op, text)
-
-    @staticmethod
-    def _fail_op(op: Operation, text: str) -> None:
-        op.error = ERR_OTHER
-        op.error_detail = text
-        op.peer_died = True
-        op.done = True
+        self.protocol.fail_peer(wrank, reason)
 
     def note_peer_exit(self, wrank: int, reason: str) -> None:
         """From any thread: tell whoever drives the data socket that ``wrank`` died."""
         if self.transport is None:
             return
         header = _pack_header(PEER_DEAD, 0, 0, 0, 0, 0, self.rank, self.pid, 0, wrank)
-        self.transport.send_to_self(header + reason.encode())
+        try:
+            self.transport.send_to_self(header + reason.encode())
+        except OSError:
+            pass  # this rank's own socket is gone: it is ending, nothing waits to hear
         for hook in self.wake_hooks:
             hook()
 
@@ -971,28 +668,13 @@ class Engine:
         rendezvous sender is released), as are nonblocking collectives still
         in progress, which fail with ERR_OTHER.
         """
-        for context, base in bases.items():
-            base = self.ledger.restart_at(context, base)
-            for env in [e for e in self.matcher.pending_unexpected() if e.context == context]:
-                if env.tag < base and self.matcher.remove(env):
-                    payload = env.payload
-                    if len(payload) == 6 and payload[1] == RTS:  # release the sender
-                        self._reply(payload[3], FIN, payload[5])
-            for recv in [r for r in self.matcher.pending_posted() if r.context == context]:
-                if recv.tag < base and self.matcher.cancel(recv):
-                    op = recv.handle
-                    op.posted = None
-                    op.error = ERR_OTHER
-                    op.error_detail = "collective abandoned after an interrupt"
-                    op.done = True
+        self.protocol.resynchronize(bases)
+        if self.actions:
+            self._perform()
         for coll in list(self.colls):
             if coll.context in bases:
                 self.colls.remove(coll)
-                coll.error = ERR_OTHER
-                coll.error_detail = "collective abandoned after an interrupt"
-                coll.done = True
-                if coll.trace is not None:
-                    coll.tracer.coll_ended(coll.trace, coll.round, coll.error_detail)
+                coll.fail(ERR_OTHER, ABANDONED)
         for hook in self.resync_hooks:
             hook()
 
@@ -1022,27 +704,23 @@ class Engine:
     # -- shutdown ------------------------------------------------------------
     def pending_sends(self) -> int:
         """How many sends wait for their receiver's answer (synchronous or large ones)."""
-        return len(self._sends)
+        return len(self.protocol.sends)
 
     def unanswered_sends(self) -> list[Operation]:
         """The sends that wait for their receiver's answer (synchronous or large ones)."""
-        return list(self._sends.values())
+        return list(self.protocol.sends.values())
 
     def operations(self) -> list[Any]:
         """Every operation in progress on this rank: posted receives, sends waiting for
         an answer, large messages arriving in chunks, nonblocking collectives."""
-        ops: list[Any] = [recv.handle for recv in self.matcher.pending_posted()]
-        ops += self._sends.values()
-        ops += [entry[0] for entry in self._rdv.values()]
-        ops += self.colls
-        return ops
+        return self.protocol.operations() + self.colls
 
     def statistics(self) -> dict[str, Any]:
         stats = self.matcher.statistics()
         return {
             "posted_receives": stats.posted,
             "unexpected_messages": stats.unexpected,
-            "sends_in_flight": len(self._sends),
+            "sends_in_flight": len(self.protocol.sends),
             "progressed": self.progressed,
         }
 

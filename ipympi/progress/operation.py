@@ -4,6 +4,13 @@ An :class:`Operation` is created by a send or receive call, completed by the eng
 when the data has moved (or when a synchronous send is acknowledged), and read
 by ``Request``/``Status`` to report the outcome. It holds no sockets and no
 locks; the engine mutates it under its own lock.
+
+An operation ends in one of three ways, each one method: :meth:`Operation.complete`
+(the outcome fields are set), :meth:`Operation.fail` (with an error class and its
+text) and :meth:`Operation.complete_cancelled`; a send that waited for its
+receiver's answer ends with :meth:`Operation.complete_send`, which also lets go of
+its buffer. Subclasses (a collective, a partitioned request) extend
+:meth:`Operation.complete`, which every way of ending goes through.
 """
 
 from __future__ import annotations
@@ -71,7 +78,35 @@ class Operation:
         self.source = PROC_NULL if self.kind == RECV else ANY_SOURCE
         self.tag = ANY_TAG
         self.count = 0
+        self.complete()
+
+    def complete(self) -> None:
+        """Mark the operation done; its outcome fields are already set."""
         self.done = True
+
+    def fail(self, error: int, detail: str, peer_died: bool = False) -> None:
+        """End with error class ``error`` (``detail`` says why); ``peer_died`` when
+        the peer rank died (not a mismatch)."""
+        self.error = error
+        self.error_detail = detail
+        if peer_died:
+            self.peer_died = True
+        self.complete()
+
+    def complete_cancelled(self) -> None:
+        """End as cancelled (Request.Cancel succeeded, or a cell's leftover dropped)."""
+        self.cancelled = True
+        self.complete()
+
+    def complete_send(self, cancelled: bool = False) -> None:
+        """End a send that waited for its receiver's answer: let go of the buffer and
+        of its space in an attached buffer (a buffered send)."""
+        self.mem = None
+        if cancelled:
+            self.cancelled = True
+        self.complete()
+        if self.bsend_pool is not None:
+            self.bsend_pool.release(self)
 
     def __repr__(self) -> str:
         state = "done" if self.done else "pending"

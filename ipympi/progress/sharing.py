@@ -4,7 +4,7 @@ A thread alone in MPI holds the engine for its whole call and, when it must
 wait, reads the data socket with the engine held (``Engine.wait``): the fast
 path, which pays nothing for threads. Once another thread wants the engine
 (``Engine.wanted``: it rang, and a thread blocked reading got a ``WAKE`` frame)
-or already waits in it (``Engine.sharing``), waits switch to a leader/follower
+or already waits in it (:attr:`Sharing.count`), waits switch to a leader/follower
 scheme, with no I/O thread:
 
 * the *reader* (leader) is the one waiting thread that watches the socket, with
@@ -21,71 +21,148 @@ arrival order, whichever thread reads them, and queued sends are retried by one
 thread at a time. A thread that takes the engine while the reader watches the
 socket may complete what the reader waits for (a message to itself, frames it
 read in a probe): as it leaves it wakes the reader (``Transport.wake``) and the
-followers (:func:`hand_on`).
+followers (:meth:`Sharing.hand_on`).
 
 Waits stay interruptible (Ctrl-C reaches the main thread in the socket's poll
 or in the condition's wait, and the engine is taken back before the call
 unwinds) and observable: each waiting thread's call is kept in
-``Engine.blocked`` while it waits with the engine released (:func:`blocked_calls`).
+:attr:`Sharing.blocked` while it waits with the engine released (:meth:`Sharing.calls`).
+
+The engine owns one :class:`Sharing`, which holds this state (the waiting threads,
+the reader, the condition they sleep on) and is handed what it needs of the engine
+with each call: the socket, a way to handle what came, a way to report a deadlock.
+It knows nothing of the engine itself.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable
+import time
+from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 if TYPE_CHECKING:
-    from ..core.matching import ExactQueue
-    from .engine import Engine, WaitInfo
+    from .transport import Transport
 
-__all__ = ["await_queued", "blocked_calls", "hand_on", "wait_shared"]
+__all__ = ["Sharing", "WaitInfo"]
 
 _get_ident = threading.get_ident
 
 
-def wait_shared(engine: Engine, ready: Callable[[], bool]) -> None:
-    """Wait until ``ready()`` as reader or follower (see the module docstring).
+class WaitInfo:
+    """What a rank is blocked on: for hang reports and the controller."""
 
-    The caller holds the engine (maybe more than once, nested) and has said
-    what it waits for in ``engine.waiting``; it holds the engine again, as
-    deeply, when this returns or raises. Without a transport (a world of one
-    process) another thread can still complete the wait, by a message to this
-    rank itself: the wait is a deadlock when no such thread is alive.
+    __slots__ = ("call", "comm", "peer", "since", "tag")
+
+    def __init__(self, call: str, comm: str, peer: int, tag: int) -> None:
+        self.call = call
+        self.comm = comm
+        self.peer = peer
+        self.tag = tag
+        self.since = time.monotonic()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "call": self.call,
+            "comm": self.comm,
+            "peer": self.peer,
+            "tag": self.tag,
+            "since": round(time.monotonic() - self.since, 3),
+        }
+
+
+# What a waiting thread's call is: a callable building a WaitInfo (built only when
+# someone asks, to keep blocking calls cheap), and since when it waits.
+Waiting = tuple["Callable[[], WaitInfo] | None", float]
+
+
+class Sharing:
+    """The threads of one rank that wait in MPI with the engine released.
+
+    ``lock`` is the engine's; ``cond`` (on it) is what followers sleep on;
+    ``blocked`` holds each such thread's call by thread ident, ``count`` how many
+    wait in :meth:`wait` now, ``reader`` the thread watching the socket, if any.
     """
-    me = _get_ident()
-    blocked = engine.blocked
-    blocked[me] = (engine.waiting, engine.waiting_since)
-    engine.waiting = None  # the thread holding the engine no longer waits in it
-    engine.sharing += 1
-    transport = engine.transport
-    cond = engine.cond
-    lock: Any = engine.lock
-    try:
-        while not ready():
-            if transport is None:
-                if not _others_alive(blocked):
-                    engine.deadlock()
-                cond.wait()
-            elif engine.reader is not None:
-                cond.wait()  # a follower
-            elif engine.poll_once(False):
-                cond.notify_all()
-            else:  # the reader: watch the socket with the engine released
-                engine.reader = me
-                # The RLock's own save and restore (what threading.Condition uses):
-                # it is let go however deeply this thread holds it, and taken back so.
-                saved = lock._release_save()
-                try:
-                    transport.wait_input()
-                finally:
-                    lock._acquire_restore(saved)
-                    engine.reader = None
-                if engine.poll_once(False):
+
+    def __init__(self, lock: Any) -> None:
+        self.lock = lock
+        self.cond = threading.Condition(lock)
+        self.blocked: dict[int, Waiting] = {}
+        self.count = 0
+        self.reader: int | None = None
+
+    def wait(
+        self,
+        ready: Callable[[], bool],
+        waiting: Waiting,
+        transport: Transport | None,
+        poll: Callable[[bool], bool],
+        deadlock: Callable[[], NoReturn],
+    ) -> None:
+        """Wait until ``ready()`` as reader or follower (see the module docstring).
+
+        The caller holds the engine (maybe more than once, nested) and no longer
+        counts as waiting in it; ``waiting`` is what it waits for, for observers. It
+        holds the engine again, as deeply, when this returns or raises. ``poll``
+        handles the frames waiting on ``transport`` (``Engine.poll_once``). Without a
+        transport (a world of one process) another thread can still complete the
+        wait, by a message to this rank itself: the wait is a ``deadlock()`` when
+        no such thread is alive.
+        """
+        me = _get_ident()
+        blocked = self.blocked
+        blocked[me] = waiting
+        self.count += 1
+        cond = self.cond
+        lock = self.lock
+        try:
+            while not ready():
+                if transport is None:
+                    if not _others_alive(blocked):
+                        deadlock()
+                    cond.wait()
+                elif self.reader is not None:
+                    cond.wait()  # a follower
+                elif poll(False):
                     cond.notify_all()
-    finally:
-        engine.sharing -= 1
-        engine.waiting, engine.waiting_since = blocked.pop(me)
-        cond.notify_all()  # a follower becomes the reader, or sees its wait over
+                else:  # the reader: watch the socket with the engine released
+                    self.reader = me
+                    # The RLock's own save and restore (what threading.Condition uses):
+                    # it is let go however deeply this thread holds it, and taken back so.
+                    saved = lock._release_save()
+                    try:
+                        transport.wait_input()
+                    finally:
+                        lock._acquire_restore(saved)
+                        self.reader = None
+                    if poll(False):
+                        cond.notify_all()
+        finally:
+            self.count -= 1
+            del blocked[me]
+            cond.notify_all()  # a follower becomes the reader, or sees its wait over
+
+    def hand_on(self, transport: Transport | None) -> None:
+        """A thread leaves the engine while others wait in it: what it did may have
+        completed their waits, so wake the followers and the reader (engine held)."""
+        self.cond.notify_all()
+        if self.reader is not None and transport is not None:
+            transport.wake()
+
+    def calls(self, waiting: Waiting) -> list[WaitInfo]:
+        """What each thread of the rank blocked in MPI waits for: ``waiting``, the call
+        of the thread that holds the engine (if it waits), first, then the others by
+        how long they have waited, the main thread first among equals; for
+        observers, from any thread."""
+        calls = []
+        info, since = waiting
+        if info is not None:
+            calls.append(_built(info, since))
+        main = threading.main_thread().ident
+        shared = sorted(self.blocked.items(), key=lambda item: (item[1][1], item[0] != main))
+        for _, (info, since) in shared:
+            if info is not None:
+                calls.append(_built(info, since))
+        return calls
 
 
 def _others_alive(blocked: dict[int, Any]) -> bool:
@@ -93,49 +170,6 @@ def _others_alive(blocked: dict[int, Any]) -> bool:
     a non-daemon thread (daemon threads are a host's own, such as a kernel's or a
     test runner's, and do not keep a program alive)."""
     return any(t.ident not in blocked for t in threading.enumerate() if not t.daemon)
-
-
-def hand_on(engine: Engine) -> None:
-    """A thread leaves the engine while others wait in it: what it did may have
-    completed their waits, so wake the followers and the reader (engine held)."""
-    engine.cond.notify_all()
-    if engine.reader is not None and engine.transport is not None:
-        engine.transport.wake()
-
-
-def await_queued(engine: Engine, queue: ExactQueue, context: int, source: int, tag: int) -> None:
-    """Wait (shared) until a blocking collective's message from ``source`` with
-    ``tag`` is in ``queue`` (its context's unexpected messages), a mismatch of
-    this call or an earlier one on ``context`` is reported, or a rank dies.
-
-    While threads share the socket, the frame that the straight path
-    (``Engine.collective_frame``) would take off it may be read by another
-    thread, which queues it: the caller then takes it from the queue.
-    """
-    dead = len(engine.dead_peers)
-
-    def ready() -> bool:
-        if (source, tag) in queue:
-            return True
-        return engine.ledger.known_error(context, tag) is not None or len(engine.dead_peers) != dead
-
-    wait_shared(engine, ready)
-
-
-def blocked_calls(engine: Engine) -> list[WaitInfo]:
-    """What each thread of the rank blocked in MPI waits for, the thread that
-    holds the engine first, then the others by how long they have waited, the
-    main thread first among equals; for observers, from any thread."""
-    calls = []
-    waiting = engine.waiting
-    if waiting is not None:
-        calls.append(_built(waiting, engine.waiting_since))
-    main = threading.main_thread().ident
-    shared = sorted(engine.blocked.items(), key=lambda item: (item[1][1], item[0] != main))
-    for _, (info, since) in shared:
-        if info is not None:
-            calls.append(_built(info, since))
-    return calls
 
 
 def _built(info: Callable[[], WaitInfo], since: float) -> WaitInfo:

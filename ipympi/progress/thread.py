@@ -79,6 +79,8 @@ def describe_state(
         busy = running(main_native_id)
         if busy is not None:
             state["busy"] = busy
+        if engine.connecting or engine.other_jobs:
+            state["other_jobs"] = True  # what it waits for may come from another job
     else:
         state["state"] = activity() if activity is not None else "running"
     if state["state"] != "idle":

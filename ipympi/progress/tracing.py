@@ -354,7 +354,7 @@ def _swap(tracer: Tracer | None) -> Tracer | None:
     try:
         previous, current = current, tracer
         if engine is not None:
-            engine.tracer = tracer
+            engine.set_tracer(tracer)
         if previous is not None:
             previous.on = False
         return previous

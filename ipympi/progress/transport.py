@@ -17,6 +17,13 @@ blocks on a slow receiver, as with MPICH for small messages.
 The session directory is private (mode 0700, created by the launcher), so no
 other local user can send a frame to a rank.
 
+Processes of another job of the same user on this host (connected by ``Accept``/
+``Connect`` or ``Comm.Join``, see :mod:`ipympi.mpi.jobs`) are *foreign* peers: ids
+from :data:`~ipympi.core.wire.FOREIGN_BASE` up, which no process of a job ever has, each
+mapped to its data socket in the other job's session directory (:meth:`Transport.add_foreign`). A
+frame to a foreign peer leaves with its sender field (``wsource``) set to the id that
+peer knows this process by, so its replies come back the same way.
+
 Ranks on other hosts (a world placed on several hosts by the launcher)
 are reached through a :class:`~ipympi.progress.tcp.TcpLink` instead: signed zmq
 frames over tcp. A rank with such peers waits on its data socket and its tcp
@@ -41,6 +48,7 @@ import errno
 import os
 import select
 import socket
+import struct
 import threading
 import time
 from collections import deque
@@ -50,6 +58,7 @@ from typing import Any, Callable
 import zmq
 
 from ..core import control as _control
+from ..core.wire import FOREIGN_BASE
 from .tcp import CHUNK as TCP_CHUNK
 from .tcp import Received, TcpLink
 
@@ -86,6 +95,10 @@ QUIET_MS = 100
 _PEER_GONE = frozenset({errno.ECONNREFUSED, errno.ENOTCONN})
 
 
+_WSOURCE = struct.Struct("<i")  # the sender field of a frame's header, at WSOURCE_AT
+WSOURCE_AT = 16
+
+
 def endpoint(session_dir: str, rank: int) -> str:
     """The data socket address of ``rank`` in a session."""
     return f"{session_dir}/r{rank}"
@@ -118,6 +131,8 @@ class Transport:
         self.readable = readable.poll  # (0): whether a frame waits, without reading it
         self.peers: dict[int, socket.socket] = {}  # world rank -> socket connected to it
         self.pending: dict[int, deque[bytes]] = {}  # peer -> frames waiting for room
+        # foreign id -> (its data socket's path, the sender field it knows this process by)
+        self.foreign: dict[int, tuple[str, bytes]] = {}
         # Called when a receive has waited QUIET_MS for nothing (the engine's hook).
         self.quiet: Callable[[], None] | None = None
         self.bell_r, self.bell_w = os.pipe()
@@ -160,10 +175,12 @@ class Transport:
         """The socket connected to ``wrank``, or None while it is not bound yet."""
         sock = self.peers.get(wrank)
         if sock is None:
+            foreign = self.foreign.get(wrank)
+            path = endpoint(self.session_dir, wrank) if foreign is None else foreign[0]
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             sock.setblocking(False)
             try:
-                sock.connect(endpoint(self.session_dir, wrank))
+                sock.connect(path)
             except (FileNotFoundError, ConnectionRefusedError):
                 sock.close()
                 return None
@@ -176,6 +193,9 @@ class Transport:
             assert self.tcp is not None
             self.tcp.send(wrank, frame)
             return
+        if self.foreign and wrank in self.foreign:
+            me = self.foreign[wrank][1]
+            frame = b"".join((frame[:WSOURCE_AT], me, frame[WSOURCE_AT + _WSOURCE.size :]))
         queue = self.pending.get(wrank)
         if queue is None:
             sock = self.peers.get(wrank) or self._peer(wrank)
@@ -199,6 +219,24 @@ class Transport:
             self._flush_peer(wrank)
         elif exc.errno not in _PEER_GONE:
             raise exc
+
+    # -- processes of other jobs ------------------------------------------------
+    def add_foreign(self, wrank: int, path: str, known_as: int) -> None:
+        """Reach foreign id ``wrank`` at the data socket ``path``; it knows this process
+        as ``known_as``."""
+        if wrank < FOREIGN_BASE:
+            raise ValueError(f"{wrank} is not a foreign id")
+        self.drop_foreign(wrank)
+        self.foreign[wrank] = (path, _WSOURCE.pack(known_as))
+
+    def drop_foreign(self, wrank: int) -> None:
+        """Forget foreign id ``wrank`` (its frames still queued are dropped)."""
+        if self.foreign.pop(wrank, None) is None:
+            return
+        self.pending.pop(wrank, None)
+        sock = self.peers.pop(wrank, None)
+        if sock is not None:
+            sock.close()
 
     def send_to_self(self, frame: bytes) -> None:
         """Put ``frame`` into this rank's own socket, from any thread.

@@ -1,4 +1,5 @@
-"""Drawing a :class:`~.trace.Trace`: a space-time diagram in SVG, and a text rendering.
+"""Drawing a :class:`~.trace.Trace` (what :class:`~.traced.TraceView` says of it): a
+space-time diagram in SVG, and a text rendering.
 
 SVG (shown inline under a ``%%px --trace`` cell): one lane per rank, time to
 the right on a :class:`~.timescale.TimeScale` (long idle gaps drawn as axis
@@ -30,7 +31,7 @@ from .units import format_bytes, format_time
 
 if TYPE_CHECKING:
     from .rma import RmaEpoch, RmaOp, RmaSync
-    from .trace import Trace, TracedCollective, TracedMessage
+    from .traced import TracedCollective, TracedMessage, TraceView
 
 __all__ = ["render_svg", "render_text"]
 
@@ -69,7 +70,7 @@ def _num(value: float) -> str:
     return f"{value:.1f}".rstrip("0").rstrip(".")
 
 
-def _colours(trace: Trace) -> dict[str, str]:
+def _colours(trace: TraceView) -> dict[str, str]:
     colours: dict[str, str] = {}
     for coll in trace.collectives:
         if coll.call not in colours:
@@ -77,7 +78,7 @@ def _colours(trace: Trace) -> dict[str, str]:
     return colours
 
 
-def _collective_of(trace: Trace) -> dict[tuple[int, int], TracedCollective]:
+def _collective_of(trace: TraceView) -> dict[tuple[int, int], TracedCollective]:
     return {coll.key: coll for coll in trace.collectives}
 
 
@@ -89,7 +90,9 @@ def _round_label(coll: TracedCollective | None, message: TracedMessage) -> str:
     return f"{text}: {labels[0]}" if labels else text
 
 
-def _message_tooltip(trace: Trace, message: TracedMessage, coll: TracedCollective | None) -> str:
+def _message_tooltip(
+    trace: TraceView, message: TracedMessage, coll: TracedCollective | None
+) -> str:
     lines = [
         f"{message.call} rank {message.src} → rank {message.dst}",
         f"{message.comm}, tag {message.tag}, {format_bytes(message.nbytes)}",
@@ -106,7 +109,7 @@ def _message_tooltip(trace: Trace, message: TracedMessage, coll: TracedCollectiv
     return "\n".join(lines)
 
 
-def _span_tooltip(trace: Trace, coll: TracedCollective, rank: int) -> str:
+def _span_tooltip(trace: TraceView, coll: TracedCollective, rank: int) -> str:
     span = coll.spans[rank]
     head = f"{coll.call} on {coll.comm}"
     if coll.root is not None:
@@ -152,7 +155,7 @@ def _arrow_head(x1: float, y1: float, x2: float, y2: float, size: float) -> str:
     return " ".join(f"{_num(x)},{_num(y)}" for x, y in ((x2, y2), left, right))
 
 
-def _empty_svg(trace: Trace, width: int) -> str:
+def _empty_svg(trace: TraceView, width: int) -> str:
     text = "no messages" + (" (trace truncated)" if trace.truncated else "")
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="36" '
@@ -164,7 +167,7 @@ def _empty_svg(trace: Trace, width: int) -> str:
 class _SvgLayout:
     """Positions of the diagram's parts for one trace and width."""
 
-    def __init__(self, trace: Trace, width: int) -> None:
+    def __init__(self, trace: TraceView, width: int) -> None:
         self.n = len(trace.ranks)
         self.lane_h, self.font = _lane_metrics(self.n)
         self.ui_font = max(self.font, 12.0)  # axis, legend and names above the lanes
@@ -189,11 +192,11 @@ class _SvgLayout:
     def y(self, rank: int) -> float:
         return self.lanes_top + (self.lane_of[rank] + 0.5) * self.lane_h
 
-    def x(self, trace: Trace, t: float) -> float:
+    def x(self, trace: TraceView, t: float) -> float:
         return self.scale.x(t - trace.start)
 
 
-def _svg_lanes(lay: _SvgLayout, trace: Trace, out: list[str]) -> None:
+def _svg_lanes(lay: _SvgLayout, trace: TraceView, out: list[str]) -> None:
     label_every = max(1, math.ceil(lay.font / lay.lane_h))
     for rank, i in lay.lane_of.items():
         top = lay.lanes_top + i * lay.lane_h
@@ -258,7 +261,7 @@ def _svg_axis(lay: _SvgLayout, out: list[str]) -> None:
 
 
 def _svg_collective(
-    lay: _SvgLayout, trace: Trace, coll: TracedCollective, colour: str, out: list[str]
+    lay: _SvgLayout, trace: TraceView, coll: TracedCollective, colour: str, out: list[str]
 ) -> None:
     height = lay.lane_h * 0.64
     for rank, span in sorted(coll.spans.items()):
@@ -309,7 +312,7 @@ def _svg_collective(
         out.append("".join(parts))
 
 
-def _svg_header(lay: _SvgLayout, trace: Trace, colours: dict[str, str], out: list[str]) -> None:
+def _svg_header(lay: _SvgLayout, trace: TraceView, colours: dict[str, str], out: list[str]) -> None:
     """Each collective named once above the lanes, over the time it took on all ranks."""
     last_end = -math.inf
     base = lay.header_top + 12
@@ -334,7 +337,7 @@ def _svg_header(lay: _SvgLayout, trace: Trace, colours: dict[str, str], out: lis
 
 def _svg_message(
     lay: _SvgLayout,
-    trace: Trace,
+    trace: TraceView,
     message: TracedMessage,
     coll: TracedCollective | None,
     colours: dict[str, str],
@@ -372,7 +375,7 @@ def _svg_message(
     )
 
 
-def _svg_orphan(lay: _SvgLayout, trace: Trace, record: dict, out: list[str]) -> None:
+def _svg_orphan(lay: _SvgLayout, trace: TraceView, record: dict, out: list[str]) -> None:
     """A receive whose send was not traced: a short arrow coming into the lane."""
     rank, peer = int(record["rank"]), int(record["peer"])
     xe, ye = lay.x(trace, float(record["t"])), lay.y(rank)
@@ -392,7 +395,7 @@ def _svg_orphan(lay: _SvgLayout, trace: Trace, record: dict, out: list[str]) -> 
     )
 
 
-def _svg_sync(lay: _SvgLayout, trace: Trace, sync: RmaSync, out: list[str]) -> None:
+def _svg_sync(lay: _SvgLayout, trace: TraceView, sync: RmaSync, out: list[str]) -> None:
     """A window's synchronisation call: a grey span on its rank's lane."""
     x0 = lay.x(trace, sync.t0)
     x1 = max(lay.x(trace, sync.t1), x0 + 2)
@@ -418,7 +421,7 @@ def _svg_sync(lay: _SvgLayout, trace: Trace, sync: RmaSync, out: list[str]) -> N
     )
 
 
-def _svg_epoch(lay: _SvgLayout, trace: Trace, epoch: RmaEpoch, out: list[str]) -> None:
+def _svg_epoch(lay: _SvgLayout, trace: TraceView, epoch: RmaEpoch, out: list[str]) -> None:
     """An epoch: a band under its rank's lane, from its opening call to its closing one."""
     t1 = epoch.t1 if epoch.t1 is not None else trace.start + trace.duration
     x0 = lay.x(trace, epoch.t0)
@@ -448,7 +451,7 @@ def _svg_epoch(lay: _SvgLayout, trace: Trace, epoch: RmaEpoch, out: list[str]) -
     )
 
 
-def _svg_rma(lay: _SvgLayout, trace: Trace, op: RmaOp, labelled: bool, out: list[str]) -> None:
+def _svg_rma(lay: _SvgLayout, trace: TraceView, op: RmaOp, labelled: bool, out: list[str]) -> None:
     """A one-sided operation: an arrow from where its data is to where it goes."""
     colour = RMA_COLOURS[op.kind]
     xs, xe = lay.x(trace, op.t0), max(lay.x(trace, op.t1), lay.x(trace, op.t0) + 1)
@@ -488,7 +491,7 @@ def _svg_rma(lay: _SvgLayout, trace: Trace, op: RmaOp, labelled: bool, out: list
 
 
 def _svg_legend(
-    lay: _SvgLayout, trace: Trace, colours: dict[str, str], top: float, width: int
+    lay: _SvgLayout, trace: TraceView, colours: dict[str, str], top: float, width: int
 ) -> tuple[list[str], float]:
     entries = [(call, colour, False) for call, colour in colours.items()]
     if any(m.coll is None for m in trace.messages):
@@ -521,7 +524,7 @@ def _svg_legend(
     return out, (y + 8 if entries else top)
 
 
-def render_svg(trace: Trace, width: int = 900) -> str:
+def render_svg(trace: TraceView, width: int = 900) -> str:
     """The space-time diagram of ``trace`` as an SVG document (a string)."""
     if not isinstance(width, int) or width < 200:
         raise ValueError(f"width must be an int of at least 200 pixels, not {width!r}")

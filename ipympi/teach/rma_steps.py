@@ -18,7 +18,7 @@ from .rma import RmaEpoch, RmaOp, count_epochs, epoch_groups, rank_list
 from .units import format_bytes, format_time, plural
 
 if TYPE_CHECKING:
-    from .trace import Trace
+    from .traced import TraceView
 
 __all__ = ["EpochSteps"]
 
@@ -47,7 +47,7 @@ def _written_by(rank: int, ops: list[RmaOp]) -> list[int]:
 class EpochSteps(FrameView):
     """The epochs of a trace, one frame each (see the module docstring)."""
 
-    def __init__(self, trace: Trace) -> None:
+    def __init__(self, trace: TraceView) -> None:
         groups = epoch_groups(trace.epochs)
         if not groups:
             raise ValueError("the trace holds no one-sided communication (no window epoch)")

@@ -22,7 +22,7 @@ from .units import format_bytes, format_time, plural
 
 if TYPE_CHECKING:
     from .rma import RmaEpoch
-    from .trace import Trace, TracedCollective, TracedMessage
+    from .traced import TracedCollective, TracedMessage, TraceView
 
 __all__ = ["render_text"]
 
@@ -30,7 +30,7 @@ MAX_EVENT_LINES = 400
 NBSP = "\N{NO-BREAK SPACE}"
 
 
-def _collective_lines(trace: Trace, coll: TracedCollective, width: int) -> list[str]:
+def _collective_lines(trace: TraceView, coll: TracedCollective, width: int) -> list[str]:
     rounds = coll.n_rounds
     head = f"{coll.call} on {coll.comm}"
     if coll.root is not None:
@@ -59,7 +59,7 @@ def _collective_lines(trace: Trace, coll: TracedCollective, width: int) -> list[
     return lines
 
 
-def _epoch_lines(trace: Trace, epochs: list[RmaEpoch]) -> list[str]:
+def _epoch_lines(trace: TraceView, epochs: list[RmaEpoch]) -> list[str]:
     """One epoch (a fence epoch: on every rank of its window) and its operations."""
     first = epochs[0]
     ranks = sorted({e.rank for e in epochs})
@@ -83,7 +83,7 @@ def _epoch_lines(trace: Trace, epochs: list[RmaEpoch]) -> list[str]:
     return lines
 
 
-def _message_line(trace: Trace, m: TracedMessage) -> str:
+def _message_line(trace: TraceView, m: TracedMessage) -> str:
     where = "" if m.comm == "MPI_COMM_WORLD" else f"  on {m.comm}"
     received = (
         "(receive not traced)"
@@ -96,7 +96,7 @@ def _message_line(trace: Trace, m: TracedMessage) -> str:
     )
 
 
-def _orphan_line(trace: Trace, record: dict) -> str:
+def _orphan_line(trace: TraceView, record: dict) -> str:
     where = "" if record.get("comm") == "MPI_COMM_WORLD" else f"  on {record.get('comm', '?')}"
     return (
         f"  {format_time(trace.relative(float(record['t']))):>9}  {record['call']} "
@@ -105,7 +105,7 @@ def _orphan_line(trace: Trace, record: dict) -> str:
     )
 
 
-def _event_lines(trace: Trace, width: int) -> list[str]:
+def _event_lines(trace: TraceView, width: int) -> list[str]:
     entries: list[tuple[float, int, list[str]]] = []
     for coll in trace.collectives:
         entries.append((coll.t0, 0, _collective_lines(trace, coll, width)))
@@ -134,7 +134,7 @@ def _mark(row: list[str], col: int, char: str, protect: set[int] | None = None) 
         row[col] = char
 
 
-def _lane_chart(trace: Trace, width: int) -> list[str]:
+def _lane_chart(trace: TraceView, width: int) -> list[str]:
     label_w = max(len(f"rank {r}") for r in trace.ranks) + 1
     cols = max(width - label_w - 1, 20)
     scale = TimeScale(event_times(trace), trace.duration, 0, cols - 1, break_width=3, min_live=2)
@@ -208,7 +208,7 @@ def _lane_chart(trace: Trace, width: int) -> list[str]:
     return lines
 
 
-def render_text(trace: Trace, width: int = 100) -> str:
+def render_text(trace: TraceView, width: int = 100) -> str:
     """``trace`` as text: a summary, a lane chart and the list of events."""
     if not isinstance(width, int) or width < 40:
         raise ValueError(f"width must be an int of at least 40 columns, not {width!r}")

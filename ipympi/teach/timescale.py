@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from .units import format_time
 
 if TYPE_CHECKING:
-    from .trace import Trace
+    from .traced import TraceView
 
 __all__ = ["Segment", "Tick", "TimeScale", "event_times"]
 
@@ -172,7 +172,7 @@ class TimeScale:
         return ticks
 
 
-def event_times(trace: Trace) -> list[float]:
+def event_times(trace: TraceView) -> list[float]:
     """When something happens in ``trace`` (relative times): what the scale keeps to scale."""
     times = []
     for m in trace.messages:

@@ -28,11 +28,12 @@ from ...core.modes import BLOCKING, Form
 from ...core.schedule import Algorithm, Round, signature
 from ..args import inter_root
 from ..handles import InterMixin
+from ..jobs import local_first
 from ..rawmem import IN_PLACE
 from .runner import CollOp, check_reported, run_in_mode
 
 if TYPE_CHECKING:
-    from ..comm import CommImpl
+    from ..commimpl import CommImpl
 
 __all__ = [
     "Build",
@@ -53,7 +54,7 @@ Build = Callable[[int, int, int, int], "tuple[Algorithm, Callable[[Any], Any] | 
 def layout(impl: CommImpl) -> tuple[list[int], int, int]:
     """(union world ranks, offset of the local group, offset of the remote group)."""
     local, remote = impl.world_ranks, impl.remote_world_ranks
-    if local[0] < remote[0]:
+    if local_first(local, remote):
         return list(local) + list(remote), 0, len(local)
     return list(remote) + list(local), len(remote), 0
 

@@ -32,7 +32,7 @@ from .bufforms import blocks, exchange, in_place, unpack_after, vector
 from .runner import CollOp, check_reported, run_blocking, run_in_mode
 
 if TYPE_CHECKING:
-    from ..comm import CommImpl
+    from ..commimpl import CommImpl
     from ..info import Info
 
 __all__ = ["Collectives"]

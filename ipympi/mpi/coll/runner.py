@@ -32,7 +32,7 @@ from ...core.errors import ERR_NOT_SAME, ERR_OTHER
 from ...core.errors import Exception as MPIException
 from ...core.modes import BLOCKING, PERSISTENT, Form
 from ...core.schedule import KINDS, ROOTED, Algorithm, Round, describe_signature, is_local
-from ...progress.engine import WaitInfo, arrival_signature
+from ...progress.engine import WaitInfo
 from ...progress.operation import COLL, RECV, SEND, Operation
 from ..request import Prequest, Request
 
@@ -299,13 +299,11 @@ class CollOp(Operation):
         if self.finish is not None:
             value = self.finish(value)
         self.result = value
-        if self.trace is not None:
-            self.tracer.coll_ended(self.trace, self.round, None)
-        self._done()
+        self.complete()
 
     def end_with_leftover(self, leftover: Any) -> None:
         """Fail the (ended) call: ``leftover``, a message of it, was never received."""
-        payload_sig = arrival_signature(leftover)
+        payload_sig = leftover.payload.sig
         self._fail(
             f"collective mismatch (collective #{self.seq} on {self._name()}): "
             f"rank {leftover.source} called {describe_signature(payload_sig)}, "
@@ -327,14 +325,15 @@ class CollOp(Operation):
         for op in self.recv_ops:
             if not op.done:
                 self.engine.withdraw(op)
-        self.error = error
-        self.error_detail = text
-        if self.trace is not None:
-            self.tracer.coll_ended(self.trace, self.round, text)
-        self._done()
+        self.fail(error, text)
 
-    def _done(self) -> None:
-        self.done = True
+    def complete(self) -> None:
+        """End the call (its result or its error is set): close its trace record and
+        its algorithm, and stop advancing it."""
+        if self.trace is not None:
+            ended = self.error_detail if self.error else None
+            self.tracer.coll_ended(self.trace, self.round, ended)
+        super().complete()
         if self.algorithm is not None:
             self.algorithm.close()
         if self in self.engine.colls:

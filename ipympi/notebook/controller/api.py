@@ -18,7 +18,7 @@ from .execute import CellOptions, rank_error, run_cell
 from .publish import publisher_for
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
+    from .contracts import CellCluster
     from .records import Submission
 
 __all__ = ["ClusterAPI"]
@@ -104,12 +104,12 @@ class ClusterAPI:
         return result
 
 
-def _as_cluster(api: ClusterAPI) -> Cluster:
+def _as_cluster(api: ClusterAPI) -> CellCluster:
     """``api`` as the cluster it is (``ClusterAPI`` is a mixin of ``Cluster`` only)."""
-    return cast("Cluster", api)
+    return cast("CellCluster", api)
 
 
-def _finish(cluster: Cluster, req: Submission) -> dict[int, Any]:
+def _finish(cluster: CellCluster, req: Submission) -> dict[int, Any]:
     """Wait for a data request; its per-rank reply buffers unpickled; RankError on failure."""
     cluster.wait(req, DATA_TIMEOUT)
     cluster.forget(req)

@@ -10,9 +10,11 @@ launcher gives a rank of that index (:meth:`Launcher.process_environment
 :func:`~ipympi.launch.spawning.child_environment`, so that the transport and the control
 channel reach them as they reach the engines, and returns the ``spawned`` answer.
 
-The children's standard output and error become ``stream`` messages of their process
-index, fed to the cell that is running (else the next one), where the renderer labels
-them as it labels the ranks' (``[stdout:2]``). A child that exits with a non-zero status
+The children's standard output and error are read always, also between cells, by a
+thread of their own (:class:`~ipympi.notebook.controller.outpipes.PipeReader`: a child
+never stalls on a full pipe), and become ``stream`` messages of their process index,
+fed to the cell that is running (else the next one), where the renderer labels them as
+it labels the ranks' (``[stdout:2]``). A child that exits with a non-zero status
 adds a line on its stderr (``spawned process 3 exited with status 1``) and the ranks
 are told (``peer_exit``), so that what waits on it fails instead of hanging. Children
 never outlive their world: :meth:`Children.close` ends them (TERM, then KILL, each in
@@ -30,17 +32,20 @@ import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, cast
+from typing import TYPE_CHECKING, Any, Callable, Protocol, cast
 
 from ...core import control as ctl
 from ...launch import spawning
 from ...launch.basics import _die_with_parent
 from ...launch.watch import with_cpu
+from .outpipes import PipeReader
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
+    from ...launch.ctlserver import ControlServer
+    from .launchers import Launcher
+    from .records import EngineRecord, Submission
 
-__all__ = ["Child", "Children", "ServesSpawn"]
+__all__ = ["Child", "Children", "ServesSpawn", "SpawnHost"]
 
 Item = tuple[int, str, dict[str, Any]]  # (process index, msg_type, content), as engines send
 #: ``environment(index, size)``: a rank's environment for process ``index`` in a world of
@@ -54,8 +59,8 @@ class Child:
 
     index: int
     popen: subprocess.Popen[bytes]
-    pipes: dict[int, str] = field(default_factory=dict)  # open fd -> stream name
-    decoders: dict[int, Any] = field(default_factory=dict)  # fd -> incremental decoder
+    pipes: set[str] = field(default_factory=set)  # the names of its open output pipes
+    decoders: dict[str, Any] = field(default_factory=dict)  # stream name -> its decoder
     returncode: int | None = None
 
 
@@ -65,7 +70,7 @@ class Children:
     def __init__(self) -> None:
         self.next_index = 0  # the next free process index of the world
         self.procs: dict[int, Child] = {}  # index -> child, until its exit is reported
-        self._by_fd: dict[int, Child] = {}
+        self.output = PipeReader()  # reads the children's pipes, also between cells
         self.ending = False  # the world is being ended: exits are not failures
         self.states: dict[int, dict[str, Any]] = {}  # index -> answer to the last query
         self.dead: dict[int, str] = {}  # index -> how a child that failed ended
@@ -87,9 +92,10 @@ class Children:
         if child is not None:
             self.states[index] = with_cpu(state, child.popen.pid)
 
-    def fds(self) -> list[int]:
-        """The children's open output pipes, to poll."""
-        return list(self._by_fd)
+    @property
+    def fd(self) -> int:
+        """Readable when the children have said something: a poller watches it."""
+        return self.output.fd
 
     # -- starting ------------------------------------------------------------------------
     def spawn(self, msg: Mapping[str, Any], environment: Environment) -> dict[str, Any]:
@@ -142,61 +148,41 @@ class Children:
             preexec_fn=_die_with_parent(),
         )
         child = Child(index, popen)
+        self.procs[index] = child
         for pipe, name in ((popen.stdout, "stdout"), (popen.stderr, "stderr")):
             assert pipe is not None
-            fd = pipe.fileno()
-            os.set_blocking(fd, False)
-            child.pipes[fd] = name
-            child.decoders[fd] = codecs.getincrementaldecoder("utf-8")(errors="replace")
-            self._by_fd[fd] = child
-        self.procs[index] = child
+            child.pipes.add(name)
+            child.decoders[name] = codecs.getincrementaldecoder("utf-8")(errors="replace")
+            self.output.add(pipe.fileno(), index, name)
         return child
 
     # -- output and exits ----------------------------------------------------------------
-    def read(self, fd: int) -> tuple[list[Item], list[tuple[int, int]]]:
-        """What readable ``fd`` brought: output items, and ``(index, returncode)`` of
-        children whose output has ended and that have exited."""
-        child = self._by_fd.get(fd)
-        if child is None:
-            return [], []
-        items = self._read_pipe(child, fd)
-        return items, self._reap(child)
-
-    def drain(self) -> tuple[list[Item], list[tuple[int, int]]]:
-        """All output the children have written so far, without waiting."""
+    def take(self, now: bool = False) -> tuple[list[Item], list[tuple[int, int]]]:
+        """What the children said since the last take (output items), and ``(index,
+        returncode)`` of children whose output has ended and that have exited; with
+        ``now``, also what their pipes hold at this moment."""
         items: list[Item] = []
         exits: list[tuple[int, int]] = []
-        for fd, child in list(self._by_fd.items()):
-            if fd in child.pipes:
-                items += self._read_pipe(child, fd)
+        for chunk in self.output.take(now):
+            child = self.procs.get(chunk.key)
+            decoder = child.decoders.get(chunk.name) if child is not None else None
+            if decoder is None:  # a note of the reader's, or a child already forgotten
+                text = chunk.data.decode(errors="replace")
+            else:
+                text = decoder.decode(chunk.data, final=chunk.ended)
+            if text:
+                items.append((chunk.key, "stream", {"name": chunk.name, "text": text}))
+            if chunk.ended and child is not None:
+                self._close_pipe(child, chunk.name)
                 exits += self._reap(child)
-        return items, exits
+        return _merged(items), exits
 
-    def _read_pipe(self, child: Child, fd: int) -> list[Item]:
-        data, ended = b"", False
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                break
-            except OSError:
-                chunk = b""
-            if not chunk:
-                ended = True
-                break
-            data += chunk
-        name = child.pipes[fd]
-        text = child.decoders[fd].decode(data, final=ended)
-        if ended:
-            self._close_pipe(child, fd)
-        return [(child.index, "stream", {"name": name, "text": text})] if text else []
-
-    def _close_pipe(self, child: Child, fd: int) -> None:
-        child.pipes.pop(fd, None)
-        self._by_fd.pop(fd, None)
-        for pipe in (child.popen.stdout, child.popen.stderr):
-            if pipe is not None and not pipe.closed and pipe.fileno() == fd:
-                pipe.close()
+    def _close_pipe(self, child: Child, name: str) -> None:
+        pipe = child.popen.stdout if name == "stdout" else child.popen.stderr
+        child.pipes.discard(name)
+        if pipe is not None and not pipe.closed:
+            self.output.forget(pipe.fileno())
+            pipe.close()
 
     def _reap(self, child: Child) -> list[tuple[int, int]]:
         """``[(index, returncode)]`` once the child's output has ended and it has exited."""
@@ -240,60 +226,70 @@ class Children:
                 time.sleep(0.02)
         for child in list(self.procs.values()):
             self._forget(child, kill=True)
+        self.output.take()  # what they said last goes with their world
 
     def _forget(self, child: Child, kill: bool) -> None:
         if kill and child.popen.poll() is None:
             self._signal(child, signal.SIGKILL)
-        for fd in list(child.pipes):
-            self._close_pipe(child, fd)
+        for name in list(child.pipes):
+            self._close_pipe(child, name)
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.popen.wait(5.0)
         self.procs.pop(child.index, None)
 
 
+class SpawnHost(Protocol):
+    """What :class:`ServesSpawn` needs of the cluster it is a part of."""
+
+    _ctl: ControlServer | None  # the world's control socket
+    _held: list[Item]  # their output no running cell has taken yet
+    children: Children
+    launcher: Launcher
+    engines: list[EngineRecord]
+    requests: dict[str, Submission]
+
+    @property
+    def ending(self) -> bool: ...
+
+
 class ServesSpawn:
     """What a :class:`~ipympi.notebook.controller.cluster.Cluster` does for its world's
-    spawned processes: serve ``spawn`` requests, watch the children's output, show it."""
+    spawned processes: serve ``spawn`` requests, watch the children's output, show it.
+    What it needs of the cluster is :class:`SpawnHost`."""
 
     def _on_spawn(self, rank: int, msg: dict[str, Any]) -> None:
         """Start what a rank's ``Comm.Spawn`` asks for and answer it."""
-        cluster = cast("Cluster", self)
+        cluster = cast("SpawnHost", self)
         assert cluster._ctl is not None
         if cluster.ending:
             answer = spawning.refusal(msg, "the world is ending")
         else:
             answer = cluster.children.spawn(msg, cluster.launcher.process_environment)
         cluster._ctl.nranks = max(cluster._ctl.nranks, cluster.children.next_index)
-        self._watch_children()
         cluster._ctl.send(rank, answer)
 
     def _on_child_error(self, rank: int, msg: dict[str, Any]) -> None:
         """A spawned process's uncaught exception: its traceback, on its stderr."""
-        if rank >= len(cast("Cluster", self).engines):  # engines report theirs in replies
+        if rank >= len(cast("SpawnHost", self).engines):  # engines report theirs in replies
             text = str(msg.get("text", ""))
             self._children_said([(rank, "stream", {"name": "stderr", "text": text})], [])
 
     def _on_child_hello(self, rank: int) -> None:
         """A child has connected: tell it of the children that died before it could hear."""
-        self._tell_of_dead([rank], cast("Cluster", self).children.dead)
+        self._tell_of_dead([rank], cast("SpawnHost", self).children.dead)
 
     def _tell_of_dead(self, ranks: list[int], dead: Mapping[int, str]) -> None:
         """Send ``ranks`` a ``peer_exit`` per dead child: what waits on one fails."""
-        control = cast("Cluster", self)._ctl
+        control = cast("SpawnHost", self)._ctl
         if control is None:
             return
         for index, reason in dead.items():
             control.send_all(ranks, {"type": ctl.PEER_EXIT, "rank": index, "reason": reason})
 
-    def _watch_children(self) -> None:
-        """Poll exactly the children's open output pipes."""
-        cluster = cast("Cluster", self)
-        cluster._child_fds = cluster._poll_exactly(cluster._child_fds, cluster.children.fds())
-
     def _children_said(self, items: list[Item], exits: list[tuple[int, int]]) -> None:
         """Show the children's output in the running cell (else the next); report a child
         that failed, and tell the ranks, so that what waits on it fails."""
-        cluster = cast("Cluster", self)
+        cluster = cast("SpawnHost", self)
         children = cluster.children
         for index, returncode in exits:
             if returncode and not (cluster.ending or children.ending):
@@ -301,16 +297,26 @@ class ServesSpawn:
                 children.dead[index] = ctl.describe_exit(returncode)
                 peers = [e.rank for e in cluster.engines if e.alive] + list(children.procs)
                 self._tell_of_dead(peers, {index: children.dead[index]})
-        self._watch_children()
         if not items:
             return
         running = [
             req
             for req in cluster.requests.values()
-            if req.kind == "execute" and req.on_output is not None and not req.done
+            if req.kind == "execute" and req.shown and not req.done
         ]
         if running:
-            running[-1].messages.extend(items)
-            running[-1].on_output(items)  # type: ignore[misc]
+            running[-1].add_output(*items)
         else:
             cluster._held.extend(items)
+
+
+def _merged(items: list[Item]) -> list[Item]:
+    """``items`` with the text of successive items of one stream of one process joined."""
+    out: list[Item] = []
+    for index, kind, content in items:
+        last = out[-1] if out else None
+        if last is not None and last[0] == index and last[2]["name"] == content["name"]:
+            out[-1] = (index, kind, {**last[2], "text": last[2]["text"] + content["text"]})
+        else:
+            out.append((index, kind, content))
+    return out

@@ -19,12 +19,18 @@ ROUTERs and the launcher's file descriptors until a condition holds or a
 deadline passes, so every wait is bounded and interruptible (Ctrl-C in the
 controller interrupts the running ranks, see :meth:`Cluster.wait`). Other
 threads hand it work through :attr:`Cluster.errands`, run at its next wait.
+
+The cluster is the transport to the engines: it sends requests, records what
+comes back (:mod:`~ipympi.notebook.controller.inbox`) and watches the processes;
+it calls back into nothing. A cell's run (:mod:`~ipympi.notebook.controller.cellrun`),
+the interrupts (:mod:`~ipympi.notebook.controller.interrupting`) and the data API
+(:mod:`~ipympi.notebook.controller.api`) drive it through what they need of it
+(:class:`~ipympi.notebook.controller.contracts.CellCluster`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import math
 import os
 import secrets
@@ -42,18 +48,18 @@ from ...launch.ctlserver import ControlServer
 from ...launch.sessiondir import make_session_dir, remove_on_signals, remove_session_dir
 from ...launch.watch import with_cpu
 from ..engine.protocol import EngineMessage, ProtocolError, Signer
+from . import interrupting
 from .api import ClusterAPI
 from .children import Children, Item, ServesSpawn
 from .errands import Errands
+from .inbox import engine_of, log_bad_control, rank_of, record
+from .interrupting import INTERRUPT_GRACE
 from .interrupts import current_gate
 from .launchers import ClusterError, Launcher, World
 from .placement import make_launcher
 from .realwatch import DEADLOCK_AFTER
 from .records import (
-    UNINTERRUPTIBLE,
-    WORLD_WAS_ENDED,
     EngineRecord,
-    Output,
     Submission,
 )
 from .render import WORLD_ENDED
@@ -69,13 +75,9 @@ __all__ = [
 
 DEFAULT_NP = 4
 START_TIMEOUT = 60.0  # seconds for a world to say hello (a loaded CI machine is slow)
-INTERRUPT_GRACE = 5.0  # seconds interrupted ranks get to reply before they are reported
 STOP_GRACE = 3.0  # seconds between the steps of stopping a world
 ABORT_GRACE = 2.0  # seconds an abort message may lag behind the end of an MPI launcher's job
 STOPPED = "the engines were stopped"  # the error of requests a stop ends
-_OUTPUT_TYPES = frozenset(
-    {"stream", "display_data", "update_display_data", "clear_output", "execute_result", "error"}
-)
 
 
 class Cluster(ClusterAPI, ServesSpawn):
@@ -136,7 +138,7 @@ class Cluster(ClusterAPI, ServesSpawn):
         self._poller.register(self.errands.fd, zmq.POLLIN)
         self._watched: set[int] = set()  # the launcher's file descriptors in the poller
         self.children = Children()  # the processes the world's ranks spawned
-        self._child_fds: set[int] = set()  # their output pipes in the poller
+        self._poller.register(self.children.fd, zmq.POLLIN)  # what they said
         self._held: list[Item] = []  # their output no running cell has taken yet
         self._closed = False
 
@@ -194,7 +196,7 @@ class Cluster(ClusterAPI, ServesSpawn):
         # A rank's last word (an abort) may come on a new socket of its own, while its
         # old one is still being closed: the new one takes the rank's identity over.
         self._ctl = ControlServer(
-            self._ctx, self._mpi_key, self.n, handover=True, on_bad=_log_bad_control
+            self._ctx, self._mpi_key, self.n, handover=True, on_bad=log_bad_control
         )
         self._poller.register(self._ctl.socket, zmq.POLLIN)
         self.engines = [EngineRecord(rank) for rank in range(self.n)]
@@ -313,6 +315,8 @@ class Cluster(ClusterAPI, ServesSpawn):
             self._router.close(0)
             self._poller.unregister(self.errands.fd)
             self.errands.close()
+            self._poller.unregister(self.children.fd)
+            self.children.output.close()
             self._ctx.term()
             remove_session_dir(self.session_dir)
 
@@ -329,7 +333,6 @@ class Cluster(ClusterAPI, ServesSpawn):
 
     def _close_world(self) -> None:
         self.children.close(STOP_GRACE)  # children never outlive their world
-        self._watch_children()
         self._held = []
         if self._ctl is not None:
             self._poller.unregister(self._ctl.socket)
@@ -345,8 +348,8 @@ class Cluster(ClusterAPI, ServesSpawn):
         self._watched = self._poll_exactly(self._watched, self.launcher.fds())
 
     def _poll_exactly(self, polled: set[int], fds: Iterable[int]) -> set[int]:
-        """Make the poller watch ``fds`` where it watched ``polled`` (both for one
-        source: the launcher's, the spawned processes'); the new set."""
+        """Make the poller watch ``fds`` where it watched ``polled`` (both the
+        launcher's); the new set."""
         wanted = set(fds)
         for fd in polled - wanted:
             self._poller.unregister(fd)
@@ -366,7 +369,11 @@ class Cluster(ClusterAPI, ServesSpawn):
             if kind == "ended":
                 self._on_world_end(event)
                 continue
-            engine = self._engine_of(event)
+            if kind == "output":  # a spawned process's, forwarded by a real MPI's launcher
+                text = {"name": event["name"], "text": event["text"]}
+                self._children_said([(int(event["index"]), "stream", text)], [])
+                continue
+            engine = engine_of(self.engines, event)
             if engine is None:
                 continue
             if kind == "spawned":
@@ -376,16 +383,6 @@ class Cluster(ClusterAPI, ServesSpawn):
                 pid = event.get("pid")
                 if pid is None or engine.pid is None or engine.pid == pid:
                     self._on_exit(engine.rank, int(event["returncode"]))
-
-    def _engine_of(self, event: Mapping[str, Any]) -> EngineRecord | None:
-        """The engine an event is about: by rank, else by pid and host."""
-        rank = event.get("rank")
-        if isinstance(rank, int):
-            return self.engines[rank] if 0 <= rank < len(self.engines) else None
-        for engine in self.engines:
-            if engine.pid == event.get("pid") and engine.host == event.get("host"):
-                return engine
-        return None
 
     def _on_world_end(self, event: Mapping[str, Any]) -> None:
         """The launcher ended every engine still running (a failed rank ends an MPI job)."""
@@ -422,16 +419,16 @@ class Cluster(ClusterAPI, ServesSpawn):
         for req in self.requests.values():
             if rank in req.targets and rank not in req.replies:
                 if self._stopping:
-                    self._synthesize_reply(req, rank, "EngineStopped", STOPPED)
+                    self.fail_rank(req, rank, "EngineStopped", STOPPED)
                 elif self.aborted is not None:
                     # The same words for every rank: the cell's error shows them once.
-                    self._synthesize_reply(req, rank, "MPIAbort", self.world_ended())
+                    self.fail_rank(req, rank, "MPIAbort", self.world_ended())
                 elif ended_by is not None:
-                    self._synthesize_reply(req, rank, WORLD_ENDED, ended_by)
+                    self.fail_rank(req, rank, WORLD_ENDED, ended_by)
                 else:
                     what = ctl.describe_exit(returncode) if returncode else "exited"
                     died = f"rank {rank} has died ({what})"
-                    self._synthesize_reply(req, rank, "EngineDied", died)
+                    self.fail_rank(req, rank, "EngineDied", died)
 
     def _tell_peers(self, rank: int, reason: str) -> None:
         """Tell every live rank that ``rank`` died: what waits on it fails at once."""
@@ -460,28 +457,27 @@ class Cluster(ClusterAPI, ServesSpawn):
         content: dict[str, Any],
         targets: Iterable[int],
         buffers: Sequence[bytes] = (),
-        on_output: Output | None = None,
     ) -> Submission:
         """Send one request to ``targets``; its replies and output collect in the Submission."""
         msg = EngineMessage(kind, content, buffers=tuple(buffers))
-        req = Submission(msg.id, kind, sorted(set(targets)), on_output=on_output)
+        req = Submission(msg.id, kind, sorted(set(targets)))
         frames = self.signer.encode(msg)
         self.requests[req.id] = req
         if kind == "execute" and self._held:  # children's output since the last cell
-            req.messages += self._held
+            req.add_output(*self._held)
             self._held = []
         for rank in req.targets:
             engine = self.engines[rank] if rank < len(self.engines) else None
             if engine is None or not engine.alive or not engine.ready:
-                self._synthesize_reply(req, rank, "EngineDied", f"rank {rank} is not running")
+                self.fail_rank(req, rank, "EngineDied", f"rank {rank} is not running")
                 continue
             try:
                 self._router.send_multipart([b"in%d.%d" % (self.gen, rank), *frames])
             except zmq.ZMQError as exc:
-                self._synthesize_reply(req, rank, "EngineDied", f"rank {rank}: {exc}")
+                self.fail_rank(req, rank, "EngineDied", f"rank {rank}: {exc}")
         return req
 
-    def _synthesize_reply(
+    def fail_rank(
         self, req: Submission, rank: int, ename: str, evalue: str, where: str | None = None
     ) -> None:
         content: dict[str, Any] = {
@@ -492,86 +488,30 @@ class Cluster(ClusterAPI, ServesSpawn):
         }
         if where is not None:
             content["where"] = where
-        req.messages.append((rank, "error", content))
-        if req.on_output is not None:
-            req.on_output([(rank, "error", content)])
+        req.add_output((rank, "error", content))
         req.replies[rank] = EngineMessage("reply", content, req.id)
 
     def _fail_pending(self, req: Submission, ename: str, evalue: str) -> None:
         for rank in req.pending:
-            self._synthesize_reply(req, rank, ename, evalue)
+            self.fail_rank(req, rank, ename, evalue)
 
     def _busy(self) -> bool:
         return any(not req.done for req in self.requests.values())
 
     def wait(self, req: Submission, timeout: float | None = None) -> bool:
-        """Pump until ``req`` is done; False when ``timeout`` passes first.
-
-        KeyboardInterrupt (the notebook's interrupt) is passed on to the ranks
-        still running ``req``; they get ``INTERRUPT_GRACE`` seconds to reply,
-        after which they are reported as not responding. The interrupt is then
-        re-raised only if the ranks did not answer.
-        """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        try:
-            return self.pump(deadline, lambda: req.done)
-        except KeyboardInterrupt:
-            self.interrupt(req)
-            return True
+        """Pump until ``req`` is done; False when ``timeout`` passes first (see
+        :func:`~ipympi.notebook.controller.interrupting.wait`: Ctrl-C interrupts ``req``)."""
+        return interrupting.wait(self, req, timeout)
 
     def interrupt(self, req: Submission, resynchronize: bool = True) -> None:
-        """Interrupt the ranks still running ``req``, collect their replies, realign them.
+        """Interrupt the ranks still running ``req`` (see
+        :func:`~ipympi.notebook.controller.interrupting.interrupt`)."""
+        interrupting.interrupt(self, req, realign=resynchronize)
 
-        A second Ctrl-C while waiting stops waiting: the silent ranks are
-        reported as not responding.
-        """
-        req.interrupted = True
-        self.signal(req.pending, signal.SIGINT)
-        self._pump_through_interrupts(time.monotonic() + INTERRUPT_GRACE, lambda: req.done)
-        if req.pending and not self.launcher.interrupts_mpi_calls:
-            self._end_uninterruptible(req)
-            return
-        for rank in req.pending:
-            self._synthesize_reply(
-                req, rank, "KeyboardInterrupt", f"rank {rank} did not respond to the interrupt"
-            )
-        if resynchronize:
-            self.resynchronize()
-
-    def _end_uninterruptible(self, req: Submission) -> None:
-        """End the world of ranks that an interrupt cannot reach (inside a real MPI call).
-
-        Each silent rank's error says where it was; the request (and the
-        notice of the next cell, which starts a fresh world) says why the
-        world was ended.
-        """
-        pending = req.pending
-        with contextlib.suppress(KeyboardInterrupt):
-            self.query_states(timeout=QUERY_TIMEOUT)
-        places = []
-        for rank in pending:
-            state = self.engines[rank].state
-            where = f"at {state['where']}" if state.get("where") else "somewhere"
-            if state.get("line"):
-                where += f" ({state['line']})"
-            places.append(f"rank {rank} {where}")
-            self._synthesize_reply(
-                req,
-                rank,
-                "KeyboardInterrupt",
-                f"rank {rank} could not be interrupted",
-                f"{where}, which could not be interrupted",
-            )
-        req.ended = f"{UNINTERRUPTIBLE}, {WORLD_WAS_ENDED}"
-        self.end_world(f"ipympi ended it when an interrupt could not reach {'; '.join(places)}")
-
-    def _pump_through_interrupts(self, deadline: float, done: Callable[[], bool]) -> bool:
-        """``pump``, where a Ctrl-C (the user asking to interrupt) does not cut the wait."""
-        while True:
-            try:
-                return self.pump(deadline, done)
-            except KeyboardInterrupt:
-                continue
+    def resynchronize(self, timeout: float = INTERRUPT_GRACE) -> bool:
+        """Realign the ranks' collectives after an interrupt (see
+        :func:`~ipympi.notebook.controller.interrupting.resynchronize`)."""
+        return interrupting.resynchronize(self, timeout)
 
     def end_world(self, reason: str) -> None:
         """Kill every engine of the world now; the next cell starts a fresh one."""
@@ -580,30 +520,6 @@ class Cluster(ClusterAPI, ServesSpawn):
         self.children.end(signal.SIGKILL)
         with contextlib.suppress(KeyboardInterrupt):
             self.pump(time.monotonic() + STOP_GRACE, lambda: not self.running)
-
-    def resynchronize(self, timeout: float = INTERRUPT_GRACE) -> bool:
-        """Realign the ranks' collectives after an interrupt; False if a rank did not answer.
-
-        Interrupted ranks may have stopped in different collectives (rank 0 in
-        its 3rd, rank 1 in its 4th): every rank abandons what it was in, then
-        all continue from the largest sequence number any rank reached, so the
-        next cell's collectives match again. A real MPI's collectives are its
-        own business: with the mpi4py backend there is nothing to realign.
-        """
-        if self.backend != "builtin":
-            return True
-        ranks = [e.rank for e in self.engines if e.alive and e.ready]
-        first = self.submit("recover", {}, ranks)
-        ok = self._pump_through_interrupts(time.monotonic() + timeout, lambda: first.done)
-        self.forget(first)
-        bases: dict[str, int] = {}
-        for reply in first.replies.values():
-            for context, position in reply.content.get("positions", {}).items():
-                bases[context] = max(bases.get(context, 0), int(position))
-        second = self.submit("recover", {"bases": bases}, ranks)
-        ok = self._pump_through_interrupts(time.monotonic() + timeout, lambda: second.done) and ok
-        self.forget(second)
-        return ok
 
     def signal(self, ranks: Iterable[int], sig: int) -> None:
         """Send ``sig`` to each rank's engine and its children (its process group).
@@ -628,7 +544,7 @@ class Cluster(ClusterAPI, ServesSpawn):
         while True:
             if done():
                 if self.children.procs:  # what they wrote before the ranks finished
-                    self._children_said(*self.children.drain())
+                    self._children_said(*self.children.take(now=True))
                 return True
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
@@ -650,13 +566,12 @@ class Cluster(ClusterAPI, ServesSpawn):
             for fd in self._watched & events.keys():
                 if fd in self._watched:  # an earlier read may have closed it
                     self._read_launcher(fd)
-            for fd in self._child_fds & events.keys():
-                self._children_said(*self.children.read(fd))
+            if self.children.fd in events:
+                self._children_said(*self.children.take())
             if self.errands.fd in events:
                 self.errands.run()
 
     def _read_engines(self) -> None:
-        batches: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
         for _ in range(10000):
             try:
                 frames = self._router.recv_multipart(zmq.NOBLOCK)
@@ -665,52 +580,12 @@ class Cluster(ClusterAPI, ServesSpawn):
             ident, frames = frames[0], frames[1:]
             try:
                 msg = self.signer.decode(frames)
-                rank = _rank_of(ident, self.gen)
+                rank = rank_of(ident, self.gen)
             except ProtocolError:
                 self.dropped += 1
                 continue
-            if rank is None or rank >= len(self.engines):
-                continue  # a message from an engine of an earlier world
-            if msg.type == "hello":
-                engine = self.engines[rank]
-                engine.ready = engine.launched = True
-                engine.pid = int(msg.content.get("pid", engine.pid or 0)) or engine.pid
-                engine.host = str(msg.content.get("host", ""))
-                engine.mpi = str(msg.content.get("mpi", ""))
-                continue
-            req = self.requests.get(msg.parent or "")
-            if req is None:
-                if msg.parent is None and msg.type == "stream":
-                    _log_unrequested(rank, msg.content)
-                continue
-            if msg.type == "reply":
-                self._flush_batch(req, batches.pop(req.id, []))
-                req.replies[rank] = msg
-                self._note_reply(self.engines[rank], msg.content)
-            elif msg.type in _OUTPUT_TYPES:
-                item = (rank, msg.type, msg.content)
-                req.messages.append(item)
-                req.said[rank] = req.said.get(rank, 0) + 1
-                batches.setdefault(req.id, []).append(item)
-        for req_id, batch in batches.items():
-            req = self.requests.get(req_id)
-            if req is not None:
-                self._flush_batch(req, batch)
-
-    @staticmethod
-    def _note_reply(engine: EngineRecord, content: Mapping[str, Any]) -> None:
-        """What a reply says about its engine: the user's variables, message counts."""
-        names, p2p = content.get("names"), content.get("p2p")
-        if isinstance(names, list):
-            engine.names = tuple(map(str, names))
-        if isinstance(p2p, dict):
-            engine.sent = tuple(map(int, p2p.get("sent") or ()))
-            engine.arrived = tuple(map(int, p2p.get("arrived") or ()))
-
-    @staticmethod
-    def _flush_batch(req: Submission, batch: list[tuple[int, str, dict[str, Any]]]) -> None:
-        if batch and req.on_output is not None:
-            req.on_output(batch)
+            if rank is not None:  # else a message from an engine of an earlier world
+                record(self.engines, self.requests, rank, msg)
 
     def _read_control(self) -> None:
         assert self._ctl is not None
@@ -747,6 +622,14 @@ class Cluster(ClusterAPI, ServesSpawn):
     # -- observation -------------------------------------------------------------------
     def query_states(self, timeout: float = QUERY_TIMEOUT, wait: bool = True) -> list[dict]:
         """Ask every live rank what it is doing; one state dict per rank, in rank order."""
+        answered = self.ask_states()
+        if wait:
+            self.pump(time.monotonic() + timeout, answered)
+        return self.states()
+
+    def ask_states(self) -> Callable[[], bool]:
+        """Ask every live rank, and every process they spawned, what it is doing
+        (earlier answers are dropped); the test of whether all asked have answered."""
         for engine in self.engines:
             engine.state = {}
         live = [engine.rank for engine in self.engines if engine.alive]
@@ -758,8 +641,10 @@ class Cluster(ClusterAPI, ServesSpawn):
         def answered() -> bool:
             return all(e.state for e in asked) and all(k in self.children.states for k in kids)
 
-        if wait:
-            self.pump(time.monotonic() + timeout, answered)
+        return answered
+
+    def states(self) -> list[dict[str, Any]]:
+        """Each rank's last answer (see :meth:`state_of`), in rank order."""
         return [self.state_of(engine) for engine in self.engines]
 
     def state_of(self, engine: EngineRecord) -> dict[str, Any]:
@@ -777,28 +662,3 @@ class Cluster(ClusterAPI, ServesSpawn):
     def status(self) -> list[dict[str, Any]]:
         """One row per rank: rank, pid, host, state, call (what it waits for), memory."""
         return status_rows(self)
-
-
-def _rank_of(ident: bytes, gen: int) -> int | None:
-    """The rank of an engine's ``out``/``in`` identity of world ``gen``, else None."""
-    for prefix in (b"out", b"in"):
-        if ident.startswith(prefix):
-            world, _, rank = ident[len(prefix) :].partition(b".")
-            try:
-                return int(rank) if int(world) == gen else None
-            except ValueError:
-                return None
-    return None
-
-
-def _log_unrequested(rank: int, content: Mapping[str, Any]) -> None:
-    """Output an engine wrote outside any request (at start-up, or from a thread of
-    its own between cells) goes to the log, where a kernel's own start-up words go:
-    no cell asked for it, and none should show it."""
-    name, text = content.get("name", "stream"), str(content.get("text", ""))
-    logging.getLogger(__name__).warning("[%s:%d] %s", name, rank, text.rstrip("\n"))
-
-
-def _log_bad_control(why: str) -> None:
-    """A frame on a world's control socket that is not a message of its ranks."""
-    logging.getLogger(__name__).warning("ignoring a bad control message: %s", why)

@@ -35,6 +35,7 @@ nothing about them from ``/proc``.
 
 from __future__ import annotations
 
+import codecs
 import collections
 import contextlib
 import importlib.util
@@ -54,6 +55,8 @@ from ...launch.hosts import Host, interface_address
 from ...launch.launcher import _die_with_parent, rank_environment
 from ..engine import mpi4py_engine
 from ..engine.keeper import parse_report
+from .hydraout import HydraOutput
+from .outpipes import PipeReader
 from .supervisor import SupervisorProcess, engine_environment, take_early
 
 __all__ = [
@@ -304,7 +307,13 @@ class MPILauncher(Launcher):
         self.proc: subprocess.Popen[bytes] | None = None
         self._key = b""
         self._pidfd: int | None = None
-        self._pipes: dict[int, bytes] = {}  # open output pipe -> its unfinished line
+        # open output pipe -> each rank's unfinished line (group 0 of ``_marks``)
+        self._pipes: dict[int, dict[int, bytes]] = {}
+        self._marks: HydraOutput | None = None  # MPICH's marks on each chunk, if it takes them
+        self._decoders: dict[tuple[int, int, int], Any] = {}  # (pipe, group, rank) -> decoder
+        # Reads the pipes also between cells: a spawned process that prints much then never
+        # stalls on a full pipe. Nothing is left out: the keepers' reports come this way.
+        self._reader = PipeReader(limit=None)
         self._tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._reported = False  # some rank's keeper reported its exit
 
@@ -323,7 +332,8 @@ class MPILauncher(Launcher):
         if self.hosts:
             self._hosts_flag = self._hosts_flag or _hosts_option(self.program)
             placement = [self._hosts_flag, ",".join(f"{h.name}:{h.slots}" for h in self.hosts)]
-        return [self.program, "-n", str(n), *placement, *engine]
+        marks = self._marks.option() if self._marks is not None else []
+        return [self.program, "-n", str(n), *placement, *marks, *engine]
 
     def address(self) -> str:
         return interface_address(self.iface) if self.iface else routable_address()
@@ -347,6 +357,9 @@ class MPILauncher(Launcher):
         self._key = world.control_key
         self._tail.clear()
         self._reported = False
+        self._decoders = {}
+        if self.name == "mpiexec" and _prepends_pattern(self.program):
+            self._marks = HydraOutput(world.n)  # the spawned processes' output, labelled
         try:
             self.proc = subprocess.Popen(
                 self.command(world.n),
@@ -361,60 +374,85 @@ class MPILauncher(Launcher):
             raise ClusterError(f"cannot start {self.name} ({self.program}): {exc}") from None
         for pipe in (self.proc.stdout, self.proc.stderr):
             assert pipe is not None
-            os.set_blocking(pipe.fileno(), False)
-            self._pipes[pipe.fileno()] = b""
+            self._pipes[pipe.fileno()] = {}
+            name = "stdout" if pipe is self.proc.stdout else "stderr"
+            self._reader.add(pipe.fileno(), pipe.fileno(), name)
         with contextlib.suppress(AttributeError, OSError):  # without pidfd: end of output
             self._pidfd = os.pidfd_open(self.proc.pid)
         return [{"type": "spawned", "rank": rank, "pid": None} for rank in range(world.n)]
 
     def fds(self) -> list[int]:
-        return [*self._pipes, *([self._pidfd] if self._pidfd is not None else [])]
+        output = [self._reader.fd] if self._pipes else []
+        return [*output, *([self._pidfd] if self._pidfd is not None else [])]
 
     def read(self, fd: int) -> list[Event]:
-        if fd in self._pipes:
-            events = self._read_pipe(fd)
+        if fd == self._reader.fd:
+            events = self._take()
             if self._pipes or self._pidfd is not None:
                 return events
         else:
             events = []
         # The launcher has exited (or closed its output): the world is over.
-        for pipe in list(self._pipes):
-            events += self._read_pipe(pipe, drain=True)
+        events += self._take(now=True)
+        for pipe in list(self._pipes):  # what is not closed yet will say no more
+            events += self._read_pipe(pipe, b"", True)
         return events + self._reap()
 
-    def _read_pipe(self, fd: int, drain: bool = False) -> list[Event]:
-        """Events in what ``fd`` has now (``drain``: all of it, then close it)."""
-        data = b""
-        while True:
-            try:
-                chunk = os.read(fd, 65536)
-            except BlockingIOError:
-                chunk = None
-            except OSError:
-                chunk = b""
-            if chunk:
-                data += chunk
-                if drain:
-                    continue
-            ended = chunk == b"" or drain
-            break
-        lines = (self._pipes[fd] + data).split(b"\n")
-        self._pipes[fd] = b"" if ended else lines.pop()
+    def _take(self, now: bool = False) -> list[Event]:
+        """Events in what the reader has read from the pipes (``now``: and what they hold)."""
+        events: list[Event] = []
+        for chunk in self._reader.take(now):
+            if chunk.key in self._pipes:
+                events += self._read_pipe(chunk.key, chunk.data, chunk.ended)
+        return events
+
+    def _read_pipe(self, fd: int, data: bytes, ended: bool) -> list[Event]:
+        """Events in ``data`` read from ``fd`` (``ended``: all it will say; it is closed)."""
+        pieces = self._marks.split(fd, data, ended) if self._marks else [(0, 0, data)]
+        events: list[Event] = []
+        partial = self._pipes[fd]
+        for group, rank, piece in pieces:
+            if group:  # a spawned process's output
+                events.append(self._child_output(fd, group, rank, piece, ended))
+                continue
+            lines = (partial.get(rank, b"") + piece).split(b"\n")
+            partial[rank] = lines.pop()
+            for line in lines:
+                self._line(line, events)
         if ended:
+            for line in partial.values():
+                self._line(line, events)
             del self._pipes[fd]
             self._close_pipe(fd)
-        events = []
-        for line in lines:
-            report = parse_report(line, self._key) if line else None
-            if report is not None:
-                self._reported = True
-                events.append({"type": "exited", **report})
-            elif line.strip():
-                self._tail.append(line.decode(errors="replace").rstrip())
         return events
+
+    def _line(self, line: bytes, events: list[Event]) -> None:
+        """A line of the engines' world: a keeper's exit report, or kept for diagnosis."""
+        report = parse_report(line, self._key) if line else None
+        if report is not None:
+            self._reported = True
+            events.append({"type": "exited", **report})
+        elif line.strip():
+            self._tail.append(line.decode(errors="replace").rstrip())
+
+    def _child_output(self, fd: int, group: int, rank: int, chunk: bytes, ended: bool) -> Event:
+        """The ``output`` event of what ``rank`` of spawned ``group`` wrote (see hydraout)."""
+        assert self._marks is not None and self.proc is not None
+        key = (fd, group, rank)
+        decoder = self._decoders.get(key)
+        if decoder is None:
+            decoder = self._decoders[key] = codecs.getincrementaldecoder("utf-8")("replace")
+        stdout = self.proc.stdout is not None and self.proc.stdout.fileno() == fd
+        return {
+            "type": "output",
+            "index": self._marks.index(group, rank),
+            "name": "stdout" if stdout else "stderr",
+            "text": decoder.decode(chunk, final=ended),
+        }
 
     def _close_pipe(self, fd: int) -> None:
         assert self.proc is not None
+        self._reader.forget(fd)
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None and not pipe.closed and pipe.fileno() == fd:
                 pipe.close()
@@ -490,6 +528,7 @@ class MPILauncher(Launcher):
     def _forget_process(self) -> None:
         for fd in list(self._pipes):
             self._close_pipe(fd)
+        self._reader.take()  # what it read of them is the ended world's
         self._pipes = {}
         if self._pidfd is not None:
             os.close(self._pidfd)
@@ -517,6 +556,23 @@ def _find_program(name: str, env: Mapping[str, str]) -> str:
         f"--launcher {name}: there is no {name} on PATH nor next to {sys.executable} "
         "(install an MPI, e.g. pip install mpich)"
     )
+
+
+_PREPENDS: dict[str, bool] = {}  # mpiexec -> whether it takes -prepend-pattern (Hydra)
+
+
+def _prepends_pattern(program: str) -> bool:
+    """Whether ``program`` (an mpiexec) marks its processes' output chunks: MPICH's
+    Hydra does (``-prepend-pattern``), Open MPI's does not."""
+    if program not in _PREPENDS:
+        try:
+            said = subprocess.run(
+                [program, "-h"], capture_output=True, text=True, timeout=10, check=False
+            )
+            _PREPENDS[program] = "-prepend-pattern" in said.stdout + said.stderr
+        except (OSError, subprocess.TimeoutExpired):
+            _PREPENDS[program] = False
+    return _PREPENDS[program]
 
 
 def _hosts_option(program: str) -> str:

@@ -31,7 +31,7 @@ re-enters it) and it printed nothing meanwhile. Two verdicts end a cell:
 
 No verdict while a rank computes (it is not in an MPI call), moves from call
 to call (a loop of short waits), prints, or does not answer. Pure logic over
-state dicts; :func:`ipympi.notebook.controller.execute.follow` applies the session's
+state dicts; :class:`ipympi.notebook.controller.cellrun.CellRun` applies the session's
 ``on_error`` policy to a verdict.
 """
 

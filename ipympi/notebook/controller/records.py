@@ -2,14 +2,16 @@
 
 :class:`EngineRecord` is one rank's engine process as the controller knows
 it; :class:`Submission` is one request sent to some ranks with everything they
-said about it (:mod:`ipympi.notebook.controller.cluster` fills both in).
+said about it (:mod:`ipympi.notebook.controller.cluster` fills both in). Output is
+pulled: the one that follows a request takes what came since its last look
+(:meth:`Submission.take_output`), so the cluster calls back into nothing.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..engine.protocol import EngineMessage
 
@@ -17,11 +19,8 @@ __all__ = [
     "UNINTERRUPTIBLE",
     "WORLD_WAS_ENDED",
     "EngineRecord",
-    "Output",
     "Submission",
 ]
-
-Output = Callable[[list[tuple[int, str, dict[str, Any]]]], None]
 
 # What a cell's error says when ipympi ends a world of a real MPI.
 UNINTERRUPTIBLE = "a rank inside a call of a real MPI cannot be interrupted"
@@ -61,10 +60,26 @@ class Submission:
     replies: dict[int, EngineMessage] = field(default_factory=dict)
     messages: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     said: dict[int, int] = field(default_factory=dict)  # rank -> output messages so far
-    on_output: Output | None = None
     interrupted: bool = False
     ended: str | None = None  # why the world was ended while this request ran
     started: float = field(default_factory=time.monotonic)
+    shown: bool = False  # a cell whose output is being shown as it comes
+    taken: int = 0  # how many of ``messages`` the one following the request has taken
+    fresh_since: float = 0.0  # when the oldest message not taken yet came
+
+    def add_output(self, *items: tuple[int, str, dict[str, Any]]) -> None:
+        """Keep output that came for the request; whoever follows it takes it."""
+        if items and self.taken >= len(self.messages):
+            self.fresh_since = time.monotonic()
+        self.messages.extend(items)
+
+    def take_output(self) -> list[tuple[int, str, dict[str, Any]]]:
+        """The output that came since the last take (all of it at the first)."""
+        if self.taken >= len(self.messages):
+            return []
+        batch = self.messages[self.taken :]
+        self.taken = len(self.messages)
+        return batch
 
     @property
     def done(self) -> bool:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ...core import control as ctl
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
+    from .contracts import CellCluster
 
 __all__ = ["COLUMNS", "StatusTable", "format_memory", "status_rows"]
 
@@ -77,7 +77,7 @@ class StatusTable:
 
 
 # -- the rows -------------------------------------------------------------------------------
-def status_rows(cluster: Cluster) -> list[dict[str, Any]]:
+def status_rows(cluster: CellCluster) -> list[dict[str, Any]]:
     """One row per rank, then one per running process the ranks spawned (its process
     index in the ``rank`` column): rank, pid, host, state, call (what it waits for),
     where, memory.

@@ -1,21 +1,24 @@
-"""What the controller does when a running cell cannot go on, or left messages on their way.
+"""What a running cell that cannot go on, or that left messages on their way, comes to.
 
-While :func:`ipympi.notebook.controller.execute.follow` waits for a cell, it looks at its
-ranks every :data:`~.watch.LOOK_EVERY` seconds through the stuck-cell rule of
-the cluster's MPI (:func:`watch_for`: :class:`~.watch.BuiltinWatch` for ipympi's
-own, :class:`~.realwatch.RealMPIWatch` for a real one). A verdict ends the
-cell as the session's ``on_error`` says (:func:`on_stuck`): ranks of the
-built-in MPI are interrupted, a real MPI's world is ended, ``wait`` only says
-so. Once a cell has ended well, messages still on their way to a rank are
-reported under it (:func:`late_leftovers`).
+While :class:`ipympi.notebook.controller.cellrun.CellRun` waits for a cell, it looks at
+its ranks every :data:`~ipympi.launch.watch.LOOK_EVERY` seconds through the stuck-cell
+rule of the cluster's MPI (:func:`watch_for`: :class:`~ipympi.launch.watch.BuiltinWatch`
+for ipympi's own, :class:`~.realwatch.RealMPIWatch` for a real one). A verdict ends
+the cell as the session's ``on_error`` says (:func:`stuck_end` says how: ranks
+of the built-in MPI are interrupted, a real MPI's world is ended, ``wait`` only
+says so). Once a cell has ended well, messages still on their way to a rank
+are reported under it (:func:`late_leftovers`); after a failed one, the ranks
+drop what it left (:func:`discard_leftovers`). These return what they found;
+the cell's run writes it into the cell's result.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ...core import control as ctl
 from ...core.control import QUERY_TIMEOUT
@@ -23,22 +26,21 @@ from ...core.ranksets import ranks_phrase
 from ...launch.watch import BuiltinWatch, Verdict
 from ..engine.leftovers import LATE_ARRIVALS, discard_note, in_flight
 from .realwatch import RealMPIWatch
-from .records import UNINTERRUPTIBLE, WORLD_WAS_ENDED, Output, Submission
+from .records import UNINTERRUPTIBLE, WORLD_WAS_ENDED, Submission
 
 if TYPE_CHECKING:
-    from .cluster import Cluster
-    from .execute import CellResult
+    from .contracts import CellCluster
+
+Item = tuple[int, str, dict[str, Any]]
 
 __all__ = [
+    "StuckEnd",
     "describe_wait",
     "discard_leftovers",
     "late_leftovers",
-    "look",
-    "on_stuck",
+    "stuck_end",
     "watch_for",
 ]
-
-Publish = Callable[[str, dict, dict], None]
 
 
 def describe_wait(state: Mapping[str, Any]) -> str:
@@ -55,56 +57,43 @@ def describe_wait(state: Mapping[str, Any]) -> str:
     return text
 
 
-def watch_for(cluster: Cluster) -> BuiltinWatch | RealMPIWatch:
+def watch_for(cluster: CellCluster) -> BuiltinWatch | RealMPIWatch:
     """The stuck-cell rule for the cluster's MPI: ipympi's own, or what a real MPI shows."""
     if cluster.backend == "builtin":
         return BuiltinWatch()
     return RealMPIWatch(cluster.deadlock_after)
 
 
-def look(
-    watch: BuiltinWatch | RealMPIWatch,
-    now: float,
-    states: dict[int, dict],
-    req: Submission,
-    spawned: Sequence[int] = (),
-) -> Verdict | None:
-    """One look of ``watch`` at ``req``'s ranks (``states``: those still running) and at
-    the running processes they ``spawned``, which may be what they wait for."""
-    failed = [r for r, reply in req.replies.items() if reply.content.get("status") != "ok"]
-    finished = [r for r in req.replies if r not in failed]
-    return watch.look(now, states, [*req.pending, *spawned], finished, failed, req.said)
+@dataclass(frozen=True)
+class StuckEnd:
+    """How a stuck cell ends, by the session's ``on_error`` and the cluster's MPI.
+
+    ``how`` is ``"wait"`` (only say so: ``note``), ``"interrupt"`` (the ranks still
+    running) or ``"end"`` (the world, for ``reason``); ``ended`` is what the
+    cell's error says about its world, when a real MPI's world is ended.
+    """
+
+    how: str
+    note: str | None = None
+    reason: str | None = None
+    ended: str | None = None
 
 
-def on_stuck(
-    cluster: Cluster,
-    result: CellResult,
-    states: dict[int, dict],
-    verdict: Verdict,
-    publish: Publish | None,
-) -> bool:
-    """Apply the session's ``on_error`` policy to a stuck cell; True when it ends the cell.
+def stuck_end(cluster: CellCluster, req: Submission, verdict: Verdict, cell: str) -> StuckEnd:
+    """What the session's ``on_error`` policy does with a stuck cell (``cell``: its name,
+    ``cell [7]``).
 
     Ranks of the built-in MPI are interrupted (or their world ended, with
     ``on_error=abort``); a real MPI's ranks, inside calls no interrupt reaches,
-    end with their world.
+    end with their world; ``on_error=wait`` only says so.
     """
-    req = result.request
-    result.stuck = verdict.text
     if cluster.on_error == "wait":
-        if publish is not None:
-            how = "interrupt the kernel" if cluster.launcher.interrupts_mpi_calls else "%mpi stop"
-            note = f"ipympi: {result.stuck} (on_error=wait: {how} to stop)\n"
-            publish("stream", {"name": "stderr", "text": note}, {})
-        return False
-    result.states = {rank: states[rank] for rank in req.pending}
-    result.waiting = {rank: describe_wait(states[rank]) for rank in req.pending}
-    result.stopped = set(req.pending)
+        how = "interrupt the kernel" if cluster.launcher.interrupts_mpi_calls else "%mpi stop"
+        return StuckEnd("wait", note=f"ipympi: {verdict.text} (on_error=wait: {how} to stop)\n")
     if not cluster.launcher.interrupts_mpi_calls:
-        cell = f"cell [{result.execution_count}]"
         if verdict.kind == "failed":
             failed = sorted(set(req.replies) & set(req.errors()))
-            req.ended = (
+            ended = (
                 f"{UNINTERRUPTIBLE} and its world cannot go on after a peer failed, "
                 f"{WORLD_WAS_ENDED}"
             )
@@ -113,17 +102,15 @@ def on_stuck(
                 f"after {ranks_phrase(failed)} failed in {cell}"
             )
         else:
-            req.ended = f"{UNINTERRUPTIBLE}, {WORLD_WAS_ENDED}"
+            ended = f"{UNINTERRUPTIBLE}, {WORLD_WAS_ENDED}"
             reason = f"ipympi ended it after a probable deadlock in {cell}"
-        cluster.end_world(reason)
-    elif cluster.on_error == "abort":
-        cluster.end_world(f"the world was ended because {result.stuck}")
-    else:
-        cluster.interrupt(req, resynchronize=True)
-    return True
+        return StuckEnd("end", reason=reason, ended=ended)
+    if cluster.on_error == "abort":
+        return StuckEnd("end", reason=f"the world was ended because {verdict.text}")
+    return StuckEnd("interrupt")
 
 
-def discard_leftovers(cluster: Cluster, targets: list[int]) -> str | None:
+def discard_leftovers(cluster: CellCluster, targets: list[int]) -> str | None:
     """After a failed or interrupted cell, have its ranks (``targets``) drop what it
     left unreceived; the line that says so under the cell, if anything was dropped.
 
@@ -160,10 +147,10 @@ def discard_leftovers(cluster: Cluster, targets: list[int]) -> str | None:
     return discard_note(counts)
 
 
-def late_leftovers(cluster: Cluster, result: CellResult, feed: Output | None) -> None:
-    """Have the ranks that messages of the cell are still on their way to report them
-    under this cell (see :mod:`ipympi.notebook.engine.leftovers`); a Ctrl-C cuts this short."""
-    req = result.request
+def late_leftovers(cluster: CellCluster, req: Submission) -> list[Item]:
+    """Have the ranks that messages of the cell ``req`` are still on their way to report
+    them (see :mod:`ipympi.notebook.engine.leftovers`): what they said, to show under the
+    cell; a Ctrl-C cuts this short."""
     live = {engine.rank: engine for engine in cluster.engines if engine.alive and engine.sent}
     receivers = [rank for rank in req.targets if rank in live]
     late = in_flight(
@@ -172,10 +159,10 @@ def late_leftovers(cluster: Cluster, result: CellResult, feed: Output | None) ->
         receivers,
     )
     if not late:
-        return
+        return []
     expect = {str(rank): {str(s): n for s, n in senders.items()} for rank, senders in late.items()}
-    check = cluster.submit("leftovers", {"expect": expect}, sorted(late), on_output=feed)
+    check = cluster.submit("leftovers", {"expect": expect}, sorted(late))
     with contextlib.suppress(KeyboardInterrupt):
         cluster.pump(time.monotonic() + LATE_ARRIVALS + QUERY_TIMEOUT, lambda: check.done)
     cluster.forget(check)
-    req.messages.extend(check.messages)
+    return check.messages

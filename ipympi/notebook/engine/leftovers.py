@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from ...core.arrival import SELF
 from ...core.constants import ANY_SOURCE, ANY_TAG
 from ...core.ranksets import ranks_phrase
 
@@ -161,7 +162,6 @@ def discard(engine: Any) -> dict[str, int]:
     messages the cell sent have all arrived (:meth:`Leftovers.await_arrivals`), so
     that no later cell receives them.
     """
-    from ...progress.engine import SELF  # (the controller imports this module too)
 
     counts = {"messages": 0, "receives": 0, "sends": 0}
     if engine is None or engine.finalized or engine.transport is None:
@@ -174,15 +174,15 @@ def discard(engine: Any) -> dict[str, int]:
             if env.context % 2 == 0 and matcher.remove(env):
                 counts["messages"] += 1
                 payload = env.payload
-                if payload[1] == SELF and payload[2] is not None:  # a synchronous self-send
-                    payload[2].cancelled = payload[2].done = True
+                if payload.kind == SELF and payload.sender is not None:  # a synchronous self-send
+                    payload.sender.complete_cancelled()
         for recv in matcher.pending_posted():
             if recv.context % 2 == 0 and matcher.cancel(recv):
                 counts["receives"] += 1
                 op = recv.handle
                 if op is not None:
                     op.posted = None
-                    op.cancelled = op.done = True
+                    op.complete_cancelled()
         counts["sends"] = len(engine.drop_p2p_sends())
     finally:
         engine.leave()

@@ -1,4 +1,4 @@
-"""The supervisor of a singleton that spawns: ``python -m ipympi.launch.singleton PID FD``.
+"""The supervisor of a singleton that spawns: ``python -m ipympi.launch.supervisor PID FD``.
 
 A program started without the launcher (``python prog.py``) is a world of one process.
 On its first ``Comm.Spawn`` it becomes a job (:mod:`ipympi.mpi.singleton`): it starts
