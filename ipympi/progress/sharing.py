@@ -141,6 +141,26 @@ class Sharing:
             del blocked[me]
             cond.notify_all()  # a follower becomes the reader, or sees its wait over
 
+    def step_aside(self, waiting: Waiting) -> tuple[int, Any]:
+        """Let the engine go, however deeply held, for a wait that does not read the
+        socket (a sleep on a shared board, ``progress.shmcoll``), counted among the
+        waiting threads with ``waiting`` meanwhile; what :meth:`step_back` needs."""
+        me = _get_ident()
+        self.blocked[me] = waiting
+        self.count += 1
+        self.cond.notify_all()  # a follower becomes the socket's reader
+        return me, self.lock._release_save()
+
+    def step_back(self, held: tuple[int, Any]) -> Waiting:
+        """Take the engine back as deeply as :meth:`step_aside` let it go; returns the
+        ``waiting`` given there."""
+        me, saved = held
+        self.lock._acquire_restore(saved)
+        self.count -= 1
+        waiting = self.blocked.pop(me)
+        self.cond.notify_all()
+        return waiting
+
     def hand_on(self, transport: Transport | None) -> None:
         """A thread leaves the engine while others wait in it: what it did may have
         completed their waits, so wake the followers and the reader (engine held)."""

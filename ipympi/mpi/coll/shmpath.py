@@ -28,7 +28,6 @@ the rank it waits for which call it is in (``CHECK``), as the straight path does
 from __future__ import annotations
 
 import functools
-import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -148,22 +147,15 @@ def _release_engine(engine: Any) -> Any:
     """Before a sleep on the board: when other threads are in MPI, let the engine go
     (however deeply held) so that they go on meanwhile, this wait counted among theirs
     (``progress.sharing``); what :func:`_retake_engine` needs, or None."""
-    if not (engine.sharing or engine.wanted):
+    if not (engine.shared.count or engine.wanted):
         return None
-    me = threading.get_ident()
-    engine.blocked[me] = (engine.waiting, engine.waiting_since)
+    held = engine.shared.step_aside((engine.waiting, engine.waiting_since))
     engine.waiting = None
-    engine.sharing += 1
-    engine.cond.notify_all()  # a follower becomes the socket's reader
-    return me, engine.lock._release_save()
+    return held
 
 
 def _retake_engine(engine: Any, held: Any) -> None:
-    me, saved = held
-    engine.lock._acquire_restore(saved)
-    engine.sharing -= 1
-    engine.waiting, engine.waiting_since = engine.blocked.pop(me)
-    engine.cond.notify_all()
+    engine.waiting, engine.waiting_since = engine.shared.step_back(held)
 
 
 def idle(lane: Any) -> None:
