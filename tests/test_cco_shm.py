@@ -73,7 +73,7 @@ def test_data_larger_than_a_slot_is_marked_as_overflow(pair) -> None:
 
 def test_a_sleeping_reader_is_woken_by_the_write(pair) -> None:
     first, second = pair
-    second.spin = second.max_spin = 0.0  # sleep at once
+    second.spin = 0.0  # sleep at once
     second._timeout.tv_sec = 10  # a sleep that times out cannot end this wait in time
     second.begin(2)
     timer = threading.Timer(0.2, first.publish, (3, 1, b"z", _no_idle))
@@ -115,7 +115,7 @@ def test_a_slot_is_rewritten_only_once_every_reader_has_moved_on(pair) -> None:
 
 def test_an_idle_check_that_raises_ends_the_wait(pair) -> None:
     _, second = pair
-    second.spin = second.max_spin = 0.0
+    second.spin = 0.0
 
     def idle() -> None:
         raise KeyboardInterrupt

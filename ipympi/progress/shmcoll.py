@@ -26,10 +26,11 @@ after every other rank has *started* ``s - DEPTH + 1`` (so none still reads the 
 previous content, ``s - DEPTH``), data first and the sequence number last: a reader that
 sees ``s`` in the slot sees the data. Readers wait until a slot shows ``s``.
 
-Waiting. A rank first checks, then spins for a few microseconds if there is a core
-for every rank (:func:`spin_seconds`; never when ranks outnumber cores: a spinning
-rank would hold the core its writer needs; and less and less while its waits turn
-out long, as on a machine busy with other work), then sleeps on its bell with a timeout
+Waiting. A rank looks again and again for up to :data:`SPIN` (a millisecond; when
+ranks outnumber cores, it gives its core away with ``sched_yield`` between looks, so
+that the rank it waits for runs: :meth:`Board._spin`). Sleeping costs much more than
+it saves on such a wait: a futex wake-up takes some 16 us in the waker and tens of
+microseconds until the sleeper runs again. Only then does it sleep on its bell with a timeout
 (:data:`SLEEP`), running the caller's ``idle`` check after every wake-up that did not
 end the wait (it reads the rank's socket: mismatch reports, dead ranks, other threads
 that want the engine; whoever knows of such news rings the bell). Sleeping:
@@ -74,7 +75,6 @@ __all__ = [
     "SLOT_DATA",
     "Board",
     "available",
-    "spin_seconds",
 ]
 
 LINE = 64
@@ -87,8 +87,8 @@ ANY = -1  # wait flag: sleeping until any rank writes
 COMPLETE = -2  # wait flag: sleeping until every rank has written its slot
 OVERFLOW = -1  # byte count of a slot whose data did not fit
 SLEEP = 0.05  # longest futex sleep between checks, seconds
-SPIN = 10e-6  # longest spin before sleeping, when every rank has a core, seconds
-MIN_SPIN = 2e-6
+SPIN = 1e-3  # longest spin before sleeping, seconds
+SPIN_LOOKS = 16  # looks between two readings of the clock
 MANY = 1024  # above this many ranks, slots are scanned with numpy (below, a Python
 # loop costs less: a numpy call right after a wake-up runs on cold caches)
 
@@ -123,14 +123,12 @@ def available() -> bool:
     return True
 
 
-def spin_seconds(ranks: int) -> float:
-    """How long a waiter spins before it sleeps: :data:`SPIN` when every one of the
-    ``ranks`` ranks can have a core of its own, else not at all."""
+def _cores() -> int:
+    """The cores this process may run on."""
     try:
-        cores = len(os.sched_getaffinity(0))
+        return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    return SPIN if ranks <= cores else 0.0
+        return os.cpu_count() or 1
 
 
 _fence_lock = threading.Lock()
@@ -196,8 +194,9 @@ class Board:
         # the bell that ranks waiting for a whole collective share (rung once, for all)
         self._shared_index = (flags - LINE) // 4
         self._shared_addr = ctypes.c_void_p(base + flags - LINE)
-        self.max_spin = spin_seconds(size)
-        self.spin = self.max_spin  # adapted by every wait (:meth:`wait_slot`)
+        self.spin = SPIN  # seconds of looks before a wait sleeps (:meth:`_spin`)
+        # between looks, when ranks outnumber cores: give the core away
+        self.give_way = None if size <= _cores() else os.sched_yield
         self._syscall = _libc.syscall if _libc is not None else None
         self._timeout = _Timespec(int(SLEEP), int((SLEEP % 1) * 1e9))
         self._timeout_ref = ctypes.byref(self._timeout)
@@ -282,7 +281,8 @@ class Board:
         """Wake the ranks that sleep until this rank writes (or until any rank does),
         and, when this rank's write of collective ``seq`` completed it (every slot
         written), those that sleep until it is complete."""
-        fence()
+        _fence_lock.acquire()  # fence(), without the call: this runs in every call
+        _fence_lock.release()
         if self.flag_bytes != self._no_flags:
             me = self.rank + 1
             flags = self.flags
@@ -343,17 +343,9 @@ class Board:
         words, index, mark = self.words, self._slot[rank][seq & _LAST], seq + 1
         if words[index] == mark:
             return
-        clock = time.perf_counter
-        spin = self.spin
-        if spin:
-            end = clock() + spin
-            while clock() < end:
-                if words[index] == mark:
-                    self.spin = min(self.max_spin, 2 * spin)
-                    return
-        start = clock()
-        self._sleep(lambda: words[index] == mark, rank + 1, idle)
-        self._adapt(spin, clock() - start)
+        done = lambda: words[index] == mark  # noqa: E731
+        if not self._spin(done):
+            self._sleep(done, rank + 1, idle)
 
     def missing(self, seq: int, everyone: bool = False) -> int:
         """The first other rank (any rank when ``everyone``) that has not written its slot
@@ -404,25 +396,28 @@ class Board:
         slots, of two last writers at least one sees the other's write."""
         if self.missing(seq) < 0:
             return
-        clock = time.perf_counter
-        spin = self.spin
-        if spin:
-            end = clock() + spin
-            while clock() < end:
-                if self.missing(seq) < 0:
-                    self.spin = min(self.max_spin, 2 * spin)
-                    return
-        start = clock()
-        self._sleep(lambda: self.missing(seq) < 0, COMPLETE, idle)
-        self._adapt(spin, clock() - start)
+        done = lambda: self.missing(seq) < 0  # noqa: E731
+        if not self._spin(done):
+            self._sleep(done, COMPLETE, idle)
 
-    def _adapt(self, spin: float, slept: float) -> None:
-        """A wait that spinning would have caught (a short one) spins longer next time;
-        a long one (the writer had no core: a busy machine) spins less."""
-        if slept < self.max_spin:
-            self.spin = min(self.max_spin, max(2 * spin, MIN_SPIN))
-        else:
-            self.spin = spin / 2 if spin > MIN_SPIN else 0.0
+    def _spin(self, done: Callable[[], bool]) -> bool:
+        """Look at ``done()`` for up to :attr:`spin` seconds before a sleep; whether it
+        came true. When ranks outnumber cores, each look gives the core away
+        (``sched_yield``): the rank being waited for may need it."""
+        spin = self.spin
+        if not spin:
+            return False
+        clock = time.perf_counter
+        give_way = self.give_way
+        end = clock() + spin
+        while True:
+            for _ in range(SPIN_LOOKS):
+                if done():
+                    return True
+                if give_way is not None:
+                    give_way()
+            if clock() > end:
+                return False
 
     def _wait_started(self, seq: int, idle: Callable[[], None]) -> None:
         """Wait until every other rank has started collective ``seq`` or a later one
@@ -430,7 +425,9 @@ class Board:
         words, me, mark = self.words, self.rank, seq + 1
         for r, index in enumerate(self._started):
             if r != me and words[index] < mark:
-                self._sleep(lambda i=index: words[i] >= mark, r + 1, idle)  # type: ignore[misc]
+                done = lambda i=index: words[i] >= mark  # type: ignore[misc]  # noqa: E731
+                if not self._spin(done):
+                    self._sleep(done, r + 1, idle)
         self.clear_upto = min(words[i] for r, i in enumerate(self._started) if r != me) - 1
 
     def _sleep(self, done: Callable[[], bool], flag: int, idle: Callable[[], None]) -> None:

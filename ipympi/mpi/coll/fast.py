@@ -61,7 +61,7 @@ from ...core.schedule import signature
 from ...core.wire import HEADER_SIZE, signature_of
 from ...progress.engine import WaitInfo
 from ...progress.operation import RECV, SEND, Operation
-from ...progress.shmcoll import Board
+from ...progress.shmcoll import SLOT_DATA, Board
 from . import shmpath
 from .runner import CollOp, check_reported, comm_label
 
@@ -222,6 +222,9 @@ class Lane:
 
     def finish(self) -> None:
         """End the call: a message of it still queued means the ranks disagree."""
+        if not self.queue:  # nothing of this context waits: nothing left over
+            self.engine.ledger.end(self.context, self.seq)
+            return
         leftover = self.engine.end_collective(self.context, self.seq)
         if leftover is not None:
             coll = self._as_coll()
@@ -400,7 +403,7 @@ def bcast(comm: Any, impl: Any, call: str, root: int, mem: memoryview) -> Any:
     """Binomial-tree broadcast of ``mem`` (``bcast_binomial``'s rounds); None, or
     :data:`GENERAL`."""
     sig = _signature("Bcast", root)
-    got = _path(impl, comm, call, sig)
+    got = _path(impl, comm, call, sig, mem.nbytes <= SLOT_DATA)
     if got is None:
         return GENERAL
     lane, board = got
@@ -577,7 +580,7 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
     returns the result (a new object, or an array of ``values``), or
     :data:`GENERAL`."""
     sig = _signature(kind, 0)
-    got = _path(impl, comm, call, sig)
+    got = _path(impl, comm, call, sig, type(values) is not ArrayValues or value.nbytes <= SLOT_DATA)
     if got is None:
         return GENERAL
     lane, board = got
