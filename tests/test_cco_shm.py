@@ -121,9 +121,11 @@ def test_an_idle_check_that_raises_ends_the_wait(pair) -> None:
         raise KeyboardInterrupt
 
     second.ring_self()  # wakes nobody, but changes the bell: the first sleep returns
-    threading.Timer(0.05, second.ring_self).start()
+    timer = threading.Timer(0.05, second.ring_self)  # a backstop, should the first not
+    timer.start()
     with pytest.raises(KeyboardInterrupt):
         second.wait_slot(0, 9, idle)
+    timer.join()  # before the board is closed
     assert second.flags[1] == 0
 
 

@@ -425,7 +425,7 @@ class Board:
         words, me, mark = self.words, self.rank, seq + 1
         for r, index in enumerate(self._started):
             if r != me and words[index] < mark:
-                done = lambda i=index: words[i] >= mark  # type: ignore[misc]  # noqa: E731
+                done = lambda i=index: words[i] >= mark  # noqa: E731
                 if not self._spin(done):
                     self._sleep(done, r + 1, idle)
         self.clear_upto = min(words[i] for r, i in enumerate(self._started) if r != me) - 1
