@@ -456,14 +456,20 @@ def _combined(lane: Any, board: Board, values: Values, value: Any, data: Any) ->
     if nbytes is None:
         nbytes = values.nbytes
     me = lane.rank
+    # this rank's own array as it is (a fresh copy, combined into), unless its bytes are
+    # still being sent (they did not fit in the slot)
+    own = arrays and len(data) <= board.capacity
     acc = None
     for r in range(lane.size):
         if arrays:
-            other, target = values.target(value)
-            if r == me:
-                target[:] = data  # type: ignore[index]
+            if r == me and own:
+                other = value
             else:
-                _take(lane, board, r, target.nbytes, target)  # type: ignore[union-attr]
+                other, target = values.target(value)
+                if r == me:
+                    target[:] = data  # type: ignore[index]
+                else:
+                    _take(lane, board, r, target.nbytes, target)  # type: ignore[union-attr]
         elif r == me:
             other = decode(memoryview(data))
         else:
