@@ -198,6 +198,14 @@ class Lane:
             self.check_round()
         return self.receive(frm, nbytes, into)
 
+    def bcast_rounds(self, root: int, mem: memoryview) -> None:
+        """A binomial-tree broadcast of ``mem`` from comm rank ``root``, in this call."""
+        parent, children = binomial_peers(self.rank, self.size, root)
+        if parent is not None:
+            self.take(parent, mem.nbytes, mem)
+        if children:
+            self.give(children, mem)
+
     def give(self, peers: Iterable[int], data: Any) -> None:
         """A round that only sends ``data`` to each of ``peers``, in turn."""
         for op in self.send_all([(to, data) for to in peers]):
@@ -363,7 +371,7 @@ def _path(
     try:
         board = lane.board if board_ok else False
         if board is None:
-            board = shmpath.set_up(lane, comm, call, sig, _bcast_rounds)
+            board = shmpath.set_up(lane, comm, call, sig)
         if not board and lane.engine.dead_peers:
             _release(lane.engine)
             return None
@@ -403,7 +411,7 @@ def bcast(comm: Any, impl: Any, call: str, root: int, mem: memoryview) -> Any:
     """Binomial-tree broadcast of ``mem`` (``bcast_binomial``'s rounds); None, or
     :data:`GENERAL`."""
     sig = _signature("Bcast", root)
-    got = _path(impl, comm, call, sig, mem.nbytes <= SLOT_DATA)
+    got = _path(impl, comm, call, sig)
     if got is None:
         return GENERAL
     lane, board = got
@@ -412,19 +420,13 @@ def bcast(comm: Any, impl: Any, call: str, root: int, mem: memoryview) -> Any:
             shmpath.bcast(lane, board, comm, call, sig, root, mem)
             return None
         lane.start(comm, call, sig)
-        _bcast_rounds(lane, root, mem)
+        lane.bcast_rounds(root, mem)
         lane.finish()
     finally:
         _release(lane.engine)
     return None
 
 
-def _bcast_rounds(lane: Lane, root: int, mem: memoryview) -> None:
-    parent, children = binomial_peers(lane.rank, lane.size, root)
-    if parent is not None:
-        lane.take(parent, mem.nbytes, mem)
-    if children:
-        lane.give(children, mem)
 
 
 def gather(

@@ -31,7 +31,7 @@ import functools
 import time
 import weakref
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import Any
 
 from ...core.errors import ERR_NO_MEM
 from ...core.errors import Exception as MPIException
@@ -66,7 +66,6 @@ def set_up(
     comm: Any,
     call: str,
     sig: int,
-    bcast_rounds: Callable[[Any, int, memoryview], None],
 ) -> Board | bool:
     """Give the communicator a shared board if its ranks all share this host (and
     boards work here), riding on the call being made, in its own number (so that
@@ -77,8 +76,7 @@ def set_up(
     (:meth:`~ipympi.progress.shmcoll.Board.unlink_once_mapped`). When rank 0 cannot
     create one, the name is empty and the broadcast counts as a collective of its
     own; every rank then keeps the datagram path. The decision uses only what every
-    rank knows alike; the lane keeps it. ``bcast_rounds`` are the straight path's
-    rounds of a Bcast (``mpi.coll.fast``)."""
+    rank knows alike; the lane keeps it."""
     engine = lane.engine
     transport = engine.transport
     if lane.size < 2 or not available() or not all(transport.same_host(w) for w in lane.world):
@@ -94,7 +92,7 @@ def set_up(
             except (OSError, ValueError):
                 board = None
         lane.start(comm, call, sig)
-        bcast_rounds(lane, 0, memoryview(name))
+        lane.bcast_rounds(0, memoryview(name))
         text = bytes(name).rstrip(b"\0").decode()
         if not text:  # no board: the broadcast was a call of its own
             lane.finish()
@@ -223,10 +221,17 @@ def _begin(lane: Any, board: Board, comm: Any, call: str, sig: int) -> int:
 
 
 def _take(
-    lane: Any, board: Board, peer: int, nbytes: int | None, into: memoryview | None = None
+    lane: Any,
+    board: Board,
+    peer: int,
+    nbytes: int | None,
+    into: memoryview | None = None,
+    tree: bool = False,
 ) -> memoryview:
     """``peer``'s data of this call (``nbytes`` long unless None), copied into ``into``
-    when given; raise the general path's error if it is of another call or size."""
+    when given; raise the general path's error if it is of another call or size. Data
+    that did not fit in ``peer``'s slot comes as a message from it, or down the
+    broadcast tree rooted at it when ``tree``."""
     seq = lane.seq
     if not board.slot_ready(peer, seq):
         lane.peer = peer
@@ -236,6 +241,10 @@ def _take(
         lane.fail_with([_outcome(lane, peer, sig, count)])
     if count == OVERFLOW:
         lane.peer = peer
+        if tree:
+            assert into is not None
+            lane.bcast_rounds(peer, into)
+            return into
         return lane.take(peer, nbytes, into)
     if nbytes is not None and count != nbytes:
         op = _outcome(lane, peer, sig, count)
@@ -303,15 +312,20 @@ def barrier(lane: Any, board: Board, comm: Any, call: str, sig: int) -> None:
 
 
 def bcast(lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, mem: Any) -> None:
-    """The root publishes ``mem``; the others copy it out."""
+    """The root publishes ``mem``; the others copy it out. Data larger than a slot goes
+    down the straight path's binomial tree (:meth:`.fast.Lane.bcast_rounds`), the
+    slot saying so (:data:`~ipympi.progress.shmcoll.OVERFLOW`): every rank follows the
+    root's choice, so a rank whose buffer has another size gets the general path's
+    error instead of waiting on a path the root did not take."""
     _begin(lane, board, comm, call, sig)
-    large: list[Operation] = []
     if lane.rank == root:
-        large = _put(lane, board, mem, _others(lane))
+        board.publish(lane.seq, sig, mem, lane.idle)
+        if mem.nbytes > board.capacity:
+            lane.bcast_rounds(root, mem)
     else:
         board.publish(lane.seq, sig, b"", lane.idle)  # which call this rank is in
-        _take(lane, board, root, mem.nbytes, mem)
-    _end(lane, board, large)
+        _take(lane, board, root, mem.nbytes, mem, tree=True)
+    _end(lane, board, [])
 
 
 def gather(
