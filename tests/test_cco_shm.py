@@ -241,6 +241,39 @@ def test_board_calls_meet_large_and_nonblocking_ones(run_mpi, size: int) -> None
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("size", [2, 3])
+def test_sizes_that_differ_across_a_slot_s_size_raise_on_every_rank(run_mpi, size: int) -> None:
+    # rank 0's buffer fits in its slot, the others' do not: every rank still gets the
+    # size-mismatch error (none waits on a path that another rank did not take); the
+    # Bcast's root learns of it at its next call, so the Bcast comes last
+    body = """
+    comm.Barrier()  # the board is set up
+    big = np.arange(4096.0)  # all ranks above a slot's size: the straight rounds
+    out = np.zeros(4096)
+    comm.Allreduce(big, out)
+    assert (out == size * big).all()
+    comm.Bcast(big if rank == 0 else out, root=0)
+    assert (out == big).all() or rank == 0
+    n = 1 if rank == 0 else 4096
+    try:
+        comm.Allreduce(np.ones(n), np.zeros(n))
+    except MPI.Exception as exc:
+        assert "size mismatch" in str(exc), exc
+        print(f"Allreduce ERR {rank}", flush=True)
+    comm.Barrier()
+    try:
+        comm.Bcast(np.ones(n), root=0)
+    except MPI.Exception as exc:
+        assert "size mismatch" in str(exc), exc
+        print(f"Bcast ERR {rank}", flush=True)
+    """
+    proc = run_mpi(size, mpi_program(MPI_PRELUDE, body), timeout=50)
+    assert_ok(proc, size)
+    assert {f"Bcast ERR {r}" for r in range(1, size)} <= set(proc.stdout.splitlines())
+    assert {f"Allreduce ERR {r}" for r in range(size)} <= set(proc.stdout.splitlines())
+
+
+@pytest.mark.timeout(60)
 def test_without_boards_the_calls_take_the_datagram_path(run_mpi) -> None:
     body = """
     comm.Barrier()

@@ -18,7 +18,8 @@ Layout (``n`` ranks; all words native, 8-byte aligned, written with one store ea
 - per rank, :data:`DEPTH` slots (slot ``s % DEPTH`` for collective ``s``, so that a
   rank may run up to ``DEPTH - 1`` collectives ahead of the others: a rooted call's
   root, for one, need not wait for its readers): sequence number, signature, byte
-  count, then up to :data:`SLOT_DATA` bytes of data. Sequence numbers are stored plus
+  count in the slot (:data:`OVERFLOW` when the data went another way), the data's own
+  byte count, then up to :data:`SLOT_DATA` bytes of data. Sequence numbers are stored plus
   one, so that 0 means "never written".
 
 A collective ``s`` (the engine's ledger number, the same on every rank) writes its slot
@@ -81,7 +82,7 @@ LINE = 64
 SLOT = 16384  # bytes per slot, its header included
 DEPTH = 4  # slots per rank (a power of two): a rank may run DEPTH - 1 collectives ahead
 _LAST = DEPTH - 1
-HEADER = 32  # seq, sig, nbytes, spare (int64 each)
+HEADER = 32  # seq, sig, bytes in the slot, bytes of the data (int64 each)
 SLOT_DATA = SLOT - HEADER
 ANY = -1  # wait flag: sleeping until any rank writes
 COMPLETE = -2  # wait flag: sleeping until every rank has written its slot
@@ -267,6 +268,7 @@ class Board:
         head = self._slot[self.rank][seq & _LAST]
         nbytes = len(data) if type(data) is bytes else data.nbytes  # type: ignore[union-attr]
         words[head + 1] = sig
+        words[head + 3] = nbytes
         if nbytes > SLOT_DATA:
             words[head + 2] = OVERFLOW
         else:
@@ -325,6 +327,11 @@ class Board:
     def slot_ready(self, rank: int, seq: int) -> bool:
         """Whether ``rank`` has written its slot of collective ``seq``."""
         return self.words[self._slot[rank][seq & _LAST]] == seq + 1
+
+    def data_bytes(self, rank: int, seq: int) -> int:
+        """The byte count of the data of ``rank``'s (written) slot of collective ``seq``,
+        also when it did not fit in the slot."""
+        return self.words[self._slot[rank][seq & _LAST] + 3]
 
     def read(self, rank: int, seq: int) -> tuple[int, int, memoryview]:
         """(signature, byte count, data) of ``rank``'s slot of collective ``seq``

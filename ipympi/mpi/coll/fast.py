@@ -61,7 +61,7 @@ from ...core.schedule import signature
 from ...core.wire import HEADER_SIZE, signature_of
 from ...progress.engine import WaitInfo
 from ...progress.operation import RECV, SEND, Operation
-from ...progress.shmcoll import SLOT_DATA, Board
+from ...progress.shmcoll import Board
 from . import shmpath
 from .runner import CollOp, check_reported, comm_label
 
@@ -205,6 +205,41 @@ class Lane:
             self.take(parent, mem.nbytes, mem)
         if children:
             self.give(children, mem)
+
+    def allreduce_rounds(self, values: Values, value: Any) -> Any:
+        """Recursive doubling (``allreduce_recursive_doubling``'s rounds) of ``value``
+        in this call; the result."""
+        plan = self.doubling
+        rank = self.rank
+        arrays = type(values) is ArrayValues
+        # the cheapest callables that do what values' methods do (see Values.codec)
+        wire, decode, combine, nbytes = values.codec or (
+            values.wire,
+            values.decode,
+            values.combine,
+            values.nbytes,
+        )
+        acc = value
+        if plan.fold_to is not None:
+            self.give((plan.fold_to,), wire(acc))
+        elif plan.fold_from is not None:
+            acc = combine(_take_value(self, values, plan.fold_from, acc), acc)
+        spare = None
+        for partner in plan.partners:
+            if arrays:
+                other, target = values.target(acc, spare)
+                self.exchange(partner, partner, wire(acc), target.nbytes, target)  # type: ignore[union-attr]
+            else:
+                other = decode(self.exchange(partner, partner, wire(acc), nbytes))
+            if partner < rank:
+                acc, spare = combine(other, acc), other
+            else:
+                acc, spare = combine(acc, other), acc
+        if plan.unfold_to is not None:
+            self.give((plan.unfold_to,), wire(acc))
+        elif plan.unfold_from is not None:
+            acc = _take_value(self, values, plan.unfold_from, value)
+        return acc
 
     def give(self, peers: Iterable[int], data: Any) -> None:
         """A round that only sends ``data`` to each of ``peers``, in turn."""
@@ -427,8 +462,6 @@ def bcast(comm: Any, impl: Any, call: str, root: int, mem: memoryview) -> Any:
     return None
 
 
-
-
 def gather(
     comm: Any, impl: Any, call: str, root: int, block: memoryview, out: memoryview | None
 ) -> Any:
@@ -582,7 +615,7 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
     returns the result (a new object, or an array of ``values``), or
     :data:`GENERAL`."""
     sig = _signature(kind, 0)
-    got = _path(impl, comm, call, sig, type(values) is not ArrayValues or value.nbytes <= SLOT_DATA)
+    got = _path(impl, comm, call, sig)
     if got is None:
         return GENERAL
     lane, board = got
@@ -590,36 +623,7 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
         if board is not None:
             return shmpath.allreduce(lane, board, comm, call, sig, values, value)
         lane.start(comm, call, sig)
-        plan = lane.doubling
-        rank = lane.rank
-        arrays = type(values) is ArrayValues
-        # the cheapest callables that do what values' methods do (see Values.codec)
-        wire, decode, combine, nbytes = values.codec or (
-            values.wire,
-            values.decode,
-            values.combine,
-            values.nbytes,
-        )
-        acc = value
-        if plan.fold_to is not None:
-            lane.give((plan.fold_to,), wire(acc))
-        elif plan.fold_from is not None:
-            acc = combine(_take_value(lane, values, plan.fold_from, acc), acc)
-        spare = None
-        for partner in plan.partners:
-            if arrays:
-                other, target = values.target(acc, spare)
-                lane.exchange(partner, partner, wire(acc), target.nbytes, target)  # type: ignore[union-attr]
-            else:
-                other = decode(lane.exchange(partner, partner, wire(acc), nbytes))
-            if partner < rank:
-                acc, spare = combine(other, acc), other
-            else:
-                acc, spare = combine(acc, other), acc
-        if plan.unfold_to is not None:
-            lane.give((plan.unfold_to,), wire(acc))
-        elif plan.unfold_from is not None:
-            acc = _take_value(lane, values, plan.unfold_from, value)
+        acc = lane.allreduce_rounds(values, value)
         lane.finish()
     finally:
         _release(lane.engine)

@@ -35,7 +35,7 @@ from typing import Any
 
 from ...core.errors import ERR_NO_MEM
 from ...core.errors import Exception as MPIException
-from ...core.reductions import ArrayValues, Values
+from ...core.reductions import ArrayValues, ObjectValues, Values
 from ...progress.operation import RECV, Operation
 from ...progress.shmcoll import OVERFLOW, Board, available
 
@@ -451,15 +451,43 @@ def allreduce(
     lane: Any, board: Board, comm: Any, call: str, sig: int, values: Values, value: Any
 ) -> Any:
     """Every rank publishes its value, then combines every rank's, read from the board
-    (its own too), in rank order; returns the result."""
+    (its own too), in rank order; returns the result. Buffers too large for a slot (on
+    every rank alike: they have one size) take the straight path's recursive doubling
+    (:meth:`.fast.Lane.allreduce_rounds`) in the same call; a rank whose array has
+    another size than the others' gets the size-mismatch error, whichever path its own
+    size alone would take."""
     _begin(lane, board, comm, call, sig)
     wire = values.codec[0] if values.codec else values.wire
     data = wire(value)
-    large = _put(lane, board, data, _others(lane))
+    if type(values) is ObjectValues:  # pickles: each rank's own size
+        large = _put(lane, board, data, _others(lane))
+        _wait_all(lane, board)
+        acc = _combined(lane, board, values, value, data)
+        _end(lane, board, large)
+        return acc
+    board.publish(lane.seq, sig, data, lane.idle)
     _wait_all(lane, board)
-    acc = _combined(lane, board, values, value, data)
-    _end(lane, board, large)
+    nbytes = len(data)
+    _check_sizes(lane, board, nbytes)
+    if nbytes > board.capacity:
+        acc = lane.allreduce_rounds(values, value)
+    else:
+        acc = _combined(lane, board, values, value, data)
+    _end(lane, board, [])
     return acc
+
+
+def _check_sizes(lane: Any, board: Board, nbytes: int) -> None:
+    """Raise the general path's size-mismatch error if a rank's data (its slot written)
+    is not ``nbytes`` long."""
+    seq = lane.seq
+    for r in _others(lane):
+        theirs = board.data_bytes(r, seq)
+        if theirs != nbytes:
+            sig, _, _ = board.read(r, seq)
+            op = _outcome(lane, r, sig, theirs)
+            op.mem = memoryview(bytearray(nbytes))
+            lane.fail_with([op])
 
 
 def _combined(lane: Any, board: Board, values: Values, value: Any, data: Any) -> Any:
