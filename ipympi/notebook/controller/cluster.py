@@ -462,6 +462,10 @@ class Cluster(ClusterAPI, ServesSpawn):
         msg = EngineMessage(kind, content, buffers=tuple(buffers))
         req = Submission(msg.id, kind, sorted(set(targets)))
         frames = self.signer.encode(msg)
+        if kind == "execute" and self.children.procs:
+            # what spawned processes wrote before this cell, also what the reading thread
+            # has not handed over yet: shown by this cell, not the one after
+            self._children_said(*self.children.take(now=True))
         self.requests[req.id] = req
         if kind == "execute" and self._held:  # children's output since the last cell
             req.add_output(*self._held)
