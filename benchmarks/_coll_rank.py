@@ -45,8 +45,10 @@ ROWS: list[tuple[str, str, str, int, str, int, int]] = [
     ("Allreduce-1", "Allreduce 1 f64, us", "Allreduce", 1, "us", 200, 40),
     ("Allreduce-1Ki", "Allreduce 1 Ki f64, us", "Allreduce", 1 << 10, "us", 200, 40),
     ("Allreduce-1Mi", "Allreduce 1 Mi f64, ms", "Allreduce", 1 << 20, "ms", 3, 2),
+    ("Reduce-1", "Reduce 1 f64, us", "Reduce", 1, "us", 200, 40),
     ("allreduce-int", "allreduce int, us", "allreduce", 0, "us", 200, 40),
     ("Gather-1", "Gather 1 f64, us", "Gather", 1, "us", 200, 40),
+    ("Scatter-1", "Scatter 1 f64, us", "Scatter", 1, "us", 200, 40),
     ("Allgather-1", "Allgather 1 f64, us", "Allgather", 1, "us", 200, 40),
     ("Alltoall-1", "Alltoall 1 f64, us", "Alltoall", 1, "us", 200, 40),
 ]
@@ -95,6 +97,12 @@ def _allreduce_loop(comm: Any, reps: int, sbuf: np.ndarray, rbuf: np.ndarray, op
         Allreduce(sbuf, rbuf, op=op)
 
 
+def _reduce_loop(comm: Any, reps: int, sbuf: np.ndarray, rbuf: np.ndarray, op: Any) -> None:
+    Reduce = comm.Reduce
+    for _ in range(reps):
+        Reduce(sbuf, rbuf, op=op, root=0)
+
+
 def _blocks_loop(call: Callable[[Any, Any], None], reps: int, sbuf: Any, rbuf: Any) -> None:
     for _ in range(reps):
         call(sbuf, rbuf)
@@ -140,7 +148,17 @@ def make_row(
                 fail("got a wrong Allreduce sum")
 
         return (lambda reps: _allreduce_loop(comm, reps, sbuf, rbuf, MPI.SUM)), check_allreduce
-    if kind in ("Gather", "Allgather", "Alltoall"):
+    if kind == "Reduce":
+        sbuf = np.arange(count, dtype=np.float64) + rank
+        rbuf = np.zeros(count, dtype=np.float64)
+        expected = np.arange(count, dtype=np.float64) * size + size * (size - 1) / 2
+
+        def check_reduce(reps: int) -> None:
+            if rank == 0 and not np.array_equal(rbuf, expected):
+                fail("got a wrong Reduce sum at the root")
+
+        return (lambda reps: _reduce_loop(comm, reps, sbuf, rbuf, MPI.SUM)), check_reduce
+    if kind in ("Gather", "Scatter", "Allgather", "Alltoall"):
         return _blocks_row(comm, kind, count, fail)
     last = [0]
 
@@ -158,8 +176,20 @@ def _blocks_row(
     comm: Any, kind: str, count: int, fail: Callable[[str], None]
 ) -> tuple[Callable[[int], None], Callable[[int], None]]:
     """``(loop, check)`` of a row moving ``count`` float64 elements per rank pair: Gather
-    (to rank 0), Allgather or Alltoall; rank r sends the values 100 r + destination."""
+    (to rank 0), Scatter (from rank 0), Allgather or Alltoall; rank r sends the values
+    100 r + destination."""
     rank, size = comm.Get_rank(), comm.Get_size()
+    if kind == "Scatter":  # rank 0's blocks, one per rank: rank r gets 100 r + 0.5
+        sbuf = np.repeat(100.0 * np.arange(size) + 0.5, count)
+        rbuf = np.zeros(count)
+        expected = np.full(count, 100.0 * rank + 0.5)
+        scatter = comm.Scatter
+
+        def check_scatter(reps: int) -> None:
+            if not np.array_equal(rbuf, expected):
+                fail(f"received {rbuf.tolist()} in Scatter, expected {expected.tolist()}")
+
+        return (lambda reps: _blocks_loop(scatter, reps, sbuf, rbuf)), check_scatter
     if kind == "Alltoall":
         sbuf = np.repeat(100.0 * rank + np.arange(size), count)
         expected = np.repeat(100.0 * np.arange(size) + rank, count)

@@ -26,8 +26,10 @@ COLLECTIVE_ROWS = [
     "Allreduce 1 f64, us",
     "Allreduce 1 Ki f64, us",
     "Allreduce 1 Mi f64, ms",
+    "Reduce 1 f64, us",
     "allreduce int, us",
     "Gather 1 f64, us",
+    "Scatter 1 f64, us",
     "Allgather 1 f64, us",
     "Alltoall 1 f64, us",
 ]

@@ -462,6 +462,10 @@ ONE_ELEMENT = program(
             r1, r2 = np.zeros(1, dt), np.zeros(2, dt)
             check(what + ("Reduce",), comm.Reduce, (x, r1, op, root), (twice(x), r2, op, root),
                   r1, r2, cond=rank == root)
+            # the receive buffer matters at the root only: None elsewhere, the same result
+            out = np.zeros(1, dt) if rank == root else None
+            comm.Reduce(x, out, op, root)
+            assert rank != root or out.tobytes() == r1.tobytes(), (what, out, r1)
 
             for call in (comm.Scan, comm.Exscan):
                 r1, r2 = np.full(1, 7, dt), np.full(2, 7, dt)

@@ -154,6 +154,18 @@ class Reductions(CollectiveMixin):
     @mpi_call
     def Reduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> None:
         """Combine every rank's buffer with ``op`` into ``recvbuf`` at ``root``."""
+        impl = self._live()
+        if type(root) is int and 0 <= root < impl.size:
+            # one element as a Python number, as in Allreduce (the receive buffer
+            # matters at the root only)
+            at_root = impl.rank == root
+            values = _one_element(sendbuf, recvbuf if at_root else sendbuf, op)
+            if values is not None:
+                result = fast.reduce(self, impl, "Reduce", root, values, sendbuf.item())
+                if result is not fast.GENERAL:
+                    if at_root:
+                        recvbuf[0] = result
+                    return
         self._reduce("Reduce", sendbuf, recvbuf, op, root, BLOCKING)
 
     @mpi_call
@@ -458,7 +470,7 @@ def _one_element(sendbuf: Any, recvbuf: Any, op: Any) -> red.ScalarValues | None
     plain one-element 1-D numpy arrays of one native integer or float64 type that
     ``op`` (a predefined operation) reduces; else None.
 
-    Blocking Allreduce then skips parsing its buffers into specifications: one
+    Blocking Allreduce and Reduce then skip parsing their buffers into specifications: one
     such call (a norm, a dot product, a residual: the most frequent Allreduce)
     costs as much again as its messages on a busy machine. Anything else, or a
     check that fails, takes the general parse, which raises the usual errors.
