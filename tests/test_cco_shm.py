@@ -274,6 +274,27 @@ def test_sizes_that_differ_across_a_slot_s_size_raise_on_every_rank(run_mpi, siz
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("count", [1, 4096])
+def test_a_rank_in_another_call_is_named_also_beside_a_large_allreduce(run_mpi, count: int) -> None:
+    # rank 0's Allreduce fits in its slot or not; rank 1 is in a Bcast: a collective
+    # mismatch on both, not a size mismatch
+    body = f"""
+    comm.Barrier()
+    try:
+        if rank == 0:
+            comm.Allreduce(np.ones({count}), np.zeros({count}))
+        else:
+            comm.Bcast(np.ones(1), root=0)
+    except MPI.Exception as exc:
+        assert "collective mismatch" in str(exc) and "size" not in str(exc), exc
+        print(f"ERR {{rank}}", flush=True)
+    """
+    proc = run_mpi(2, mpi_program(MPI_PRELUDE, body), timeout=50)
+    assert_ok(proc, 2)
+    assert {"ERR 0", "ERR 1"} <= set(proc.stdout.splitlines()), proc.stdout
+
+
+@pytest.mark.timeout(60)
 def test_without_boards_the_calls_take_the_datagram_path(run_mpi) -> None:
     body = """
     comm.Barrier()

@@ -478,13 +478,15 @@ def allreduce(
 
 
 def _check_sizes(lane: Any, board: Board, nbytes: int) -> None:
-    """Raise the general path's size-mismatch error if a rank's data (its slot written)
-    is not ``nbytes`` long."""
+    """Raise the general path's error if a rank (its slot written) is in another call,
+    or its data is not ``nbytes`` long."""
     seq = lane.seq
     for r in _others(lane):
+        sig, count, _ = board.read(r, seq)
+        if sig != lane.sig:
+            lane.fail_with([_outcome(lane, r, sig, count)])
         theirs = board.data_bytes(r, seq)
         if theirs != nbytes:
-            sig, _, _ = board.read(r, seq)
             op = _outcome(lane, r, sig, theirs)
             op.mem = memoryview(bytearray(nbytes))
             lane.fail_with([op])
