@@ -11,6 +11,7 @@ where the others go on.)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -451,3 +452,37 @@ def test_a_board_not_every_rank_mapped_goes_with_its_job(run_mpi) -> None:
     assert proc.returncode != 0
     pids = [int(line.split()[1]) for line in proc.stdout.splitlines() if line.startswith("PID")]
     assert pids and _shm_files(pids) == [], proc.stdout
+
+
+@pytest.mark.timeout(60)
+def test_the_first_board_of_a_job_reaps_names_left_by_killed_jobs(run_mpi) -> None:
+    # names as a killed job leaves them: its creator gone; one old, one just made; and
+    # an old one whose creator lives (this test): only the first is stale for certain
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    dead = int(gone.stdout)
+    paths = {
+        "stale": f"/dev/shm/ipympi-coll-{dead}-{os.urandom(8).hex()}",
+        "young": f"/dev/shm/ipympi-{dead}-{os.urandom(8).hex()}",
+        "alive": f"/dev/shm/ipympi-coll-{os.getpid()}-{os.urandom(8).hex()}",
+    }
+    try:
+        for kind, path in paths.items():
+            with open(path, "wb") as out:
+                out.write(b"x" * 64)
+            if kind != "young":
+                old = time.time() - 3600
+                os.utime(path, (old, old))
+        assert_ok(run_mpi(2, mpi_program(MPI_PRELUDE, "comm.Barrier()\n")), 2)
+        assert not os.path.exists(paths["stale"])
+        assert os.path.exists(paths["young"]) and os.path.exists(paths["alive"])
+    finally:
+        for path in paths.values():
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)

@@ -7,6 +7,14 @@ rank maps it: nothing is ever left behind, even when a rank is killed. The ranks
 share a segment agree on its name through a collective of their own choosing (the
 caller passes the name along); this module does no communication.
 
+A name can still be left behind when the creator is killed before the others opened
+the segment, or a whole job is killed at once: each job notes its names for its
+launcher to remove (``launch.sessiondir``), and a launcher killed too leaves them. So
+the first segment a process creates reaps the names that are stale for certain
+(:func:`reap_stale`): this user's, named as this module names them, older than
+:data:`STALE_AFTER` (a name lives milliseconds: until every rank has opened it) and
+whose creator, whose pid the name carries, is gone.
+
 A segment's file descriptor also carries POSIX byte-range locks (``fcntl``): a rank
 locks byte ``i`` shared or exclusive, blocks until it may, and the kernel releases its
 locks when it dies. Locks belong to the process (not the thread), so a rank never
@@ -15,16 +23,24 @@ conflicts with itself; the kernel detects deadlocks between processes (``EDEADLK
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import mmap
 import os
+import re
 import secrets
 import tempfile
+import time
 
 from ..core.lazynumpy import np
 
-__all__ = ["Segment", "note_in", "noted", "segment_folder"]
+__all__ = ["STALE_AFTER", "Segment", "note_in", "noted", "reap_stale", "segment_folder"]
+
+STALE_AFTER = 60.0  # seconds: a segment's name older than this, its creator gone, is stale
+# what :meth:`Segment.create` names segments: prefix, creator's pid, 16 hex digits
+_NAME = re.compile(r"ipympi(?:-[a-z]+)?-(\d+)-[0-9a-f]{16}")
+_reaped = False  # whether this process has reaped its folder
 
 
 def noted(path: str) -> str:
@@ -50,6 +66,41 @@ def segment_folder() -> str:
     return tempfile.gettempdir()
 
 
+def reap_stale(folder: str, now: float | None = None) -> list[str]:
+    """Remove the stale segment names in ``folder`` (see the module's docstring); their
+    paths."""
+    uid = os.getuid()
+    now = time.time() if now is None else now
+    reaped = []
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            match = _NAME.fullmatch(entry.name)
+            if match is None:
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if st.st_uid != uid or now - st.st_mtime < STALE_AFTER:
+                    continue
+                if _alive(int(match.group(1))):
+                    continue
+                os.unlink(entry.path)
+            except OSError:
+                continue
+            reaped.append(entry.path)
+    return reaped
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (any user's)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, another user's
+        return True
+    return True
+
+
 class Segment:
     """One mapped shared-memory segment of ``size`` bytes (``size`` may be 0).
 
@@ -72,8 +123,13 @@ class Segment:
 
     @classmethod
     def create(cls, size: int, prefix: str = "ipympi") -> Segment:
-        """A new segment of ``size`` zeroed bytes under a fresh, unguessable name."""
+        """A new segment of ``size`` zeroed bytes under a fresh, unguessable name (the
+        first in a process reaps the folder's stale names first)."""
+        global _reaped
         folder = segment_folder()
+        if not _reaped:
+            _reaped = True
+            reap_stale(folder)
         while True:
             name = os.path.join(folder, f"{prefix}-{os.getpid()}-{secrets.token_hex(8)}")
             try:
