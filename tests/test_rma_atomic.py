@@ -26,7 +26,8 @@ import pytest
 from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
 from ipympi.progress import shmlock
-from ipympi.progress.shmlock import HostMutexes, process_alive
+from ipympi.progress.shm import process_alive
+from ipympi.progress.shmlock import HostMutexes
 
 
 def program(body: str) -> str:

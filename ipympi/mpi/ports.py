@@ -54,6 +54,7 @@ from ..core import contexts as ctx
 from ..core.errors import ERR_ARG, ERR_NAME, ERR_OTHER, ERR_PORT, ERR_SERVICE
 from ..core.errors import Exception as MPIException
 from ..progress.engine import EAGER_LIMIT
+from ..progress.shm import process_alive
 from . import commbuild as cb
 from . import finalize_hooks, jobs
 from .args import c_int
@@ -479,23 +480,13 @@ def _read_name(path: str) -> str | None:
             host, pid, port = src.read().split("\n", 2)
     except (FileNotFoundError, ValueError):
         return None
-    if host == socket.gethostname() and not _alive(int(pid)):
+    if host == socket.gethostname() and not process_alive(int(pid)):
         try:
             os.unlink(path)
         except FileNotFoundError:
             pass
         return None
     return port
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 _published: dict[str, str] = {}  # service -> port, published by this process

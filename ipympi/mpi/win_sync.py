@@ -59,7 +59,7 @@ from ..core.errors import (
 from ..core.errors import Exception as MPIException
 from ..progress import tracing
 from ..progress.engine import WaitInfo
-from ..progress.shmlock import process_alive
+from ..progress.shm import process_alive
 from .args import c_int
 from .datatype import BYTE
 from .errhandling import mpi_call

@@ -35,7 +35,15 @@ import time
 
 from ..core.lazynumpy import np
 
-__all__ = ["STALE_AFTER", "Segment", "note_in", "noted", "reap_stale", "segment_folder"]
+__all__ = [
+    "STALE_AFTER",
+    "Segment",
+    "note_in",
+    "noted",
+    "process_alive",
+    "reap_stale",
+    "segment_folder",
+]
 
 STALE_AFTER = 60.0  # seconds: a segment's name older than this, its creator gone, is stale
 # what :meth:`Segment.create` names segments: prefix, creator's pid, 16 hex digits
@@ -81,7 +89,7 @@ def reap_stale(folder: str, now: float | None = None) -> list[str]:
                 st = entry.stat(follow_symlinks=False)
                 if st.st_uid != uid or now - st.st_mtime < STALE_AFTER:
                     continue
-                if _alive(int(match.group(1))):
+                if process_alive(int(match.group(1))):
                     continue
                 os.unlink(entry.path)
             except OSError:
@@ -90,15 +98,20 @@ def reap_stale(folder: str, now: float | None = None) -> list[str]:
     return reaped
 
 
-def _alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (any user's)."""
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` is alive: it exists and is not a zombie."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except OSError:  # it exists, another user's
-        return True
-    return True
+    except PermissionError:
+        pass  # exists, owned by someone else
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return True  # no procfs: existence is all we know
+    return state not in (b"Z", b"X")
 
 
 class Segment:

@@ -49,9 +49,9 @@ import os
 import time
 from typing import Any, Callable
 
-from .shm import Segment
+from .shm import Segment, process_alive
 
-__all__ = ["ORPHANED", "SLICE", "SPINS", "HostMutexes", "process_alive"]
+__all__ = ["ORPHANED", "SLICE", "SPINS", "HostMutexes"]
 
 SLICE = 0.05  # seconds a waiter sleeps before it looks at the holder again
 ORPHANED = 1.0  # seconds a held mutex may show no holder before a dead peer is blamed
@@ -72,22 +72,6 @@ except (ImportError, AttributeError):  # a Python built without POSIX semaphores
 
 
 _sched_yield = getattr(os, "sched_yield", lambda: None)
-
-
-def process_alive(pid: int) -> bool:
-    """Whether process ``pid`` is alive: it exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            state = stat.read().rpartition(b")")[2].split()[0]
-    except (OSError, IndexError):
-        return True  # no procfs: existence is all we know
-    return state not in (b"Z", b"X")
 
 
 def _sem_name(segment_name: str, index: int) -> str:
