@@ -350,9 +350,7 @@ class Board:
         words, index, mark = self.words, self._slot[rank][seq & _LAST], seq + 1
         if words[index] == mark:
             return
-        done = lambda: words[index] == mark  # noqa: E731
-        if not self._spin(done):
-            self._sleep(done, rank + 1, idle)
+        self._wait(lambda: words[index] == mark, rank + 1, idle)
 
     def missing(self, seq: int, everyone: bool = False) -> int:
         """The first other rank (any rank when ``everyone``) that has not written its slot
@@ -403,9 +401,13 @@ class Board:
         slots, of two last writers at least one sees the other's write."""
         if self.missing(seq) < 0:
             return
-        done = lambda: self.missing(seq) < 0  # noqa: E731
+        self._wait(lambda: self.missing(seq) < 0, COMPLETE, idle)
+
+    def _wait(self, done: Callable[[], bool], flag: int, idle: Callable[[], None]) -> None:
+        """Return once ``done()``: look for a while (:meth:`_spin`), then sleep on the
+        bell (:meth:`_sleep`, flagged ``flag``)."""
         if not self._spin(done):
-            self._sleep(done, COMPLETE, idle)
+            self._sleep(done, flag, idle)
 
     def _spin(self, done: Callable[[], bool]) -> bool:
         """Look at ``done()`` for up to :attr:`spin` seconds before a sleep; whether it
@@ -432,9 +434,7 @@ class Board:
         words, me, mark = self.words, self.rank, seq + 1
         for r, index in enumerate(self._started):
             if r != me and words[index] < mark:
-                done = lambda i=index: words[i] >= mark  # noqa: E731
-                if not self._spin(done):
-                    self._sleep(done, r + 1, idle)
+                self._wait(lambda i=index: words[i] >= mark, r + 1, idle)  # type: ignore[misc]
         self.clear_upto = min(words[i] for r, i in enumerate(self._started) if r != me) - 1
 
     def _sleep(self, done: Callable[[], bool], flag: int, idle: Callable[[], None]) -> None:

@@ -247,14 +247,22 @@ def _take(
             return into
         return lane.take(peer, nbytes, into)
     if nbytes is not None and count != nbytes:
-        op = _outcome(lane, peer, sig, count)
-        op.mem = into if into is not None else memoryview(bytearray(nbytes))
-        lane.fail_with([op])
+        _size_mismatch(lane, peer, sig, count, nbytes, into)
     if into is None:
         return data
     if count:
         into[:] = data
     return into
+
+
+def _size_mismatch(
+    lane: Any, peer: int, sig: int, count: int, nbytes: int, into: memoryview | None = None
+) -> None:
+    """Raise the general path's error for ``count`` bytes from ``peer`` where this rank
+    expects ``nbytes`` (into ``into``, when given)."""
+    op = _outcome(lane, peer, sig, count)
+    op.mem = into if into is not None else memoryview(bytearray(nbytes))
+    lane.fail_with([op])
 
 
 def _wait_all(lane: Any, board: Board) -> None:
@@ -277,10 +285,6 @@ def _end(lane: Any, board: Board, large: list[Operation]) -> None:
     if other >= 0:
         sig, count, _ = board.read(other, lane.seq)
         lane.fail_with([_outcome(lane, other, sig, count)])
-    _finish(lane, board)
-
-
-def _finish(lane: Any, board: Board) -> None:
     lane.finish()
 
 
@@ -308,7 +312,7 @@ def barrier(lane: Any, board: Board, comm: Any, call: str, sig: int) -> None:
     unlike = board.first_unlike(seq, sig, 0)
     if unlike >= 0:
         _take(lane, board, unlike, 0)  # raises the general path's error
-    _finish(lane, board)  # every slot compared
+    lane.finish()  # every slot compared
 
 
 def bcast(lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, mem: Any) -> None:
@@ -487,9 +491,7 @@ def _check_sizes(lane: Any, board: Board, nbytes: int) -> None:
             lane.fail_with([_outcome(lane, r, sig, count)])
         theirs = board.data_bytes(r, seq)
         if theirs != nbytes:
-            op = _outcome(lane, r, sig, theirs)
-            op.mem = memoryview(bytearray(nbytes))
-            lane.fail_with([op])
+            _size_mismatch(lane, r, sig, theirs, nbytes)
 
 
 def _combined(lane: Any, board: Board, values: Values, value: Any, data: Any) -> Any:
