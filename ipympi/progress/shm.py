@@ -74,11 +74,11 @@ def segment_folder() -> str:
     return tempfile.gettempdir()
 
 
-def reap_stale(folder: str, now: float | None = None) -> list[str]:
+def reap_stale(folder: str) -> list[str]:
     """Remove the stale segment names in ``folder`` (see the module's docstring); their
     paths."""
     uid = os.getuid()
-    now = time.time() if now is None else now
+    now = time.time()
     reaped = []
     with contextlib.suppress(OSError), os.scandir(folder) as entries:
         for entry in entries:
