@@ -74,8 +74,11 @@ def wait_for_others():
 
 
 def sleep_forever():
+    # Short naps: a signal whose handler runs just before time.sleep enters the system
+    # call does not interrupt that sleep (CPython checks for signals only between
+    # calls), so a long nap could outlast the launcher's grace after SIGINT.
     while True:
-        time.sleep(100)
+        time.sleep(0.05)
 
 
 def answer_queries():
