@@ -193,10 +193,26 @@ def ndarray_spec(array: np.ndarray, writable: bool) -> BufferSpec | None:
     datatype = ndarray_datatype(array.dtype)
     if datatype is None:
         return None
+    mem = _whole_bytes(array, writable)
+    if mem is None:
+        return None
+    return BufferSpec(mem, array.size, datatype, array=array)
+
+
+def ndarray_bytes(array: np.ndarray, writable: bool) -> memoryview | None:
+    """The bytes of a whole numpy array in the common case of :func:`ndarray_spec`,
+    else None: for a call that needs the memory only (a blocking Bcast), without the
+    cost of a :class:`BufferSpec`."""
+    if ndarray_datatype(array.dtype) is None:
+        return None
+    return _whole_bytes(array, writable)
+
+
+def _whole_bytes(array: np.ndarray, writable: bool) -> memoryview | None:
     view = memoryview(array)  # type: ignore[arg-type]
     if not view.c_contiguous or not view.ndim or (writable and view.readonly):
         return None
-    return BufferSpec(view.cast("B"), array.size, datatype, array=array)
+    return view.cast("B")
 
 
 def send_buffer(spec: Any, peer: int = 0) -> BufferSpec:

@@ -18,7 +18,7 @@ round: the messages are the same, each told apart by its source.)
 A :class:`Lane`, kept on the communicator, holds what stays the same for it
 (its collective context, the peers of each schedule, the queue its early
 messages wait in) and the state of the call in progress. A call takes the
-engine (:func:`_held`), begins with :meth:`Lane.start`, which numbers it in the
+engine (:func:`_path`), begins with :meth:`Lane.start`, which numbers it in the
 engine's collective ledger (``core.ledger.Ledger.begin``, as :class:`CollOp`
 does), runs its rounds with :meth:`Lane.exchange`, :meth:`Lane.take`,
 :meth:`Lane.give` and :meth:`Lane.send_all`, which send through
@@ -378,40 +378,34 @@ class Lane:
         return WaitInfo(call, comm_label(self.comm), self.peer, self.seq)
 
 
-def _held(impl: Any) -> Lane | None:
-    """Take the engine for a straight call; the communicator's lane, or None
-    (engine released) when the call must take the general path: while tracing."""
-    engine = impl.engine
-    engine.enter()
-    if engine.tracer is not None or engine.transport is None:
-        engine.leave()
-        return None
-    lane = impl.lane
-    if lane is None:  # the communicator's first straight call
-        lane = impl.lane = Lane(impl)
-    return lane
-
-
 def _path(
     impl: Any, comm: Any, call: str, sig: int, board_ok: bool = True
 ) -> tuple[Lane, Board | None] | None:
     """Take the engine for a straight call: (lane, the communicator's board or None),
     or None (engine released) for the general path: while tracing, or once a rank of
     the world has died on a communicator without a board (a wait on the board notices
-    dead members itself). The first call sets the board up (:func:`.shmpath.set_up`).
-    ``board_ok``: whether this call may run on a board (a fact of its arguments)."""
-    lane = _held(impl)
-    if lane is None:
+    dead members itself). The communicator's first straight call makes its lane, and
+    sets the board up (:func:`.shmpath.set_up`). ``board_ok``: whether this call may
+    run on a board (a fact of its arguments)."""
+    engine = impl.engine
+    engine.enter()
+    if engine.tracer is not None or engine.transport is None:
+        engine.leave()
         return None
+    lane = impl.lane
+    if lane is None:
+        lane = impl.lane = Lane(impl)
+    board = lane.board if board_ok else False
+    if isinstance(board, Board):  # the common case: set up already
+        return lane, board
     try:
-        board = lane.board if board_ok else False
         if board is None:
             board = shmpath.set_up(lane, comm, call, sig)
-        if not board and lane.engine.dead_peers:
-            _release(lane.engine)
+        if not board and engine.dead_peers:
+            _release(engine)
             return None
     except BaseException:
-        _release(lane.engine)
+        _release(engine)
         raise
     return lane, board if isinstance(board, Board) else None
 

@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from ...core import algorithms as algo
 from ...core.errors import ERR_BUFFER, ERR_COUNT
 from ...core.errors import Exception as MPIException
+from ...core.lazynumpy import np
 from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ...core.schedule import Algorithm, signature
 from ..args import root_rank
-from ..buffers import recv_buffer, send_buffer
+from ..buffers import ndarray_bytes, recv_buffer, send_buffer
 from ..commlock import comm_locked
 from ..errhandling import mpi_call
 from ..handles import CommMixin
@@ -109,9 +110,14 @@ class Collectives(CommMixin):
         root = self._check_root(impl, root, call)
         if buf is IN_PLACE:
             raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is not allowed in Bcast")
-        spec = send_buffer(buf) if impl.rank == root else recv_buffer(buf)
-        mem = spec.mem
-        finish = None if impl.rank == root else unpack_after(spec)
+        at_root = impl.rank == root
+        # a plain array of a predefined type is its bytes: no spec to build
+        mem = ndarray_bytes(buf, not at_root) if type(buf) is np.ndarray else None
+        finish = None
+        if mem is None:
+            spec = send_buffer(buf) if at_root else recv_buffer(buf)
+            mem = spec.mem
+            finish = None if at_root else unpack_after(spec)
         large = mem.nbytes >= LARGE_BCAST and impl.size > 2
         if (
             mode is BLOCKING
