@@ -241,6 +241,60 @@ def test_board_calls_meet_large_and_nonblocking_ones(run_mpi, size: int) -> None
     assert_ok(run_mpi(size, mpi_program(MPI_PRELUDE, MIXED), timeout=110), size)
 
 
+BCAST_FORMS = """
+comm.Barrier()  # the board is set up
+def forms(rank):
+    base = np.arange(12, dtype=np.int32) + 100 * rank
+    return [
+        base.reshape(3, 4),  # a plain array of any shape: its bytes
+        base.astype(np.int8), base.astype(np.complex128), base % 2 == 0,
+        np.array(7.5 + rank),  # 0-d: the general parser's form of one element
+        [base, MPI.INT],  # explicit forms
+        [base, 6, MPI.INT],
+        bytearray(base.tobytes()),
+    ]
+for root in range(size):
+    want = forms(root)
+    got = want if rank == root else forms(size + rank)
+    for i, (w, g) in enumerate(zip(want, got)):
+        comm.Bcast(g, root=root)
+        mine = bytes(memoryview(g[0] if isinstance(g, list) else g))
+        sent = bytes(memoryview(w[0] if isinstance(w, list) else w))
+        if isinstance(g, list) and len(g) == 3:  # six elements of twelve
+            mine, sent = mine[:24], sent[:24]
+        assert mine == sent, i
+# what mpi4py refuses, refused as it does, before the call
+ro = np.arange(3.0)
+ro.flags.writeable = False
+try:
+    comm.Bcast(ro, root=0)  # the root may send from read-only memory, no rank receive into it
+except BufferError:
+    assert rank != 0
+    out = np.zeros(3)
+    comm.Bcast(out, root=0)  # the call the root made
+    assert out.tolist() == [0.0, 1.0, 2.0], out
+else:
+    assert rank == 0
+record = np.zeros(2, dtype=[("a", "i4"), ("b", "f8")])  # no predefined datatype
+for bad, error in ((np.zeros(6)[::2], BufferError), (None, TypeError), (record, KeyError)):
+    try:
+        comm.Bcast(bad, root=size - 1)
+    except error:
+        pass
+    else:
+        raise AssertionError(f"rank {rank}: {bad!r} was taken")
+comm.Barrier()
+assert isinstance(comm._live().lane.board, Board)
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("size", [2, 3])
+def test_bcast_on_the_board_takes_every_buffer_form(run_mpi, size: int) -> None:
+    prelude = MPI_PRELUDE + "\nfrom ipympi.progress.shmcoll import Board\n"
+    assert_ok(run_mpi(size, mpi_program(prelude, BCAST_FORMS), timeout=50), size)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("size", [2, 3])
 def test_sizes_that_differ_across_a_slot_s_size_raise_on_every_rank(run_mpi, size: int) -> None:
