@@ -234,6 +234,16 @@ def send_buffer(spec: Any, peer: int = 0) -> BufferSpec:
     return message(spec, None, None, None, False)
 
 
+def send_memory(spec: Any, peer: int = 0) -> memoryview:
+    """The memory of a send buffer argument, ``send_buffer(spec, peer).mem``, without
+    building the spec in the common case of a plain array (:func:`ndarray_bytes`)."""
+    if type(spec) is np.ndarray and peer != PROC_NULL:
+        mem = ndarray_bytes(spec, False)
+        if mem is not None:
+            return mem
+    return send_buffer(spec, peer).mem
+
+
 def recv_buffer(spec: Any, peer: int = 0) -> BufferSpec:
     """Parse a receive buffer argument; the memory must be writable (else ``BufferError``).
 

@@ -30,7 +30,7 @@ from ..core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ..core.schedule import NEIGHBORHOOD, Algorithm, Round
 from . import commbuild as cb
 from .args import c_int, c_ints
-from .buffers import send_buffer
+from .buffers import send_memory
 from .coll.bufforms import blocks, exchange, vector
 from .comm import Intracomm
 from .commimpl import TopoImpl, handle_class
@@ -124,7 +124,7 @@ class Topocomm(Intracomm):
             views, finish = vector(recvbuf, len(ins), writable=True)
         else:
             _, views, finish = blocks(recvbuf, len(ins), writable=True)
-        block = send_buffer(sendbuf).mem
+        block = send_memory(sendbuf)
         if not v and views and block.nbytes != views[0].nbytes:
             raise MPIException(
                 ERR_COUNT,

@@ -20,7 +20,7 @@ from ..progress.engine import WaitInfo
 from ..progress.operation import RECV, SEND, Operation
 from . import bsend as _bsend
 from .args import c_int, dest_rank, recv_tag, send_tag, source_rank
-from .buffers import BufferSpec, recv_buffer, send_buffer
+from .buffers import BufferSpec, recv_buffer, send_buffer, send_memory
 from .errhandling import mpi_call as _mpi_call
 from .message import Message
 from .pickling import dumps_message, loads_message
@@ -219,22 +219,22 @@ class PointToPoint(SendRecv):
     @_mpi_call
     def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Standard-mode blocking send of a buffer."""
-        self._blocking_send("Send", send_buffer(buf, dest).mem, dest, tag, STANDARD)
+        self._blocking_send("Send", send_memory(buf, dest), dest, tag, STANDARD)
 
     @_mpi_call
     def Ssend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Synchronous send: returns once the matching receive has started."""
-        self._blocking_send("Ssend", send_buffer(buf, dest).mem, dest, tag, SYNCHRONOUS)
+        self._blocking_send("Ssend", send_memory(buf, dest), dest, tag, SYNCHRONOUS)
 
     @_mpi_call
     def Rsend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Ready send: the matching receive must already be posted."""
-        self._blocking_send("Rsend", send_buffer(buf, dest).mem, dest, tag, READY)
+        self._blocking_send("Rsend", send_memory(buf, dest), dest, tag, READY)
 
     @_mpi_call
     def Bsend(self, buf: Any, dest: int, tag: int = 0) -> None:
         """Buffered send through the attached buffer; local, never waits for the receiver."""
-        self._blocking_send("Bsend", send_buffer(buf, dest).mem, dest, tag, BUFFERED)
+        self._blocking_send("Bsend", send_memory(buf, dest), dest, tag, BUFFERED)
 
     # -- blocking receive --------------------------------------------------------
     @_mpi_call
@@ -252,19 +252,19 @@ class PointToPoint(SendRecv):
     # -- nonblocking buffer operations -----------------------------------------
     @_mpi_call
     def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Isend", send_buffer(buf, dest).mem, dest, tag, STANDARD)
+        return self._nonblocking_send("Isend", send_memory(buf, dest), dest, tag, STANDARD)
 
     @_mpi_call
     def Issend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Issend", send_buffer(buf, dest).mem, dest, tag, SYNCHRONOUS)
+        return self._nonblocking_send("Issend", send_memory(buf, dest), dest, tag, SYNCHRONOUS)
 
     @_mpi_call
     def Irsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Irsend", send_buffer(buf, dest).mem, dest, tag, READY)
+        return self._nonblocking_send("Irsend", send_memory(buf, dest), dest, tag, READY)
 
     @_mpi_call
     def Ibsend(self, buf: Any, dest: int, tag: int = 0) -> Request:
-        return self._nonblocking_send("Ibsend", send_buffer(buf, dest).mem, dest, tag, BUFFERED)
+        return self._nonblocking_send("Ibsend", send_memory(buf, dest), dest, tag, BUFFERED)
 
     @_mpi_call
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:

@@ -17,7 +17,7 @@ from ..core.errors import Exception as MPIException
 from ..core.modes import STANDARD
 from ..progress.engine import WaitInfo
 from ..progress.operation import RECV, Operation
-from .buffers import recv_buffer, send_buffer
+from .buffers import recv_buffer, send_memory
 from .errhandling import mpi_call
 from .handles import PointToPointMixin
 from .pickling import dumps_message, loads_message
@@ -156,7 +156,7 @@ class SendRecv(PointToPointMixin):
         status: Status | None = None,
     ) -> None:
         """Send and receive at once, as if by two threads; no cyclic deadlock."""
-        send_mem = send_buffer(sendbuf, dest).mem
+        send_mem = send_memory(sendbuf, dest)
         recv = recv_buffer(recvbuf, source)
         self._sendrecv(
             "Sendrecv", send_mem, dest, sendtag, recv.mem, source, recvtag, status, recv.unpack
@@ -174,7 +174,7 @@ class SendRecv(PointToPointMixin):
     ) -> None:
         """Send ``buf`` and replace its contents with the received message."""
         peer = _peer_of(dest, source)
-        outgoing = bytes(send_buffer(buf, peer).mem)  # a copy: the receive overwrites buf
+        outgoing = bytes(send_memory(buf, peer))  # a copy: the receive overwrites buf
         spec = recv_buffer(buf, peer)
         self._sendrecv(
             "Sendrecv_replace",
@@ -199,7 +199,7 @@ class SendRecv(PointToPointMixin):
         recvtag: int = ANY_TAG,
     ) -> Request:
         """Nonblocking ``Sendrecv``: one request, complete when both halves are."""
-        send_mem = send_buffer(sendbuf, dest).mem
+        send_mem = send_memory(sendbuf, dest)
         recv = recv_buffer(recvbuf, source)
         _, rop, sop, _ = self._start_sendrecv(
             "Isendrecv", send_mem, dest, sendtag, recv.mem, source, recvtag, recv.unpack
@@ -217,7 +217,7 @@ class SendRecv(PointToPointMixin):
     ) -> Request:
         """Nonblocking ``Sendrecv_replace``: ``buf`` is sent as it is now."""
         peer = _peer_of(dest, source)
-        outgoing = bytes(send_buffer(buf, peer).mem)
+        outgoing = bytes(send_memory(buf, peer))
         spec = recv_buffer(buf, peer)
         _, rop, sop, _ = self._start_sendrecv(
             "Isendrecv_replace", outgoing, dest, sendtag, spec.mem, source, recvtag, spec.unpack

@@ -110,6 +110,7 @@ class Lane:
         "doubling",
         "engine",
         "idle",
+        "others",
         "peer",
         "queue",
         "rank",
@@ -129,6 +130,7 @@ class Lane:
         self.rank = rank
         self.size = size
         self.world = world
+        self.others = tuple(r for r in range(size) if r != rank)  # the other comm ranks
         # Messages of this context that came before their receive (live: an ExactQueue).
         self.queue = engine.matcher.pending_in(self.context)
         assert type(self.queue) is ExactQueue, "a collective context"

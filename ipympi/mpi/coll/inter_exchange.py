@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ...core import algorithms as algo
 from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ...core.schedule import Algorithm, Round
-from ..buffers import send_buffer
+from ..buffers import send_memory
 from ..commlock import comm_locked
 from ..errhandling import mpi_call
 from ..pickling import object_items, pickle
@@ -64,7 +64,7 @@ class InterExchanges(InterCollBase):
     def _allgather(self, call: str, sendbuf: Any, recvbuf: Any, v: bool, mode: Form) -> Any:
         no_in_place(call, sendbuf, recvbuf)
         m = self.Get_remote_size()
-        block = send_buffer(sendbuf).mem
+        block = send_memory(sendbuf)
         if v:
             views, finish = vector(recvbuf, m, writable=True)
             return self._exchange(call, "Allgatherv", [block] * m, views, finish, mode)

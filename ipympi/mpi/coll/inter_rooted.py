@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ...core import algorithms as algo
 from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ...core.schedule import Algorithm, Round
-from ..buffers import recv_buffer, send_buffer
+from ..buffers import recv_buffer, send_buffer, send_memory
 from ..commlock import comm_locked
 from ..errhandling import mpi_call
 from ..pickling import object_items, pickle
@@ -126,7 +126,7 @@ class InterRooted(InterCollBase):
                 whole, views, finish = blocks(recvbuf, m, writable=True)
                 region = whole.mem[: views[0].nbytes * m]
         elif role == "leaf":
-            block = send_buffer(sendbuf).mem
+            block = send_memory(sendbuf)
 
         def build(rank: int, n: int, lo: int, ro: int) -> tuple[Algorithm, Any]:
             if role == "root":

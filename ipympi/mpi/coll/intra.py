@@ -21,7 +21,7 @@ from ...core.lazynumpy import np
 from ...core.modes import BLOCKING, NONBLOCKING, PERSISTENT, Form
 from ...core.schedule import Algorithm, signature
 from ..args import root_rank
-from ..buffers import ndarray_bytes, recv_buffer, send_buffer
+from ..buffers import ndarray_bytes, recv_buffer, send_buffer, send_memory
 from ..commlock import comm_locked
 from ..errhandling import mpi_call
 from ..handles import CommMixin
@@ -173,7 +173,7 @@ class Collectives(CommMixin):
         at_root = rank == root
         if sendbuf is IN_PLACE and not at_root:
             raise MPIException(ERR_BUFFER, f"{call}: MPI.IN_PLACE is allowed at the root only")
-        block = None if at_root and in_place(sendbuf) else send_buffer(sendbuf).mem
+        block = None if at_root and in_place(sendbuf) else send_memory(sendbuf)
         whole, views, finish = None, None, None
         if at_root:
             if v:
@@ -342,7 +342,7 @@ class Collectives(CommMixin):
             views, finish = vector(recvbuf, size, writable=True)
         else:
             whole, views, finish = blocks(recvbuf, size, writable=True)
-        block = None if in_place(sendbuf) else send_buffer(sendbuf).mem
+        block = None if in_place(sendbuf) else send_memory(sendbuf)
         if block is not None and block.nbytes != views[rank].nbytes:
             raise MPIException(
                 ERR_COUNT,

@@ -299,11 +299,6 @@ def _put(lane: Any, board: Board, data: Any, peers: Any) -> list[Operation]:
     return lane.send_all(sends)
 
 
-def _others(lane: Any) -> list[int]:
-    me = lane.rank
-    return [r for r in range(lane.size) if r != me]
-
-
 def barrier(lane: Any, board: Board, comm: Any, call: str, sig: int) -> None:
     """Every rank publishes an empty slot and waits for every other's."""
     seq = _begin(lane, board, comm, call, sig)
@@ -359,7 +354,7 @@ def scatter(
     me, n = lane.rank, block.nbytes
     large: list[Operation] = []
     if me == root:
-        parts = [(r, src[r * n : (r + 1) * n]) for r in _others(lane)]
+        parts = ((r, src[r * n : (r + 1) * n]) for r in lane.others)  # when src overflows
         large = _put(lane, board, src, parts)
         block[:] = src[me * n : (me + 1) * n]
     else:
@@ -377,10 +372,10 @@ def allgather(
     """Every rank publishes its block and copies every other's into ``out``."""
     _begin(lane, board, comm, call, sig)
     me, n = lane.rank, block.nbytes
-    large = _put(lane, board, block, _others(lane))
+    large = _put(lane, board, block, lane.others)
     _wait_all(lane, board)
     out[me * n : (me + 1) * n] = block
-    for r in _others(lane):
+    for r in lane.others:
         _take(lane, board, r, n, out[r * n : (r + 1) * n])
     _end(lane, board, large)
 
@@ -399,11 +394,11 @@ def alltoall(
     me, size = lane.rank, lane.size
     n = recvs[me].nbytes
     whole = b"".join(sends)
-    large = _put(lane, board, whole, [(r, sends[r]) for r in _others(lane)])
+    large = _put(lane, board, whole, ((r, sends[r]) for r in lane.others))
     _wait_all(lane, board)
     recvs[me][:] = sends[me]
     overflow = n * size > board.capacity
-    for r in _others(lane):
+    for r in lane.others:
         if overflow:
             _take(lane, board, r, n, recvs[r])
         else:
@@ -442,7 +437,7 @@ def bcast_object(
     large: list[Operation] = []
     if lane.rank == root:
         assert data is not None
-        large = _put(lane, board, data, _others(lane))
+        large = _put(lane, board, data, lane.others)
         got: memoryview | bytes = data
     else:
         board.publish(lane.seq, sig, b"", lane.idle)
@@ -464,7 +459,7 @@ def allreduce(
     wire = values.codec[0] if values.codec else values.wire
     data = wire(value)
     if type(values) is ObjectValues:  # pickles: each rank's own size
-        large = _put(lane, board, data, _others(lane))
+        large = _put(lane, board, data, lane.others)
         _wait_all(lane, board)
         acc = _combined(lane, board, values, value, data)
         _end(lane, board, large)
@@ -485,7 +480,7 @@ def _check_sizes(lane: Any, board: Board, nbytes: int) -> None:
     """Raise the general path's error if a rank (its slot written) is in another call,
     or its data is not ``nbytes`` long."""
     seq = lane.seq
-    for r in _others(lane):
+    for r in lane.others:
         sig, count, _ = board.read(r, seq)
         if sig != lane.sig:
             lane.fail_with([_outcome(lane, r, sig, count)])
