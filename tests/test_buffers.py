@@ -11,10 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from ipympi.core.constants import PROC_NULL
 from ipympi.core.errors import ERR_ARG, ERR_BASE, ERR_BUFFER, ERR_INFO, ERR_TYPE
 from ipympi.core.errors import Exception as MPIException
 from ipympi.mpi import datatype as D
-from ipympi.mpi.buffers import BufferSpec, as_ndarray, recv_buffer, send_buffer
+from ipympi.mpi.buffers import BufferSpec, as_ndarray, recv_buffer, send_buffer, send_memory
 from ipympi.mpi.coll.bufforms import vector, wvector
 from ipympi.mpi.datatype_derived import Get_address
 from ipympi.mpi.info import INFO_ENV, INFO_NULL
@@ -295,6 +296,7 @@ def _stable_id(text: str) -> str:
 )
 def test_errors(spec: Any, expected: Any) -> None:
     assert error_of(spec, send_buffer) == expected
+    assert error_of(spec, send_memory) == expected
     if isinstance(spec, (list, tuple)) and spec and isinstance(spec[0], np.ndarray):
         spec = [spec[0].copy() if spec[0].flags.c_contiguous else spec[0], *spec[1:]]
     assert error_of(spec, recv_buffer) == expected
@@ -464,3 +466,29 @@ def test_common_forms_take_the_short_path(monkeypatch: pytest.MonkeyPatch) -> No
             parsed = parse(spec)
             assert parsed.count == 1000 and parsed.datatype is D.DOUBLE
             assert as_ndarray(parsed).ctypes.data == a.ctypes.data
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        np.arange(12.0).reshape(3, 4),
+        np.arange(5, dtype="i1"),
+        np.array(2.5),  # 0-d: the general parser's
+        np.ones(3, dtype=bool),
+        np.zeros(0),
+        [np.arange(6, dtype="i4"), D.INT],
+        bytearray(b"abc"),
+        b"xyz",
+    ],
+    ids=lambda v: _stable_id(repr(v)[:40]),
+)
+def test_send_memory_is_the_memory_of_the_send_spec(spec: Any) -> None:
+    mem = send_memory(spec)
+    assert mem.format == "B" and mem.ndim == 1
+    assert bytes(mem) == bytes(send_buffer(spec).mem)
+    if isinstance(spec, np.ndarray) and spec.nbytes:  # no copy
+        assert np.frombuffer(mem, dtype=np.uint8).ctypes.data == spec.ctypes.data
+
+
+def test_send_memory_to_proc_null_looks_at_nothing() -> None:
+    assert send_memory(object(), PROC_NULL).nbytes == 0 == send_memory(None, PROC_NULL).nbytes
