@@ -227,11 +227,13 @@ def _take(
     nbytes: int | None,
     into: memoryview | None = None,
     tree: bool = False,
+    fits: bool = False,
 ) -> memoryview:
     """``peer``'s data of this call (``nbytes`` long unless None), copied into ``into``
     when given; raise the general path's error if it is of another call or size. Data
     that did not fit in ``peer``'s slot comes as a message from it, or down the
-    broadcast tree rooted at it when ``tree``."""
+    broadcast tree rooted at it when ``tree``; when ``fits`` (this rank's ``nbytes`` did
+    fit, and no rank sends data that fits none), such data is of another size."""
     seq = lane.seq
     if not board.slot_ready(peer, seq):
         lane.peer = peer
@@ -240,6 +242,9 @@ def _take(
     if sig != lane.sig:
         lane.fail_with([_outcome(lane, peer, sig, count)])
     if count == OVERFLOW:
+        if fits:
+            assert nbytes is not None
+            _size_mismatch(lane, peer, sig, board.data_bytes(peer, seq), nbytes, into)
         lane.peer = peer
         if tree:
             assert into is not None
@@ -467,11 +472,11 @@ def allreduce(
     board.publish(lane.seq, sig, data, lane.idle)
     _wait_all(lane, board)
     nbytes = len(data)
-    _check_sizes(lane, board, nbytes)
     if nbytes > board.capacity:
+        _check_sizes(lane, board, nbytes)
         acc = lane.allreduce_rounds(values, value)
-    else:
-        acc = _combined(lane, board, values, value, data)
+    else:  # each slot's call and size are checked as it is read
+        acc = _combined(lane, board, values, value, data, fits=True)
     _end(lane, board, [])
     return acc
 
@@ -489,9 +494,12 @@ def _check_sizes(lane: Any, board: Board, nbytes: int) -> None:
             _size_mismatch(lane, r, sig, theirs, nbytes)
 
 
-def _combined(lane: Any, board: Board, values: Values, value: Any, data: Any) -> Any:
+def _combined(
+    lane: Any, board: Board, values: Values, value: Any, data: Any, fits: bool = False
+) -> Any:
     """Every rank's value (``value``, whose bytes are ``data``, for this rank's), read
-    from the board and combined in rank order."""
+    from the board and combined in rank order. ``fits``: every rank's data must fit in
+    its slot (an Allreduce's, alike on every rank): one that did not is a size mismatch."""
     arrays = type(values) is ArrayValues
     decode, combine, nbytes = (values.codec or (None, values.decode, values.combine, None))[1:]
     if nbytes is None:
@@ -510,10 +518,10 @@ def _combined(lane: Any, board: Board, values: Values, value: Any, data: Any) ->
                 if r == me:
                     target[:] = data  # type: ignore[index]
                 else:
-                    _take(lane, board, r, target.nbytes, target)  # type: ignore[union-attr]
+                    _take(lane, board, r, target.nbytes, target, fits=fits)  # type: ignore[union-attr]
         elif r == me:
             other = decode(memoryview(data))
         else:
-            other = decode(_take(lane, board, r, nbytes))
+            other = decode(_take(lane, board, r, nbytes, fits=fits))
         acc = other if r == 0 else combine(acc, other)
     return acc
