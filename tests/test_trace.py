@@ -295,7 +295,7 @@ with _trace.recording(payloads=True) as recs:
     comm.Allreduce(large, out_large)
 rd, ring = collectives(recs)
 assert rd["algorithm"] == "allreduce_recursive_doubling"
-assert ring["algorithm"] == ("allreduce_ring" if size > 2 else
+assert ring["algorithm"] == ("allreduce_ring" if size > 1 else
                              "allreduce_recursive_doubling")
 pof2 = 1 << (size.bit_length() - 1)
 rem = size - pof2

@@ -205,7 +205,7 @@ class Reductions(CollectiveMixin):
         ring = (
             nbytes >= LARGE_ALLREDUCE
             and args.op._commutative
-            and impl.size > 2
+            and impl.size > 1
             and args.source.size >= impl.size
         )
         if mode is BLOCKING and not ring:
