@@ -314,7 +314,7 @@ USER_OPS = program(
 
 LARGE = program(
     """
-    # Allreduce >= 256 KiB: the ring on 3+ ranks (commutative), recursive doubling else
+    # Allreduce >= 256 KiB: the ring on 2+ ranks (commutative), recursive doubling else
     for k in (40000, 40001, 33000 + size):
         xs = [np.arange(k, dtype="f8") % 1000 + r for r in range(size)]   # exact sums
         recv = np.zeros(k)
@@ -327,6 +327,20 @@ LARGE = program(
     buf = ints[rank].copy()
     comm.Allreduce(MPI.IN_PLACE, buf, MPI.BXOR)
     assert eq(buf, fold(np.bitwise_xor, ints))
+    # the ring works in the receive buffer: each start reads the send buffer anew, which
+    # stays as it was
+    send, recv = np.zeros(40000), np.full(40000, -1.0)
+    req = comm.Allreduce_init(send, recv, MPI.SUM)
+    for step in range(3):
+        send[:] = rank + step
+        req.Start()
+        req.Wait()
+        assert eq(recv, np.full(40000, float(sum(r + step for r in range(size)))))
+        assert eq(send, np.full(40000, float(rank + step)))
+    req.Free()
+    recv = np.full(40000, -1.0)
+    comm.Iallreduce(send, recv, MPI.MAX).Wait()
+    assert eq(recv, np.full(40000, float(size + 1))) and eq(send, np.full(40000, rank + 2.0))
     recv = np.zeros(70000, "i4")
     comm.Reduce(ints[rank], recv, MPI.SUM, root=size // 2)
     assert rank != size // 2 or eq(recv, fold(np.add, ints))

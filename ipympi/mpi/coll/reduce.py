@@ -96,10 +96,25 @@ class _Reduction:
             scalar = red.ScalarValues.for_array(impl, self.source, self._out_array)
         self.scalar = scalar is not None
         self.values: red.Values = scalar or red.ArrayValues(impl.reduce_arrays, self.datatype)
+        self._in_output: np.ndarray | None = None  # the accumulator, when it is the output
 
     def fresh(self) -> Any:
         """A private copy of this rank's contribution, taken now."""
         return self.source.item() if self.scalar else self.source.copy()
+
+    def accumulator(self) -> np.ndarray:
+        """This rank's contribution, taken now, in the receive buffer's own elements when
+        they can hold it (the result then needs no copy into them: :meth:`store` sees
+        it there), else a private copy. For an algorithm that computes in the array it
+        is given and returns it (the ring); the receive buffer is undefined until the
+        call completes, so using it meanwhile is allowed."""
+        out = None if self.out is None or self.scalar else _typed(self.out)
+        if out is None or out.size != self.source.size:
+            return self.fresh()
+        if not self.in_place:
+            np.copyto(out, self.source)
+        self._in_output = out
+        return out
 
     def store(self, result: Any) -> None:
         """Copy a result into the receive buffer (and scatter derived types)."""
@@ -115,7 +130,7 @@ class _Reduction:
             )
         if self.scalar:
             out[0] = result
-        else:
+        elif result is not self._in_output:
             np.copyto(out, result)  # both 1-D
         unpack = self.out.unpack
         if unpack is not None:
@@ -217,7 +232,7 @@ class Reductions(CollectiveMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             if ring:
                 # A ring is for large buffers only: their values are ArrayValues.
-                gen = red.allreduce_ring(rank, size, args.values, args.fresh())  # type: ignore[arg-type]
+                gen = red.allreduce_ring(rank, size, args.values, args.accumulator())  # type: ignore[arg-type]
             else:
                 gen = red.allreduce_recursive_doubling(rank, size, args.values, args.fresh())
             return gen, args.store
