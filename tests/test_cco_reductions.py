@@ -341,6 +341,9 @@ LARGE = program(
     recv = np.full(40000, -1.0)
     comm.Iallreduce(send, recv, MPI.MAX).Wait()
     assert eq(recv, np.full(40000, float(size + 1))) and eq(send, np.full(40000, rank + 2.0))
+    send.flags.writeable = False  # read-only memory is fine to send from
+    comm.Allreduce(send, recv, MPI.SUM)
+    assert eq(recv, np.full(40000, float(sum(r + 2 for r in range(size)))))
     recv = np.zeros(70000, "i4")
     comm.Reduce(ints[rank], recv, MPI.SUM, root=size // 2)
     assert rank != size // 2 or eq(recv, fold(np.add, ints))

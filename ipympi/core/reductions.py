@@ -348,10 +348,16 @@ def allreduce_recursive_doubling(rank: int, size: int, values: Values, value: An
     return acc
 
 
-def allreduce_ring(rank: int, size: int, values: ArrayValues, value: np.ndarray) -> Algorithm:
+def allreduce_ring(
+    rank: int, size: int, values: ArrayValues, value: np.ndarray, own: np.ndarray | None = None
+) -> Algorithm:
     """Large commutative allreduce: ring reduce-scatter, then ring allgather.
 
-    ``value`` is a private array; the result is computed in it.
+    ``value`` is a private array; the result is computed in it. With ``own`` (this
+    rank's contribution, of ``value``'s size), ``value`` is only where the result goes
+    (a receive buffer): every piece of ``own`` but this rank's is copied into it, and
+    this rank's piece, which the first step sends and the allgather brings back
+    combined, is sent from ``own``.
 
     Each rank sends and receives 2 (p-1)/p of the data; every piece is reduced
     on exactly one rank and then copied, so all ranks end bit-identical.
@@ -364,12 +370,18 @@ def allreduce_ring(rank: int, size: int, values: ArrayValues, value: np.ndarray)
     def piece(i: int) -> np.ndarray:
         return acc[bounds[i] : bounds[i + 1]]
 
+    first = piece(rank)
+    if own is not None:
+        first = own[bounds[rank] : bounds[rank + 1]]
+        for i in range(size):
+            if i != rank:
+                piece(i)[:] = own[bounds[i] : bounds[i + 1]]
     for step in range(size - 1):
         send_i, recv_i = (rank - step) % size, (rank - step - 1) % size
         holder, target = values.target(piece(recv_i), scratch[: piece(recv_i).size])
         yield Round(
             f"reduce-scatter step {step + 1}",
-            sends=[(right, values.wire(piece(send_i)))],
+            sends=[(right, values.wire(piece(send_i) if step else first))],
             recvs=[(left, target)],
             state=acc,
         )

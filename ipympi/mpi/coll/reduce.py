@@ -102,19 +102,24 @@ class _Reduction:
         """A private copy of this rank's contribution, taken now."""
         return self.source.item() if self.scalar else self.source.copy()
 
-    def accumulator(self) -> np.ndarray:
-        """This rank's contribution, taken now, in the receive buffer's own elements when
-        they can hold it (the result then needs no copy into them: :meth:`store` sees
-        it there), else a private copy. For an algorithm that computes in the array it
-        is given and returns it (the ring); the receive buffer is undefined until the
-        call completes, so using it meanwhile is allowed."""
+    def accumulator(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """Where an algorithm that computes in the array it is given, and returns it (the
+        ring), computes: (the receive buffer's own elements, this rank's contribution
+        for the algorithm to take from: None when it is there already, IN_PLACE), when
+        they can hold it (the result then needs no copy: :meth:`store` sees it there);
+        else (a private copy of the contribution, None). The receive buffer is undefined
+        until the call completes, so using it meanwhile is allowed. While tracing, the
+        contribution is in the array from the start (the drawings show it there)."""
         out = None if self.out is None or self.scalar else _typed(self.out)
         if out is None or out.size != self.source.size:
-            return self.fresh()
-        if not self.in_place:
-            np.copyto(out, self.source)
+            return self.fresh(), None
         self._in_output = out
-        return out
+        if self.in_place:
+            return out, None
+        if _trace.current is not None:
+            np.copyto(out, self.source)
+            return out, None
+        return out, self.source
 
     def store(self, result: Any) -> None:
         """Copy a result into the receive buffer (and scatter derived types)."""
@@ -232,7 +237,7 @@ class Reductions(CollectiveMixin):
         def plan(rank: int, size: int) -> tuple[Algorithm, Any]:
             if ring:
                 # A ring is for large buffers only: their values are ArrayValues.
-                gen = red.allreduce_ring(rank, size, args.values, args.accumulator())  # type: ignore[arg-type]
+                gen = red.allreduce_ring(rank, size, args.values, *args.accumulator())  # type: ignore[arg-type]
             else:
                 gen = red.allreduce_recursive_doubling(rank, size, args.values, args.fresh())
             return gen, args.store
