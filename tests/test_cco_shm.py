@@ -329,6 +329,32 @@ def test_sizes_that_differ_across_a_slot_s_size_raise_on_every_rank(run_mpi, siz
 
 
 @pytest.mark.timeout(60)
+def test_a_large_bcast_goes_down_the_tree_on_the_board_and_its_sizes_are_checked(
+    run_mpi,
+) -> None:
+    # above 256 KiB with more than 2 ranks: on one host the binomial tree, on the board
+    # (one copy per hop), not the scatter-allgather of ranks on several hosts; a rank
+    # whose buffer has another size gets the size-mismatch error, not a wait
+    body = """
+    from ipympi.progress.shmcoll import Board
+    comm.Barrier()  # the board is set up
+    big = np.arange(40000.0) if rank == 1 else np.zeros(40000)
+    comm.Bcast(big, root=1)
+    assert (big == np.arange(40000.0)).all()
+    assert isinstance(comm._live().lane.board, Board)
+    n = 40000 if rank == 1 else 1
+    try:
+        comm.Bcast(np.ones(n), root=1)
+    except MPI.Exception as exc:
+        assert "size mismatch" in str(exc), exc
+        print(f"Bcast ERR {rank}", flush=True)
+    """
+    proc = run_mpi(4, mpi_program(MPI_PRELUDE, body), timeout=50)
+    assert_ok(proc, 4)
+    assert {"Bcast ERR 0", "Bcast ERR 2", "Bcast ERR 3"} <= set(proc.stdout.splitlines())
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("count", [1, 4096])
 def test_a_rank_in_another_call_is_named_also_beside_a_large_allreduce(run_mpi, count: int) -> None:
     # rank 0's Allreduce fits in its slot or not; rank 1 is in a Bcast: a collective

@@ -438,14 +438,21 @@ def barrier(comm: Any, impl: Any, call: str) -> Any:
     return None
 
 
-def bcast(comm: Any, impl: Any, call: str, root: int, mem: memoryview) -> Any:
+def bcast(
+    comm: Any, impl: Any, call: str, root: int, mem: memoryview, rounds_ok: bool = True
+) -> Any:
     """Binomial-tree broadcast of ``mem`` (``bcast_binomial``'s rounds); None, or
-    :data:`GENERAL`."""
+    :data:`GENERAL`. ``rounds_ok``: whether the rounds may run it without a board (a
+    large broadcast between hosts takes the general path's scatter-allgather, while on
+    one host, where a message is one copy, the tree is faster), alike on every rank."""
     sig = _signature("Bcast", root)
     got = _path(impl, comm, call, sig)
     if got is None:
         return GENERAL
     lane, board = got
+    if board is None and not rounds_ok:
+        _release(lane.engine)
+        return GENERAL
     try:
         if board is not None:
             shmpath.bcast(lane, board, comm, call, sig, root, mem)

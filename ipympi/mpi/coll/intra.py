@@ -121,8 +121,7 @@ class Collectives(CommMixin):
         large = mem.nbytes >= LARGE_BCAST and impl.size > 2
         if (
             mode is BLOCKING
-            and not large
-            and fast.bcast(self, impl, call, root, mem) is not fast.GENERAL
+            and fast.bcast(self, impl, call, root, mem, rounds_ok=not large) is not fast.GENERAL
         ):
             if finish is not None:
                 finish(None)
