@@ -376,6 +376,26 @@ def test_a_rank_in_another_call_is_named_also_beside_a_large_allreduce(run_mpi, 
 
 
 @pytest.mark.timeout(60)
+def test_a_program_that_never_uses_numpy_does_not_import_it_for_its_board(run_mpi) -> None:
+    # every rank importing numpy for the board alone made a 128-rank job start 8x slower
+    prelude = (
+        "import sys\nfrom ipympi import MPI\n"
+        "comm = MPI.COMM_WORLD\nrank, size = comm.Get_rank(), comm.Get_size()\n"
+    )
+    body = """
+    from ipympi.progress.shmcoll import Board
+    NAME = "nu" + "mpy"  # a program whose text names it gets it imported before the fork
+    comm.Barrier()
+    assert comm.bcast({"a": rank}, root=1) == {"a": 1}
+    assert comm.allreduce(rank) == size * (size - 1) // 2
+    assert comm.allgather(rank) == list(range(size))
+    assert isinstance(comm._live().lane.board, Board)
+    assert NAME not in sys.modules, "the board imported it"
+    """
+    assert_ok(run_mpi(3, mpi_program(prelude, body), timeout=50), 3)
+
+
+@pytest.mark.timeout(60)
 def test_without_boards_the_calls_take_the_datagram_path(run_mpi) -> None:
     body = """
     comm.Barrier()

@@ -24,6 +24,7 @@ conflicts with itself; the kernel detects deadlocks between processes (``EDEADLK
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import mmap
@@ -127,12 +128,24 @@ class Segment:
         self.fd = fd
         self.size = size
         self._map: mmap.mmap | None = None
+        self._array: np.ndarray | None = None
+        self.address = 0
         if size:
             self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            self.array = np.frombuffer(self._map, dtype=np.uint8)
-        else:
-            self.array = np.zeros(0, dtype=np.uint8)
-        self.address = int(self.array.ctypes.data) if size else 0
+            anchor = ctypes.c_char.from_buffer(self._map)  # its export ends with it
+            self.address = ctypes.addressof(anchor)
+            del anchor
+
+    @property
+    def array(self) -> np.ndarray:
+        """A ``uint8`` numpy view of the whole segment (empty once closed). Made at first
+        use: a board does not need numpy, and each rank of a program that never uses it
+        would pay for its import."""
+        if self._array is None:
+            if self._map is None:
+                return np.zeros(0, dtype=np.uint8)
+            self._array = np.frombuffer(self._map, dtype=np.uint8)
+        return self._array
 
     @classmethod
     def create(cls, size: int, prefix: str = "ipympi") -> Segment:
@@ -183,7 +196,7 @@ class Segment:
     def close(self) -> None:
         """Unmap and close (releasing this process's locks). Views of :attr:`array`
         that are still alive keep the mapping until they go away."""
-        self.array = np.zeros(0, dtype=np.uint8)
+        self._array = None
         if self._map is not None:
             try:
                 self._map.close()

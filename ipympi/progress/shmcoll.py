@@ -172,7 +172,6 @@ class Board:
         self.flag_bytes = mem[: 4 * size]
         self._no_flags = bytes(4 * size)
         self.words = mem.cast("q")
-        self._numbers = np.frombuffer(mem, dtype=np.int64)
         self.bells = mem.cast("I")
         base = segment.address
         per_rank = LINE + DEPTH * SLOT
@@ -186,12 +185,17 @@ class Board:
         ]
         # word index of every rank's slot, per slot number
         self._all_slots = [[self._slot[r][i] for r in range(size)] for i in range(DEPTH)]
-        # every rank's slot header as one array (rank, word), per slot number
-        strided = np.lib.stride_tricks.as_strided
-        self._headers = [
-            strided(self._numbers[first:], shape=(size, 4), strides=(per_rank, 8))
-            for first in (self._all_slots[i][0] for i in range(DEPTH))
-        ]
+        # every rank's slot header as one array (rank, word), per slot number, for the
+        # scans of a board of more than MANY ranks only: a smaller one does not import
+        # numpy (each rank of a program that never uses it would pay for its import)
+        self._headers: list[Any] = []
+        if size > MANY:
+            numbers = np.frombuffer(mem, dtype=np.int64)
+            strided = np.lib.stride_tricks.as_strided
+            self._headers = [
+                strided(numbers[first:], shape=(size, 4), strides=(per_rank, 8))
+                for first in (self._all_slots[i][0] for i in range(DEPTH))
+            ]
         # the bell that ranks waiting for a whole collective share (rung once, for all)
         self._shared_index = (flags - LINE) // 4
         self._shared_addr = ctypes.c_void_p(base + flags - LINE)
@@ -241,8 +245,7 @@ class Board:
 
     def close(self) -> None:
         """Unmap the board (this rank's use of it ends)."""
-        self._headers = []
-        self._numbers = np.zeros(0, dtype=np.int64)
+        self._headers = []  # numpy's views of the memory, released with it
         for view in (self.flags, self.flag_bytes, self.words, self.bells):
             view.release()
         self.mem.release()
