@@ -130,6 +130,45 @@ def test_an_idle_check_that_raises_ends_the_wait(pair) -> None:
     assert second.flags[1] == 0
 
 
+def test_scans_of_many_ranks_with_numpy_answer_as_the_loops_do(monkeypatch) -> None:
+    # above MANY ranks a board scans its slot headers with numpy; below, with a loop
+    boards = {}
+    for many in (1 << 20, 2):
+        monkeypatch.setattr(shmcoll, "MANY", many)
+        first = Board.create(0, 5)
+        rest = [Board.open(first.name, r, 5) for r in range(1, 5)]
+        first.unlink()
+        boards[many] = [first, *rest]
+    try:
+        answers = []
+        for many, board in boards.items():
+            monkeypatch.setattr(shmcoll, "MANY", many)
+            assert bool(board[0]._headers) == (many == 2)
+            for b in board:
+                b.begin(0)
+            got = [board[0].missing(0), board[0].missing(0, everyone=True)]
+            board[0].publish(0, 7, b"ab", _no_idle)
+            board[2].publish(0, 7, b"ab", _no_idle)
+            board[3].publish(0, 8, b"ab", _no_idle)  # another call
+            board[4].publish(0, 7, b"abc", _no_idle)  # another size
+            got += [board[0].missing(0), board[1].missing(0), board[1].missing(0, True)]
+            got += [board[0].first_other_call(0, 7), board[0].first_unlike(0, 7, 2)]
+            board[1].publish(0, 7, b"ab", _no_idle)
+            got += [board[0].missing(0), board[0].missing(0, everyone=True)]
+            board[3].publish(1, 7, b"ab", _no_idle)  # every slot of #1: only rank 4's differs
+            for r in (0, 1, 2, 4):
+                board[r].begin(1)
+                board[r].publish(1, 7, b"abc" if r == 4 else b"ab", _no_idle)
+            got += [board[0].first_unlike(0, 7, 2), board[0].first_unlike(1, 7, 2)]
+            got += [board[2].first_other_call(1, 7)]
+            answers.append(got)
+        assert answers[0] == answers[1] == [1, 0, 1, -1, 1, 3, 1, -1, -1, 3, 4, -1]
+    finally:
+        for board in boards.values():
+            for b in board:
+                b.close()
+
+
 # -- real ranks --------------------------------------------------------------------------
 EVERY_CALL = """
 from ipympi.progress.shmcoll import Board
