@@ -19,6 +19,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
@@ -44,6 +45,16 @@ def _wait_empty(tmp: Path, timeout: float = GONE_WITHIN) -> list[str]:
     while _left_over(tmp) and time.monotonic() < deadline:
         time.sleep(0.1)
     return _left_over(tmp)
+
+
+@pytest.fixture
+def tmp() -> Iterator[Path]:
+    """A private temporary folder for the processes under test (their ``TMPDIR``), with a
+    short path: in one too long for socket paths the launcher makes its directories in
+    ``/tmp`` instead, as it would under pytest's own folders once their counter is long."""
+    path = Path(tempfile.mkdtemp(prefix="clean-ends-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 # -- which directories are stale (no processes) -------------------------------------------
@@ -151,9 +162,7 @@ def _started(proc: subprocess.Popen[str], n: int) -> None:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGKILL])
-def test_launcher_ended_by_a_signal_leaves_nothing(tmp_path: Path, sig: int) -> None:
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
+def test_launcher_ended_by_a_signal_leaves_nothing(tmp_path: Path, sig: int, tmp: Path) -> None:
     prog = tmp_path / "sleeper.py"
     prog.write_text(textwrap.dedent(SLEEPER))
     proc = _launcher(tmp, prog)
@@ -185,7 +194,7 @@ def test_launcher_ended_by_a_signal_leaves_nothing(tmp_path: Path, sig: int) -> 
 @pytest.mark.skipif(not HAVE_MPI4PY, reason="needs mpi4py with MPICH (pip install mpi4py mpich)")
 @pytest.mark.parametrize("uses_mpi", [False, True])
 def test_forked_ranks_on_a_real_mpi4py_leave_no_shared_memory(
-    tmp_path: Path, uses_mpi: bool
+    tmp_path: Path, uses_mpi: bool, tmp: Path
 ) -> None:
     """With ``--no-mpi4py-name`` the ranks' ``mpi4py`` is the real one, which each rank
     starts as a world of its own (an MPICH singleton maps /dev/shm/mpich_shm_<pid in
@@ -194,7 +203,6 @@ def test_forked_ranks_on_a_real_mpi4py_leave_no_shared_memory(
     prog = tmp_path / "prog.py"
     body = "from mpi4py import MPI\nassert MPI.Is_initialized()\n" if uses_mpi else ""
     prog.write_text(f"import os\nimport mpi4py\n{body}print(os.getpid(), os.getppid())\n")
-    tmp = _tmp(tmp_path)
     done = subprocess.run(
         [sys.executable, "-m", "ipympi.run", "-n", "2", "--no-mpi4py-name", "--timeout", "40",
          sys.executable, str(prog)],
@@ -223,14 +231,7 @@ def _kernel(tmp: Path, backend: str = "builtin") -> KernelSession:
     return k
 
 
-def _tmp(tmp_path: Path) -> Path:
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    return tmp
-
-
-def test_kernel_shutdown_request_leaves_nothing(kernel_specs: Path, tmp_path: Path) -> None:
-    tmp = _tmp(tmp_path)
+def test_kernel_shutdown_request_leaves_nothing(kernel_specs: Path, tmp: Path) -> None:
     k = _kernel(tmp)
     processes = [k.pid, *descendants(k.pid)]
     k.shutdown()
@@ -239,10 +240,7 @@ def test_kernel_shutdown_request_leaves_nothing(kernel_specs: Path, tmp_path: Pa
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
-def test_kernel_ended_by_a_signal_leaves_nothing(
-    kernel_specs: Path, tmp_path: Path, sig: int
-) -> None:
-    tmp = _tmp(tmp_path)
+def test_kernel_ended_by_a_signal_leaves_nothing(kernel_specs: Path, sig: int, tmp: Path) -> None:
     with _kernel(tmp) as k:
         processes = [k.pid, *descendants(k.pid)]
         os.kill(k.pid, sig)
@@ -250,12 +248,9 @@ def test_kernel_ended_by_a_signal_leaves_nothing(
     assert _wait_empty(tmp) == []
 
 
-def test_kernel_shutdown_after_a_stuck_cell_leaves_nothing(
-    kernel_specs: Path, tmp_path: Path
-) -> None:
+def test_kernel_shutdown_after_a_stuck_cell_leaves_nothing(kernel_specs: Path, tmp: Path) -> None:
     """A ring of ssend that Jupyter's interrupt stopped; the shutdown request may
     time out, and Jupyter then sends SIGTERM: either way nothing is left."""
-    tmp = _tmp(tmp_path)
     with _kernel(tmp) as k:
         k.ok("%mpi config on_error=wait")
         msg_id = k.send("comm.ssend(rank, dest=(rank + 1) % size)")
@@ -269,8 +264,7 @@ def test_kernel_shutdown_after_a_stuck_cell_leaves_nothing(
     assert _wait_empty(tmp) == []
 
 
-def test_engine_death_then_shutdown_leaves_nothing(kernel_specs: Path, tmp_path: Path) -> None:
-    tmp = _tmp(tmp_path)
+def test_engine_death_then_shutdown_leaves_nothing(kernel_specs: Path, tmp: Path) -> None:
     with _kernel(tmp) as k:
         k.execute("import os\nif rank == 1: os._exit(3)", timeout=30)
         processes = [k.pid, *descendants(k.pid)]
@@ -279,10 +273,9 @@ def test_engine_death_then_shutdown_leaves_nothing(kernel_specs: Path, tmp_path:
 
 
 def test_sigterm_of_a_stock_kernel_with_a_session_leaves_nothing(
-    kernel_specs: Path, tmp_path: Path
+    kernel_specs: Path, tmp: Path
 ) -> None:
     """``%load_ext ipympi`` and ``%mpi start`` in IPython's own kernel."""
-    tmp = _tmp(tmp_path)
     with KernelSession("python3", kernel_env(TMPDIR=str(tmp))) as k:
         k.ok("%load_ext ipympi\n%mpi start -n 2", timeout=60)
         k.ok("%%px\nx = comm.allreduce(rank)", timeout=30)
@@ -293,8 +286,7 @@ def test_sigterm_of_a_stock_kernel_with_a_session_leaves_nothing(
     assert _wait_empty(tmp) == []
 
 
-def test_killed_kernel_is_reaped_at_the_next_start(kernel_specs: Path, tmp_path: Path) -> None:
-    tmp = _tmp(tmp_path)
+def test_killed_kernel_is_reaped_at_the_next_start(kernel_specs: Path, tmp: Path) -> None:
     with _kernel(tmp) as k:
         processes = [k.pid, *descendants(k.pid)]
         os.kill(k.pid, signal.SIGKILL)
@@ -330,10 +322,7 @@ def _mapped_shm(pids: list[int]) -> set[Path]:
 
 @pytest.mark.skipif(not HAVE_MPI4PY, reason="needs mpi4py and mpiexec (pip install mpi4py mpich)")
 @pytest.mark.parametrize("ending", ["restart", "shutdown", "sigterm", "sigkill"])
-def test_mpi4py_worlds_leave_no_shared_memory(
-    kernel_specs: Path, tmp_path: Path, ending: str
-) -> None:
-    tmp = _tmp(tmp_path)
+def test_mpi4py_worlds_leave_no_shared_memory(kernel_specs: Path, ending: str, tmp: Path) -> None:
     with _kernel(tmp, "mpi4py") as k:
         processes = [k.pid, *descendants(k.pid)]
         shm = _noted_shm(tmp)
