@@ -31,7 +31,6 @@ every buffer call, so the common forms avoid creating numpy objects.
 
 from __future__ import annotations
 
-import ctypes
 import operator
 import sys
 from collections.abc import Callable
@@ -43,6 +42,7 @@ from ..core.errors import Exception as MPIException
 from ..core.lazynumpy import np
 from ..core.typemap import element_dtype
 from ..core.typemap_copy import gather, scatter
+from ..progress.largebuf import buffer_address
 from .datatype import _FORMATS, BYTE, Datatype, _TypeImpl, datatype_for_format
 from .rawmem import BOTTOM, IN_PLACE, absolute_memory, acquire
 
@@ -113,12 +113,7 @@ class BufferSpec:
     @property
     def address(self) -> int:
         """Address of the first byte of the memory, or 0 when it is empty."""
-        mem = self.mem
-        if not mem.nbytes:
-            return 0
-        if mem.readonly:
-            return int(np.frombuffer(mem, dtype=np.uint8).__array_interface__["data"][0])
-        return ctypes.addressof(ctypes.c_char.from_buffer(mem))
+        return buffer_address(self.mem)
 
 
 def check_match(source: BufferSpec, target: BufferSpec, blocks: int = 1) -> None:

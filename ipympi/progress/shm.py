@@ -24,7 +24,6 @@ conflicts with itself; the kernel detects deadlocks between processes (``EDEADLK
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import mmap
@@ -35,6 +34,7 @@ import tempfile
 import time
 
 from ..core.lazynumpy import np
+from .largebuf import buffer_address
 
 __all__ = [
     "STALE_AFTER",
@@ -132,9 +132,8 @@ class Segment:
         self.address = 0
         if size:
             self._map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-            anchor = ctypes.c_char.from_buffer(self._map)  # its export ends with it
-            self.address = ctypes.addressof(anchor)
-            del anchor
+            with memoryview(self._map) as whole:  # no export left: the map can close
+                self.address = buffer_address(whole)
 
     @property
     def array(self) -> np.ndarray:
