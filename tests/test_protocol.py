@@ -302,6 +302,49 @@ def test_resynchronizing_drops_old_collective_traffic_and_releases_rendezvous() 
     assert b.matcher.probe(COLL, 0, seq) is None
 
 
+def test_abandoning_a_failed_collective_releases_its_large_senders_only() -> None:
+    # a rank whose call failed before it received a large message of it must release
+    # the sender (FIN), or the sender waits for it forever; an eager message of the call
+    # is dropped, a later call's message is kept, and one arriving late is a stray
+    a, b = _pair()
+    bcast = signature("Bcast", 0)
+    seq, _ = _collective((a, b), [bcast, bcast])
+    large = b"x" * (EAGER_LIMIT + 1)
+    sends = [_send(1, seq), _send(1, seq + 1)]
+    b.receive(a.start_send(sends[0], large, 1, COLL, 0, seq, False, bcast))
+    b.receive(a.start_send(_send(1, seq), b"small", 1, COLL, 0, seq, False, bcast))
+    b.receive(a.start_send(sends[1], large, 1, COLL, 0, seq + 1, False, bcast))
+    b.ledger.mismatched.add((COLL, seq))
+    b.abandon_collective(COLL, seq)
+    fin = _take(b)
+    assert _kinds(fin) == ["FIN"]
+    _deliver(a, fin)
+    assert sends[0].done and not sends[1].done
+    assert b.matcher.probe(COLL, 0, seq) is None
+    assert b.matcher.probe(COLL, 0, seq + 1) is not None
+    late = _send(1, seq)
+    b.receive(a.start_send(late, large, 1, COLL, 0, seq, False, bcast))
+    fin = _take(b)
+    assert _kinds(fin) == ["FIN"]  # no report: the call already failed
+    _deliver(a, fin)
+    assert late.done
+
+
+def test_a_leftover_taken_as_a_collective_ends_is_released_when_it_fails() -> None:
+    a, b = _pair()
+    bcast, reduce = signature("Bcast", 0), signature("Reduce", 0)
+    seq, _ = _collective((a, b), [bcast, reduce])
+    send = _send(1, seq)
+    b.receive(a.start_send(send, b"x" * (EAGER_LIMIT + 1), 1, COLL, 0, seq, False, bcast))
+    leftover = b.end_collective(COLL, seq)
+    assert leftover is not None and leftover.payload.kind == wire.RTS
+    b.abandon_collective(COLL, seq, leftover)
+    fin = _take(b)
+    assert _kinds(fin) == ["FIN"]
+    _deliver(a, fin)
+    assert send.done
+
+
 def test_dropped_sends_complete_as_cancelled() -> None:
     a, _ = _pair()
     p2p, coll = _send(1, 1), _send(1, 1)

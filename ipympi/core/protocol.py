@@ -556,6 +556,19 @@ class PeerProtocol:
         self.ledger.end(context, seq)
         return self.matcher.take(context, ANY_SOURCE, seq)
 
+    def abandon_collective(self, context: int, seq: int, taken: Envelope | None = None) -> None:
+        """Collective ``seq`` on ``context`` failed here: end it and drop the messages
+        of it still queued (with ``taken``, one already taken off the queue), releasing
+        each large one's sender, which would otherwise wait for this rank forever.
+        Messages of it that arrive later are strays, released as they come."""
+        self.ledger.end(context, seq)
+        queued = [e for e in self.matcher.pending_unexpected() if e.context == context]
+        dropped = [e for e in queued if e.tag == seq and self.matcher.remove(e)]
+        for env in dropped if taken is None else [*dropped, taken]:
+            payload = env.payload
+            if payload.kind == RTS:
+                self._reply(payload.wsource, FIN, payload.msgid)
+
     def resynchronize(self, bases: dict[int, int]) -> None:
         """Make ``bases[context]`` the next collective sequence number of each context:
         queued and posted collective traffic below it is discarded (a rendezvous

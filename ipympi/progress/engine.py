@@ -586,6 +586,13 @@ class Engine:
         """
         return self.protocol.end_collective(context, seq)
 
+    def abandon_collective(self, context: int, seq: int, taken: Envelope | None = None) -> None:
+        """Collective ``seq`` failed here: end it and release the senders of its
+        queued messages (``Protocol.abandon_collective``)."""
+        self.protocol.abandon_collective(context, seq, taken)
+        if self.actions:
+            self._perform()
+
     def _on_quiet(self) -> None:
         """A blocking receive has had no input for a while (``Transport.quiet``): if it
         waits for another rank's message of a collective, ask that rank whether it

@@ -309,19 +309,21 @@ class CollOp(Operation):
             f"rank {leftover.source} called {describe_signature(payload_sig)}, "
             f"rank {self.rank} called {describe_signature(self.sig)}",
             notify=True,
-            ended=True,
+            leftover=leftover,
         )
 
     def _fail(
-        self, text: str, notify: bool, ended: bool = False, error: int = ERR_NOT_SAME
+        self, text: str, notify: bool, leftover: Any = None, error: int = ERR_NOT_SAME
     ) -> None:
+        """Fail the call with ``text`` (told to the other ranks when ``notify``); its
+        messages still queued here, and ``leftover`` (one taken off the queue as the
+        call ended), are dropped and their senders released."""
         if notify:
             self.engine.notify_mismatch(self.context, self.seq, self.world_ranks, text)
         else:
             # Late messages of this failed call are consequences, not news.
             self.engine.ledger.mismatched.add((self.context, self.seq))
-        if not ended:
-            self.engine.end_collective(self.context, self.seq)
+        self.engine.abandon_collective(self.context, self.seq, leftover)
         for op in self.recv_ops:
             if not op.done:
                 self.engine.withdraw(op)
