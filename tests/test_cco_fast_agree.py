@@ -1,9 +1,10 @@
-"""The straight path (``_collfast``) of Gather, Scatter, Allgather and Alltoall agrees
-with the general one (algorithm generators).
+"""The straight path (``mpi.coll.fast``) of Gather, Scatter, Allgather and Alltoall agrees
+with the general one: both run the same algorithm generators, the straight path with its
+own sends and receives.
 
-Their schedules are checked as pure logic; then programs run with some ranks forced
-onto the general path (their messages must meet), and the same faulty programs run
-once on each path and must fail alike: the same argument errors, the same mismatch
+The generators' schedules are checked as pure logic; then programs run with some ranks
+forced onto the general path (their messages must meet), and the same faulty programs
+run once on each path and must fail alike: the same argument errors, the same mismatch
 reports between ranks.
 """
 

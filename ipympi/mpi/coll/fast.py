@@ -1,32 +1,28 @@
-"""The small blocking collectives as straight-line code.
+"""The small blocking collectives on a straight path.
 
-:mod:`._collsched` runs every collective as an algorithm generator that yields
-:class:`~ipympi.mpi.coll.runner.Round` objects, which keeps each algorithm's rounds
-explicit for traces and teaching views. For the calls whose latency a user
-feels most (blocking Barrier; Bcast, Gather, Scatter, Allgather and Alltoall
-of small blocks; Allreduce and allreduce by recursive doubling; tracing off),
-that machinery is most of the cost: with 4 ranks on 2 cores a rank's CPU time
-is the wall time, and a call that runs right after a wake-up pays for every
-Python call it makes several times over. This module runs the same schedules
-(``dissemination_peers``, ``binomial_peers``, ``binomial_subtrees``,
-``bruck_rounds``, ``doubling_plan``, shared with the generators) as plain loops
-over a :class:`Lane`: the same messages, peers, tags and signatures, so ranks
-on either path work together and detect mismatches alike. (Alltoall sends all
-its blocks before receiving any, where the generator pairs them up round by
-round: the messages are the same, each told apart by its source.)
+:class:`CollOp` runs every collective as an algorithm generator (``core.algorithms``,
+``core.reductions``) that yields :class:`~ipympi.core.schedule.Round` objects, which keeps
+each algorithm's rounds explicit for traces and teaching views. For the calls whose
+latency a user feels most (blocking Barrier; Bcast, Gather, Scatter, Allgather and
+Alltoall of small blocks; Allreduce and allreduce; tracing off), the operations and
+posted receives around those rounds are most of the cost: with 4 ranks on 2 cores a
+rank's CPU time is the wall time, and a call that runs right after a wake-up pays for
+every Python call it makes several times over. This module runs the same generators
+(one source of each algorithm) with a :class:`Lane`'s straight sends and receives
+(:meth:`Lane.run`): the same messages, peers, tags and signatures, so ranks on either
+path work together and detect mismatches alike.
 
-A :class:`Lane`, kept on the communicator, holds what stays the same for it
-(its collective context, the peers of each schedule, the queue its early
-messages wait in) and the state of the call in progress. A call takes the
-engine (:func:`_path`), begins with :meth:`Lane.start`, which numbers it in the
-engine's collective ledger (``core.ledger.Ledger.begin``, as :class:`CollOp`
-does), runs its rounds with :meth:`Lane.exchange`, :meth:`Lane.take`,
-:meth:`Lane.give` and :meth:`Lane.send_all`, which send through
-``Engine.send_eager`` and receive through ``Engine.collective_frame``, and ends
-with :meth:`Lane.finish` (``Engine.end_collective``). Everything unusual (a
-reported mismatch, a message of another collective, a size that does not
-match, a large message, a dead peer) goes to the general receive and to
-:class:`CollOp`'s own checks, so errors read exactly as on the general path.
+A :class:`Lane`, kept on the communicator, holds what stays the same for it (its
+collective context, the queue its early messages wait in) and the state of the call in
+progress. A call takes the engine (:func:`_path`), begins with :meth:`Lane.start`, which
+numbers it in the engine's collective ledger (``core.ledger.Ledger.begin``, as
+:class:`CollOp` does), runs its rounds (:meth:`Lane.run`, :meth:`Lane.take`,
+:meth:`Lane.send_all`), which send through ``Engine.send_eager`` and receive through
+``Engine.collective_frame``, and ends with :meth:`Lane.finish`
+(``Engine.end_collective``). Everything unusual (a reported mismatch, a message of
+another collective, a size that does not match, a large message, a dead peer) goes to
+the general receive and to :class:`CollOp`'s own checks, so errors read exactly as on
+the general path.
 
 Argument checks stay with the calls (``coll/intra.py``, ``coll/reduce.py``), which parse
 once and then pick this path or the general one. While tracing, or once a rank
@@ -49,15 +45,16 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ...core.algorithms import (
-    binomial_peers,
-    binomial_subtrees,
-    bruck_rounds,
-    dissemination_peers,
-    rotate,
+    allgather_bruck,
+    alltoallw_pairwise,
+    barrier_dissemination,
+    bcast_binomial,
+    gather_binomial,
+    scatter_binomial,
 )
 from ...core.matching import ExactQueue
-from ...core.reductions import ArrayValues, Values, doubling_plan
-from ...core.schedule import signature
+from ...core.reductions import Values, allreduce_recursive_doubling
+from ...core.schedule import Algorithm, signature
 from ...core.wire import HEADER_SIZE, signature_of
 from ...progress.engine import WaitInfo
 from ...progress.operation import RECV, SEND, Operation
@@ -85,17 +82,27 @@ GENERAL: Any = object()
 _monotonic = time.monotonic
 BARRIER = signature("Barrier")
 _signature = functools.lru_cache(maxsize=1024)(signature)
+_NOTHING: list[Any] = []  # what a local step of an algorithm receives
+
+
+class _Got:
+    """What a round of :meth:`Lane.run` received from one peer, as the generators
+    read it (``op.data``): the payload, or the buffer it was copied into."""
+
+    __slots__ = ("data",)
+
+    def __init__(self, data: memoryview) -> None:
+        self.data = data
 
 
 class Lane:
     """The straight path of one communicator: its schedules, and the call in progress.
 
     Kept in the communicator's ``lane`` slot. Peers are communicator ranks, as
-    in :mod:`._algorithms` and :mod:`._reductions`; ``world`` maps them to the
+    in ``core.algorithms`` and ``core.reductions``; ``world`` maps them to the
     world ranks that frames are sent to. A call begins with :meth:`start`,
-    runs its rounds with :meth:`exchange`, :meth:`take`, :meth:`give` and
-    :meth:`send_all`, and ends with :meth:`finish` (the caller then releases
-    the engine).
+    runs its rounds with :meth:`run`, :meth:`take` and :meth:`send_all`, and
+    ends with :meth:`finish` (the caller then releases the engine).
     """
 
     __slots__ = (
@@ -106,8 +113,6 @@ class Lane:
         "call",
         "comm",
         "context",
-        "dissemination",
-        "doubling",
         "engine",
         "idle",
         "others",
@@ -134,9 +139,6 @@ class Lane:
         # Messages of this context that came before their receive (live: an ExactQueue).
         self.queue = engine.matcher.pending_in(self.context)
         assert type(self.queue) is ExactQueue, "a collective context"
-        # (rank to send to, rank to hear from) of each barrier round
-        self.dissemination = tuple((to, frm) for _, to, frm in dissemination_peers(rank, size))
-        self.doubling = doubling_plan(rank, size)
         self.waits = self._blocked_in  # bound once: told to observers at every call
         self.comm: Any = None
         self.call = ""
@@ -175,26 +177,44 @@ class Lane:
         engine.waiting = self.waits
         engine.waiting_since = _monotonic()
 
-    def exchange(
-        self, to: int, frm: int, data: Any, nbytes: int | None, into: memoryview | None = None
-    ) -> memoryview:
-        """One round: send ``data`` (bytes or a byte memoryview) to comm rank ``to``
-        and receive this call's message from comm rank ``frm``: ``nbytes`` long (any
-        size when None), copied into ``into`` when given. Returns the payload."""
-        self.rounds += 1
-        engine = self.engine
-        if engine.ledger.errors:
-            self.check_round()
-        large = None
-        if not engine.send_eager(self.world[to], self.context, self.rank, self.seq, data, self.sig):
-            large = self.send_large(to, data)
-        payload = self.receive(frm, nbytes, into)
-        if large is not None:
-            self.wait_for(large)
-        return payload
+    def run(self, algorithm: Algorithm) -> Any:
+        """Run ``algorithm`` (a generator of ``core.algorithms`` or ``core.reductions``,
+        the very one the general path runs: one source of each algorithm) in this call:
+        each round sends through ``Engine.send_eager`` (large data through an
+        operation), receives straight off the socket (:meth:`receive`), then waits
+        for its large sends; a local step is passed over. Returns its result."""
+        ledger, receive, wait_for, advance = (
+            self.engine.ledger,
+            self.receive,
+            self.wait_for,
+            algorithm.send,
+        )
+        try:
+            rnd = next(algorithm)
+            while True:
+                sends, recvs = rnd.sends, rnd.recvs
+                if not (sends or recvs):
+                    rnd = advance(_NOTHING)
+                    continue
+                self.rounds += 1
+                if ledger.errors:
+                    self.check_round()
+                large = self._send(sends) if sends else None
+                got = [
+                    _Got(receive(peer, None if into is None else into.nbytes, into))
+                    for peer, into in recvs
+                ]
+                if large:
+                    for op in large:
+                        wait_for(op)
+                rnd = advance(got)
+        except StopIteration as stop:
+            return stop.value
 
     def take(self, frm: int, nbytes: int | None, into: memoryview | None = None) -> memoryview:
-        """A round that only receives (see :meth:`exchange`)."""
+        """A round that only receives this call's message from comm rank ``frm``:
+        ``nbytes`` long (any size when None), copied into ``into`` when given.
+        Returns the payload."""
         self.rounds += 1
         if self.engine.ledger.errors:
             self.check_round()
@@ -202,60 +222,22 @@ class Lane:
 
     def bcast_rounds(self, root: int, mem: memoryview) -> None:
         """A binomial-tree broadcast of ``mem`` from comm rank ``root``, in this call."""
-        parent, children = binomial_peers(self.rank, self.size, root)
-        if parent is not None:
-            self.take(parent, mem.nbytes, mem)
-        if children:
-            self.give(children, mem)
+        self.run(bcast_binomial(self.rank, self.size, root, mem))
 
     def allreduce_rounds(self, values: Values, value: Any) -> Any:
-        """Recursive doubling (``allreduce_recursive_doubling``'s rounds) of ``value``
-        in this call; the result."""
-        plan = self.doubling
-        rank = self.rank
-        arrays = type(values) is ArrayValues
-        # the cheapest callables that do what values' methods do (see Values.codec)
-        wire, decode, combine, nbytes = values.codec or (
-            values.wire,
-            values.decode,
-            values.combine,
-            values.nbytes,
-        )
-        acc = value
-        if plan.fold_to is not None:
-            self.give((plan.fold_to,), wire(acc))
-        elif plan.fold_from is not None:
-            acc = combine(_take_value(self, values, plan.fold_from, acc), acc)
-        spare = None
-        for partner in plan.partners:
-            if arrays:
-                other, target = values.target(acc, spare)
-                self.exchange(partner, partner, wire(acc), target.nbytes, target)  # type: ignore[union-attr]
-            else:
-                other = decode(self.exchange(partner, partner, wire(acc), nbytes))
-            if partner < rank:
-                acc, spare = combine(other, acc), other
-            else:
-                acc, spare = combine(acc, other), acc
-        if plan.unfold_to is not None:
-            self.give((plan.unfold_to,), wire(acc))
-        elif plan.unfold_from is not None:
-            acc = _take_value(self, values, plan.unfold_from, value)
-        return acc
-
-    def give(self, peers: Iterable[int], data: Any) -> None:
-        """A round that only sends ``data`` to each of ``peers``, in turn."""
-        for op in self.send_all([(to, data) for to in peers]):
-            self.wait_for(op)
+        """Recursive doubling of ``value`` in this call; the result."""
+        return self.run(allreduce_recursive_doubling(self.rank, self.size, values, value))
 
     def send_all(self, sends: Iterable[tuple[int, Any]]) -> list[Operation]:
         """A round that sends each ``(peer, data)`` in turn; the large sends,
         which the caller waits for (:meth:`wait_for`) once it may."""
         self.rounds += 1
-        engine = self.engine
-        if engine.ledger.errors:
+        if self.engine.ledger.errors:
             self.check_round()
-        send_eager, world = engine.send_eager, self.world
+        return self._send(sends)
+
+    def _send(self, sends: Iterable[tuple[int, Any]]) -> list[Operation]:
+        send_eager, world = self.engine.send_eager, self.world
         context, rank, seq, sig = self.context, self.rank, self.seq, self.sig
         large = []
         for to, data in sends:
@@ -430,8 +412,7 @@ def barrier(comm: Any, impl: Any, call: str) -> Any:
             shmpath.barrier(lane, board, comm, call, BARRIER)
             return None
         lane.start(comm, call, BARRIER)
-        for to, frm in lane.dissemination:
-            lane.exchange(to, frm, b"", 0)
+        lane.run(barrier_dissemination(lane.rank, lane.size))
         lane.finish()
     finally:
         _release(lane.engine)
@@ -481,20 +462,7 @@ def gather(
             shmpath.gather(lane, board, comm, call, sig, root, block, out)
             return None
         lane.start(comm, call, sig)
-        size, n = lane.size, block.nbytes
-        parent, count, children = binomial_subtrees(lane.rank, size, root)
-        scratch = block
-        if children:
-            # blocks in ranks relative to this one; at root 0 that is the rank order
-            scratch = out if root == 0 and out is not None else memoryview(bytearray(n * count))
-            scratch[:n] = block
-            for child, first, part in reversed(children):
-                lane.take(child, part * n, scratch[first * n : (first + part) * n])
-        if parent is not None:
-            lane.give((parent,), scratch)
-        elif scratch is not out:
-            assert out is not None
-            rotate(out, scratch, (size - root) * n)
+        lane.run(gather_binomial(lane.rank, lane.size, root, block, out))
         lane.finish()
     finally:
         _release(lane.engine)
@@ -517,26 +485,7 @@ def scatter(
             shmpath.scatter(lane, board, comm, call, sig, root, src, block)
             return None
         lane.start(comm, call, sig)
-        size, n = lane.size, block.nbytes
-        parent, count, children = binomial_subtrees(lane.rank, size, root)
-        if parent is None:  # the root: blocks in ranks relative to it
-            assert src is not None
-            scratch = src
-            if root:
-                scratch = memoryview(bytearray(n * size))
-                rotate(scratch, src, root * n)
-        elif children:
-            scratch = lane.take(parent, n * count, memoryview(bytearray(n * count)))
-        else:
-            scratch = lane.take(parent, n, block)
-        if children:
-            sends = [
-                (child, scratch[first * n : (first + got) * n]) for child, first, got in children
-            ]
-            for op in lane.send_all(sends):
-                lane.wait_for(op)
-        if scratch is not block:
-            block[:] = scratch[:n]
+        lane.run(scatter_binomial(lane.rank, lane.size, root, src, block))
         lane.finish()
     finally:
         _release(lane.engine)
@@ -556,16 +505,7 @@ def allgather(comm: Any, impl: Any, call: str, block: memoryview, out: memoryvie
             shmpath.allgather(lane, board, comm, call, sig, block, out)
             return None
         lane.start(comm, call, sig)
-        rank, size, n = lane.rank, lane.size, block.nbytes
-        # blocks in ranks relative to this one; on rank 0 that is the rank order
-        scratch = out if rank == 0 else memoryview(bytearray(n * size))
-        scratch[:n] = block
-        for to, frm, have, count in bruck_rounds(rank, size):
-            lane.exchange(
-                to, frm, scratch[: count * n], count * n, scratch[have * n : (have + count) * n]
-            )
-        if scratch is not out:
-            rotate(out, scratch, (size - rank) * n)
+        lane.run(allgather_bruck(lane.rank, lane.size, block, out))
         lane.finish()
     finally:
         _release(lane.engine)
@@ -581,8 +521,7 @@ def alltoall(
     recvs: Sequence[memoryview],
 ) -> Any:
     """The pairwise exchange of ``alltoallw_pairwise`` (``sends[r]``/``recvs[r]``:
-    the blocks for/from rank r), as one round that sends every block and one that
-    receives them, in the same order; None, or :data:`GENERAL`."""
+    the blocks for/from rank r); None, or :data:`GENERAL`."""
     sig = _signature(kind, 0)
     got = _path(impl, comm, call, sig, kind == "Alltoall")
     if got is None:
@@ -593,24 +532,11 @@ def alltoall(
             shmpath.alltoall(lane, board, comm, call, sig, sends, recvs)
             return None
         lane.start(comm, call, sig)
-        rank, size = lane.rank, lane.size
-        if recvs[rank].nbytes:
-            recvs[rank][:] = sends[rank]
-        large = lane.send_all([(dst, sends[dst]) for dst in _pairwise(rank, size, 1)])
-        for src in _pairwise(rank, size, -1):
-            lane.take(src, recvs[src].nbytes, recvs[src])
-        for op in large:
-            lane.wait_for(op)
+        lane.run(alltoallw_pairwise(lane.rank, lane.size, sends, recvs))
         lane.finish()
     finally:
         _release(lane.engine)
     return None
-
-
-@functools.lru_cache(maxsize=256)
-def _pairwise(rank: int, size: int, step: int) -> tuple[int, ...]:
-    """The peers of the pairwise exchange: ranks rank + step * i (i = 1 .. size - 1)."""
-    return tuple((rank + step * i) % size for i in range(1, size))
 
 
 def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value: Any) -> Any:
@@ -661,13 +587,3 @@ def _board_call(impl: Any, comm: Any, call: str, sig: int, run: Any, *args: Any)
         return run(lane, board, comm, call, sig, *args)
     finally:
         _release(lane.engine)
-
-
-def _take_value(lane: Lane, values: Values, frm: int, like: Any) -> Any:
-    """A value of ``values``' kind received from ``frm`` in a round of its own
-    (shaped like ``like``)."""
-    if type(values) is ArrayValues:
-        holder, target = values.target(like)
-        lane.take(frm, target.nbytes, target)
-        return holder
-    return values.decode(lane.take(frm, values.nbytes))
