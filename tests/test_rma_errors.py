@@ -174,3 +174,32 @@ def test_a_rank_stuck_in_lock_or_fence_is_reported(run_mpi) -> None:
     assert "rank 1 waits in Win.Lock(peer=1) on Allocate window" in err, err
     assert "rank 0 waits in recv(source=1, tag=3) on MPI_COMM_WORLD" in err, err
     assert "rank 2 waits in " in err and "on Allocate window" in err, err
+
+
+def test_a_shared_window_larger_than_the_shared_memory_is_refused_not_a_crash(run_mpi) -> None:
+    # the memory of a shared window is taken page by page as it is written: one larger
+    # than the room left in the segment folder would end a rank with SIGBUS when written
+    # past that room; it is refused at once with ERR_NO_MEM, and the next one works
+    proc = run_mpi(
+        2,
+        program("""
+        import os
+        from ipympi.progress.shm import segment_folder
+        room = os.statvfs(segment_folder())
+        free = room.f_bavail * room.f_frsize
+        try:
+            MPI.Win.Allocate_shared(free // 2 + (1 << 30), 1, comm=comm)
+        except MPI.Exception as exc:
+            assert exc.Get_error_class() == MPI.ERR_NO_MEM, exc
+            assert "free in" in str(exc), exc
+        else:
+            raise AssertionError("allocated")
+        win = MPI.Win.Allocate_shared(8, 8, comm=comm)
+        np.frombuffer(win.tomemory(), dtype="d")[:] = rank
+        win.Fence()
+        assert np.frombuffer(win.Shared_query(1 - rank)[0], dtype="d")[0] == 1 - rank
+        win.Free()
+        """),
+        timeout=40,
+    )
+    assert_ok(proc, 2)

@@ -149,12 +149,22 @@ class Segment:
     @classmethod
     def create(cls, size: int, prefix: str = "ipympi") -> Segment:
         """A new segment of ``size`` zeroed bytes under a fresh, unguessable name (the
-        first in a process reaps the folder's stale names first)."""
+        first in a process reaps the folder's stale names first).
+
+        Raises ``OSError`` (``ENOSPC``) when the folder has less room than ``size``: its
+        pages are only taken when first written, and a write that finds no room ends
+        the process with ``SIGBUS``, where this error can be told to the user."""
         global _reaped
         folder = segment_folder()
         if not _reaped:
             _reaped = True
             reap_stale(folder)
+        room = os.statvfs(folder)
+        free = room.f_bavail * room.f_frsize
+        if size > free:
+            raise OSError(
+                errno.ENOSPC, f"{size} bytes of shared memory asked for, {free} free in {folder}"
+            )
         while True:
             name = os.path.join(folder, f"{prefix}-{os.getpid()}-{secrets.token_hex(8)}")
             try:
