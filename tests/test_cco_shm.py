@@ -368,33 +368,169 @@ def test_sizes_that_differ_across_a_slot_s_size_raise_on_every_rank(run_mpi, siz
 
 
 @pytest.mark.timeout(60)
-def test_a_large_bcast_goes_down_the_tree_on_the_board_and_its_sizes_are_checked(
-    run_mpi,
+@pytest.mark.parametrize("other", [1, 30000])
+def test_a_large_bcast_reads_the_root_s_memory_and_its_sizes_are_checked(
+    run_mpi, other: int
 ) -> None:
-    # above 256 KiB with more than 2 ranks: on one host the binomial tree, on the board
-    # (one copy per hop), not the scatter-allgather of ranks on several hosts; a rank
-    # whose buffer has another size gets the size-mismatch error, not a wait
-    body = """
+    # larger than an eager message: every other rank reads the root's buffer (the root
+    # waits for them, so it may change it afterwards; the tree when a rank cannot read
+    # memory); a rank whose buffer has another size gets the size-mismatch error, and
+    # so does the root, which waits for it; none waits forever
+    body = f"""
+    from ipympi.mpi.coll import shmpath
     from ipympi.progress.shmcoll import Board
+    reads = []
+    vm = comm._live().engine.vm
+    inner = vm.read
+    vm.read = lambda *args: (reads.append(1), inner(*args))[1]
     comm.Barrier()  # the board is set up
-    big = np.arange(40000.0) if rank == 1 else np.zeros(40000)
-    comm.Bcast(big, root=1)
-    assert (big == np.arange(40000.0)).all()
+    for n, root in ((40000, 1), (3000, 3), (200000, 0)):  # read, eager down the tree, read
+        want = np.arange(float(n))
+        big = want.copy() if rank == root else np.zeros(n)
+        comm.Bcast(big, root=root)
+        assert (big == want).all()
+        if rank == root:
+            big[:] = -1  # the others have read it all
+    assert len(reads) == (rank != 1) + (rank != 0), reads  # one per read Bcast, not at its root
     assert isinstance(comm._live().lane.board, Board)
-    n = 40000 if rank == 1 else 1
+    if rank == 2:
+        vm.available = False  # this rank cannot read: the tree, for every rank
+    got = np.zeros(40000) if rank else np.arange(40000.0)
+    comm.Bcast(got, root=0)
+    assert (got == np.arange(40000.0)).all()
+    vm.available = True
+    n = 40000 if rank == 1 else {other}
     try:
         comm.Bcast(np.ones(n), root=1)
     except MPI.Exception as exc:
         assert "size mismatch" in str(exc), exc
-        print(f"Bcast ERR {rank}", flush=True)
+        print(f"Bcast ERR {{rank}}", flush=True)
+    comm.Barrier()
     """
     proc = run_mpi(4, mpi_program(MPI_PRELUDE, body), timeout=50)
     assert_ok(proc, 4)
-    assert {"Bcast ERR 0", "Bcast ERR 2", "Bcast ERR 3"} <= set(proc.stdout.splitlines())
+    assert {f"Bcast ERR {r}" for r in range(4)} <= set(proc.stdout.splitlines()), proc.stdout
+
+
+DIRECT = """
+from ipympi.mpi.coll import shmpath
+direct = []  # the large Allreduces that took the board's direct reads
+inner = shmpath.allreduce_direct
+shmpath.allreduce_direct = lambda *args: (direct.append(1), inner(*args))[1]
+comm.Barrier()  # the board is set up
+calls = 0
+add = MPI.Op.Create(lambda a, b, t: np.add(np.frombuffer(a, "d"), np.frombuffer(b, "d"),
+                                           out=np.frombuffer(b, "d")), commute=True)
+for n in (70000, 100003):  # 256 KiB and more (4-byte types too); not a multiple of size
+    for dtype, op in (("d", MPI.SUM), ("i", MPI.SUM), ("f", MPI.MAX), ("d", MPI.PROD), ("d", add)):
+        mine = (np.arange(n) % 7 + rank + 1).astype(dtype)
+        every = [(np.arange(n) % 7 + r + 1).astype(dtype) for r in range(size)]
+        if op is MPI.MAX:
+            want = every[-1]
+        else:
+            want = every[0].copy()
+            for other in every[1:]:
+                want = want * other if op is MPI.PROD else want + other
+        out = np.full(n, -1, dtype)
+        comm.Allreduce(mine, out, op=op)
+        assert np.allclose(out, want, rtol=1e-6), (n, dtype, op)
+        # every rank holds the same bits
+        assert len(set(comm.allgather(hash(out.tobytes())))) == 1
+        inplace = mine.copy()
+        comm.Allreduce(MPI.IN_PLACE, inplace, op=op)
+        assert inplace.tobytes() == out.tobytes(), (n, dtype, op)
+        calls += 2
+    # an explicit form of the receive buffer
+    out = np.zeros(n)
+    comm.Allreduce([np.ones(n), MPI.DOUBLE], [out, n, MPI.DOUBLE])
+    assert (out == size).all()
+    calls += 1
+assert len(direct) == calls, (len(direct), calls)
+add.Free()
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_a_large_allreduce_on_one_host_reads_the_other_ranks_memory(run_mpi, size: int) -> None:
+    assert_ok(run_mpi(size, mpi_program(MPI_PRELUDE, DIRECT), timeout=80), size)
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("count", [1, 4096])
+def test_a_large_allreduce_without_memory_reads_takes_the_rounds_or_fails_on_every_rank(
+    run_mpi,
+) -> None:
+    # a rank that cannot read the others' memory at all: every rank takes the recursive
+    # doubling in the same call; a read refused during the call: every rank fails it
+    # with ERR_OTHER (none waits), and the next call works
+    body = """
+    comm.Barrier()
+    vm = comm._live().engine.vm
+    n = 50000
+    out = np.zeros(n)
+    if rank == 1:
+        vm.available = False
+    comm.Allreduce(np.arange(n, dtype=float), out)
+    assert (out == size * np.arange(n)).all()
+    vm.available = True
+    read = vm.read
+    if rank == 2:
+        vm.read = lambda *args: False
+        vm.reason = "refused on purpose"
+    try:
+        comm.Allreduce(np.ones(n), out)
+    except MPI.Exception as exc:
+        assert exc.Get_error_class() == MPI.ERR_OTHER, exc
+        assert "rank 2" in str(exc), exc
+        print(f"ERR {rank}", flush=True)
+    vm.read = read
+    comm.Allreduce(np.ones(n), out)
+    assert (out == size).all()
+    # a read refused once the pieces are computed: that rank alone fails the call, after
+    # the others have read its piece (they get the whole result)
+    if rank == 1:
+        left = [1, 1]  # its two reads of the first step succeed
+        vm.read = lambda *args: bool(left) and (left.pop(), read(*args))[1]
+    out[:] = 0
+    try:
+        comm.Allreduce(np.full(n, 2.0), out)
+    except MPI.Exception as exc:
+        assert rank == 1 and exc.Get_error_class() == MPI.ERR_OTHER, exc
+        print(f"LATE {rank}", flush=True)
+    else:
+        assert rank != 1 and (out == 2 * size).all()
+    vm.read = read
+    comm.Allreduce(np.ones(n), out)
+    assert (out == size).all()
+    """
+    proc = run_mpi(3, mpi_program(MPI_PRELUDE, body), timeout=50)
+    assert_ok(proc, 3)
+    lines = set(proc.stdout.splitlines())
+    assert {"ERR 0", "ERR 1", "ERR 2", "LATE 1"} <= lines, proc.stdout
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("other", [1, 50000])
+def test_sizes_that_differ_beside_a_large_allreduce_raise_on_every_rank(
+    run_mpi, other: int
+) -> None:
+    body = f"""
+    comm.Barrier()
+    n = 40000 if rank == 0 else {other}
+    try:
+        comm.Allreduce(np.ones(n), np.zeros(n))
+    except MPI.Exception as exc:
+        assert "size mismatch" in str(exc), exc
+        print(f"ERR {{rank}}", flush=True)
+    comm.Barrier()
+    """
+    proc = run_mpi(3, mpi_program(MPI_PRELUDE, body), timeout=50)
+    assert_ok(proc, 3)
+    assert {"ERR 0", "ERR 1", "ERR 2"} <= set(proc.stdout.splitlines()), proc.stdout
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("count", [1, 4096, 40000])
 def test_a_rank_in_another_call_is_named_also_beside_a_large_allreduce(run_mpi, count: int) -> None:
     # rank 0's Allreduce fits in its slot or not; rank 1 is in a Bcast: a collective
     # mismatch on both, not a size mismatch

@@ -13,13 +13,15 @@ Layout (``n`` ranks; all words native, 8-byte aligned, written with one store ea
   every rank has written its slot of the collective (:meth:`Board.wait_all`), then one
   line with the *shared bell* those last ones sleep on (rung once, for all, by the
   rank whose write completes the collective);
-- per rank, one 64-byte line: its *bell* (a uint32 futex word that it alone sleeps on)
-  and its *started* word (the sequence number of the collective it is in);
+- per rank, one 64-byte line: its *bell* (a uint32 futex word that it alone sleeps on),
+  its *started* word (the sequence number of the collective it is in) and its *step*
+  word (how far it is in a collective of several steps: :meth:`Board.reach`);
 - per rank, :data:`DEPTH` slots (slot ``s % DEPTH`` for collective ``s``, so that a
   rank may run up to ``DEPTH - 1`` collectives ahead of the others: a rooted call's
   root, for one, need not wait for its readers): sequence number, signature, byte
   count in the slot (:data:`OVERFLOW` when the data went another way), the data's own
-  byte count, then up to :data:`SLOT_DATA` bytes of data. Sequence numbers are stored plus
+  byte count, then up to :data:`SLOT_DATA` bytes of data (in an overflowing slot, a note
+  that says where the data is). Sequence numbers are stored plus
   one, so that 0 means "never written".
 
 A collective ``s`` (the engine's ledger number, the same on every rank) writes its slot
@@ -74,6 +76,7 @@ __all__ = [
     "DEPTH",
     "OVERFLOW",
     "SLOT_DATA",
+    "STEPS",
     "Board",
     "available",
 ]
@@ -90,6 +93,7 @@ OVERFLOW = -1  # byte count of a slot whose data did not fit
 SLEEP = 0.05  # longest futex sleep between checks, seconds
 SPIN = 1e-3  # longest spin before sleeping, seconds
 SPIN_LOOKS = 16  # looks between two readings of the clock
+STEPS = 4  # step words count STEPS per collective: steps 1 .. STEPS - 1 of each
 MANY = 1024  # above this many ranks, slots are scanned with numpy (below, a Python
 # loop costs less: a numpy call right after a wake-up runs on cold caches)
 
@@ -179,6 +183,7 @@ class Board:
         # the bells' addresses as pointers (a plain int would go to C as a 32-bit int)
         self._bell_addr = [ctypes.c_void_p(base + off) for off in self._line]
         self._started = [off // 8 + 1 for off in self._line]  # word indexes
+        self._step = [off // 8 + 2 for off in self._line]
         # word index of slot p's header, per rank: [rank][p]
         self._slot = [
             tuple((off + LINE + i * SLOT) // 8 for i in range(DEPTH)) for off in self._line
@@ -259,12 +264,17 @@ class Board:
         self.words[self._started[self.rank]] = seq + 1
 
     def publish(
-        self, seq: int, sig: int, data: memoryview | bytes, idle: Callable[[], None]
+        self,
+        seq: int,
+        sig: int,
+        data: memoryview | bytes,
+        idle: Callable[[], None],
+        note: bytes = b"",
     ) -> None:
         """Write this rank's slot of collective ``seq`` (``sig``, and ``data`` if it fits
-        in :data:`SLOT_DATA` bytes, else the mark :data:`OVERFLOW`: the data goes
-        another way) once no rank reads its previous content, then wake the ranks
-        that wait for it."""
+        in :data:`SLOT_DATA` bytes, else the mark :data:`OVERFLOW`, and ``note``: the
+        data goes another way) once no rank reads its previous content, then wake the
+        ranks that wait for it."""
         if self.clear_upto < seq - _LAST:
             self._wait_started(seq - _LAST, idle)
         words = self.words
@@ -274,6 +284,9 @@ class Board:
         words[head + 3] = nbytes
         if nbytes > SLOT_DATA:
             words[head + 2] = OVERFLOW
+            if note:
+                start = 8 * head + HEADER
+                self.mem[start : start + len(note)] = note
         else:
             words[head + 2] = nbytes
             if nbytes:
@@ -281,6 +294,34 @@ class Board:
                 self.mem[start : start + nbytes] = data
         words[head] = seq + 1  # 0: never written
         self.notify(seq)
+
+    def reach(self, seq: int, step: int) -> None:
+        """Say that this rank has reached step ``step`` (1 .. :data:`STEPS` - 1) of
+        collective ``seq`` (a call of several steps), and wake the ranks waiting for it."""
+        self.words[self._step[self.rank]] = (seq + 1) * STEPS + step
+        self.notify()
+
+    def step_of(self, rank: int, seq: int) -> int:
+        """The step of collective ``seq`` that ``rank`` has reached (0: none yet)."""
+        return max(0, self.words[self._step[rank]] - (seq + 1) * STEPS)
+
+    def wait_step(self, seq: int, step: int, idle: Callable[[], None]) -> None:
+        """Return once every other rank has reached step ``step`` of collective ``seq``
+        (or a later one); ``idle`` as in :meth:`wait_slot`."""
+        words, me, mark = self.words, self.rank, (seq + 1) * STEPS + step
+        for r, index in enumerate(self._step):
+            if r != me and words[index] < mark:
+                self._wait(lambda i=index: words[i] >= mark, r + 1, idle)  # type: ignore[misc]
+
+    def wait_for_news(self, idle: Callable[[], None]) -> None:
+        """Sleep until ``idle`` raises: for news that a rank's socket brings (another
+        rank's report of a mismatch it found, a dead rank), rung as any news is."""
+        self._sleep(lambda: False, ANY, idle)
+
+    def note(self, rank: int, seq: int, nbytes: int) -> memoryview:
+        """The first ``nbytes`` of the note in ``rank``'s (overflowing) slot of ``seq``."""
+        start = 8 * self._slot[rank][seq & _LAST] + HEADER
+        return self.mem[start : start + nbytes]
 
     def notify(self, seq: int = -1) -> None:
         """Wake the ranks that sleep until this rank writes (or until any rank does),

@@ -67,6 +67,7 @@ __all__ = [
     "Lane",
     "allgather",
     "allreduce",
+    "allreduce_direct",
     "alltoall",
     "barrier",
     "bcast",
@@ -557,6 +558,14 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
     finally:
         _release(lane.engine)
     return acc
+
+
+def allreduce_direct(comm: Any, impl: Any, call: str, values: Values, src: Any, out: Any) -> Any:
+    """A large Allreduce of arrays through the communicator's board, where each rank
+    reads the others' memory (:func:`.shmpath.allreduce_direct`): the result (``out``),
+    or :data:`GENERAL` without a board."""
+    sig = _signature("Allreduce", 0)
+    return _board_call(impl, comm, call, sig, shmpath.allreduce_direct, values, src, out)
 
 
 def reduce(

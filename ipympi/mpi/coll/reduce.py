@@ -121,6 +121,21 @@ class _Reduction:
             return out, None
         return out, self.source
 
+    def direct(self) -> tuple[np.ndarray, np.ndarray]:
+        """(this rank's contribution, where the result goes) for an algorithm that other
+        ranks read from (``shmpath.allreduce_direct``): contiguous arrays, the result in
+        the receive buffer's own elements when they can hold it (:meth:`store` then sees
+        it there), else in a new array; the same array with IN_PLACE."""
+        src = np.ascontiguousarray(self.source)
+        if self.in_place and src is self.source:  # the receive buffer's own elements
+            self._in_output = src
+            return src, src
+        out = None if self.out is None else _typed(self.out)
+        if out is None or out.size != src.size or not out.flags.c_contiguous:
+            out = np.empty_like(src)
+        self._in_output = out
+        return src, out
+
     def store(self, result: Any) -> None:
         """Copy a result into the receive buffer (and scatter derived types)."""
         if result is None or self.out is None:
@@ -228,6 +243,12 @@ class Reductions(CollectiveMixin):
             and impl.size > 1
             and args.source.size >= impl.size
         )
+        if mode is BLOCKING and ring:  # on one host: each rank reads the others' memory
+            src, out = args.direct()
+            result = fast.allreduce_direct(self, impl, call, args.values, src, out)
+            if result is not fast.GENERAL:
+                args.store(result)
+                return None
         if mode is BLOCKING and not ring:
             result = fast.allreduce(self, impl, call, "Allreduce", args.values, args.fresh())
             if result is not fast.GENERAL:

@@ -28,20 +28,26 @@ the rank it waits for which call it is in (``CHECK``), as the straight path does
 from __future__ import annotations
 
 import functools
+import os
+import struct
 import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ...core.errors import ERR_NO_MEM
+from ...core.errors import ERR_NO_MEM, ERR_OTHER
 from ...core.errors import Exception as MPIException
+from ...core.lazynumpy import np
+from ...core.protocol import EAGER_LIMIT
 from ...core.reductions import ArrayValues, ObjectValues, Values
+from ...progress.largebuf import buffer_address
 from ...progress.operation import RECV, Operation
 from ...progress.shmcoll import OVERFLOW, Board, available
 
 __all__ = [
     "allgather",
     "allreduce",
+    "allreduce_direct",
     "alltoall",
     "barrier",
     "bcast",
@@ -232,8 +238,9 @@ def _take(
     """``peer``'s data of this call (``nbytes`` long unless None), copied into ``into``
     when given; raise the general path's error if it is of another call or size. Data
     that did not fit in ``peer``'s slot comes as a message from it, or down the
-    broadcast tree rooted at it when ``tree``; when ``fits`` (this rank's ``nbytes`` did
-    fit, and no rank sends data that fits none), such data is of another size."""
+    broadcast tree rooted at it when ``tree`` (all of its data, ``nbytes`` long); when
+    ``fits`` (this rank's ``nbytes`` did fit, and no rank sends data that fits none),
+    such data is of another size."""
     seq = lane.seq
     if not board.slot_ready(peer, seq):
         lane.peer = peer
@@ -242,7 +249,7 @@ def _take(
     if sig != lane.sig:
         lane.fail_with([_outcome(lane, peer, sig, count)])
     if count == OVERFLOW:
-        if fits:
+        if fits or (tree and board.data_bytes(peer, seq) != nbytes):
             assert nbytes is not None
             _size_mismatch(lane, peer, sig, board.data_bytes(peer, seq), nbytes, into)
         lane.peer = peer
@@ -317,19 +324,74 @@ def barrier(lane: Any, board: Board, comm: Any, call: str, sig: int) -> None:
 
 def bcast(lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, mem: Any) -> None:
     """The root publishes ``mem``; the others copy it out. Data larger than a slot goes
-    down the straight path's binomial tree (:meth:`.fast.Lane.bcast_rounds`), the
-    slot saying so (:data:`~ipympi.progress.shmcoll.OVERFLOW`): every rank follows the
-    root's choice, so a rank whose buffer has another size gets the general path's
-    error instead of waiting on a path the root did not take."""
+    down the straight path's binomial tree (:meth:`.fast.Lane.bcast_rounds`) as eager
+    messages (the root need not wait for its readers), and data larger than an eager
+    message is read straight from the root's memory (:func:`_bcast_large`). Every
+    rank follows the root's choice, which its slot shows, so a rank whose buffer has
+    another size gets the general path's error instead of waiting on a path the root
+    did not take."""
     _begin(lane, board, comm, call, sig)
-    if lane.rank == root:
+    nbytes = mem.nbytes
+    if nbytes > EAGER_LIMIT:
+        _bcast_large(lane, board, root, mem)
+    elif lane.rank == root:
         board.publish(lane.seq, sig, mem, lane.idle)
-        if mem.nbytes > board.capacity:
+        if nbytes > board.capacity:
             lane.bcast_rounds(root, mem)
     else:
         board.publish(lane.seq, sig, b"", lane.idle)  # which call this rank is in
-        _take(lane, board, root, mem.nbytes, mem, tree=True)
+        fits = nbytes <= board.capacity
+        _take(lane, board, root, nbytes, mem, tree=not fits, fits=fits)
     _end(lane, board, [])
+
+
+def _bcast_large(lane: Any, board: Board, root: int, mem: Any) -> None:
+    """A broadcast larger than a slot: the root's slot says where its buffer is
+    (:data:`_WHERE`), every other rank's whether it can read other ranks' memory; then
+    each other rank reads the whole buffer from the root's memory (``process_vm_readv``,
+    one copy, all at once) and says so (step 1), and the root returns once every reader
+    has (its buffer may change afterwards). When a rank cannot read other ranks'
+    memory, the data goes down the straight path's binomial tree instead
+    (:meth:`.fast.Lane.bcast_rounds`), in the same call."""
+    seq, sig, me = lane.seq, lane.sig, lane.rank
+    vm = lane.engine.vm
+    if me == root:
+        address = buffer_address(mem) if mem.nbytes else 0
+        where = _WHERE.pack(os.getpid(), address, 0, int(vm.available))
+        board.publish(seq, sig, mem, lane.idle, where)
+    else:
+        board.publish(seq, sig, b"\1" if vm.available else b"\0", lane.idle)
+    _wait_all(lane, board)
+    able = True
+    for r in range(lane.size):
+        theirs, count, data = board.read(r, seq)
+        if theirs != sig:
+            lane.fail_with([_outcome(lane, r, theirs, count)])
+        if r == root:
+            if count != OVERFLOW or board.data_bytes(r, seq) != mem.nbytes:
+                _size_mismatch(lane, r, theirs, board.data_bytes(r, seq), mem.nbytes, mem)
+            able = able and bool(_WHERE.unpack(board.note(r, seq, _WHERE.size))[3])
+        elif count != 1:  # its buffer fits in a slot: the sizes differ, and it says so
+            board.wait_for_news(lane.idle)
+        else:
+            able = able and data[0] == 1
+    if not able:
+        lane.bcast_rounds(root, mem)
+        return
+    if me == root:
+        board.wait_step(seq, 1, lane.idle)
+        other = next((r for r in lane.others if board.step_of(r, seq) == REFUSED), None)
+        if other is not None:
+            _refuse(lane, f"rank {other} could not read rank {me}'s memory")
+        return
+    pid, address = _WHERE.unpack(board.note(root, seq, _WHERE.size))[:2]
+    try:
+        if not vm.read(pid, address, mem):
+            raise OSError(vm.reason)
+    except OSError as exc:
+        board.reach(seq, REFUSED)
+        _refuse(lane, f"rank {me} could not read rank {root}'s memory: {exc}")
+    board.reach(seq, 1)
 
 
 def gather(
@@ -479,6 +541,111 @@ def allreduce(
         acc = _combined(lane, board, values, value, data, fits=True)
     _end(lane, board, [])
     return acc
+
+
+# What the slot of a large Allreduce tells (:func:`allreduce_direct`): the rank's pid, the
+# addresses of its contribution and of its result, and whether it can read other ranks'
+# memory (1) or not (0).
+_WHERE = struct.Struct("<qqqq")
+REFUSED = 3  # the step a rank says it reached when it could not read another's memory
+
+
+def allreduce_direct(
+    lane: Any, board: Board, comm: Any, call: str, sig: int, values: Values, src: Any, out: Any
+) -> Any:
+    """A large Allreduce of arrays (``src``: this rank's contribution, ``out``: where
+    its result goes, both contiguous 1-D arrays of one type; the same memory with
+    IN_PLACE) computed where the data lie; returns the result (``out``).
+
+    Rank ``c`` reads the ``c``-th piece of every rank's contribution straight from
+    that rank's memory (``process_vm_readv``), combines them in rank order into the
+    ``c``-th piece of its result, then reads every other piece of the result from the
+    rank that computed it: as many bytes copied as by the ring, in three steps on the
+    board instead of ``2 (p - 1)`` rounds of messages (the ring's pieces, for the same
+    commutative ops), and every rank gets the same bits. The slot says where the rank's
+    arrays are (:data:`_WHERE`; its byte count is checked as on any board call); step 1
+    says its piece is computed (or :data:`REFUSED`: a read was refused, and every rank
+    fails the call), step 2 that it has read every piece it needs (or failed to: it
+    alone fails the call), so no rank leaves (and lets its arrays change) while another
+    still reads them. When a rank cannot
+    read other ranks' memory at all, every rank takes the recursive doubling instead,
+    in the same call."""
+    _begin(lane, board, comm, call, sig)
+    seq, me, size = lane.seq, lane.rank, lane.size
+    vm = lane.engine.vm
+    where = _WHERE.pack(os.getpid(), src.ctypes.data, out.ctypes.data, int(vm.available))
+    board.publish(seq, sig, memoryview(src), lane.idle, where)
+    _wait_all(lane, board)
+    _check_sizes(lane, board, src.nbytes)
+    places = [
+        _WHERE.unpack(where if r == me else board.note(r, seq, _WHERE.size)) for r in range(size)
+    ]
+    if not all(place[3] for place in places):  # a rank cannot read the others' memory
+        acc = lane.allreduce_rounds(values, src.copy())
+        _end(lane, board, [])
+        return acc
+    n, item = src.size, src.itemsize
+    bounds = [(c * n // size, (c + 1) * n // size) for c in range(size + 1)]
+    lo, hi = bounds[me]
+    refused = _combine_piece(vm, places, me, values, src, out, lo, hi)
+    board.reach(seq, REFUSED if refused else 1)
+    board.wait_step(seq, 1, lane.idle)
+    if refused:
+        _refuse(lane, f"rank {me} {refused}")
+    other = next((r for r in lane.others if board.step_of(r, seq) == REFUSED), None)
+    if other is not None:
+        _refuse(lane, f"rank {other} could not read another rank's memory")
+    failed = ""
+    for c in lane.others:
+        first, last = bounds[c]
+        if last > first:
+            piece = memoryview(out[first:last]).cast("B")
+            try:
+                if not vm.read(places[c][0], places[c][2] + first * item, piece):
+                    raise OSError(vm.reason)
+            except OSError as exc:
+                failed = f"rank {me} could not read rank {c}'s memory: {exc}"
+                break
+    board.reach(seq, 2)
+    board.wait_step(seq, 2, lane.idle)  # also after a failure: the others read this rank's
+    if failed:
+        _refuse(lane, failed)
+    _end(lane, board, [])
+    return out
+
+
+def _combine_piece(
+    vm: Any, places: list[Any], me: int, values: Values, src: Any, out: Any, lo: int, hi: int
+) -> str:
+    """Combine piece ``[lo, hi)`` of every rank's contribution (read from its memory at
+    ``places``), in rank order, into ``out[lo:hi]``; what went wrong, or ''."""
+    if hi == lo:
+        return ""
+    item = src.itemsize
+    spares = (np.empty(hi - lo, dtype=src.dtype), np.empty(hi - lo, dtype=src.dtype))
+    last = len(places) - 1
+    acc = None
+    for q, (pid, address, _, _) in enumerate(places):
+        # the last piece goes straight into the result (with IN_PLACE, this rank's own
+        # piece is there: it is read before, into a spare, unless it is the last one)
+        target: Any = out[lo:hi] if q == last else spares[q % 2]
+        if q == me:
+            np.copyto(target, src[lo:hi])
+        else:
+            try:
+                if not vm.read(pid, address + lo * item, memoryview(target).cast("B")):
+                    return f"could not read rank {q}'s memory: {vm.reason}"
+            except OSError as exc:
+                return f"could not read rank {q}'s memory: {exc}"
+        acc = target if acc is None else values.combine(acc, target)
+    return ""
+
+
+def _refuse(lane: Any, why: str) -> None:
+    """End the call with ``ERR_OTHER`` (every rank fails it: no report is sent)."""
+    lane.engine.ledger.mismatched.add((lane.context, lane.seq))
+    lane.engine.abandon_collective(lane.context, lane.seq)
+    raise MPIException(ERR_OTHER, f"{lane.call}: {why}")
 
 
 def _check_sizes(lane: Any, board: Board, nbytes: int) -> None:
