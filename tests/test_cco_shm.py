@@ -530,6 +530,34 @@ def test_sizes_that_differ_beside_a_large_allreduce_raise_on_every_rank(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_root_with_a_core_of_its_own_writes_a_piece_of_a_large_bcast_into_each_reader(
+    run_mpi, size: int
+) -> None:
+    # ranks no more than cores (forced at 3 ranks on the root, whose choice the readers
+    # follow): the root writes each reader's own piece while the reader reads the rest;
+    # when its writes fail, the readers read that piece too
+    body = """
+    from ipympi.mpi.coll import shmpath
+    comm.Barrier()  # the board is set up
+    board = comm._live().lane.board
+    board.give_way = None
+    for n, fail in ((200001, False), (100003, True), (70001, False)):
+        if fail and rank == size - 1:
+            def refuse(*args):
+                raise OSError("refused on purpose")
+            shmpath.remote_copy, kept = refuse, shmpath.remote_copy
+        want = np.arange(float(n)) * 3
+        got = want.copy() if rank == size - 1 else np.zeros(n)
+        comm.Bcast(got, root=size - 1)
+        assert (got == want).all(), (n, fail)
+        if fail and rank == size - 1:
+            shmpath.remote_copy = kept
+    """
+    assert_ok(run_mpi(size, mpi_program(MPI_PRELUDE, body), timeout=50), size)
+
+
+@pytest.mark.timeout(60)
 @pytest.mark.parametrize("count", [1, 4096, 40000])
 def test_a_rank_in_another_call_is_named_also_beside_a_large_allreduce(run_mpi, count: int) -> None:
     # rank 0's Allreduce fits in its slot or not; rank 1 is in a Bcast: a collective

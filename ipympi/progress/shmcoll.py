@@ -305,12 +305,14 @@ class Board:
         """The step of collective ``seq`` that ``rank`` has reached (0: none yet)."""
         return max(0, self.words[self._step[rank]] - (seq + 1) * STEPS)
 
-    def wait_step(self, seq: int, step: int, idle: Callable[[], None]) -> None:
-        """Return once every other rank has reached step ``step`` of collective ``seq``
-        (or a later one); ``idle`` as in :meth:`wait_slot`."""
+    def wait_step(
+        self, seq: int, step: int, idle: Callable[[], None], only: int | None = None
+    ) -> None:
+        """Return once every other rank (rank ``only``, when given) has reached step
+        ``step`` of collective ``seq`` (or a later one); ``idle`` as in :meth:`wait_slot`."""
         words, me, mark = self.words, self.rank, (seq + 1) * STEPS + step
         for r, index in enumerate(self._step):
-            if r != me and words[index] < mark:
+            if r != me and words[index] < mark and (only is None or r == only):
                 self._wait(lambda i=index: words[i] >= mark, r + 1, idle)  # type: ignore[misc]
 
     def wait_for_news(self, idle: Callable[[], None]) -> None:

@@ -40,7 +40,7 @@ from ...core.errors import Exception as MPIException
 from ...core.lazynumpy import np
 from ...core.protocol import EAGER_LIMIT
 from ...core.reductions import ArrayValues, ObjectValues, Values
-from ...progress.largebuf import buffer_address
+from ...progress.largebuf import buffer_address, remote_copy
 from ...progress.operation import RECV, Operation
 from ...progress.shmcoll import OVERFLOW, Board, available
 
@@ -346,24 +346,30 @@ def bcast(lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, me
 
 
 def _bcast_large(lane: Any, board: Board, root: int, mem: Any) -> None:
-    """A broadcast larger than a slot: the root's slot says where its buffer is
-    (:data:`_WHERE`), every other rank's whether it can read other ranks' memory; then
-    each other rank reads the whole buffer from the root's memory (``process_vm_readv``,
-    one copy, all at once) and says so (step 1), and the root returns once every reader
-    has (its buffer may change afterwards). When a rank cannot read other ranks'
-    memory, the data goes down the straight path's binomial tree instead
-    (:meth:`.fast.Lane.bcast_rounds`), in the same call."""
-    seq, sig, me = lane.seq, lane.sig, lane.rank
+    """A broadcast larger than an eager message, read from the root's memory
+    (``process_vm_readv``, one copy). The root's slot says where its buffer is
+    (:data:`_WHERE`), every other rank's where its own is (:data:`_READER`). The buffer
+    is cut in one piece per rank: each other rank reads every piece but its own, which
+    the root writes into it meanwhile (``process_vm_writev``) when it has a core of its
+    own to do so (ranks no more than cores; its step 1 says it did, step 2 that it did
+    not: the reader then reads that piece too). Each reader says it is done (step 1, or
+    :data:`REFUSED`), and the root returns once every reader is (its buffer may change
+    afterwards). When a rank cannot read other ranks' memory, the data goes down the
+    straight path's binomial tree instead (:meth:`.fast.Lane.bcast_rounds`), in the same
+    call."""
+    seq, sig, me, size = lane.seq, lane.sig, lane.rank, lane.size
     vm = lane.engine.vm
+    address = buffer_address(mem) if mem.nbytes else 0
     if me == root:
-        address = buffer_address(mem) if mem.nbytes else 0
-        where = _WHERE.pack(os.getpid(), address, 0, int(vm.available))
+        helps = board.give_way is None  # a core of its own: it copies too
+        where = _WHERE.pack(os.getpid(), address, int(helps), int(vm.available))
         board.publish(seq, sig, mem, lane.idle, where)
     else:
-        board.publish(seq, sig, b"\1" if vm.available else b"\0", lane.idle)
+        board.publish(seq, sig, _READER.pack(os.getpid(), address, int(vm.available)), lane.idle)
     _wait_all(lane, board)
     able = True
-    for r in range(lane.size):
+    readers = []
+    for r in range(size):
         theirs, count, data = board.read(r, seq)
         if theirs != sig:
             lane.fail_with([_outcome(lane, r, theirs, count)])
@@ -371,27 +377,54 @@ def _bcast_large(lane: Any, board: Board, root: int, mem: Any) -> None:
             if count != OVERFLOW or board.data_bytes(r, seq) != mem.nbytes:
                 _size_mismatch(lane, r, theirs, board.data_bytes(r, seq), mem.nbytes, mem)
             able = able and bool(_WHERE.unpack(board.note(r, seq, _WHERE.size))[3])
-        elif count != 1:  # its buffer fits in a slot: the sizes differ, and it says so
+        elif count != _READER.size:  # its buffer fits in a slot: the sizes differ, it says so
             board.wait_for_news(lane.idle)
         else:
-            able = able and data[0] == 1
+            reader = _READER.unpack(data)
+            able = able and bool(reader[2])
+            readers.append((r, reader))
     if not able:
         lane.bcast_rounds(root, mem)
         return
+    n = mem.nbytes
+    bounds = [(c * n // size, (c + 1) * n // size) for c in range(size)]
     if me == root:
+        wrote = helps
+        if helps:
+            try:
+                for r, (pid, theirs, _) in readers:
+                    lo, hi = bounds[r]
+                    remote_copy(pid, [(address + lo, theirs + lo, hi - lo)], True)
+            except OSError:
+                wrote = False
+        board.reach(seq, 1 if wrote else 2)
         board.wait_step(seq, 1, lane.idle)
         other = next((r for r in lane.others if board.step_of(r, seq) == REFUSED), None)
         if other is not None:
             _refuse(lane, f"rank {other} could not read rank {me}'s memory")
         return
-    pid, address = _WHERE.unpack(board.note(root, seq, _WHERE.size))[:2]
+    pid, source, helps = _WHERE.unpack(board.note(root, seq, _WHERE.size))[:3]
+    lo, hi = bounds[me] if helps else (0, 0)  # the piece the root writes
     try:
-        if not vm.read(pid, address, mem):
-            raise OSError(vm.reason)
+        if helps:
+            _read(vm, pid, source, mem, 0, lo)
+            _read(vm, pid, source, mem, hi, n)
+            board.wait_step(seq, 1, lane.idle, only=root)
+            if board.step_of(root, seq) != 1:  # it did not write: read that piece too
+                _read(vm, pid, source, mem, lo, hi)
+        else:
+            _read(vm, pid, source, mem, 0, n)
     except OSError as exc:
         board.reach(seq, REFUSED)
         _refuse(lane, f"rank {me} could not read rank {root}'s memory: {exc}")
     board.reach(seq, 1)
+
+
+def _read(vm: Any, pid: int, source: int, mem: Any, first: int, last: int) -> None:
+    """Copy bytes ``[first, last)`` of ``pid``'s memory at ``source`` into ``mem``'s;
+    ``OSError`` when refused."""
+    if last > first and not vm.read(pid, source + first, mem[first:last]):
+        raise OSError(vm.reason)
 
 
 def gather(
@@ -547,6 +580,9 @@ def allreduce(
 # addresses of its contribution and of its result, and whether it can read other ranks'
 # memory (1) or not (0).
 _WHERE = struct.Struct("<qqqq")
+# What the slot of a reader of a large Bcast tells: its pid, its buffer's address, and
+# whether it can read other ranks' memory.
+_READER = struct.Struct("<qqq")
 REFUSED = 3  # the step a rank says it reached when it could not read another's memory
 
 
