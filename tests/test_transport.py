@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ipympi.progress.transport import Transport
+from ipympi.progress import transport as transport_module
+from ipympi.progress.transport import SPIN_TRIES, SPIN_TRIES_ALONE, Transport
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -83,3 +84,20 @@ def test_a_process_of_another_job_gets_frames_under_the_id_it_knows_the_sender_b
     finally:
         mine.close(linger_ms=0)
         theirs.close(linger_ms=0)
+
+
+def test_a_receive_looks_longer_before_sleeping_when_every_rank_has_a_core(
+    tmp_path, monkeypatch
+) -> None:
+    # with a core each, nobody needs the core a waiting rank gives away: it looks for
+    # about a millisecond (a large message's FIN then needs no wake-up from sleep);
+    # ranks of the job on other hosts do not count
+    monkeypatch.setattr(transport_module, "cores", lambda: 4)
+    made = []
+    for rank, (size, nodes) in enumerate([(4, None), (5, None), (6, [0, 1, 0, 1, 0, 1])]):
+        made.append(Transport(rank, str(tmp_path), None, nodes=nodes, size=size))
+    try:
+        assert [t.spins for t in made] == [SPIN_TRIES_ALONE, SPIN_TRIES, SPIN_TRIES_ALONE]
+    finally:
+        for transport in made:
+            transport.close(linger_ms=0)

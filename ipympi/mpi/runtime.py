@@ -174,7 +174,7 @@ def start_engine() -> None:
     PROCESS.launched = bool(session_dir)
     transport = None
     if session_dir:
-        transport = Transport(rank, session_dir, ctl or None, key, nodes, bind_address)
+        transport = Transport(rank, session_dir, ctl or None, key, nodes, bind_address, size)
         PROCESS.host = host
     engine = Engine(rank, base + size, transport)
     PROCESS.engine = engine

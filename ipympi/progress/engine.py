@@ -55,7 +55,7 @@ from .largebuf import VmReader, buffer_address
 from .operation import Operation
 from .sharing import Sharing, WaitInfo
 from .tcp import Received
-from .transport import MAX_FRAME, QUIET_MS, SPIN_TRIES, Transport
+from .transport import MAX_FRAME, QUIET_MS, Transport
 
 __all__ = ["EAGER_LIMIT", "Engine", "WaitInfo"]
 
@@ -519,7 +519,7 @@ class Engine:
             if transport.pending or transport.tcp is not None:
                 frame = transport.recv()
             else:  # Transport.recv, inlined: look a few times, then sleep
-                spins = SPIN_TRIES
+                spins = transport.spins
                 while spins and not readable(0):
                     spins -= 1
                     _sched_yield()

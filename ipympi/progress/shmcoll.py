@@ -69,6 +69,7 @@ from typing import Any, Callable
 
 from ..core.lazynumpy import np
 from .shm import Segment, note_in
+from .transport import cores
 
 __all__ = [
     "ANY",
@@ -126,14 +127,6 @@ def available() -> bool:
         except OSError:
             return False
     return True
-
-
-def _cores() -> int:
-    """The cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 _fence_lock = threading.Lock()
@@ -206,7 +199,7 @@ class Board:
         self._shared_addr = ctypes.c_void_p(base + flags - LINE)
         self.spin = SPIN  # seconds of looks before a wait sleeps (:meth:`_spin`)
         # between looks, when ranks outnumber cores: give the core away
-        self.give_way = None if size <= _cores() else os.sched_yield
+        self.give_way = None if size <= cores() else os.sched_yield
         self._syscall = _libc.syscall if _libc is not None else None
         self._timeout = _Timespec(int(SLEEP), int((SLEEP % 1) * 1e9))
         self._timeout_ref = ctypes.byref(self._timeout)
