@@ -33,8 +33,9 @@ a shared board (:func:`.shmpath.set_up`) and every straight call then runs in
 :mod:`.shmpath` instead of the rounds below: the same calls, numbered and ended by the
 same :class:`Lane`, with no message through the kernel. Ranks never mix the two for
 one call: whether a communicator has a board is decided once, alike on all its ranks.
-On one host the rounds below then serve only the board's set-up; between hosts (and
-with ``IPYMPI_SHM_COLL=0``) they run every straight call.
+On one host the rounds below then serve the board's set-up and the data that a board
+call sends as messages (a Bcast's tree, an Allreduce's recursive doubling); between
+hosts (and with ``IPYMPI_SHM_COLL=0``) they run every straight call.
 """
 
 from __future__ import annotations
