@@ -185,12 +185,7 @@ class Lane:
         each round sends through ``Engine.send_eager`` (large data through an
         operation), receives straight off the socket (:meth:`receive`), then waits
         for its large sends; a local step is passed over. Returns its result."""
-        ledger, receive, wait_for, advance = (
-            self.engine.ledger,
-            self.receive,
-            self.wait_for,
-            algorithm.send,
-        )
+        receive, wait_for, advance = self.receive, self.wait_for, algorithm.send
         try:
             rnd = next(algorithm)
             while True:
@@ -198,9 +193,7 @@ class Lane:
                 if not (sends or recvs):
                     rnd = advance(_NOTHING)
                     continue
-                self.rounds += 1
-                if ledger.errors:
-                    self.check_round()
+                self._next_round()
                 large = self._send(sends) if sends else None
                 got = [
                     _Got(receive(peer, None if into is None else into.nbytes, into))
@@ -217,9 +210,7 @@ class Lane:
         """A round that only receives this call's message from comm rank ``frm``:
         ``nbytes`` long (any size when None), copied into ``into`` when given.
         Returns the payload."""
-        self.rounds += 1
-        if self.engine.ledger.errors:
-            self.check_round()
+        self._next_round()
         return self.receive(frm, nbytes, into)
 
     def bcast_rounds(self, root: int, mem: memoryview) -> None:
@@ -233,10 +224,14 @@ class Lane:
     def send_all(self, sends: Iterable[tuple[int, Any]]) -> list[Operation]:
         """A round that sends each ``(peer, data)`` in turn; the large sends,
         which the caller waits for (:meth:`wait_for`) once it may."""
+        self._next_round()
+        return self._send(sends)
+
+    def _next_round(self) -> None:
+        """Count a round of this call; fail at once if a mismatch of it was reported."""
         self.rounds += 1
         if self.engine.ledger.errors:
             self.check_round()
-        return self._send(sends)
 
     def _send(self, sends: Iterable[tuple[int, Any]]) -> list[Operation]:
         send_eager, world = self.engine.send_eager, self.world

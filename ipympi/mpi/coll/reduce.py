@@ -243,14 +243,12 @@ class Reductions(CollectiveMixin):
             and impl.size > 1
             and args.source.size >= impl.size
         )
-        if mode is BLOCKING and ring:  # on one host: each rank reads the others' memory
-            src, out = args.direct()
-            result = fast.allreduce_direct(self, impl, call, args.values, src, out)
-            if result is not fast.GENERAL:
-                args.store(result)
-                return None
-        if mode is BLOCKING and not ring:
-            result = fast.allreduce(self, impl, call, "Allreduce", args.values, args.fresh())
+        if mode is BLOCKING:
+            if ring:  # on one host: each rank reads the others' memory
+                src, out = args.direct()
+                result = fast.allreduce_direct(self, impl, call, args.values, src, out)
+            else:
+                result = fast.allreduce(self, impl, call, "Allreduce", args.values, args.fresh())
             if result is not fast.GENERAL:
                 args.store(result)
                 return None

@@ -359,7 +359,7 @@ def _bcast_large(lane: Any, board: Board, root: int, mem: Any) -> None:
     call."""
     seq, sig, me, size = lane.seq, lane.sig, lane.rank, lane.size
     vm = lane.engine.vm
-    address = buffer_address(mem) if mem.nbytes else 0
+    address = buffer_address(mem)
     if me == root:
         helps = board.give_way is None  # a core of its own: it copies too
         where = _WHERE.pack(os.getpid(), address, int(helps), int(vm.available))
@@ -376,7 +376,7 @@ def _bcast_large(lane: Any, board: Board, root: int, mem: Any) -> None:
         if r == root:
             if count != OVERFLOW or board.data_bytes(r, seq) != mem.nbytes:
                 _size_mismatch(lane, r, theirs, board.data_bytes(r, seq), mem.nbytes, mem)
-            able = able and bool(_WHERE.unpack(board.note(r, seq, _WHERE.size))[3])
+            able = able and bool(_where(board, r, seq)[3])
         elif count != _READER.size:  # its buffer fits in a slot: the sizes differ, it says so
             board.wait_for_news(lane.idle)
         else:
@@ -399,14 +399,14 @@ def _bcast_large(lane: Any, board: Board, root: int, mem: Any) -> None:
                 wrote = False
         board.reach(seq, 1 if wrote else 2)
         board.wait_step(seq, 1, lane.idle)
-        other = next((r for r in lane.others if board.step_of(r, seq) == REFUSED), None)
+        other = _refused(lane, board)
         if other is not None:
             _refuse(lane, f"rank {other} could not read rank {me}'s memory")
         return
-    pid, source, helps = _WHERE.unpack(board.note(root, seq, _WHERE.size))[:3]
-    lo, hi = bounds[me] if helps else (0, 0)  # the piece the root writes
+    pid, source, writes = _where(board, root, seq)[:3]
+    lo, hi = bounds[me] if writes else (0, 0)  # the piece the root writes
     try:
-        if helps:
+        if writes:
             _read(vm, pid, source, mem, 0, lo)
             _read(vm, pid, source, mem, hi, n)
             board.wait_step(seq, 1, lane.idle, only=root)
@@ -421,10 +421,21 @@ def _bcast_large(lane: Any, board: Board, root: int, mem: Any) -> None:
 
 
 def _read(vm: Any, pid: int, source: int, mem: Any, first: int, last: int) -> None:
-    """Copy bytes ``[first, last)`` of ``pid``'s memory at ``source`` into ``mem``'s;
-    ``OSError`` when refused."""
+    """Copy bytes ``[first, last)`` of ``pid``'s memory at ``source`` into ``mem``'s
+    (a byte memoryview); ``OSError`` when refused."""
     if last > first and not vm.read(pid, source + first, mem[first:last]):
         raise OSError(vm.reason)
+
+
+def _where(board: Board, rank: int, seq: int) -> tuple[int, int, int, int]:
+    """What ``rank``'s slot of collective ``seq`` says of its buffers (:data:`_WHERE`)."""
+    return _WHERE.unpack(board.note(rank, seq, _WHERE.size))
+
+
+def _refused(lane: Any, board: Board) -> int | None:
+    """The first other rank that says it could not read memory in this call, or None."""
+    seq = lane.seq
+    return next((r for r in lane.others if board.step_of(r, seq) == REFUSED), None)
 
 
 def gather(
@@ -603,9 +614,8 @@ def allreduce_direct(
     says its piece is computed (or :data:`REFUSED`: a read was refused, and every rank
     fails the call), step 2 that it has read every piece it needs (or failed to: it
     alone fails the call), so no rank leaves (and lets its arrays change) while another
-    still reads them. When a rank cannot
-    read other ranks' memory at all, every rank takes the recursive doubling instead,
-    in the same call."""
+    still reads them. When a rank cannot read other ranks' memory at all, every rank
+    takes the recursive doubling instead, in the same call."""
     _begin(lane, board, comm, call, sig)
     seq, me, size = lane.seq, lane.rank, lane.size
     vm = lane.engine.vm
@@ -613,9 +623,7 @@ def allreduce_direct(
     board.publish(seq, sig, memoryview(src), lane.idle, where)
     _wait_all(lane, board)
     _check_sizes(lane, board, src.nbytes)
-    places = [
-        _WHERE.unpack(where if r == me else board.note(r, seq, _WHERE.size)) for r in range(size)
-    ]
+    places = [_WHERE.unpack(where) if r == me else _where(board, r, seq) for r in range(size)]
     if not all(place[3] for place in places):  # a rank cannot read the others' memory
         acc = lane.allreduce_rounds(values, src.copy())
         _end(lane, board, [])
@@ -628,20 +636,18 @@ def allreduce_direct(
     board.wait_step(seq, 1, lane.idle)
     if refused:
         _refuse(lane, f"rank {me} {refused}")
-    other = next((r for r in lane.others if board.step_of(r, seq) == REFUSED), None)
+    other = _refused(lane, board)
     if other is not None:
         _refuse(lane, f"rank {other} could not read another rank's memory")
     failed = ""
+    result = memoryview(out).cast("B")
     for c in lane.others:
         first, last = bounds[c]
-        if last > first:
-            piece = memoryview(out[first:last]).cast("B")
-            try:
-                if not vm.read(places[c][0], places[c][2] + first * item, piece):
-                    raise OSError(vm.reason)
-            except OSError as exc:
-                failed = f"rank {me} could not read rank {c}'s memory: {exc}"
-                break
+        try:
+            _read(vm, places[c][0], places[c][2], result, first * item, last * item)
+        except OSError as exc:
+            failed = f"rank {me} could not read rank {c}'s memory: {exc}"
+            break
     board.reach(seq, 2)
     board.wait_step(seq, 2, lane.idle)  # also after a failure: the others read this rank's
     if failed:
@@ -658,6 +664,7 @@ def _combine_piece(
     if hi == lo:
         return ""
     item = src.itemsize
+    n = (hi - lo) * item  # bytes of the piece
     spares = (np.empty(hi - lo, dtype=src.dtype), np.empty(hi - lo, dtype=src.dtype))
     last = len(places) - 1
     acc = None
@@ -669,8 +676,7 @@ def _combine_piece(
             np.copyto(target, src[lo:hi])
         else:
             try:
-                if not vm.read(pid, address + lo * item, memoryview(target).cast("B")):
-                    return f"could not read rank {q}'s memory: {vm.reason}"
+                _read(vm, pid, address + lo * item, memoryview(target).cast("B"), 0, n)
             except OSError as exc:
                 return f"could not read rank {q}'s memory: {exc}"
         acc = target if acc is None else values.combine(acc, target)
