@@ -36,6 +36,7 @@ It knows nothing of the engine itself.
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
@@ -125,14 +126,16 @@ class Sharing:
                 elif poll(False):
                     cond.notify_all()
                 else:  # the reader: watch the socket with the engine released
-                    self.reader = me
                     # The RLock's own save and restore (what threading.Condition uses):
                     # it is let go however deeply this thread holds it, and taken back so.
-                    saved = lock._release_save()
+                    saved: list[Any] = []
                     try:
+                        self.reader = me
+                        _let_go(lock, saved)
                         transport.wait_input()
                     finally:
-                        lock._acquire_restore(saved)
+                        if saved:
+                            lock._acquire_restore(saved[0])
                         self.reader = None
                     if poll(False):
                         cond.notify_all()
@@ -183,6 +186,19 @@ class Sharing:
             if info is not None:
                 calls.append(_built(info, since))
         return calls
+
+
+# ``RLock._release_save`` of its one argument, called from C (see :func:`_let_go`).
+_RELEASE_SAVE = operator.methodcaller("_release_save")
+
+
+def _let_go(lock: Any, saved: list[Any]) -> None:
+    """Release ``lock`` (an RLock this thread holds, however deeply) and append its
+    state for ``_acquire_restore`` to ``saved``, both within one C call (``list.extend``
+    of a ``map``): Ctrl-C's exception, raised only between Python instructions, then
+    cannot come after the release and before the state is kept, which would leave the
+    thread unable to take the lock back as deeply as it held it."""
+    saved.extend(map(_RELEASE_SAVE, (lock,)))
 
 
 def _others_alive(blocked: dict[int, Any]) -> bool:
