@@ -47,6 +47,9 @@ class Plan:
     fails: tuple[str, ...] = ()  # text in cells that raise on purpose
     # Mistakes of the notebook itself, which fail on any engines: {old text: new text}.
     repairs: dict[str, str] = field(default_factory=dict)
+    # Text in a cell -> seconds a reader lets pass before running it (a cell of its own):
+    # the work the cell before it started must be under way, or the cell tests nothing.
+    pauses: dict[str, float] = field(default_factory=dict)
     routes: tuple[str, ...] = ROUTES
     why_not: str = ""  # why the notebook does not run through the other route
 
@@ -114,6 +117,10 @@ NOTEBOOKS: dict[str, Plan] = {
         },
         skip_exact={"cluster": _TERMINAL, "clusters": _TERMINAL},
         fails=("ar.get()", "ar.get(timeout=2)"),
+        # Its interrupt must find the engines in time.sleep(100): an engine that has not
+        # begun the task yet ignores SIGINT, as IPython Parallel's engines do, and then sleeps
+        # the whole 100 s (IPython Parallel's own test of signal_engines waits so too).
+        pauses={"await cluster.signal_engines(signal.SIGINT)\nar.get()": 3.0},
         routes=("ipp",),
         why_not="it is about IPython Parallel's own cluster management (controllers, engine "
         "sets, cluster files)",
@@ -159,6 +166,15 @@ def fetch_examples(version: str, cache: str | None = None) -> str:
     return target
 
 
+def _pause(seconds: float) -> Any:
+    """A cell of ``seconds`` of a reader's pause, saying it was added."""
+    import nbformat
+
+    lines = ["# (added for this run: a reader's pause)", "import time as _time", ""]
+    source = "\n".join([*lines, f"_time.sleep({seconds})"])
+    return nbformat.v4.new_code_cell(source)
+
+
 def prepared(notebook: Any, name: str, route: str) -> Any:
     """``notebook`` (nbformat v4) with its cluster lines changed for ``route``, cells that
     cannot run here replaced by their reason, cells that fail on purpose tagged."""
@@ -166,9 +182,15 @@ def prepared(notebook: Any, name: str, route: str) -> Any:
     if route not in plan.routes:
         raise ValueError(f"{name} does not run through {route!r}: {plan.why_not}")
     changed = set()
+    cells = []
     for cell in notebook.cells:
+        cells.append(cell)
         if cell.cell_type != "code":
             continue
+        for text, seconds in plan.pauses.items():
+            if text in cell.source:
+                cells.insert(-1, _pause(seconds))
+                changed.add(text)
         reason = next((why for text, why in plan.skip.items() if text in cell.source), None)
         reason = plan.skip_exact.get(cell.source.strip(), reason)
         if reason is not None:
@@ -184,7 +206,8 @@ def prepared(notebook: Any, name: str, route: str) -> Any:
                 changed.add(old)
         if any(cell.source.rstrip().endswith(text) for text in plan.fails):
             cell.metadata.setdefault("tags", []).append("raises-exception")
-    missing = (set(plan.replace[route]) | set(plan.repairs)) - changed
+    notebook.cells = cells
+    missing = (set(plan.replace[route]) | set(plan.repairs) | set(plan.pauses)) - changed
     if missing:
         raise LookupError(f"{name} has no cell with {sorted(missing)}: has it changed?")
     return notebook
