@@ -4,6 +4,7 @@ per-communicator lock table (``mpi.commlock``)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -13,6 +14,7 @@ from ipympi.core.errors import Exception as MPIException
 from ipympi.mpi.commlock import comm_locked, lock_of, table_of
 from ipympi.progress.engine import Engine, WaitInfo
 from ipympi.progress.operation import RECV, SEND, Operation
+from ipympi.progress.sharing import Sharing
 
 
 def _engine() -> Engine:
@@ -68,7 +70,7 @@ def test_a_wait_no_other_thread_can_end_is_a_deadlock() -> None:
             engine.wait(op)
     finally:
         engine.leave()
-    assert engine.shared.count == 0 and not engine.shared.blocked
+    assert not engine.shared.blocked
 
 
 @pytest.mark.timeout(30)
@@ -91,7 +93,7 @@ def test_threads_waiting_are_woken_by_the_message_that_completes_each() -> None:
         thread, errors = waits[tag]
         thread.join(5)
         assert not thread.is_alive() and not errors
-    assert engine.shared.count == 0 and not engine.shared.blocked and engine.waiting_info() is None
+    assert not engine.shared.blocked and engine.waiting_info() is None
 
 
 class _Impl:
@@ -117,6 +119,59 @@ class _Comm:
     def bcast(self, value: str) -> str:
         self.inside.append(value)
         return value
+
+
+def _interrupted_at(event: int, call: object, *args: object) -> bool:
+    """Run ``call(*args)`` with KeyboardInterrupt raised at its ``event``-th line or its
+    return (where a signal's exception can come, as a call's result arrives); whether
+    it came before the call ended."""
+    seen = [0]
+
+    def local(frame, what, arg):  # type: ignore[no-untyped-def]
+        if what in ("line", "return"):
+            seen[0] += 1
+            if seen[0] == event:
+                raise KeyboardInterrupt
+        return local
+
+    def tracer(frame, what, arg):  # type: ignore[no-untyped-def]
+        return local if frame.f_code is getattr(call, "__code__", None) else None
+
+    sys.settrace(tracer)
+    try:
+        call(*args)  # type: ignore[operator]
+    except KeyboardInterrupt:
+        return True
+    finally:
+        sys.settrace(None)
+    return False
+
+
+def test_an_interrupt_anywhere_in_stepping_aside_is_undone_by_the_undo_it_left() -> None:
+    """A thread that lets the engine go for a sleep on a shared board, held three deep,
+    is interrupted at each point of doing so in turn: ``list(*undo)`` takes the lock
+    back as deep and ends its count every time."""
+    lock = threading.RLock()
+    sharing = Sharing(lock)
+    waiting = (None, 1.0)
+    event = 1
+    while True:
+        for _ in range(3):
+            lock.acquire()
+        undo: list[object] = []
+        interrupted = _interrupted_at(event, Sharing.step_aside.__get__(sharing), waiting, undo)
+        undone = list(*undo)
+        assert lock._is_owned()  # type: ignore[attr-defined]
+        assert not sharing.blocked
+        assert sharing.stepped_back(undone) in (waiting, None)
+        for _ in range(3):
+            lock.release()
+        assert not lock._is_owned()  # type: ignore[attr-defined]
+        if not interrupted:
+            assert undone == [None, waiting]  # the whole call: the lock was let go, and back
+            break
+        event += 1
+    assert event > 4  # the interrupt came at each line in turn
 
 
 def test_lock_table_is_made_once_and_keeps_one_lock_per_key() -> None:

@@ -182,7 +182,7 @@ class Engine:
         """Give the engine back; threads waiting in it may have been completed."""
         self.depth -= 1
         self.last_exit = time.monotonic()
-        if self.shared.count:
+        if self.shared.blocked:
             self.shared.hand_on(self.transport)
         self.lock.release()
 
@@ -422,7 +422,7 @@ class Engine:
             recv = transport.recv
             self.awaiting = op
             while not op.done:
-                if self.wanted or self.shared.count:  # other threads in MPI
+                if self.wanted or self.shared.blocked:  # other threads in MPI
                     self._wait_shared(lambda: op.done)
                     return
                 self._handle(recv())
@@ -513,7 +513,7 @@ class Engine:
         handle = self._handle
         self.awaiting = (context, source, tag)
         while True:
-            if self.wanted or self.shared.count:  # other threads in MPI: one reads for all
+            if self.wanted or self.shared.blocked:  # other threads in MPI: one reads for all
                 self._await_queued(queue, context, source, tag)
                 return None
             if transport.pending or transport.tcp is not None:
@@ -557,7 +557,7 @@ class Engine:
         self.waiting_since = time.monotonic()
         try:
             while not ready():
-                if self.transport is None or self.wanted or self.shared.count:
+                if self.transport is None or self.wanted or self.shared.blocked:
                     self._wait_shared(ready)
                     return
                 self.poll_once(True)

@@ -4,7 +4,7 @@ A thread alone in MPI holds the engine for its whole call and, when it must
 wait, reads the data socket with the engine held (``Engine.wait``): the fast
 path, which pays nothing for threads. Once another thread wants the engine
 (``Engine.wanted``: it rang, and a thread blocked reading got a ``WAKE`` frame)
-or already waits in it (:attr:`Sharing.count`), waits switch to a leader/follower
+or already waits in it (:attr:`Sharing.blocked`), waits switch to a leader/follower
 scheme, with no I/O thread:
 
 * the *reader* (leader) is the one waiting thread that watches the socket, with
@@ -25,7 +25,9 @@ followers (:meth:`Sharing.hand_on`).
 
 Waits stay interruptible (Ctrl-C reaches the main thread in the socket's poll
 or in the condition's wait, and the engine is taken back before the call
-unwinds) and observable: each waiting thread's call is kept in
+unwinds, however late the signal comes: letting the engine go and taking it
+back each happen within one C call, between which CPython raises no signal's
+exception) and observable: each waiting thread's call is kept in
 :attr:`Sharing.blocked` while it waits with the engine released (:meth:`Sharing.calls`).
 
 The engine owns one :class:`Sharing`, which holds this state (the waiting threads,
@@ -39,6 +41,7 @@ from __future__ import annotations
 import operator
 import threading
 import time
+from itertools import chain
 from typing import TYPE_CHECKING, Any, Callable, NoReturn
 
 if TYPE_CHECKING:
@@ -80,15 +83,15 @@ class Sharing:
     """The threads of one rank that wait in MPI with the engine released.
 
     ``lock`` is the engine's; ``cond`` (on it) is what followers sleep on;
-    ``blocked`` holds each such thread's call by thread ident, ``count`` how many
-    wait in :meth:`wait` now, ``reader`` the thread watching the socket, if any.
+    ``blocked`` holds each such thread's call by thread ident (empty when no
+    thread waits with the engine released), ``reader`` the thread watching the
+    socket, if any.
     """
 
     def __init__(self, lock: Any) -> None:
         self.lock = lock
         self.cond = threading.Condition(lock)
         self.blocked: dict[int, Waiting] = {}
-        self.count = 0
         self.reader: int | None = None
 
     def wait(
@@ -112,7 +115,6 @@ class Sharing:
         me = _get_ident()
         blocked = self.blocked
         blocked[me] = waiting
-        self.count += 1
         cond = self.cond
         lock = self.lock
         try:
@@ -134,35 +136,40 @@ class Sharing:
                         _let_go(lock, saved)
                         transport.wait_input()
                     finally:
+                        self.reader = None  # first: a signal may come once the lock is back
                         if saved:
                             lock._acquire_restore(saved[0])
-                        self.reader = None
                     if poll(False):
                         cond.notify_all()
         finally:
-            self.count -= 1
             del blocked[me]
             cond.notify_all()  # a follower becomes the reader, or sees its wait over
 
-    def step_aside(self, waiting: Waiting) -> tuple[int, Any]:
+    def step_aside(self, waiting: Waiting, undo: list[Any]) -> None:
         """Let the engine go, however deeply held, for a wait that does not read the
         socket (a sleep on a shared board, ``progress.shmcoll``), counted among the
-        waiting threads with ``waiting`` meanwhile; what :meth:`step_back` needs."""
-        me = _get_ident()
-        self.blocked[me] = waiting
-        self.count += 1
-        self.cond.notify_all()  # a follower becomes the socket's reader
-        return me, self.lock._release_save()
+        waiting threads with ``waiting`` meanwhile.
 
-    def step_back(self, held: tuple[int, Any]) -> Waiting:
-        """Take the engine back as deeply as :meth:`step_aside` let it go; returns the
-        ``waiting`` given there."""
-        me, saved = held
-        self.lock._acquire_restore(saved)
-        self.count -= 1
-        waiting = self.blocked.pop(me)
+        Before anything else, puts into ``undo`` an iterator that takes all of it
+        back: ``list(*undo)``, one C call, takes the engine back as deeply as it was
+        let go and ends the count, its last item ``waiting``; give what it returns to
+        :meth:`stepped_back`. Whenever a signal's exception comes, from this call's
+        first instruction on, ``list(*undo)`` undoes exactly what was done.
+        """
+        me = _get_ident()
+        lock, blocked = self.lock, self.blocked
+        saved: list[Any] = []  # the lock's state, once let go
+        self.cond.notify_all()  # a follower becomes the socket's reader (once let go)
+        undo.append(chain(map(lock._acquire_restore, saved), map(blocked.pop, (me,), (None,))))
+        blocked[me] = waiting
+        saved.extend(map(_RELEASE_SAVE, (lock,)))  # as _let_go, inline: no call between
+
+    def stepped_back(self, undone: list[Any]) -> Waiting | None:
+        """After ``list(*undo)`` (``undone``) took the engine back: wake the threads
+        waiting in it; the ``waiting`` given to :meth:`step_aside`, or None when it
+        had not counted it yet."""
         self.cond.notify_all()
-        return waiting
+        return undone[-1] if undone else None
 
     def hand_on(self, transport: Transport | None) -> None:
         """A thread leaves the engine while others wait in it: what it did may have

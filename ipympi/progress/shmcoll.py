@@ -206,9 +206,11 @@ class Board:
         self.named = True  # until this rank removed the name, or saw it removable
         self.capacity = SLOT_DATA
         # Around each sleep, what the caller lets go of and takes back (its engine, when
-        # other threads need it): ``release()`` returns what ``retake`` needs, or None.
-        self.release: Callable[[], Any] | None = None
-        self.retake: Callable[[Any], None] | None = None
+        # other threads need it): ``release(undo)`` first puts into ``undo`` an iterator
+        # that takes back whatever it let go, run as ``list(*undo)`` (one C call, so that
+        # a signal's exception cannot come between), whose result goes to ``retake``.
+        self.release: Callable[[list[Any]], None] | None = None
+        self.retake: Callable[[list[Any]], None] | None = None
         self.clear_upto = -(1 << 62)  # every rank has started this collective or later
 
     @classmethod
@@ -492,12 +494,14 @@ class Board:
                 value = bells[bell_index]
                 if done():
                     return
-                held = self.release() if self.release is not None else None
+                undo: list[Any] = []
                 try:
+                    if self.release is not None:
+                        self.release(undo)
                     syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_uint32(value), timeout, None, 0)  # type: ignore[misc]
                 finally:
-                    if held is not None:
-                        self.retake(held)  # type: ignore[misc]
+                    if self.retake is not None:
+                        self.retake(list(*undo))
                 flags[me] = 0
                 if done():
                     return

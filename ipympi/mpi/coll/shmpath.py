@@ -147,19 +147,19 @@ def _drop_boards() -> None:
     _boarded.clear()
 
 
-def _release_engine(engine: Any) -> Any:
+def _release_engine(engine: Any, undo: list[Any]) -> None:
     """Before a sleep on the board: when other threads are in MPI, let the engine go
     (however deeply held) so that they go on meanwhile, this wait counted among theirs
-    (``progress.sharing``); what :func:`_retake_engine` needs, or None."""
-    if not (engine.shared.count or engine.wanted):
-        return None
-    held = engine.shared.step_aside((engine.waiting, engine.waiting_since))
-    engine.waiting = None
-    return held
+    (``progress.sharing``); ``list(*undo)`` takes it back (:func:`_retake_engine`)."""
+    if engine.shared.blocked or engine.wanted:
+        engine.shared.step_aside((engine.waiting, engine.waiting_since), undo)
+        engine.waiting = None
 
 
-def _retake_engine(engine: Any, held: Any) -> None:
-    engine.waiting, engine.waiting_since = engine.shared.step_back(held)
+def _retake_engine(engine: Any, undone: list[Any]) -> None:
+    """After ``list(*undo)`` took the engine back: the holder's wait is its own again."""
+    if undone:
+        engine.waiting, engine.waiting_since = engine.shared.stepped_back(undone)
 
 
 def idle(lane: Any) -> None:
