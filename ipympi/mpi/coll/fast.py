@@ -110,7 +110,6 @@ class Lane:
     __slots__ = (
         "__weakref__",
         "asked",
-        "begun",
         "board",
         "call",
         "comm",
@@ -151,7 +150,6 @@ class Lane:
         self.board: Any = None
         self.idle: Any = None  # what a wait on the board does between sleeps
         self.asked = False  # whether this call asked the rank it waits for (CHECK)
-        self.begun = False  # the call in progress is numbered (it set the board up)
 
     def close(self) -> None:
         """The communicator is freed: let go of its board."""
@@ -164,13 +162,15 @@ class Lane:
             board.close()
 
     # -- a call ----------------------------------------------------------------------------
-    def start(self, comm: Any, call: str, sig: int) -> None:
+    def start(self, comm: Any, call: str, sig: int, board: Board | None = None) -> None:
         """Begin a call (the engine held): number it in the engine's collective
-        ledger, as :class:`CollOp` does, and tell observers that it waits."""
+        ledger, as :class:`CollOp` does, tell observers that it waits, and when it
+        runs on ``board``, say so there (:meth:`on_board`)."""
         engine = self.engine
-        if engine.ledger.errors:  # a mismatch reported after this rank left that call
+        ledger = engine.ledger
+        if ledger.errors:  # a mismatch reported after this rank left that call
             check_reported(engine, self.context, call)
-        self.seq = engine.ledger.begin(self.context, sig, self.world)
+        self.seq = ledger.begin(self.context, sig, self.world)
         self.comm = comm
         self.call = call
         self.sig = sig
@@ -178,6 +178,16 @@ class Lane:
         self.peer = -1
         engine.waiting = self.waits
         engine.waiting_since = _monotonic()
+        if board is not None:
+            self.on_board(board)
+
+    def on_board(self, board: Board) -> None:
+        """The call begun runs on ``board``: every rank says so there before any
+        writes its slot (:meth:`~ipympi.progress.shmcoll.Board.begin`)."""
+        self.asked = False
+        board.begin(self.seq)
+        if board.named:
+            board.unlink_once_mapped()
 
     def run(self, algorithm: Algorithm) -> Any:
         """Run ``algorithm`` (a generator of ``core.algorithms`` or ``core.reductions``,
@@ -360,14 +370,16 @@ class Lane:
 
 
 def _path(
-    impl: Any, comm: Any, call: str, sig: int, board_ok: bool = True
+    impl: Any, comm: Any, call: str, sig: int, board_ok: bool = True, rounds_ok: bool = True
 ) -> tuple[Lane, Board | None] | None:
-    """Take the engine for a straight call: (lane, the communicator's board or None),
-    or None (engine released) for the general path: while tracing, or once a rank of
+    """Take the engine and begin a straight call (:meth:`Lane.start`): (lane, the
+    communicator's board when the call runs on it, else None), or None (engine
+    released, nothing begun) for the general path: while tracing, or once a rank of
     the world has died on a communicator without a board (a wait on the board notices
     dead members itself). The communicator's first straight call makes its lane, and
-    sets the board up (:func:`.shmpath.set_up`). ``board_ok``: whether this call may
-    run on a board (a fact of its arguments)."""
+    sets the board up (:func:`.shmpath.set_up`, which begins the call). ``board_ok``,
+    ``rounds_ok``: whether this call may run on a board, and without one (facts of
+    its arguments, alike on every rank)."""
     engine = impl.engine
     engine.enter()
     if engine.tracer is not None or engine.transport is None:
@@ -377,18 +389,22 @@ def _path(
     if lane is None:
         lane = impl.lane = Lane(impl)
     board = lane.board if board_ok else False
-    if isinstance(board, Board):  # the common case: set up already
-        return lane, board
     try:
+        if isinstance(board, Board):  # the common case: set up already
+            lane.start(comm, call, sig, board)
+            return lane, board
         if board is None:
-            board = shmpath.set_up(lane, comm, call, sig)
-        if not board and engine.dead_peers:
+            made = shmpath.set_up(lane, comm, call, sig)
+            if made is not None:
+                return lane, made
+        if not rounds_ok or engine.dead_peers:
             _release(engine)
             return None
+        lane.start(comm, call, sig)
     except BaseException:
         _release(engine)
         raise
-    return lane, board if isinstance(board, Board) else None
+    return lane, None
 
 
 def _release(engine: Any) -> None:
@@ -406,9 +422,8 @@ def barrier(comm: Any, impl: Any, call: str) -> Any:
     lane, board = got
     try:
         if board is not None:
-            shmpath.barrier(lane, board, comm, call, BARRIER)
+            shmpath.barrier(lane, board)
             return None
-        lane.start(comm, call, BARRIER)
         lane.run(barrier_dissemination(lane.rank, lane.size))
         lane.finish()
     finally:
@@ -423,19 +438,14 @@ def bcast(
     :data:`GENERAL`. ``rounds_ok``: whether the rounds may run it without a board (a
     large broadcast between hosts takes the general path's scatter-allgather, while on
     one host, where a message is one copy, the tree is faster), alike on every rank."""
-    sig = _signature("Bcast", root)
-    got = _path(impl, comm, call, sig)
+    got = _path(impl, comm, call, _signature("Bcast", root), rounds_ok=rounds_ok)
     if got is None:
         return GENERAL
     lane, board = got
-    if board is None and not rounds_ok:
-        _release(lane.engine)
-        return GENERAL
     try:
         if board is not None:
-            shmpath.bcast(lane, board, comm, call, sig, root, mem)
+            shmpath.bcast(lane, board, root, mem)
             return None
-        lane.start(comm, call, sig)
         lane.bcast_rounds(root, mem)
         lane.finish()
     finally:
@@ -449,16 +459,14 @@ def gather(
     """Binomial gather of equal blocks (``gather_binomial``'s rounds): ``block`` is
     this rank's, ``out`` (the root's) receives every rank's in rank order; None,
     or :data:`GENERAL`."""
-    sig = _signature("Gather", root)
-    got = _path(impl, comm, call, sig)
+    got = _path(impl, comm, call, _signature("Gather", root))
     if got is None:
         return GENERAL
     lane, board = got
     try:
         if board is not None:
-            shmpath.gather(lane, board, comm, call, sig, root, block, out)
+            shmpath.gather(lane, board, root, block, out)
             return None
-        lane.start(comm, call, sig)
         lane.run(gather_binomial(lane.rank, lane.size, root, block, out))
         lane.finish()
     finally:
@@ -472,16 +480,14 @@ def scatter(
     """Binomial scatter of equal blocks (``scatter_binomial``'s rounds) from ``src``
     (the root's, every rank's block in rank order) into ``block``; None, or
     :data:`GENERAL`."""
-    sig = _signature("Scatter", root)
-    got = _path(impl, comm, call, sig)
+    got = _path(impl, comm, call, _signature("Scatter", root))
     if got is None:
         return GENERAL
     lane, board = got
     try:
         if board is not None:
-            shmpath.scatter(lane, board, comm, call, sig, root, src, block)
+            shmpath.scatter(lane, board, root, src, block)
             return None
-        lane.start(comm, call, sig)
         lane.run(scatter_binomial(lane.rank, lane.size, root, src, block))
         lane.finish()
     finally:
@@ -492,16 +498,14 @@ def scatter(
 def allgather(comm: Any, impl: Any, call: str, block: memoryview, out: memoryview) -> Any:
     """Bruck's allgather (``allgather_bruck``'s rounds) of ``block`` into ``out``
     (every rank's block, in rank order); None, or :data:`GENERAL`."""
-    sig = _signature("Allgather", 0)
-    got = _path(impl, comm, call, sig)
+    got = _path(impl, comm, call, _signature("Allgather", 0))
     if got is None:
         return GENERAL
     lane, board = got
     try:
         if board is not None:
-            shmpath.allgather(lane, board, comm, call, sig, block, out)
+            shmpath.allgather(lane, board, block, out)
             return None
-        lane.start(comm, call, sig)
         lane.run(allgather_bruck(lane.rank, lane.size, block, out))
         lane.finish()
     finally:
@@ -519,16 +523,14 @@ def alltoall(
 ) -> Any:
     """The pairwise exchange of ``alltoallw_pairwise`` (``sends[r]``/``recvs[r]``:
     the blocks for/from rank r); None, or :data:`GENERAL`."""
-    sig = _signature(kind, 0)
-    got = _path(impl, comm, call, sig, kind == "Alltoall")
+    got = _path(impl, comm, call, _signature(kind, 0), kind == "Alltoall")
     if got is None:
         return GENERAL
     lane, board = got
     try:
         if board is not None:
-            shmpath.alltoall(lane, board, comm, call, sig, sends, recvs)
+            shmpath.alltoall(lane, board, sends, recvs)
             return None
-        lane.start(comm, call, sig)
         lane.run(alltoallw_pairwise(lane.rank, lane.size, sends, recvs))
         lane.finish()
     finally:
@@ -540,15 +542,13 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
     """Recursive-doubling allreduce (``allreduce_recursive_doubling``'s rounds);
     returns the result (a new object, or an array of ``values``), or
     :data:`GENERAL`."""
-    sig = _signature(kind, 0)
-    got = _path(impl, comm, call, sig)
+    got = _path(impl, comm, call, _signature(kind, 0))
     if got is None:
         return GENERAL
     lane, board = got
     try:
         if board is not None:
-            return shmpath.allreduce(lane, board, comm, call, sig, values, value)
-        lane.start(comm, call, sig)
+            return shmpath.allreduce(lane, board, values, value)
         acc = lane.allreduce_rounds(values, value)
         lane.finish()
     finally:
@@ -581,14 +581,12 @@ def bcast_object(comm: Any, impl: Any, root: int, data: bytes | None) -> Any:
 
 
 def _board_call(impl: Any, comm: Any, call: str, sig: int, run: Any, *args: Any) -> Any:
-    """``run(lane, board, comm, call, sig, *args)`` on the board, or :data:`GENERAL`."""
-    got = _path(impl, comm, call, sig)
+    """``run(lane, board, *args)`` on the board, or :data:`GENERAL` without one."""
+    got = _path(impl, comm, call, sig, rounds_ok=False)
     if got is None:
         return GENERAL
     lane, board = got
     try:
-        if board is None:
-            return GENERAL
-        return run(lane, board, comm, call, sig, *args)
+        return run(lane, board, *args)
     finally:
         _release(lane.engine)

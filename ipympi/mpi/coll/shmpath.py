@@ -72,12 +72,12 @@ def set_up(
     comm: Any,
     call: str,
     sig: int,
-) -> Board | bool:
+) -> Board | None:
     """Give the communicator a shared board if its ranks all share this host (and
     boards work here), riding on the call being made, in its own number (so that
     numbering and reports stay as without boards): rank 0 creates the board and sends
     its name down the call's broadcast tree; every rank opens it, and the call then
-    runs on the board (:func:`_begin` finds it started). The name goes as soon as
+    runs on the board (:meth:`.fast.Lane.on_board`). The name goes as soon as
     every rank has started a call on the board: the rank that sees it removes it
     (:meth:`~ipympi.progress.shmcoll.Board.unlink_once_mapped`). When rank 0 cannot
     create one, the name is empty and the broadcast counts as a collective of its
@@ -87,7 +87,7 @@ def set_up(
     transport = engine.transport
     if lane.size < 2 or not available() or not all(transport.same_host(w) for w in lane.world):
         lane.board = False
-        return False
+        return None
     board = None
     name = bytearray(NAME_BYTES)
     try:
@@ -103,7 +103,7 @@ def set_up(
         if not text:  # no board: the broadcast was a call of its own
             lane.finish()
             lane.board = False
-            return False
+            return None
         if board is None:
             try:
                 board = Board.open(text, lane.rank, lane.size)
@@ -118,7 +118,6 @@ def set_up(
             board.close()
         raise
     lane.board = board
-    lane.begun = True  # the call has its number: it goes on on the board
     _boarded.add(lane)
     if _drop_boards not in engine.resync_hooks:
         engine.resync_hooks.append(_drop_boards)
@@ -126,6 +125,7 @@ def set_up(
     board.release = functools.partial(_release_engine, engine)
     board.retake = functools.partial(_retake_engine, engine)
     engine.wake_hooks.append(board.ring_self)
+    lane.on_board(board)  # the call has its number: it goes on on the board
     return board
 
 
@@ -143,7 +143,6 @@ def _drop_boards() -> None:
             board.unlink()
         lane.close()
         lane.board = None
-        lane.begun = False
     _boarded.clear()
 
 
@@ -212,18 +211,6 @@ def _outcome(lane: Any, peer: int, sig: int, count: int) -> Operation:
     op.count = count
     op.done = True
     return op
-
-
-def _begin(lane: Any, board: Board, comm: Any, call: str, sig: int) -> int:
-    if lane.begun:  # the call that set the board up
-        lane.begun = False
-    else:
-        lane.start(comm, call, sig)
-    lane.asked = False
-    board.begin(lane.seq)
-    if board.named:
-        board.unlink_once_mapped()
-    return lane.seq
 
 
 def _take(
@@ -311,9 +298,9 @@ def _put(lane: Any, board: Board, data: Any, peers: Any) -> list[Operation]:
     return lane.send_all(sends)
 
 
-def barrier(lane: Any, board: Board, comm: Any, call: str, sig: int) -> None:
+def barrier(lane: Any, board: Board) -> None:
     """Every rank publishes an empty slot and waits for every other's."""
-    seq = _begin(lane, board, comm, call, sig)
+    seq, sig = lane.seq, lane.sig
     board.publish(seq, sig, b"", lane.idle)
     _wait_all(lane, board)
     unlike = board.first_unlike(seq, sig, 0)
@@ -322,7 +309,7 @@ def barrier(lane: Any, board: Board, comm: Any, call: str, sig: int) -> None:
     lane.finish()  # every slot compared
 
 
-def bcast(lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, mem: Any) -> None:
+def bcast(lane: Any, board: Board, root: int, mem: Any) -> None:
     """The root publishes ``mem``; the others copy it out. Data larger than a slot goes
     down the straight path's binomial tree (:meth:`.fast.Lane.bcast_rounds`) as eager
     messages (the root need not wait for its readers), and data larger than an eager
@@ -330,16 +317,15 @@ def bcast(lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, me
     rank follows the root's choice, which its slot shows, so a rank whose buffer has
     another size gets the general path's error instead of waiting on a path the root
     did not take."""
-    _begin(lane, board, comm, call, sig)
     nbytes = mem.nbytes
     if nbytes > EAGER_LIMIT:
         _bcast_large(lane, board, root, mem)
     elif lane.rank == root:
-        board.publish(lane.seq, sig, mem, lane.idle)
+        board.publish(lane.seq, lane.sig, mem, lane.idle)
         if nbytes > board.capacity:
             lane.bcast_rounds(root, mem)
     else:
-        board.publish(lane.seq, sig, b"", lane.idle)  # which call this rank is in
+        board.publish(lane.seq, lane.sig, b"", lane.idle)  # which call this rank is in
         fits = nbytes <= board.capacity
         _take(lane, board, root, nbytes, mem, tree=not fits, fits=fits)
     _end(lane, board, [])
@@ -438,17 +424,14 @@ def _refused(lane: Any, board: Board) -> int | None:
     return next((r for r in lane.others if board.step_of(r, seq) == REFUSED), None)
 
 
-def gather(
-    lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, block: Any, out: Any
-) -> None:
+def gather(lane: Any, board: Board, root: int, block: Any, out: Any) -> None:
     """The others publish their blocks; the root copies them into ``out`` in rank order."""
-    _begin(lane, board, comm, call, sig)
     n = block.nbytes
     large: list[Operation] = []
     if lane.rank != root:
         large = _put(lane, board, block, (root,))
     else:
-        board.publish(lane.seq, sig, b"", lane.idle)
+        board.publish(lane.seq, lane.sig, b"", lane.idle)
         for r in range(lane.size):
             if r == root:
                 out[r * n : (r + 1) * n] = block
@@ -457,11 +440,8 @@ def gather(
     _end(lane, board, large)
 
 
-def scatter(
-    lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, src: Any, block: Any
-) -> None:
+def scatter(lane: Any, board: Board, root: int, src: Any, block: Any) -> None:
     """The root publishes every block; each rank copies out its own."""
-    _begin(lane, board, comm, call, sig)
     me, n = lane.rank, block.nbytes
     large: list[Operation] = []
     if me == root:
@@ -469,7 +449,7 @@ def scatter(
         large = _put(lane, board, src, parts)
         block[:] = src[me * n : (me + 1) * n]
     else:
-        board.publish(lane.seq, sig, b"", lane.idle)
+        board.publish(lane.seq, lane.sig, b"", lane.idle)
         if n * lane.size > board.capacity:
             _take(lane, board, root, n, block)
         else:
@@ -477,11 +457,8 @@ def scatter(
     _end(lane, board, large)
 
 
-def allgather(
-    lane: Any, board: Board, comm: Any, call: str, sig: int, block: Any, out: Any
-) -> None:
+def allgather(lane: Any, board: Board, block: Any, out: Any) -> None:
     """Every rank publishes its block and copies every other's into ``out``."""
-    _begin(lane, board, comm, call, sig)
     me, n = lane.rank, block.nbytes
     large = _put(lane, board, block, lane.others)
     _wait_all(lane, board)
@@ -492,16 +469,9 @@ def allgather(
 
 
 def alltoall(
-    lane: Any,
-    board: Board,
-    comm: Any,
-    call: str,
-    sig: int,
-    sends: Sequence[memoryview],
-    recvs: Sequence[memoryview],
+    lane: Any, board: Board, sends: Sequence[memoryview], recvs: Sequence[memoryview]
 ) -> None:
     """Every rank publishes all its blocks (equal ones) and copies out those for it."""
-    _begin(lane, board, comm, call, sig)
     me, size = lane.rank, lane.size
     n = recvs[me].nbytes
     whole = b"".join(sends)
@@ -517,56 +487,40 @@ def alltoall(
     _end(lane, board, large)
 
 
-def reduce(
-    lane: Any,
-    board: Board,
-    comm: Any,
-    call: str,
-    sig: int,
-    root: int,
-    values: Values,
-    value: Any,
-) -> Any:
+def reduce(lane: Any, board: Board, root: int, values: Values, value: Any) -> Any:
     """The others publish their values; the root combines every rank's in rank order
     and returns the result (the others None)."""
-    _begin(lane, board, comm, call, sig)
     if lane.rank != root:
         large = _put(lane, board, values.wire(value), (root,))
         _end(lane, board, large)
         return None
-    board.publish(lane.seq, sig, b"", lane.idle)  # which call this rank is in
+    board.publish(lane.seq, lane.sig, b"", lane.idle)  # which call this rank is in
     acc = _combined(lane, board, values, value, values.wire(value))
     _end(lane, board, [])
     return acc
 
 
-def bcast_object(
-    lane: Any, board: Board, comm: Any, call: str, sig: int, root: int, data: bytes | None
-) -> memoryview | bytes:
+def bcast_object(lane: Any, board: Board, root: int, data: bytes | None) -> memoryview | bytes:
     """The root publishes ``data`` (a pickle); the others read it (its bytes)."""
-    _begin(lane, board, comm, call, sig)
     large: list[Operation] = []
     if lane.rank == root:
         assert data is not None
         large = _put(lane, board, data, lane.others)
         got: memoryview | bytes = data
     else:
-        board.publish(lane.seq, sig, b"", lane.idle)
+        board.publish(lane.seq, lane.sig, b"", lane.idle)
         got = bytes(_take(lane, board, root, None))
     _end(lane, board, large)
     return got
 
 
-def allreduce(
-    lane: Any, board: Board, comm: Any, call: str, sig: int, values: Values, value: Any
-) -> Any:
+def allreduce(lane: Any, board: Board, values: Values, value: Any) -> Any:
     """Every rank publishes its value, then combines every rank's, read from the board
     (its own too), in rank order; returns the result. Buffers too large for a slot (on
     every rank alike: they have one size) take the straight path's recursive doubling
     (:meth:`.fast.Lane.allreduce_rounds`) in the same call; a rank whose array has
     another size than the others' gets the size-mismatch error, whichever path its own
     size alone would take."""
-    _begin(lane, board, comm, call, sig)
     wire = values.codec[0] if values.codec else values.wire
     data = wire(value)
     if type(values) is ObjectValues:  # pickles: each rank's own size
@@ -575,7 +529,7 @@ def allreduce(
         acc = _combined(lane, board, values, value, data)
         _end(lane, board, large)
         return acc
-    board.publish(lane.seq, sig, data, lane.idle)
+    board.publish(lane.seq, lane.sig, data, lane.idle)
     _wait_all(lane, board)
     nbytes = len(data)
     if nbytes > board.capacity:
@@ -597,9 +551,7 @@ _READER = struct.Struct("<qqq")
 REFUSED = 3  # the step a rank says it reached when it could not read another's memory
 
 
-def allreduce_direct(
-    lane: Any, board: Board, comm: Any, call: str, sig: int, values: Values, src: Any, out: Any
-) -> Any:
+def allreduce_direct(lane: Any, board: Board, values: Values, src: Any, out: Any) -> Any:
     """A large Allreduce of arrays (``src``: this rank's contribution, ``out``: where
     its result goes, both contiguous 1-D arrays of one type; the same memory with
     IN_PLACE) computed where the data lie; returns the result (``out``).
@@ -616,8 +568,7 @@ def allreduce_direct(
     alone fails the call), so no rank leaves (and lets its arrays change) while another
     still reads them. When a rank cannot read other ranks' memory at all, every rank
     takes the recursive doubling instead, in the same call."""
-    _begin(lane, board, comm, call, sig)
-    seq, me, size = lane.seq, lane.rank, lane.size
+    seq, sig, me, size = lane.seq, lane.sig, lane.rank, lane.size
     vm = lane.engine.vm
     where = _WHERE.pack(os.getpid(), src.ctypes.data, out.ctypes.data, int(vm.available))
     board.publish(seq, sig, memoryview(src), lane.idle, where)
