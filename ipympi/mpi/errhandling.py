@@ -15,7 +15,9 @@ windows, files, sessions) their ``_raise`` and ``Get``/``Set``/``Call_errhandler
 from __future__ import annotations
 
 import functools
+import inspect
 import operator
+import os
 from typing import Any, Callable, NoReturn, TypeVar, cast
 
 from ..core.errors import ERR_ERRHANDLER
@@ -52,31 +54,125 @@ def raise_through_world(exc: MPIException, call: str) -> NoReturn:
 
 def mpi_call(fn: F) -> F:
     """Route ``MPI.Exception`` raised by method ``fn`` through ``self._raise``."""
-    name = fn.__name__
-
-    @functools.wraps(fn)
-    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(self, *args, **kwargs)
-        except MPIException as exc:
-            self._raise(exc, name)
-
-    return cast(F, wrapper)
+    return cast(F, _routed(fn, method=True))
 
 
 def world_call(fn: F) -> F:
     """Route ``MPI.Exception`` raised by module-level function ``fn`` through
     COMM_WORLD's error handler (calls not tied to an object use it)."""
+    return cast(F, _routed(fn, method=False))
+
+
+def _routed(fn: Callable[..., Any], method: bool) -> Callable[..., Any]:
+    """``fn`` wrapped so that an ``MPI.Exception`` it raises goes to its object's
+    handler (``method``: ``self._raise``, its first argument's) or COMM_WORLD's.
+
+    The wrapper takes exactly ``fn``'s parameters, names and defaults (not ``*args,
+    **kwargs``, whose packing cost ~200 ns in every MPI call): its code is made once
+    per shape of parameter list (:func:`_maker`) and closed over ``fn`` and its
+    defaults."""
+    code = getattr(fn, "__code__", None)
+    if code is None:  # not a plain function: its parameters cannot be read
+        return _generic(fn, method)
+    names = code.co_varnames
+    npos, nkw = code.co_argcount, code.co_kwonlyargcount
+    positional, keyword = names[:npos], names[npos : npos + nkw]
+    rest = names[npos + nkw :]
+    varargs = rest[0] if code.co_flags & inspect.CO_VARARGS else None
+    if varargs is not None:
+        rest = rest[1:]
+    varkw = rest[0] if code.co_flags & inspect.CO_VARKEYWORDS else None
+    if method and not positional:
+        return _generic(fn, method)
+    defaults = fn.__defaults__ or ()
+    kwdefaults = fn.__kwdefaults__ or {}
+    has_default = tuple(k in kwdefaults for k in keyword)
+    shape = (method, positional, code.co_posonlyargcount, len(defaults), keyword, has_default)
+    make = _maker(*shape, varargs, varkw)
+    given = [kwdefaults[k] for k in keyword if k in kwdefaults]
+    wrapper = make(fn, fn.__name__, raise_through_world, MPIException, *defaults, *given)
+    return functools.update_wrapper(wrapper, fn)
+
+
+# The file name of the wrappers' code: within the package, so that tracebacks and
+# hang reports pass over their frames as ipympi's own (``core.tracebacks``).
+_WRAPPERS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "<MPI call>")
+
+
+@functools.cache
+def _maker(
+    method: bool,
+    positional: tuple[str, ...],
+    posonly: int,
+    ndefaults: int,
+    keyword: tuple[str, ...],
+    has_default: tuple[bool, ...],
+    varargs: str | None,
+    varkw: str | None,
+) -> Callable[..., Any]:
+    """The factory of wrappers of one parameter list (see :func:`_routed`)."""
+    params, args, given = [], [], []
+    first_default = len(positional) - ndefaults
+    for i, name in enumerate(positional):
+        if i >= first_default:
+            given.append(f"__d{i}")
+            params.append(f"{name}=__d{i}")
+        else:
+            params.append(name)
+        args.append(name)
+        if i + 1 == posonly:
+            params.append("/")
+    if varargs is not None:
+        params.append(f"*{varargs}")
+        args.append(f"*{varargs}")
+    elif keyword:
+        params.append("*")
+    for i, (name, default) in enumerate(zip(keyword, has_default)):
+        if default:
+            given.append(f"__k{i}")
+        params.append(f"{name}=__k{i}" if default else name)
+        args.append(f"{name}={name}")
+    if varkw is not None:
+        params.append(f"**{varkw}")
+        args.append(f"**{varkw}")
+    handle = f"{positional[0]}._raise(__exc, __name)" if method else "__world(__exc, __name)"
+    source = (
+        f"def make(__fn, __name, __world, __error, {', '.join(given)}):\n"
+        f"    def wrapper({', '.join(params)}):\n"
+        f"        try:\n"
+        f"            return __fn({', '.join(args)})\n"
+        f"        except __error as __exc:\n"
+        f"            {handle}\n"
+        f"    return wrapper\n"
+    )
+    namespace: dict[str, Any] = {}
+    exec(compile(source, _WRAPPERS_FILE, "exec"), namespace)
+    return namespace["make"]
+
+
+def _generic(fn: Callable[..., Any], method: bool) -> Callable[..., Any]:
+    """The wrapper of :func:`_routed` for a callable whose parameters are unknown."""
     name = fn.__name__
 
+    if method:
+
+        @functools.wraps(fn)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(self, *args, **kwargs)
+            except MPIException as exc:
+                self._raise(exc, name)
+
+        return wrapper
+
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def world_wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except MPIException as exc:
             raise_through_world(exc, name)
 
-    return cast(F, wrapper)
+    return world_wrapper
 
 
 # --- Error handlers ----------------------------------------------------------------------
