@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import operator
 import pickle
+from typing import Any
 
 import pytest
 
@@ -37,6 +39,7 @@ from ipympi.mpi.errhandling import (
     ERRORS_ARE_FATAL,
     ERRORS_RETURN,
     Errhandler,
+    mpi_call,
 )
 
 PREDEFINED = {
@@ -417,3 +420,70 @@ def test_constants_module_exports_only_ints() -> None:
         _constants.THREAD_MULTIPLE,
     )
     assert threads == (0, 1, 2, 3)
+
+
+# -- the wrappers of MPI calls (mpi.errhandling.mpi_call, world_call) -----------------------
+
+
+class _Routed:
+    """An object whose calls route MPI.Exception to ``_raise``, as MPI objects do."""
+
+    def __init__(self) -> None:
+        self.routed: list[tuple[int, str]] = []
+
+    def _raise(self, exc: Any, call: str) -> None:
+        self.routed.append((exc.Get_error_class(), call))
+
+
+def _shapes() -> list[Any]:
+    """Functions of every shape of parameter list, each returning what it was given."""
+
+    def plain(self, a, b=2):  # type: ignore[no-untyped-def]
+        return (a, b)
+
+    def posonly(self, a, /, b, c=3):  # type: ignore[no-untyped-def]
+        return (a, b, c)
+
+    def keywords(self, a, *, b, c=4):  # type: ignore[no-untyped-def]
+        return (a, b, c)
+
+    def varargs(self, a, *rest, key=None, **more):  # type: ignore[no-untyped-def]
+        return (a, rest, key, more)
+
+    return [plain, posonly, keywords, varargs]
+
+
+@pytest.mark.parametrize("fn", _shapes(), ids=lambda f: f.__name__)
+def test_a_wrapped_call_takes_the_same_parameters_as_its_function(fn: Any) -> None:
+    wrapped = mpi_call(fn)
+    assert inspect.signature(wrapped) == inspect.signature(fn)
+    assert wrapped.__name__ == fn.__name__ and wrapped.__wrapped__ is fn
+    me = _Routed()
+    calls = {
+        "plain": [((1,), {}), ((1, 5), {}), ((), {"a": 1, "b": 6})],
+        "posonly": [((1, 2), {}), ((1,), {"b": 2, "c": 9})],
+        "keywords": [((1,), {"b": 2}), ((1,), {"b": 2, "c": 8})],
+        "varargs": [((1, 2, 3), {"key": 4, "x": 5}), ((1,), {})],
+    }[fn.__name__]
+    for args, kwargs in calls:
+        assert wrapped(me, *args, **kwargs) == fn(me, *args, **kwargs)
+    with pytest.raises(TypeError) as theirs:
+        fn(me)
+    with pytest.raises(TypeError) as ours:
+        wrapped(me)
+    assert str(ours.value) == str(theirs.value)  # the same complaint, under the same name
+
+
+def test_a_wrapped_call_routes_mpi_exceptions_to_its_object_and_no_others() -> None:
+    def fails(self, code, *, text="no"):  # type: ignore[no-untyped-def]
+        if code is None:
+            raise ValueError(text)
+        raise MPIException(code, text)
+
+    wrapped = mpi_call(fails)
+    me = _Routed()
+    assert wrapped(me, ERR_RANK) is None  # the handler returned
+    assert me.routed == [(ERR_RANK, "fails")]
+    with pytest.raises(ValueError, match="other"):
+        wrapped(me, None, text="other")
+    assert me.routed == [(ERR_RANK, "fails")]
