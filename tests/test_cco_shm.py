@@ -384,6 +384,7 @@ def test_a_large_bcast_reads_the_root_s_memory_and_its_sizes_are_checked(
     inner = vm.read
     vm.read = lambda *args: (reads.append(1), inner(*args))[1]
     comm.Barrier()  # the board is set up
+    comm._live().lane.board.cores = 1  # no root writes a piece: each reader reads it all
     for n, root in ((40000, 1), (3000, 3), (200000, 0)):  # read, eager down the tree, read
         want = np.arange(float(n))
         big = want.copy() if rank == root else np.zeros(n)
@@ -530,31 +531,47 @@ def test_sizes_that_differ_beside_a_large_allreduce_raise_on_every_rank(
 
 
 @pytest.mark.timeout(60)
-@pytest.mark.parametrize("size", [2, 3])
-def test_a_root_with_a_core_of_its_own_writes_a_piece_of_a_large_bcast_into_each_reader(
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_a_root_that_spreads_the_copying_writes_a_piece_of_a_large_bcast_into_each_reader(
     run_mpi, size: int
 ) -> None:
-    # ranks no more than cores (forced at 3 ranks on the root, whose choice the readers
-    # follow): the root writes each reader's own piece while the reader reads the rest;
-    # when its writes fail, the readers read that piece too
+    # 2 or 4 ranks on 2 cores (3 on as many cores as ranks, which the root says, and the
+    # readers follow): the root writes each reader's own piece while the reader reads the
+    # rest; when its writes fail, the readers read that piece too
     body = """
     from ipympi.mpi.coll import shmpath
     comm.Barrier()  # the board is set up
     board = comm._live().lane.board
-    board.give_way = None
+    board.cores = 2 if size != 3 else 3
+    writes = []
+    def count(*args, kept=shmpath.remote_copy):
+        writes.append(args[0])
+        return kept(*args)
+    shmpath.remote_copy = count
     for n, fail in ((200001, False), (100003, True), (70001, False)):
         if fail and rank == size - 1:
             def refuse(*args):
                 raise OSError("refused on purpose")
             shmpath.remote_copy, kept = refuse, shmpath.remote_copy
+        writes.clear()
         want = np.arange(float(n)) * 3
         got = want.copy() if rank == size - 1 else np.zeros(n)
         comm.Bcast(got, root=size - 1)
         assert (got == want).all(), (n, fail)
+        if rank == size - 1 and not fail:
+            assert len(writes) == size - 1, writes  # one piece into each reader
         if fail and rank == size - 1:
             shmpath.remote_copy = kept
     """
     assert_ok(run_mpi(size, mpi_program(MPI_PRELUDE, body), timeout=50), size)
+
+
+def test_the_root_of_a_large_bcast_writes_when_the_busiest_core_then_copies_less() -> None:
+    from ipympi.mpi.coll.shmpath import _root_writes
+
+    assert [p for p in range(2, 10) if _root_writes(p, 2)] == [2, 4, 6, 8]
+    assert [p for p in range(2, 10) if _root_writes(p, 4)] == [2, 3, 4, 6, 7, 8]
+    assert _root_writes(16, 64) and not _root_writes(65, 64)
 
 
 @pytest.mark.timeout(60)

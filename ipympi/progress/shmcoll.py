@@ -198,8 +198,9 @@ class Board:
         self._shared_index = (flags - LINE) // 4
         self._shared_addr = ctypes.c_void_p(base + flags - LINE)
         self.spin = SPIN  # seconds of looks before a wait sleeps (:meth:`_spin`)
+        self.cores = cores()  # that this rank may run on
         # between looks, when ranks outnumber cores: give the core away
-        self.give_way = None if size <= cores() else os.sched_yield
+        self.give_way = None if size <= self.cores else os.sched_yield
         self._syscall = _libc.syscall if _libc is not None else None
         self._timeout = _Timespec(int(SLEEP), int((SLEEP % 1) * 1e9))
         self._timeout_ref = ctypes.byref(self._timeout)
