@@ -338,11 +338,11 @@ def _bcast_large(lane: Any, board: Board, root: int, mem: Any) -> None:
     is cut in one piece per rank: each other rank reads every piece but its own, which
     the root writes into it meanwhile (``process_vm_writev``) when that spreads the
     copying more evenly over the cores (:func:`_root_writes`; its step 1 says it did,
-    step 2 that it did not: the reader then reads that piece too). Each reader says it is done (step 1, or
-    :data:`REFUSED`), and the root returns once every reader is (its buffer may change
-    afterwards). When a rank cannot read other ranks' memory, the data goes down the
-    straight path's binomial tree instead (:meth:`.fast.Lane.bcast_rounds`), in the same
-    call."""
+    step 2 that it did not: the reader then reads that piece too). Each reader says it
+    is done (step 1, or :data:`REFUSED`), and the root returns once every reader is (its
+    buffer may change afterwards). When a rank cannot read other ranks' memory, the
+    data goes down the straight path's binomial tree instead
+    (:meth:`.fast.Lane.bcast_rounds`), in the same call."""
     seq, sig, me, size = lane.seq, lane.sig, lane.rank, lane.size
     vm = lane.engine.vm
     address = buffer_address(mem)
