@@ -368,3 +368,43 @@ def test_any_source_from_three_senders(run_mpi, env: dict[str, str] | None) -> N
             comm.send((rank, k), 0, 100)
     """
     assert_ok(run_mpi(4, program(body), env=env), 4)
+
+
+@pytest.mark.parametrize("case", ["written", "refused", "unread"])
+def test_a_large_blocking_send_writes_half_while_its_receiver_reads_the_other(
+    run_mpi, case: str
+) -> None:
+    # a blocking send on this host, its ranks each with a core (forced here), offers to
+    # write half of a large message (PUT); its write refused, the receiver reads that
+    # half too; a receiver that cannot read gets it all in DATA frames
+    body = f"""
+    from ipympi.core.protocol import SPLIT_MIN
+    from ipympi.progress import engine as engine_module
+    engine = comm._live().engine
+    engine.transport.alone = True
+    writes = []
+    def write(*args, kept=engine_module.remote_copy):
+        writes.append(args[1][0][2])
+        if "{case}" == "refused":
+            raise OSError("refused on purpose")
+        return kept(*args)
+    engine_module.remote_copy = write
+    if "{case}" == "unread" and rank == 1:
+        engine.vm.available = False
+    sizes = [SPLIT_MIN - 1000, SPLIT_MIN, 3 * (1 << 20) + 7]
+    for k, n in enumerate(sizes):
+        if rank == 0:
+            comm.Send(pattern(n, k), 1, k)
+            comm.send(bytes(pattern(n, k + 10)), 1, 100 + k)  # a pickle, received as new bytes
+        else:
+            got = np.zeros(n, np.uint8)
+            comm.Recv(got, 0, k)
+            assert (got == pattern(n, k)).all(), n
+            assert comm.recv(source=0, tag=100 + k) == bytes(pattern(n, k + 10)), n
+    comm.Barrier()
+    if rank == 0:  # the buffers and pickles from SPLIT_MIN on: the second half of each
+        assert len(writes) == 4, writes
+        assert {{n - n // 2 for n in sizes[1:]}} <= set(writes), writes
+    """
+    proc = run_mpi(2, program(body), timeout=60)
+    assert_ok(proc, 2)

@@ -14,8 +14,10 @@ from ipympi.core.errors import ERR_OTHER, ERR_TRUNCATE
 from ipympi.core.errors import Exception as MPIException
 from ipympi.core.protocol import (
     EAGER_LIMIT,
+    SPLIT_MIN,
     Fetch,
     PeerProtocol,
+    Put,
     Send,
     SendData,
     TraceArrived,
@@ -145,6 +147,125 @@ def test_a_large_message_that_cannot_be_read_comes_in_data_frames() -> None:
     assert op.done and bytes(op.data) == data
     _deliver(a, _take(b))
     assert send.done
+
+
+def _split_start(
+    size: int = SPLIT_MIN + 7, helps: bool = True, recv_size: int | None = None
+) -> tuple[PeerProtocol, PeerProtocol, Operation, Operation, bytes, list[Any]]:
+    """A large blocking send from rank 0 that offers to help, received by rank 1: the
+    protocols, the send and the receive, the data, and rank 1's actions."""
+    a, b = _pair()
+    data = bytes(range(251)) * (size // 251) + bytes(size % 251)
+    send = _send(1, 3)
+    frame = a.start_send(send, data, 1, P2P, 0, 3, sync=False, helps=helps)
+    op = _recv(0, 3, size=len(data) if recv_size is None else recv_size)
+    b.start_recv(op, P2P, 0, 3)
+    b.receive(frame)
+    return a, b, send, op, data, _take(b)
+
+
+def _put(a: PeerProtocol, b: PeerProtocol, put: Send, data: bytes, op: Operation) -> Put:
+    """Rank 0 gets rank 1's PUT and (as its engine) writes its part into the receive."""
+    a.receive(put.frame)
+    [write] = _take(a)
+    assert type(write) is Put and (write.wdest, write.pid) == (1, 101)
+    cut = wire.unpack(put.frame).value
+    assert (write.local, write.remote, write.nbytes) == (
+        ADDRESS + cut,
+        ADDRESS + cut,
+        len(data) - cut,
+    )
+    assert write.msgid == wire.unpack(put.frame).msgid
+    op.mem[cut:] = data[cut:]  # type: ignore[index]
+    return write
+
+
+def test_a_large_message_whose_sender_helps_is_copied_in_two_halves_at_once() -> None:
+    a, b, send, op, data, actions = _split_start()
+    put, fetch = actions
+    assert _kinds([put]) == ["PUT"] and type(fetch) is Fetch
+    cut = len(data) // 2
+    assert wire.unpack(put.frame).value == cut and fetch.target.nbytes == cut
+    assert fetch.address == ADDRESS  # the receiver reads the first half
+    fetch.target[:] = data[:cut]
+    b.fetched(op, fetch.env, fetch.target, True)
+    assert not op.done and not _take(b)  # the second half is the sender's
+    write = _put(a, b, put, data, op)
+    a.put_done(1, write.msgid, True)
+    _deliver(b, _take(a))  # PUT_DONE
+    assert op.done and not op.error and bytes(op.mem) == data and op.count == len(data)
+    assert not b.splits
+    fin = _take(b)
+    assert _kinds(fin) == ["FIN"] and not send.done  # the sender completes on FIN
+    _deliver(a, fin)
+    assert send.done and not a.sends
+
+
+def test_the_halves_may_end_in_either_order_and_a_refused_write_is_read_instead() -> None:
+    a, b, send, op, data, (put, fetch) = _split_start()
+    write = _put(a, b, put, data, op)
+    a.put_done(1, write.msgid, False)  # its write was refused
+    _deliver(b, _take(a))
+    [second] = _take(b)  # the receiver reads the second half too
+    cut = len(data) // 2
+    assert type(second) is Fetch and second.address == ADDRESS + cut
+    assert second.target.nbytes == len(data) - cut and not op.done
+    second.target[:] = data[cut:]
+    b.fetched(op, second.env, second.target, True)
+    assert not op.done  # its own first half is still being read
+    fetch.target[:] = data[:cut]
+    b.fetched(op, fetch.env, fetch.target, True)
+    assert op.done and bytes(op.mem) == data
+    _deliver(a, _take(b))
+    assert send.done
+
+
+def test_a_half_that_cannot_be_read_gets_the_whole_message_in_data_frames() -> None:
+    a, b, send, op, data, (put, fetch) = _split_start()
+    b.fetched(op, fetch.env, fetch.target, False)  # reads refused here
+    assert not _take(b) and not op.done  # it waits for the sender's answer first
+    write = _put(a, b, put, data, op)
+    a.put_done(1, write.msgid, True)
+    _deliver(b, _take(a))
+    cts = _take(b)
+    assert _kinds(cts) == ["CTS"] and not op.done
+    _deliver(a, cts)
+    [chunks] = _take(a)
+    assert type(chunks) is SendData
+    b.receive_data(a.data_header(send.msgid, 0) + bytes(chunks.mem))
+    assert op.done and bytes(op.mem) == data
+    _deliver(a, _take(b))
+    assert send.done
+
+
+def test_only_a_large_message_offered_help_to_a_buffer_of_its_size_is_split() -> None:
+    for size, helps, recv_size in (
+        (SPLIT_MIN - 1, True, None),  # too small to be worth two more messages
+        (SPLIT_MIN + 7, False, None),  # a send that does not wait (Isend) cannot help
+        (SPLIT_MIN + 7, True, SPLIT_MIN),  # truncated: the receive reads what fits
+    ):
+        _, b, _, _op, _, actions = _split_start(size, helps, recv_size)
+        assert [type(x) for x in actions] == [Fetch], (size, helps, recv_size)
+        assert not b.splits
+
+
+def test_a_put_for_a_send_that_is_gone_is_answered_not_written() -> None:
+    a, _, _, _, _, (put, _) = _split_start()
+    a.sends.clear()  # e.g. dropped with a failed cell's leftovers
+    a.receive(put.frame)
+    done = _take(a)
+    assert _kinds(done) == ["PUT_DONE"] and wire.unpack(done[0].frame).value == 0
+
+
+def test_a_sender_that_dies_while_writing_fails_the_receive() -> None:
+    _, b, send, op, data, (_, fetch) = _split_start()
+    fetch.target[:] = data[: fetch.target.nbytes]
+    b.fetched(op, fetch.env, fetch.target, True)
+    assert op in b.operations()  # observers see it wait
+    b.fail_peer(0, "killed")
+    assert op.done and op.error == ERR_OTHER and op.peer_died and not b.splits
+    _deliver(b, [Send(1, wire.pack(wire.PUT_DONE, 0, 0, 0, 0, 0, 0, 100, send.msgid, 1))])
+    assert not _take(b)  # a late answer is nothing
 
 
 def test_data_for_no_message_is_an_error() -> None:

@@ -13,9 +13,11 @@ needs the world outside, for the engine to perform in order:
   ``CANCEL``, ``CANCELLED``; mismatch reports, ``CERR``; questions, ``CHECK``);
 * :class:`SendData`: send a large message's bytes in ``DATA`` frames (the receiver
   answered ``CTS``: it cannot read the sender's memory);
-* :class:`Fetch`: read a large message straight from the sender's memory into a
-  receive's target, then tell :meth:`PeerProtocol.fetched` whether that worked (else
-  the protocol asks for ``DATA`` frames);
+* :class:`Fetch`: read a large message (or the receiver's part of it) straight from
+  the sender's memory into a receive's target, then tell :meth:`PeerProtocol.fetched`
+  whether that worked (else the protocol asks for ``DATA`` frames);
+* :class:`Put`: write the sender's part of a large message into its receiver's memory
+  (the receiver asked, ``PUT``), then tell :meth:`PeerProtocol.put_done`;
 * :class:`TraceArrived` and :class:`TraceReceived`: for the message recorder, only
   while :attr:`PeerProtocol.tracing` is on.
 
@@ -51,7 +53,10 @@ from .wire import (
     FOREIGN_BASE,
     HEADER,
     HEADER_SIZE,
+    HELPS,
     PEER_DEAD,
+    PUT,
+    PUT_DONE,
     RTS,
     RTS_EXTRA,
     SYNC,
@@ -61,8 +66,10 @@ from .wire import (
 __all__ = [
     "ABANDONED",
     "EAGER_LIMIT",
+    "SPLIT_MIN",
     "Fetch",
     "PeerProtocol",
+    "Put",
     "Send",
     "SendData",
     "TraceArrived",
@@ -71,6 +78,10 @@ __all__ = [
 
 # Messages up to this size travel in one frame with their header.
 EAGER_LIMIT = 64 * 1024
+# From this size, a sender that offers (``HELPS``) writes half of its message into the
+# receiver's memory while the receiver reads the other half: two messages more (PUT,
+# PUT_DONE), half the copy on the receiver's side.
+SPLIT_MIN = 512 * 1024
 
 ABANDONED = "collective abandoned after an interrupt"
 
@@ -117,6 +128,42 @@ class Fetch:
         self.address = address
 
 
+class Put:
+    """Write ``nbytes`` bytes at ``local`` (the sender's part of message ``msgid``) to
+    ``remote`` in the memory of process ``pid``, world rank ``wdest``, its receiver;
+    then call :meth:`PeerProtocol.put_done`."""
+
+    __slots__ = ("local", "msgid", "nbytes", "pid", "remote", "wdest")
+
+    def __init__(
+        self, wdest: int, pid: int, remote: int, local: int, nbytes: int, msgid: int
+    ) -> None:
+        self.wdest = wdest
+        self.pid = pid
+        self.remote = remote
+        self.local = local
+        self.nbytes = nbytes
+        self.msgid = msgid
+
+
+class _Split:
+    """A large message copied in two parts at once: the receiver reads bytes
+    ``[0, cut)`` from the sender's memory at ``address`` while the sender writes the
+    rest into ``target``. ``pending``: the parts not copied yet; ``unread``: whether a
+    read failed (then the sender sends it all in DATA frames, once it has answered)."""
+
+    __slots__ = ("address", "cut", "env", "op", "pending", "target", "unread")
+
+    def __init__(self, op: Any, env: Envelope, target: memoryview, address: int, cut: int):
+        self.op = op
+        self.env = env
+        self.target = target
+        self.address = address
+        self.cut = cut
+        self.pending = 2
+        self.unread = False
+
+
 class TraceArrived:
     """Record that ``env`` arrived before its receive was posted."""
 
@@ -143,7 +190,7 @@ class TraceReceived:
         self.nbytes = nbytes
 
 
-Action = Send | SendData | Fetch | TraceArrived | TraceReceived
+Action = Send | SendData | Fetch | Put | TraceArrived | TraceReceived
 
 
 class PeerProtocol:
@@ -167,6 +214,8 @@ class PeerProtocol:
         # (wsource, msgid) -> (recv, envelope, target, bytes so far): large messages
         # arriving in DATA frames
         self.rdv: dict[tuple[int, int], tuple[Any, Envelope, memoryview, int]] = {}
+        # (wsource, msgid) -> large messages being copied in two parts (PUT)
+        self.splits: dict[tuple[int, int], _Split] = {}
         self.dead_peers: dict[int, str] = {}  # world rank -> why it is gone
         # Point-to-point messages (even contexts) sent to and arrived from each world
         # rank, ever: a cell's leftovers show as a difference between two ranks' counts.
@@ -182,8 +231,8 @@ class PeerProtocol:
             self.arrived.extend([0] * more)
             self.size = size
 
-    def _reply(self, wdest: int, kind: int, msgid: int) -> None:
-        frame = _pack(kind, 0, 0, 0, 0, 0, self.rank, self.pid, msgid, 0)
+    def _reply(self, wdest: int, kind: int, msgid: int, value: int = 0) -> None:
+        frame = _pack(kind, 0, 0, 0, 0, 0, self.rank, self.pid, msgid, value)
         self.actions.append(Send(wdest, frame))
 
     def count_sent(self, wdest: int, context: int) -> None:
@@ -206,10 +255,13 @@ class PeerProtocol:
         tag: int,
         sync: bool,
         sig: int = 0,
+        helps: bool = False,
     ) -> bytes:
         """The frame that starts sending ``mem`` to another rank, ``wdest``: the whole
         message (eager) or its announcement (RTS, ``mem`` must stay alive until the
-        answer). ``op`` completes now (a standard eager send) or on the answer."""
+        answer). ``op`` completes now (a standard eager send) or on the answer.
+        ``helps``: the sender can write part of a large message into the receiver's
+        memory, and will be there to do it (it waits for this send; see ``PUT``)."""
         nbytes = mem.nbytes if type(mem) is memoryview else len(mem)
         msgid = next(self._msgids)
         op.msgid = msgid
@@ -230,6 +282,8 @@ class PeerProtocol:
         op.mem = mem  # keeps the buffer alive until FIN
         op.send_context = context
         self.sends[msgid] = op
+        if helps and nbytes >= SPLIT_MIN:
+            flags |= HELPS
         return _pack(
             RTS, flags, sig, context, source, tag, self.rank, self.pid, msgid, nbytes
         ) + _pack_address(self.address_of(mem))
@@ -321,14 +375,29 @@ class PeerProtocol:
             if payload.flags & SYNC:
                 self._reply(wsource, ACK, payload.msgid)
             return
-        # RTS: read the sender's buffer directly if the engine can, or ask for the data.
+        # RTS: read the sender's buffer directly if the engine can, or ask for the data;
+        # a sender that helps writes the second half meanwhile.
         (address,) = RTS_EXTRA.unpack_from(frame, HEADER_SIZE)
-        self.actions.append(Fetch(op, env, self._target(op, env.nbytes), address))
+        target = self._target(op, env.nbytes)
+        if payload.flags & HELPS and target.nbytes == env.nbytes:
+            cut = env.nbytes // 2
+            self.splits[(wsource, payload.msgid)] = _Split(op, env, target, address, cut)
+            put = _pack(PUT, 0, 0, 0, 0, 0, self.rank, self.pid, payload.msgid, cut)
+            self.actions.append(Send(wsource, put + _pack_address(self.address_of(target))))
+            self.actions.append(Fetch(op, env, target[:cut], address))
+            return
+        self.actions.append(Fetch(op, env, target, address))
 
     def fetched(self, op: Any, env: Envelope, target: memoryview, read: bool) -> None:
-        """The answer to a ``FETCH``: whether the message's bytes are in ``target``."""
+        """The answer to a ``FETCH``: whether the message's bytes (this receiver's part
+        of them, when copied in two parts) are in ``target``."""
         payload = env.payload
-        if read:
+        key = (payload.wsource, payload.msgid)
+        split = self.splits.get(key)
+        if split is not None:
+            split.unread = split.unread or not read
+            self._part_copied(key, split)
+        elif read:
             self._finish_fill(op, target, env.nbytes)
             if self.tracing:
                 self.actions.append(
@@ -338,6 +407,35 @@ class PeerProtocol:
         else:
             self.rdv[(payload.wsource, payload.msgid)] = (op, env, target, 0)
             self._reply(payload.wsource, CTS, payload.msgid)
+
+    def _part_copied(self, key: tuple[int, int], split: _Split) -> None:
+        """One part of a message copied in two parts has been (or could not be) copied;
+        once both have, the receive completes (FIN), or asks for the data (CTS)."""
+        split.pending -= 1
+        if split.pending:
+            return
+        del self.splits[key]
+        if split.unread:  # the sender sends it all in DATA frames
+            self.rdv[key] = (split.op, split.env, split.target, 0)
+            self._reply(key[0], CTS, key[1])
+            return
+        self.fetched(split.op, split.env, split.target, True)
+
+    def put_done(self, wdest: int, msgid: int, written: bool) -> None:
+        """The answer to a :class:`Put` (this rank sends message ``msgid``)."""
+        self._reply(wdest, PUT_DONE, msgid, int(written))
+
+    def _put_answered(self, key: tuple[int, int], written: bool) -> None:
+        """The sender of a message copied in two parts has written its part, or could
+        not: then this receiver reads it too."""
+        split = self.splits.get(key)
+        if split is None:  # its receive was abandoned meanwhile (an interrupt)
+            return
+        if written or split.unread:
+            self._part_copied(key, split)
+            return
+        cut = split.cut
+        self.actions.append(Fetch(split.op, split.env, split.target[cut:], split.address + cut))
 
     def fill_from_frame(self, op: Any, frame: bytes) -> None:
         """Complete receive ``op`` with an eager frame taken off the socket for it."""
@@ -438,6 +536,17 @@ class PeerProtocol:
             op = self.sends.get(msgid)
             if op is not None and op.mem is not None:
                 self.actions.append(SendData(wsource, msgid, op.mem))
+        elif kind == PUT:
+            op = self.sends.get(msgid)
+            if op is None or op.mem is None:
+                self._reply(wsource, PUT_DONE, msgid, 0)
+            else:
+                (remote,) = RTS_EXTRA.unpack_from(frame, HEADER_SIZE)
+                local = self.address_of(op.mem)
+                nbytes = op.mem.nbytes - value
+                self.actions.append(Put(wsource, pid, remote + value, local + value, nbytes, msgid))
+        elif kind == PUT_DONE:
+            self._put_answered((wsource, msgid), bool(value))
         elif kind == CANCEL:
             self._withdraw_unexpected(wsource, msgid)
         elif kind == CANCELLED:
@@ -610,6 +719,8 @@ class PeerProtocol:
             if involves(op):
                 del self.sends[msgid]
                 op.fail(ERR_OTHER, text, peer_died=True)
+        for key in [key for key in self.splits if key[0] == wrank]:
+            self.splits.pop(key).op.fail(ERR_OTHER, text, peer_died=True)
 
     def _fail_posted(self, recv: PostedReceive, text: str, peer_died: bool = False) -> None:
         """Withdraw posted receive ``recv`` and fail its operation with ERR_OTHER
@@ -622,10 +733,11 @@ class PeerProtocol:
     # -- observing -------------------------------------------------------------------------
     def operations(self) -> list[Any]:
         """The operations in progress: posted receives, sends waiting for an answer,
-        large messages arriving in chunks."""
+        large messages arriving in chunks or being copied in two parts."""
         ops: list[Any] = [recv.handle for recv in self.matcher.pending_posted()]
         ops += self.sends.values()
         ops += [entry[0] for entry in self.rdv.values()]
+        ops += [split.op for split in self.splits.values()]
         return ops
 
 

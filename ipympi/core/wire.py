@@ -4,7 +4,8 @@ Every frame starts with a fixed 40-byte little-endian header::
 
     offset size  field
     0      1     kind      EAGER, RTS, ACK, FIN, CTS, DATA (below)
-    1      1     flags     SYNC (the sender waits for an ACK: Ssend/Issend)
+    1      1     flags     SYNC (the sender waits for an ACK: Ssend/Issend);
+                           HELPS (RTS: the sender can write half of it, below)
     2      2     sig       collective signature (kind and root of the collective call
                            a message belongs to; 0 for point-to-point)
     4      4     context   communicator context id (unsigned)
@@ -25,6 +26,13 @@ Kinds:
   host, not permitted) it answers ``CTS`` and the sender replies with the data
   in ``DATA`` frames (``value`` is the chunk's offset), then the receiver sends
   ``FIN``.
+* ``PUT``: the answer to an RTS flagged ``HELPS`` (a sender on the same host that
+  waits for the message to be received, with a core of its own): the receiver
+  reads the first ``value`` bytes itself and asks the sender to write the rest
+  (``process_vm_writev``) into its buffer, whose address follows the header (as in
+  an RTS; ``pid`` is the receiver's), so that two cores copy at once. The sender
+  answers ``PUT_DONE`` (``value`` 1 when written, 0 when it could not: the receiver
+  then reads that part too), and the receiver ends with ``FIN`` as usual.
 * ``ACK``: a synchronous-mode eager message was matched.
 * ``DATA``: a chunk of a large message (after ``CTS``); ``value`` is its offset.
 * ``FIN``: the receiver is done with a large message; the send completes.
@@ -74,7 +82,10 @@ __all__ = [
     "FOREIGN_BASE",
     "HEADER",
     "HEADER_SIZE",
+    "HELPS",
     "PEER_DEAD",
+    "PUT",
+    "PUT_DONE",
     "RMA",
     "RMA_EXTRA",
     "RTS",
@@ -87,7 +98,23 @@ __all__ = [
     "unpack",
 ]
 
-EAGER, RTS, ACK, FIN, CTS, DATA, CERR, CANCEL, CANCELLED, PEER_DEAD, WAKE, CHECK, RMA = range(1, 14)
+(
+    EAGER,
+    RTS,
+    ACK,
+    FIN,
+    CTS,
+    DATA,
+    CERR,
+    CANCEL,
+    CANCELLED,
+    PEER_DEAD,
+    WAKE,
+    CHECK,
+    RMA,
+    PUT,
+    PUT_DONE,
+) = range(1, 16)
 KIND_NAMES = {
     EAGER: "EAGER",
     RTS: "RTS",
@@ -102,9 +129,12 @@ KIND_NAMES = {
     WAKE: "WAKE",
     CHECK: "CHECK",
     RMA: "RMA",
+    PUT: "PUT",
+    PUT_DONE: "PUT_DONE",
 }
 
 SYNC = 0x01
+HELPS = 0x02
 
 # The ids (``wsource``) of processes of other jobs start here: no job has this many
 # processes (``progress.transport`` maps them to the other job's sockets).

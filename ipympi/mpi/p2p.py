@@ -57,6 +57,7 @@ class PointToPoint(SendRecv):
         dest: int,
         tag: int,
         mode: SendMode,
+        waits: bool = False,
     ) -> Operation:
         op = Operation(SEND, self, call, dest, tag)
         if dest == PROC_NULL:
@@ -89,6 +90,7 @@ class PointToPoint(SendRecv):
             impl.rank,
             tag,
             mode is SYNCHRONOUS,
+            waits=waits,
         )
         return op
 
@@ -156,7 +158,7 @@ class PointToPoint(SendRecv):
                 )
             ):
                 return
-            op = self._start_send(impl, call, mem, dest, tag, mode)
+            op = self._start_send(impl, call, mem, dest, tag, mode, waits=True)
             if not op.done:
                 engine.wait(op, _info(call, impl, dest, tag))
         finally:

@@ -20,7 +20,8 @@ the sockets and every :class:`~ipympi.progress.operation.Operation`; whoever hol
 
 Small messages travel eagerly in one frame. Large ones are announced (RTS) and
 read by the receiver straight from the sender's memory (``progress.largebuf``), or
-sent in chunks where that is not permitted. See ``core.wire`` for the frame layout,
+sent in chunks where that is not permitted; a blocking sender with a core of its own
+writes half of a very large one into the receiver's memory meanwhile (``PUT``). See ``core.wire`` for the frame layout,
 ``core.protocol`` for the exchanges.
 
 Every blocking wait is interruptible (Ctrl-C raises ``KeyboardInterrupt``; the
@@ -45,13 +46,14 @@ from ..core.protocol import (
     EAGER_LIMIT,
     Fetch,
     PeerProtocol,
+    Put,
     Send,
     SendData,
     TraceArrived,
 )
 from ..core.wire import DATA, EAGER, PEER_DEAD, WAKE
 from . import tracing as _trace
-from .largebuf import VmReader, buffer_address
+from .largebuf import VmReader, buffer_address, remote_copy
 from .operation import Operation
 from .sharing import Sharing, WaitInfo
 from .tcp import Received
@@ -235,6 +237,7 @@ class Engine:
         tag: int,
         sync: bool,
         sig: int = 0,
+        waits: bool = False,
     ) -> None:
         """Start sending ``mem`` to world rank ``wdest``; completes ``op`` when allowed.
 
@@ -242,7 +245,9 @@ class Engine:
         of the collective the message belongs to (0 for point-to-point). The
         caller holds the engine and has validated arguments. Messages to this
         rank itself are always copied (never rendezvous), so a blocking
-        self-send cannot hang.
+        self-send cannot hang. ``waits``: the caller waits for this send at once (a
+        blocking send), so a large message's receiver on this host may ask it to
+        write half of it (``core.wire``'s ``PUT``) when this rank has a core of its own.
         """
         tracer = self.tracer
         if tracer is not None:
@@ -252,7 +257,21 @@ class Engine:
             if self.actions:
                 self._perform()
             return
-        self._send(wdest, self.protocol.start_send(op, mem, wdest, context, source, tag, sync, sig))
+        helps = waits and self._can_write_to(wdest)
+        self._send(
+            wdest, self.protocol.start_send(op, mem, wdest, context, source, tag, sync, sig, helps)
+        )
+
+    def _can_write_to(self, wdest: int) -> bool:
+        """Whether this rank can copy into world rank ``wdest``'s memory while it copies
+        too: on this host, with a core each, and memory reads permitted here."""
+        transport = self.transport
+        return (
+            transport is not None
+            and transport.alone
+            and self._same_host(wdest)
+            and self.vm.available
+        )
 
     def send_eager(
         self,
@@ -317,6 +336,14 @@ class Engine:
                         payload.pid, action.address, action.target
                     )
                     self.protocol.fetched(action.op, action.env, action.target, read)
+                elif isinstance(action, Put):  # this sender's part, into its receiver
+                    piece = (action.local, action.remote, action.nbytes)
+                    try:
+                        remote_copy(action.pid, [piece], True)
+                        written = True
+                    except OSError:
+                        written = False
+                    self.protocol.put_done(action.wdest, action.msgid, written)
                 elif isinstance(action, SendData):  # a large message, in frames
                     assert self.transport is not None
                     header_at = partial(self.protocol.data_header, action.msgid)

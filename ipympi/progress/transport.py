@@ -172,8 +172,10 @@ class Transport:
             mine = nodes[rank]
             self.remote = frozenset(r for r, node in enumerate(nodes) if node != mine)
         here = size - len(self.remote)  # the job's ranks on this host
+        # Whether every rank of the job on this host has a core of its own.
+        self.alone = here <= cores()
         # How many times a receive looks before it sleeps (see SPIN_TRIES).
-        self.spins = SPIN_TRIES_ALONE if here <= cores() else SPIN_TRIES
+        self.spins = SPIN_TRIES_ALONE if self.alone else SPIN_TRIES
         if self.remote:
             self.tcp = TcpLink(rank, key, bind_address or "127.0.0.1", self.context, MAX_FRAME)
         # What to watch for incoming frames: the data socket's fd, and the tcp inbox.
