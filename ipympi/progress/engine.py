@@ -21,8 +21,8 @@ the sockets and every :class:`~ipympi.progress.operation.Operation`; whoever hol
 Small messages travel eagerly in one frame. Large ones are announced (RTS) and
 read by the receiver straight from the sender's memory (``progress.largebuf``), or
 sent in chunks where that is not permitted; a blocking sender with a core of its own
-writes half of a very large one into the receiver's memory meanwhile (``PUT``). See ``core.wire`` for the frame layout,
-``core.protocol`` for the exchanges.
+writes half of a very large one into the receiver's memory meanwhile (``PUT``). See
+``core.wire`` for the frame layout, ``core.protocol`` for the exchanges.
 
 Every blocking wait is interruptible (Ctrl-C raises ``KeyboardInterrupt``; the
 posted receive is withdrawn) and observable: :meth:`Engine.waiting_info` says
