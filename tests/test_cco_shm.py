@@ -26,7 +26,16 @@ import pytest
 from conftest import MPI_PRELUDE, ROOT, assert_ok, mpi_program
 
 from ipympi.progress import shmcoll
-from ipympi.progress.shmcoll import DEPTH, OVERFLOW, SLOT_DATA, Board
+from ipympi.progress.shmcoll import (
+    DEPTH,
+    DEPTH_SMALL,
+    OVERFLOW,
+    SLOT_DATA,
+    SMALL,
+    Board,
+    board_bytes,
+    depth,
+)
 
 pytestmark = pytest.mark.skipif(not shmcoll.available(), reason="boards need Linux on x86-64")
 
@@ -92,15 +101,16 @@ def test_a_sleeping_reader_is_woken_by_the_write(pair) -> None:
 
 def test_a_slot_is_rewritten_only_once_every_reader_has_moved_on(pair) -> None:
     first, second = pair
+    slots = depth(first.size)
     second.begin(1)
-    for seq in range(1, DEPTH + 1):  # DEPTH slots: the writer runs ahead of the reader
+    for seq in range(1, slots + 1):  # as many slots: the writer runs ahead of the reader
         first.begin(seq)
         first.publish(seq, 1, bytes([seq]), _no_idle)
-    first.begin(DEPTH + 1)
+    first.begin(slots + 1)
     done = threading.Event()
 
     def write_next() -> None:
-        first.publish(DEPTH + 1, 1, b"c", _no_idle)  # the slot of #1: rank 1 may read it
+        first.publish(slots + 1, 1, b"c", _no_idle)  # the slot of #1: rank 1 may read it
         done.set()
 
     writer = threading.Thread(target=write_next)
@@ -111,7 +121,12 @@ def test_a_slot_is_rewritten_only_once_every_reader_has_moved_on(pair) -> None:
     second.notify()
     assert done.wait(5)
     writer.join()
-    assert bytes(second.read(0, DEPTH + 1)[2]) == b"c"
+    assert bytes(second.read(0, slots + 1)[2]) == b"c"
+
+
+def test_a_small_board_has_more_slots_per_rank_than_a_large_one() -> None:
+    assert depth(2) == depth(SMALL) == DEPTH_SMALL > depth(SMALL + 1) == DEPTH
+    assert board_bytes(SMALL) < (2 << 20) + 4096  # slots of 2 MiB at most
 
 
 def test_an_idle_check_that_raises_ends_the_wait(pair) -> None:
