@@ -429,7 +429,7 @@ class PeerProtocol:
         """The sender of a message copied in two parts has written its part, or could
         not: then this receiver reads it too."""
         split = self.splits.get(key)
-        if split is None:  # its receive was abandoned meanwhile (an interrupt)
+        if split is None:  # failed meanwhile (its sender died)
             return
         if written or split.unread:
             self._part_copied(key, split)
