@@ -487,3 +487,14 @@ def test_a_wrapped_call_routes_mpi_exceptions_to_its_object_and_no_others() -> N
     with pytest.raises(ValueError, match="other"):
         wrapped(me, None, text="other")
     assert me.routed == [(ERR_RANK, "fails")]
+
+
+def test_only_plain_functions_are_wrapped_as_mpi_calls() -> None:
+    with pytest.raises(TypeError, match="plain function"):
+        mpi_call(len)  # a builtin: its parameters cannot be read
+
+    def no_self(*args):  # type: ignore[no-untyped-def]
+        return args
+
+    with pytest.raises(TypeError, match="self first"):
+        mpi_call(no_self)

@@ -72,8 +72,8 @@ def _routed(fn: Callable[..., Any], method: bool) -> Callable[..., Any]:
     per shape of parameter list (:func:`_maker`) and closed over ``fn`` and its
     defaults."""
     code = getattr(fn, "__code__", None)
-    if code is None:  # not a plain function: its parameters cannot be read
-        return _generic(fn, method)
+    if code is None or (method and not code.co_argcount):
+        raise TypeError(f"{fn!r}: an MPI call is a plain function (a method: self first)")
     names = code.co_varnames
     npos, nkw = code.co_argcount, code.co_kwonlyargcount
     positional, keyword = names[:npos], names[npos : npos + nkw]
@@ -82,8 +82,6 @@ def _routed(fn: Callable[..., Any], method: bool) -> Callable[..., Any]:
     if varargs is not None:
         rest = rest[1:]
     varkw = rest[0] if code.co_flags & inspect.CO_VARKEYWORDS else None
-    if method and not positional:
-        return _generic(fn, method)
     defaults = fn.__defaults__ or ()
     kwdefaults = fn.__kwdefaults__ or {}
     has_default = tuple(k in kwdefaults for k in keyword)
@@ -148,31 +146,6 @@ def _maker(
     namespace: dict[str, Any] = {}
     exec(compile(source, _WRAPPERS_FILE, "exec"), namespace)
     return namespace["make"]
-
-
-def _generic(fn: Callable[..., Any], method: bool) -> Callable[..., Any]:
-    """The wrapper of :func:`_routed` for a callable whose parameters are unknown."""
-    name = fn.__name__
-
-    if method:
-
-        @functools.wraps(fn)
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(self, *args, **kwargs)
-            except MPIException as exc:
-                self._raise(exc, name)
-
-        return wrapper
-
-    @functools.wraps(fn)
-    def world_wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except MPIException as exc:
-            raise_through_world(exc, name)
-
-    return world_wrapper
 
 
 # --- Error handlers ----------------------------------------------------------------------
