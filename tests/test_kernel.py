@@ -689,6 +689,24 @@ def test_completion_of_engine_variables(kernel: KernelSession) -> None:
 
 
 @pytest.mark.timeout(60)
+def test_completion_when_jedi_finds_nothing_comes_from_the_namespace(kernel: KernelSession) -> None:
+    # IPython drops jedi's failures silently (e.g. its caches being written by another
+    # kernel): the engine's own matchers answer then
+    run(
+        kernel,
+        "_jedi = get_ipython().Completer._jedi_matches\n"
+        "get_ipython().Completer._jedi_matches = lambda *args, **kwargs: iter([])",
+    )
+    try:
+        reply = kernel.request("complete", "engine_only_v")
+        assert "engine_only_var" in reply["matches"]
+        assert "zip" in kernel.request("complete", "zi")["matches"]
+        assert kernel.value("get_ipython().Completer.use_jedi") is True  # as it was
+    finally:
+        run(kernel, "get_ipython().Completer._jedi_matches = _jedi")
+
+
+@pytest.mark.timeout(60)
 def test_inspect_engine_variable(kernel: KernelSession) -> None:
     run(kernel, "engine_only_list = [1, 2, 3]")
     reply = kernel.request("inspect", "engine_only_list")

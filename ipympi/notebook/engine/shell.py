@@ -445,8 +445,18 @@ class RankEngine:
         pos = int(msg.content.get("cursor_pos", len(code)))
         from IPython.core.completer import provisionalcompleter
 
+        completer = self.shell.Completer
         with provisionalcompleter():
-            completions = list(self.shell.Completer.completions(code, pos))
+            completions = list(completer.completions(code, pos))
+            if not completions and completer.use_jedi:
+                # IPython drops jedi's failures silently (its caches, shared by every
+                # kernel of the user, being written by another one, say): the
+                # namespace's own matchers then answer ("zi" -> "zip").
+                completer.use_jedi = False
+                try:
+                    completions = list(completer.completions(code, pos))
+                finally:
+                    completer.use_jedi = True
         if completions:
             start = min(c.start for c in completions)
             end = max(c.end for c in completions)
