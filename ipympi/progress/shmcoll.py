@@ -297,14 +297,12 @@ class Board:
         words[head + 3] = nbytes
         if nbytes > SLOT_DATA:
             words[head + 2] = OVERFLOW
-            if note:
-                start = 8 * head + HEADER
-                self.mem[start : start + len(note)] = note
+            data, nbytes = note, len(note)  # the slot holds the note alone
         else:
             words[head + 2] = nbytes
-            if nbytes:
-                start = 8 * head + HEADER
-                self.mem[start : start + nbytes] = data
+        if nbytes:
+            start = 8 * head + HEADER
+            self.mem[start : start + nbytes] = data
         words[head] = seq + 1  # 0: never written
         self.notify(seq)
 
