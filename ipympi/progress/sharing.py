@@ -162,7 +162,7 @@ class Sharing:
         self.cond.notify_all()  # a follower becomes the socket's reader (once let go)
         undo.append(chain(map(lock._acquire_restore, saved), map(blocked.pop, (me,), (None,))))
         blocked[me] = waiting
-        saved.extend(map(_RELEASE_SAVE, (lock,)))  # as _let_go, inline: no call between
+        _let_go(lock, saved)
 
     def stepped_back(self, undone: list[Any]) -> Waiting | None:
         """After ``list(*undo)`` (``undone``) took the engine back: wake the threads
