@@ -373,7 +373,7 @@ def _bcast_large(lane: Any, board: Board, root: int, mem: Any) -> None:
         lane.bcast_rounds(root, mem)
         return
     n = mem.nbytes
-    bounds = [(c * n // size, (c + 1) * n // size) for c in range(size)]
+    bounds = _pieces(n, size)
     if me == root:
         wrote = helps
         if helps:
@@ -404,6 +404,11 @@ def _bcast_large(lane: Any, board: Board, root: int, mem: Any) -> None:
         board.reach(seq, REFUSED)
         _refuse(lane, f"rank {me} could not read rank {root}'s memory: {exc}")
     board.reach(seq, 1)
+
+
+def _pieces(n: int, size: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` of each rank's piece when ``n`` items are cut in ``size`` pieces."""
+    return [(c * n // size, (c + 1) * n // size) for c in range(size)]
 
 
 def _root_writes(size: int, cores: int) -> bool:
@@ -594,7 +599,7 @@ def allreduce_direct(lane: Any, board: Board, values: Values, src: Any, out: Any
         _end(lane, board, [])
         return acc
     n, item = src.size, src.itemsize
-    bounds = [(c * n // size, (c + 1) * n // size) for c in range(size + 1)]
+    bounds = _pieces(n, size)
     lo, hi = bounds[me]
     refused = _combine_piece(vm, places, me, values, src, out, lo, hi)
     board.reach(seq, REFUSED if refused else 1)
