@@ -4,6 +4,10 @@ Run on the number of ranks named in the plan, by ipympi or by a real MPI::
 
     python -m ipympi.run -n 4 benchmarks/_coll_rank.py --impl ipympi --plan PLAN
     mpiexec -n 4 python benchmarks/_coll_rank.py --impl mpi4py --plan PLAN
+    python -m ipympi.run -n 4 benchmarks/_coll_rank.py --impl floor --plan PLAN
+
+(``floor``: the rows whose data fit in a slot, each call done by
+``_board_floor.FloorComm``'s bare board traffic, timed with ipympi's communicator.)
 
 ``PLAN`` is the JSON text built by :func:`make_plan`. Every row runs one untimed
 warm-up loop (whose data are checked); then, when the plan gives no repetition
@@ -30,6 +34,7 @@ from typing import Any, Callable
 
 import _harness
 import numpy as np
+from _board_floor import FloorComm, fits
 
 RESULT_PREFIX = "COLL-RESULT "
 TARGET_SECONDS = 0.25
@@ -228,11 +233,12 @@ def calibrate(comm: Any, MPI: Any, loop: Callable[[int], None], reps: int, targe
         reps = min(MAX_REPS, max(2 * reps, math.ceil(1.2 * floor / max(per_call, 1e-9))))
 
 
-def run(comm: Any, MPI: Any, plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every row of ``plan``: warm-up, calibration when needed, timed trials."""
+def run(comm: Any, MPI: Any, plan: dict[str, Any], calls: Any = None) -> dict[str, dict[str, Any]]:
+    """Every row of ``plan``: warm-up, calibration when needed, timed trials. The rows'
+    calls are ``calls``' (a :class:`FloorComm`), or ``comm``'s; ``comm`` times them."""
     results: dict[str, dict[str, Any]] = {}
     for row in plan["rows"]:
-        loop, check = make_row(comm, MPI, row)
+        loop, check = make_row(comm if calls is None else calls, MPI, row)
         loop(row["warmup"])
         check(row["warmup"])
         reps, estimate = row["reps"], None
@@ -246,10 +252,12 @@ def run(comm: Any, MPI: Any, plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the plan with ipympi's or mpi4py's ``MPI.COMM_WORLD``."""
-    args = _harness.parse_rank_args(__doc__.splitlines()[0], argv, ("ipympi", "mpi4py"))
+    """Run the plan with ipympi's or mpi4py's ``MPI.COMM_WORLD``, or the floor."""
+    impls = ("ipympi", "mpi4py", "floor")
+    args = _harness.parse_rank_args(__doc__.splitlines()[0], argv, impls)
     plan = json.loads(args.plan)
-    MPI, version = _harness.load_mpi(args.impl)
+    floor = args.impl == "floor"
+    MPI, version = _harness.load_mpi("ipympi" if floor else args.impl)
     comm = MPI.COMM_WORLD
     if comm.Get_size() != plan["ranks"]:
         print(
@@ -257,7 +265,13 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    results = run(comm, MPI, plan)
+    calls = None
+    if floor:
+        size = comm.Get_size()
+        plan["rows"] = [r for r in plan["rows"] if fits(r["kind"], r["count"], size)]
+        calls = FloorComm(comm)
+        version = "floor: bare board traffic in Python"
+    results = run(comm, MPI, plan, calls)
     if comm.Get_rank() == 0:
         payload = {"impl": args.impl, "version": version, "ranks": plan["ranks"]}
         _harness.emit_result(RESULT_PREFIX, {**payload, "rows": results})

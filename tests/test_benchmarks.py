@@ -91,6 +91,28 @@ def test_collectives_quick_prints_every_row() -> None:
     assert "mpi4py: n/a (--no-mpi4py)" in lines, detail
 
 
+def test_collectives_floor_column_times_the_rows_that_fit_a_slot() -> None:
+    rows = "Barrier,Bcast-1,Bcast-1Mi,Allreduce-1,allreduce-int,Alltoall-1"
+    args = ["--quick", "--no-mpi4py", "--floor", "--ranks", "2", "--rows", rows]
+    proc, detail = run_benchmark("collectives.py", [*args, "--timeout", "40"], timeout=60)
+    lines = proc.stdout.splitlines()
+    row_format = re.compile(
+        rf"^(?P<label>\S.*?)\s+{PAIR}\s+(?P<floor>{PAIR}|n/a)\s+n/a\s+n/a\s+n/a$"
+    )
+    found = {m["label"]: m["floor"] for m in map(row_format.match, lines) if m}
+    assert list(found) == [
+        "Barrier, us",
+        "Bcast 1 f64, us",
+        "Bcast 1 Mi f64, ms",
+        "Allreduce 1 f64, us",
+        "allreduce int, us",
+        "Alltoall 1 f64, us",
+    ], detail
+    assert found.pop("Bcast 1 Mi f64, ms") == "n/a", detail  # too large for a slot
+    assert all(value != "n/a" for value in found.values()), detail
+    assert any("floor: bare board traffic in Python" in line for line in lines), detail
+
+
 SESSION_ROWS = ["session ready, s", "trivial cell, ms", "print on every rank, ms"]
 
 
