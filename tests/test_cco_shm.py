@@ -641,6 +641,39 @@ def test_without_boards_the_calls_take_the_datagram_path(run_mpi) -> None:
     assert_ok(run_mpi(3, mpi_program(MPI_PRELUDE, body), env=env), 3)
 
 
+QUEUED_SENDS = """
+n = 600  # far more small messages than a datagram socket holds (10 by default)
+comm.Barrier()  # the board is set up
+if rank == 0:
+    for i in range(n):
+        comm.send(i, dest=1, tag=5)
+    comm.Barrier()  # waits on the board while most of them still wait for room
+else:
+    import sys
+
+    sys.setswitchinterval(10)  # hold the GIL: the progress thread reads nothing meanwhile
+    busy_until = time.perf_counter() + 0.2
+    while time.perf_counter() < busy_until:
+        pass
+    sys.setswitchinterval(0.005)
+    start = time.perf_counter()
+    got = [comm.recv(source=0, tag=5) for _ in range(n)]
+    took = time.perf_counter() - start
+    assert got == list(range(n))
+    # Each time the socket is full again, the rest go once rank 0 sees the room; before,
+    # each ten waited for rank 0's next wake-up on the board (50 ms): 3 s in all.
+    assert took < 1.5, f"600 queued messages took {took:.2f} s to arrive"
+    comm.Barrier()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_sends_queued_for_a_full_peer_go_on_while_the_sender_waits_on_the_board(
+    run_mpi,
+) -> None:
+    assert_ok(run_mpi(2, mpi_program(MPI_PRELUDE, QUEUED_SENDS), timeout=50), 2)
+
+
 @pytest.mark.timeout(60)
 def test_a_deadlock_report_names_the_wait_on_the_board(run_mpi) -> None:
     body = """

@@ -53,6 +53,33 @@ def test_a_peer_without_room_gets_its_frames_later_in_order(pair) -> None:
     assert not sender.pending
 
 
+def test_the_socket_of_a_full_peer_says_when_it_has_room_again(pair) -> None:
+    """What waits that read nothing from the transport (a board's, the progress
+    thread's) watch so that queued frames go as soon as the peer reads: ``room_fds``
+    becomes writable once the peer has taken a frame, not before."""
+    import select
+
+    sender, receiver = pair
+    assert sender.room_fds() == []
+    sent = 0
+    while not sender.pending:
+        sender.send(1, b"%d" % sent)
+        sent += 1
+        assert sent < 100_000
+    (fd,) = sender.room_fds()
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    assert poller.poll(0) == []  # full
+    sender.wait_room()  # returns (after a few ms at most) with no room
+    assert sender.pending
+    receiver.recv()
+    assert poller.poll(1000) == [(fd, select.POLLOUT)]
+    sender.flush()
+    got = [receiver.recv() for _ in range(sent - 1)]  # frame 0 was read above
+    assert got == [b"%d" % i for i in range(1, sent)] and not sender.pending
+    assert sender.room_fds() == []
+
+
 def test_a_process_of_another_job_gets_frames_under_the_id_it_knows_the_sender_by(
     tmp_path,
 ) -> None:

@@ -36,7 +36,9 @@ it saves on such a wait: a futex wake-up takes some 16 us in the waker and tens 
 microseconds until the sleeper runs again. Only then does it sleep on its bell with a timeout
 (:data:`SLEEP`), running the caller's ``idle`` check after every wake-up that did not
 end the wait (it reads the rank's socket: mismatch reports, dead ranks, other threads
-that want the engine; whoever knows of such news rings the bell). Sleeping:
+that want the engine; whoever knows of such news rings the bell). While frames of the
+rank's own wait for room at a full peer (which rings no bell when it makes room), it
+waits for that room instead (:attr:`Board.wait_instead`). Sleeping:
 
 1. the waiter stores its wait flag, then a full fence, then reads its bell, then
    re-checks the condition, then calls ``FUTEX_WAIT(bell, value read)``;
@@ -228,6 +230,11 @@ class Board:
         # a signal's exception cannot come between), whose result goes to ``retake``.
         self.release: Callable[[list[Any]], None] | None = None
         self.retake: Callable[[list[Any]], None] | None = None
+        # Before each sleep: True when the rank must not sleep on its bell now (frames
+        # of its own wait for room at a full peer, which rings no bell when it makes
+        # some), having waited in its own way for a few milliseconds instead; the wait
+        # then looks again and runs ``idle`` as after a sleep.
+        self.wait_instead: Callable[[], bool] | None = None
         self.clear_upto = -(1 << 62)  # every rank has started this collective or later
 
     @classmethod
@@ -510,6 +517,12 @@ class Board:
                 value = bells[bell_index]
                 if done():
                     return
+                if self.wait_instead is not None and self.wait_instead():
+                    flags[me] = 0
+                    if done():
+                        return
+                    idle()
+                    continue
                 undo: list[Any] = []
                 try:
                     if self.release is not None:

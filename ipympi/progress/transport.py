@@ -334,17 +334,33 @@ class Transport:
             if quiet_at is not None and time.monotonic() > quiet_at:
                 quiet_at = None
                 self.quiet()  # type: ignore[misc]
-            poller = select.poll()
-            poller.register(self.data_fd, select.POLLIN)
-            for wrank in self.pending:
-                sock = self.peers.get(wrank)
-                if sock is not None:
-                    poller.register(sock.fileno(), select.POLLOUT)
-            for fd, _ in poller.poll(RETRY_MS):
+            for fd, _ in self._room_poller().poll(RETRY_MS):
                 if fd == self.data_fd:
                     frame = self.recv_nowait()
                     if frame is not None:
                         return frame
+
+    def _room_poller(self) -> Any:
+        """A poller of the data socket (input) and of the sockets of the peers whose
+        frames wait for room (room)."""
+        poller = select.poll()
+        poller.register(self.data_fd, select.POLLIN)
+        for fd in self.room_fds():
+            poller.register(fd, select.POLLOUT)
+        return poller
+
+    def room_fds(self) -> list[int]:
+        """The sockets of the peers whose frames wait for room: each becomes writable
+        (``POLLOUT``) once its peer has read some of what it holds."""
+        peers = self.peers
+        return [peers[w].fileno() for w in self.pending if w in peers]
+
+    def wait_room(self) -> None:
+        """Wait until a peer whose frames wait has room, or a frame came in (``RETRY_MS``
+        at most): for a wait that reads nothing from this transport (on a shared board)
+        while frames wait, so that they go as soon as their peers take them, as they do
+        while :meth:`recv` waits. The caller then retries them (:meth:`flush`)."""
+        self._room_poller().poll(RETRY_MS)
 
     def _recv_either(self) -> Received:
         """Wait for a frame on the data socket or the tcp inbox."""

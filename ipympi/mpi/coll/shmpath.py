@@ -124,6 +124,7 @@ def set_up(
     lane.idle = functools.partial(idle, lane)
     board.release = functools.partial(_release_engine, engine)
     board.retake = functools.partial(_retake_engine, engine)
+    board.wait_instead = functools.partial(_wait_for_room, transport)
     engine.wake_hooks.append(board.ring_self)
     lane.on_board(board)  # the call has its number: it goes on on the board
     return board
@@ -153,6 +154,17 @@ def _release_engine(engine: Any, undo: list[Any]) -> None:
     if engine.shared.blocked or engine.wanted:
         engine.shared.step_aside((engine.waiting, engine.waiting_since), undo)
         engine.waiting = None
+
+
+def _wait_for_room(transport: Any) -> bool:
+    """Instead of a sleep on the board while frames of this rank wait for room at full
+    peers (sends queued by the transport): wait for that room (a few ms at most), so
+    that a peer that reads them now gets the next ones at once, not after a sleep;
+    the wait's ``idle`` then sends them (:func:`idle`). False when no frame waits."""
+    if not transport.pending:
+        return False
+    transport.wait_room()
+    return True
 
 
 def _retake_engine(engine: Any, undone: list[Any]) -> None:
