@@ -80,6 +80,31 @@ def test_the_socket_of_a_full_peer_says_when_it_has_room_again(pair) -> None:
     assert sender.room_fds() == []
 
 
+def test_waits_that_read_nothing_return_once_a_full_peer_has_room(pair, monkeypatch) -> None:
+    """A board's wait (``wait_room``) and a thread's wait with the engine let go
+    (``wait_input``) return when a peer whose frames wait takes one, not only at their
+    next retry (made 5 s here)."""
+    import threading
+    import time
+
+    monkeypatch.setattr(transport_module, "RETRY_MS", 5000)
+    sender, receiver = pair
+    sent = 0
+    for wait in (sender.wait_room, sender.wait_input):
+        while not sender.pending:  # fill the peer's socket until a frame must wait
+            sender.send(1, b"%d" % sent)
+            sent += 1
+        reader = threading.Timer(0.1, receiver.recv)
+        reader.start()
+        start = time.monotonic()
+        wait()
+        took = time.monotonic() - start
+        reader.join()
+        assert took < 2.5, f"{wait.__name__} returned after {took:.2f} s"
+        sender.flush()
+    assert not sender.pending
+
+
 def test_a_process_of_another_job_gets_frames_under_the_id_it_knows_the_sender_by(
     tmp_path,
 ) -> None:

@@ -39,16 +39,6 @@ from .transport import RETRY_MS
 __all__ = ["ProgressThread", "describe_location", "describe_state", "resident_bytes", "signal_self"]
 
 
-def _with_room(poller: zmq.Poller, fds: list[int]) -> zmq.Poller:
-    """``poller``'s sources, and the sockets ``fds`` watched for room (``POLLOUT``)."""
-    both = zmq.Poller()
-    for source, flags in poller.sockets:
-        both.register(source, flags)
-    for fd in fds:
-        both.register(fd, zmq.POLLOUT)
-    return both
-
-
 def _user_location(thread_id: int | None) -> str:
     """Where the main thread is in user code (see :func:`describe_location`)."""
     if thread_id is None:
@@ -196,11 +186,13 @@ class ProgressThread(threading.Thread):
         """Handle data until a thread wants the engine back."""
         engine = self.engine
         transport = self.transport
+        # besides the inputs, what the poller watches
+        others = [transport.bell_r] + ([transport.ctl] if transport.ctl is not None else [])
         while not self._stop_requested and engine.wanted == 0:
             if transport.has_output:
                 # Frames queued for full peers go once a peer has room (its socket is
                 # writable again), every few milliseconds at the latest.
-                events = dict(_with_room(poller, transport.room_fds()).poll(RETRY_MS))
+                events = dict(transport.room_poller(*others).poll(RETRY_MS))
             else:
                 events = dict(poller.poll(1000))
             if transport.bell_r in events:

@@ -334,19 +334,21 @@ class Transport:
             if quiet_at is not None and time.monotonic() > quiet_at:
                 quiet_at = None
                 self.quiet()  # type: ignore[misc]
-            for fd, _ in self._room_poller().poll(RETRY_MS):
+            for fd, _ in self.room_poller().poll(RETRY_MS):
                 if fd == self.data_fd:
                     frame = self.recv_nowait()
                     if frame is not None:
                         return frame
 
-    def _room_poller(self) -> Any:
-        """A poller of the data socket (input) and of the sockets of the peers whose
-        frames wait for room (room)."""
-        poller = select.poll()
-        poller.register(self.data_fd, select.POLLIN)
+    def room_poller(self, *extra: Any) -> zmq.Poller:
+        """A poller of this rank's inputs and ``extra`` (for input), and of the sockets
+        of the peers whose frames wait for room (for room): what a wait watches while
+        frames wait, so that they go as soon as their peers take them."""
+        poller = zmq.Poller()
+        for source in (*self.inputs, *extra):
+            poller.register(source, zmq.POLLIN)
         for fd in self.room_fds():
-            poller.register(fd, select.POLLOUT)
+            poller.register(fd, zmq.POLLOUT)
         return poller
 
     def room_fds(self) -> list[int]:
@@ -360,7 +362,7 @@ class Transport:
         at most): for a wait that reads nothing from this transport (on a shared board)
         while frames wait, so that they go as soon as their peers take them, as they do
         while :meth:`recv` waits. The caller then retries them (:meth:`flush`)."""
-        self._room_poller().poll(RETRY_MS)
+        self.room_poller().poll(RETRY_MS)
 
     def _recv_either(self) -> Received:
         """Wait for a frame on the data socket or the tcp inbox."""
@@ -390,9 +392,13 @@ class Transport:
         """Wait until a frame may have come in or :meth:`wake` was called.
 
         Reads nothing: the caller, having let the engine go meanwhile, takes it
-        back and reads. While frames wait for room at full peers it returns
-        every few milliseconds, so that they are retried.
+        back and reads. While frames wait for room at full peers it also returns
+        when one has room, and every few milliseconds, so that they are retried.
         """
+        if self.pending:
+            self.room_poller(self.wake_r).poll(RETRY_MS)
+            self._drain_wake()
+            return
         poll = self._input_or_wake
         if poll is None:
             if self.tcp is None:
@@ -404,7 +410,10 @@ class Transport:
                 for source in [*self.inputs, self.wake_r]:
                     poller.register(source, zmq.POLLIN)
             poll = self._input_or_wake = poller.poll
-        poll(RETRY_MS if self.pending else -1)
+        poll(-1)
+        self._drain_wake()
+
+    def _drain_wake(self) -> None:
         with contextlib.suppress(BlockingIOError):
             while os.read(self.wake_r, 4096):
                 pass
