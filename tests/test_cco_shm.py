@@ -99,6 +99,64 @@ def test_a_sleeping_reader_is_woken_by_the_write(pair) -> None:
     assert second.flags[1] == 0  # no longer flagged as sleeping
 
 
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_reader_asleep_on_its_socket_is_nudged_by_the_write(pair, whole: bool) -> None:
+    """A rank that awaits frames sleeps on its socket (``socket_sleep``) instead of its
+    bell; the write that ends its wait nudges it (``nudge``), also when it waits for
+    the whole collective (``wait_all``). No wake-up comes from anywhere else here:
+    without the nudge it would sleep for the 5 s this test gives it."""
+    first, second = pair
+    second.spin = 0.0  # sleep at once
+    frame = threading.Event()  # the socket: a nudge puts a frame in it
+    naps: list[float] = []
+    nudged: list[int] = []
+
+    def nap() -> None:
+        start = time.monotonic()
+        frame.wait(5)
+        naps.append(time.monotonic() - start)
+
+    second.socket_sleep = lambda: nap
+    first.nudge = lambda rank: (nudged.append(rank), frame.set())
+    first.begin(3)
+    second.begin(3)
+    writer = threading.Timer(0.15, first.publish, (3, 7, b"x", _no_idle))
+    writer.start()
+    start = time.monotonic()
+    if whole:
+        second.publish(3, 7, b"y", _no_idle)
+        second.wait_all(3, _no_idle)
+    else:
+        second.wait_slot(0, 3, _no_idle)
+    took = time.monotonic() - start
+    writer.join()
+    assert 0.15 < took < 4 and len(naps) == 1 and naps[0] < 4, (took, naps)
+    assert nudged == [1]
+    assert second.flags[1] == 0 and second.words[second._how[1]] == 0
+
+
+def test_a_rank_that_awaits_frames_handles_them_while_it_spins(pair) -> None:
+    """Between the looks of its spin, a rank that awaits frames runs ``idle`` (which
+    reads its socket): here the frame that ``idle`` finds is what ends the wait."""
+    first, second = pair
+    second.spin = 30.0
+
+    def nap() -> None:
+        raise AssertionError("slept: the spin did not look at the socket")
+
+    second.socket_sleep = lambda: nap
+    first.begin(3)
+    second.begin(3)
+    idles: list[int] = []
+
+    def idle() -> None:  # as if a frame came that lets rank 0 write
+        idles.append(1)
+        first.publish(3, 7, b"x", _no_idle)
+
+    second.wait_slot(0, 3, idle)
+    assert idles == [1]
+
+
 def test_a_slot_is_rewritten_only_once_every_reader_has_moved_on(pair) -> None:
     first, second = pair
     slots = depth(first.size)
@@ -672,6 +730,37 @@ def test_sends_queued_for_a_full_peer_go_on_while_the_sender_waits_on_the_board(
     run_mpi,
 ) -> None:
     assert_ok(run_mpi(2, mpi_program(MPI_PRELUDE, QUEUED_SENDS), timeout=50), 2)
+
+
+POSTED_RECEIVE = """
+buf = np.zeros(100_000, np.uint8)  # sent as a large message: the receiver must answer
+comm.Barrier()
+start = time.perf_counter()
+for i in range(40):
+    if rank == 1:
+        req = comm.Irecv(buf, 0, tag=3)
+        comm.Barrier()  # waits on the board while rank 0's Send awaits its answer
+        req.Wait()
+    elif rank == 0:
+        comm.Send(np.full(100_000, i, np.uint8), 1, tag=3)
+        comm.Barrier()
+    else:
+        comm.Barrier()
+took = time.perf_counter() - start
+if rank == 1:
+    assert (buf == 39).all()
+# Rank 1 answers as the message comes; before, at its next wake-up on the board (50 ms
+# later): 2 s in all.
+assert took < 1.0, f"40 Sends to a posted receive took {took:.2f} s"
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("size", [2, 3])
+def test_a_rank_waiting_on_the_board_answers_a_send_to_its_posted_receive(
+    run_mpi, size: int
+) -> None:
+    assert_ok(run_mpi(size, mpi_program(MPI_PRELUDE, POSTED_RECEIVE), timeout=50), size)
 
 
 @pytest.mark.timeout(60)

@@ -278,6 +278,10 @@ class Matcher:
         """Queue a receive known to match nothing queued (the caller tried ``take``)."""
         self._posted[recv.context].append(recv)
 
+    def has_posted(self) -> bool:
+        """Whether a posted receive waits for its message."""
+        return any(self._posted.values())
+
     def cancel(self, recv: PostedReceive) -> bool:
         """Withdraw a posted receive; False when it was already matched."""
         posted = self._posted.get(recv.context)

@@ -188,6 +188,32 @@ class Engine:
             self.shared.hand_on(self.transport)
         self.lock.release()
 
+    def awaits_frames(self) -> bool:
+        """Whether an operation in flight awaits a frame: a posted receive (its sender
+        may wait for this rank's answer), a send awaiting its answer, a large message
+        coming in, a nonblocking collective. A wait that reads no frames (on a shared
+        board) then watches the socket instead (``mpi.coll.shmpath``)."""
+        protocol = self.protocol
+        return bool(
+            self.colls
+            or protocol.sends
+            or protocol.rdv
+            or protocol.splits
+            or protocol.matcher.has_posted()
+        )
+
+    def nudge(self, wrank: int) -> None:
+        """Wake world rank ``wrank`` on this host (this rank too, from any thread) if it
+        waits for a frame: a ``WAKE`` frame, dropped when its socket is full (it then has
+        input waiting anyway)."""
+        transport = self.transport
+        if transport is None:
+            return
+        if wrank == self.rank:
+            transport.send_to_self(_WAKE_FRAME)
+        else:
+            transport.poke(wrank, _WAKE_FRAME)
+
     def waiting_info(self) -> WaitInfo | None:
         """What the rank is blocked on right now, or None: the first of
         :meth:`blocked_calls`."""

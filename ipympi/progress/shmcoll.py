@@ -14,8 +14,9 @@ Layout (``n`` ranks; all words native, 8-byte aligned, written with one store ea
   line with the *shared bell* those last ones sleep on (rung once, for all, by the
   rank whose write completes the collective);
 - per rank, one 64-byte line: its *bell* (a uint32 futex word that it alone sleeps on),
-  its *started* word (the sequence number of the collective it is in) and its *step*
-  word (how far it is in a collective of several steps: :meth:`Board.reach`);
+  its *started* word (the sequence number of the collective it is in), its *step*
+  word (how far it is in a collective of several steps: :meth:`Board.reach`) and its
+  *how* word (1 while it sleeps on its socket instead of its bell: see below);
 - per rank, ``depth`` slots (:func:`depth`: slot ``s % depth`` for collective ``s``, so
   that a rank may run up to ``depth - 1`` collectives ahead of the others: a rooted
   call's root, for one, need not wait for its readers): sequence number, signature, byte
@@ -36,9 +37,7 @@ it saves on such a wait: a futex wake-up takes some 16 us in the waker and tens 
 microseconds until the sleeper runs again. Only then does it sleep on its bell with a timeout
 (:data:`SLEEP`), running the caller's ``idle`` check after every wake-up that did not
 end the wait (it reads the rank's socket: mismatch reports, dead ranks, other threads
-that want the engine; whoever knows of such news rings the bell). While frames of the
-rank's own wait for room at a full peer (which rings no bell when it makes room), it
-waits for that room instead (:attr:`Board.wait_instead`). Sleeping:
+that want the engine; whoever knows of such news rings the bell). Sleeping:
 
 1. the waiter stores its wait flag, then a full fence, then reads its bell, then
    re-checks the condition, then calls ``FUTEX_WAIT(bell, value read)``;
@@ -57,6 +56,14 @@ on the socket), not the mechanism. The fence is a ``threading.Lock`` acquired an
 released: CPython does both with atomic read-modify-write instructions, which x86
 orders as full fences. Hence: Linux on x86-64 only (:func:`available`); elsewhere the
 collectives keep their datagram path.
+
+A rank that awaits frames (other ranks may wait for its answer to a message, or its
+own frames wait for room at a full peer) must not sleep where only board writes wake
+it: frames ring no bell. The board's user then says how to sleep on the rank's socket
+instead (:attr:`Board.socket_sleep`), and looks at the socket between the looks of
+the spin too; the rank stores 1 in its *how* word before its flag, and a writer that
+sees the flag wakes it with a frame (:attr:`Board.nudge`) instead of the futex. A frame
+stays in the socket until read, so no wake-up is lost that way either.
 """
 
 from __future__ import annotations
@@ -79,6 +86,7 @@ __all__ = [
     "DEPTH",
     "DEPTH_SMALL",
     "OVERFLOW",
+    "SLEEP",
     "SLOT_DATA",
     "SMALL",
     "STEPS",
@@ -195,6 +203,7 @@ class Board:
         self._bell_addr = [ctypes.c_void_p(base + off) for off in self._line]
         self._started = [off // 8 + 1 for off in self._line]  # word indexes
         self._step = [off // 8 + 2 for off in self._line]
+        self._how = [off // 8 + 3 for off in self._line]  # 1: sleeping on its socket
         # word index of slot p's header, per rank: [rank][p]
         self._slot = [
             tuple((off + LINE + i * SLOT) // 8 for i in range(slots)) for off in self._line
@@ -230,11 +239,12 @@ class Board:
         # a signal's exception cannot come between), whose result goes to ``retake``.
         self.release: Callable[[list[Any]], None] | None = None
         self.retake: Callable[[list[Any]], None] | None = None
-        # Before each sleep: True when the rank must not sleep on its bell now (frames
-        # of its own wait for room at a full peer, which rings no bell when it makes
-        # some), having waited in its own way for a few milliseconds instead; the wait
-        # then looks again and runs ``idle`` as after a sleep.
-        self.wait_instead: Callable[[], bool] | None = None
+        # Before each sleep: how to sleep on the rank's socket instead of its bell (a
+        # function that returns once a frame came in, or a while later), or None: while
+        # the rank awaits frames, which ring no bell (see the module's docstring).
+        # ``nudge(rank)`` then wakes a rank sleeping that way, with a frame.
+        self.socket_sleep: Callable[[], Callable[[], None] | None] | None = None
+        self.nudge: Callable[[int], None] | None = None
         self.clear_upto = -(1 << 62)  # every rank has started this collective or later
 
     @classmethod
@@ -356,11 +366,18 @@ class Board:
             for r in range(self.size):
                 flag = flags[r]
                 if flag in (me, ANY):
-                    self.ring(r)
+                    self.wake(r)
                 elif flag == COMPLETE:
                     waiting_all = True
             if waiting_all and seq >= 0 and self.missing(seq, everyone=True) < 0:
                 self.ring_shared()
+
+    def wake(self, rank: int) -> None:
+        """Wake ``rank`` where it sleeps: on its bell, or on its socket (:attr:`nudge`)."""
+        if self.words[self._how[rank]] and self.nudge is not None:
+            self.nudge(rank)
+        else:
+            self.ring(rank)
 
     def ring(self, rank: int) -> None:
         """Change ``rank``'s bell and wake it (from any thread)."""
@@ -368,15 +385,26 @@ class Board:
         self._syscall(_SYS_FUTEX, addr, _FUTEX_WAKE_OP, 1, 0, addr, _ADD_ONE)  # type: ignore[misc]
 
     def ring_shared(self) -> None:
-        """Change the shared bell and wake every rank that sleeps on it."""
+        """Wake every rank that sleeps until the collective is complete: change the
+        shared bell (one system call for all), and nudge those on their sockets."""
+        self._ring_shared_bell()
+        if self.nudge is not None:
+            flags, words, how = self.flags, self.words, self._how
+            for r in range(self.size):
+                if flags[r] == COMPLETE and words[how[r]]:
+                    self.nudge(r)
+
+    def _ring_shared_bell(self) -> None:
         addr = self._shared_addr
         self._syscall(_SYS_FUTEX, addr, _FUTEX_WAKE_OP, _ALL, 0, addr, _ADD_ONE)  # type: ignore[misc]
 
     def ring_self(self) -> None:
-        """Wake this rank if it sleeps on the board (from another thread)."""
-        self.ring(self.rank)
-        if self.flags[self.rank] == COMPLETE:
-            self.ring_shared()
+        """Wake this rank if it sleeps on the board (from another thread: only this
+        rank is nudged, through :attr:`nudge`, which must allow that)."""
+        me = self.rank
+        self.wake(me)
+        if self.flags[me] == COMPLETE:
+            self._ring_shared_bell()
 
     def ring_all(self) -> None:
         """Wake every sleeping rank (news they must read from their sockets)."""
@@ -384,7 +412,7 @@ class Board:
         flags = self.flags
         for r in range(self.size):
             if flags[r] and r != self.rank:
-                self.ring(r)
+                self.wake(r)
         self.ring_shared()
 
     # -- reading ----------------------------------------------------------------------
@@ -470,18 +498,21 @@ class Board:
     def _wait(self, done: Callable[[], bool], flag: int, idle: Callable[[], None]) -> None:
         """Return once ``done()``: look for a while (:meth:`_spin`), then sleep on the
         bell (:meth:`_sleep`, flagged ``flag``)."""
-        if not self._spin(done):
+        if not self._spin(done, idle):
             self._sleep(done, flag, idle)
 
-    def _spin(self, done: Callable[[], bool]) -> bool:
+    def _spin(self, done: Callable[[], bool], idle: Callable[[], None]) -> bool:
         """Look at ``done()`` for up to :attr:`spin` seconds before a sleep; whether it
         came true. When ranks outnumber cores, each look gives the core away
-        (``sched_yield``): the rank being waited for may need it."""
+        (``sched_yield``): the rank being waited for may need it. While the rank awaits
+        frames (it would sleep on its socket: :attr:`socket_sleep`), ``idle`` runs
+        between every :data:`SPIN_LOOKS` looks, to handle the frames that came."""
         spin = self.spin
         if not spin:
             return False
         clock = time.perf_counter
         give_way = self.give_way
+        awaits = None  # whether frames are awaited: asked once the first looks failed
         end = clock() + spin
         while True:
             for _ in range(SPIN_LOOKS):
@@ -491,6 +522,10 @@ class Board:
                     give_way()
             if clock() > end:
                 return False
+            if awaits is None:
+                awaits = self.socket_sleep is not None and self.socket_sleep() is not None
+            if awaits:
+                idle()
 
     def _wait_started(self, seq: int, idle: Callable[[], None]) -> None:
         """Wait until every other rank has started collective ``seq`` or a later one
@@ -510,30 +545,32 @@ class Board:
         else:
             bell_index, addr = self._line[me] // 4, self._bell_addr[me]
         syscall, timeout = self._syscall, self._timeout_ref
+        words, how = self.words, self._how[me]
         try:
             while True:
-                flags[me] = flag
+                on_socket = self.socket_sleep() if self.socket_sleep is not None else None
+                words[how] = 0 if on_socket is None else 1  # before the flag: a writer
+                flags[me] = flag  # that sees the flag sees how to wake this rank
                 fence()
                 value = bells[bell_index]
                 if done():
                     return
-                if self.wait_instead is not None and self.wait_instead():
-                    flags[me] = 0
-                    if done():
-                        return
-                    idle()
-                    continue
-                undo: list[Any] = []
-                try:
-                    if self.release is not None:
-                        self.release(undo)
-                    syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, ctypes.c_uint32(value), timeout, None, 0)  # type: ignore[misc]
-                finally:
-                    if self.retake is not None:
-                        self.retake(list(*undo))
+                if on_socket is not None:
+                    on_socket()
+                else:
+                    undo: list[Any] = []
+                    try:
+                        if self.release is not None:
+                            self.release(undo)
+                        bell = ctypes.c_uint32(value)
+                        syscall(_SYS_FUTEX, addr, _FUTEX_WAIT, bell, timeout, None, 0)  # type: ignore[misc]
+                    finally:
+                        if self.retake is not None:
+                            self.retake(list(*undo))
                 flags[me] = 0
                 if done():
                     return
                 idle()
         finally:
             flags[me] = 0
+            words[how] = 0

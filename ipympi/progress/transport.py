@@ -230,6 +230,15 @@ class Transport:
         queue.append(frame)
         self._flush_peer(wrank)
 
+    def poke(self, wrank: int, frame: bytes) -> None:
+        """Send ``frame`` to world rank ``wrank`` on this host now, or drop it when its
+        socket is full (it then has input waiting) or it has ended: for frames that
+        only wake a rank. Never queued, so it may pass frames queued before it."""
+        sock = self.peers.get(wrank) or self._peer(wrank)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.send(frame)
+
     def not_sent(self, wrank: int, frame: bytes, exc: OSError) -> None:
         """What to do with ``frame`` when sending it on the socket connected to
         ``wrank`` raised ``exc``: queue it while the peer has no room; drop it

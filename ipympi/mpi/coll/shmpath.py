@@ -42,7 +42,7 @@ from ...core.protocol import EAGER_LIMIT
 from ...core.reductions import ArrayValues, ObjectValues, Values
 from ...progress.largebuf import buffer_address, remote_copy
 from ...progress.operation import RECV, Operation
-from ...progress.shmcoll import OVERFLOW, Board, available
+from ...progress.shmcoll import OVERFLOW, SLEEP, Board, available
 
 __all__ = [
     "allgather",
@@ -124,7 +124,9 @@ def set_up(
     lane.idle = functools.partial(idle, lane)
     board.release = functools.partial(_release_engine, engine)
     board.retake = functools.partial(_retake_engine, engine)
-    board.wait_instead = functools.partial(_wait_for_room, transport)
+    nap = functools.partial(transport.wait, SLEEP)
+    board.socket_sleep = functools.partial(_socket_sleep, engine, nap)
+    board.nudge = functools.partial(_nudge, engine, lane.world)
     engine.wake_hooks.append(board.ring_self)
     lane.on_board(board)  # the call has its number: it goes on on the board
     return board
@@ -156,15 +158,29 @@ def _release_engine(engine: Any, undo: list[Any]) -> None:
         engine.waiting = None
 
 
-def _wait_for_room(transport: Any) -> bool:
-    """Instead of a sleep on the board while frames of this rank wait for room at full
-    peers (sends queued by the transport): wait for that room (a few ms at most), so
-    that a peer that reads them now gets the next ones at once, not after a sleep;
-    the wait's ``idle`` then sends them (:func:`idle`). False when no frame waits."""
-    if not transport.pending:
-        return False
-    transport.wait_room()
-    return True
+def _socket_sleep(engine: Any, nap: Any) -> Any:
+    """How a wait on the board sleeps instead of on its bell (``Board.socket_sleep``),
+    when this rank awaits frames, which ring no bell: while frames of its own wait for
+    room at full peers, until one has room (a few ms at most), so that a peer reading
+    them gets the rest at once; while an operation in flight awaits a frame (a posted
+    receive, whose sender may wait for this rank's answer; a send awaiting its answer;
+    a nonblocking collective), until a frame comes in (``nap``). The wait's ``idle``
+    then sends and handles them (:func:`idle`); board writers wake such a sleeper with a
+    frame (:func:`_nudge`). None (the bell) otherwise, and while other threads are in
+    MPI: they need the bell's sleep, which lets the engine go."""
+    if engine.shared.blocked or engine.wanted:
+        return None
+    transport = engine.transport
+    if transport.pending:
+        return transport.wait_room
+    if engine.awaits_frames():
+        return nap
+    return None
+
+
+def _nudge(engine: Any, world: Sequence[int], rank: int) -> None:
+    """Wake communicator rank ``rank``, asleep on its socket (``Board.nudge``)."""
+    engine.nudge(world[rank])
 
 
 def _retake_engine(engine: Any, undone: list[Any]) -> None:
