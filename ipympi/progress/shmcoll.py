@@ -497,7 +497,7 @@ class Board:
 
     def _wait(self, done: Callable[[], bool], flag: int, idle: Callable[[], None]) -> None:
         """Return once ``done()``: look for a while (:meth:`_spin`), then sleep on the
-        bell (:meth:`_sleep`, flagged ``flag``)."""
+        bell or the socket (:meth:`_sleep`, flagged ``flag``)."""
         if not self._spin(done, idle):
             self._sleep(done, flag, idle)
 
@@ -537,7 +537,8 @@ class Board:
         self.clear_upto = min(words[i] for r, i in enumerate(self._started) if r != me) - 1
 
     def _sleep(self, done: Callable[[], bool], flag: int, idle: Callable[[], None]) -> None:
-        """Sleep on this rank's bell until ``done()`` (see the module's docstring)."""
+        """Sleep on this rank's bell, or on its socket while it awaits frames, until
+        ``done()`` (see the module's docstring)."""
         me = self.rank
         flags, bells = self.flags, self.bells
         if flag == COMPLETE:
