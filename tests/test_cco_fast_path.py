@@ -126,3 +126,45 @@ def test_a_mismatch_found_on_the_straight_path_reads_as_on_the_general_one(run_m
         raise AssertionError(f"rank {rank}: no mismatch reported")
     """
     assert_ok(run_mpi(3, mpi_program(MPI_PRELUDE, body)), 3)
+
+
+# -- when a communicator gets its shared board -----------------------------------------
+def test_a_small_communicator_gets_its_board_from_its_fifth_collective(monkeypatch) -> None:
+    from ipympi.mpi.coll import fast
+    from ipympi.progress.shmcoll import SMALL
+
+    monkeypatch.delenv("IPYMPI_SHM_COLL_AFTER", raising=False)
+    assert fast.board_after(2) == fast.board_after(SMALL) == fast.BOARD_AFTER == 5
+    assert fast.board_after(SMALL + 1) == 1  # its rounds cost more than a board
+    monkeypatch.setenv("IPYMPI_SHM_COLL_AFTER", "2")
+    assert fast.board_after(4) == 2 and fast.board_after(SMALL + 1) == 1
+
+
+BOARD_FROM_THE_FIFTH = """
+from ipympi.progress import shmcoll
+
+boarded = shmcoll.available()
+for round in range(3):  # each new communicator takes the context the last one freed
+    sub = comm.Dup()
+    sub.Allreduce(np.ones(1), np.zeros(1))  # its first collective
+    sub.Bcast(np.zeros(3), root=0)
+    sub.Barrier()
+    assert sub.allreduce(rank) == size * (size - 1) // 2
+    assert sub._live().lane.board is None  # four calls: the rounds
+    sub.Barrier()  # the fifth sets it up, on every rank
+    board = sub._live().lane.board
+    assert isinstance(board, shmcoll.Board) if boarded else board is False, board
+    got = np.zeros(size)
+    sub.Allgather(np.full(1, float(rank)), got)
+    assert got.tolist() == list(map(float, range(size)))
+    sub.Free()
+once = comm.Split(0, rank)  # used once, then freed: no board
+once.Barrier()
+assert once._live().lane.board is None
+once.Free()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_communicator_used_a_few_times_takes_the_rounds_and_then_its_board(run_mpi) -> None:
+    assert_ok(run_mpi(4, mpi_program(MPI_PRELUDE, BOARD_FROM_THE_FIFTH), timeout=50), 4)

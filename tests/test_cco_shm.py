@@ -40,6 +40,18 @@ from ipympi.progress.shmcoll import (
 pytestmark = pytest.mark.skipif(not shmcoll.available(), reason="boards need Linux on x86-64")
 
 
+@pytest.fixture
+def run_mpi(run_mpi):
+    """Jobs whose communicators get their boards at their first collective (as those of
+    more than 8 ranks do), so that every call of these tests runs on one; the rule for
+    small communicators (from their fifth) has tests of its own, at the end."""
+
+    def run(*args, env=None, **kwargs):
+        return run_mpi(*args, env={"IPYMPI_SHM_COLL_AFTER": "1", **(env or {})}, **kwargs)
+
+    return run
+
+
 # -- the board, in one process ---------------------------------------------------------
 @pytest.fixture
 def pair():

@@ -38,10 +38,12 @@ class Ledger:
     * ``mismatched``: (context, seq) of every mismatch recorded, so that each is
       recorded and reported once;
     * ``floor``: context -> numbers below it belong to calls abandoned after an
-      interrupt (their late messages are dropped without a report).
+      interrupt (their late messages are dropped without a report);
+    * ``first``: context -> the number of the first call of the communicator that took
+      it last (:meth:`reuse`; a context never reused starts at 0).
     """
 
-    __slots__ = ("active", "calls", "errors", "floor", "members", "mismatched", "next")
+    __slots__ = ("active", "calls", "errors", "first", "floor", "members", "mismatched", "next")
 
     def __init__(self) -> None:
         self.next: dict[int, int] = {}
@@ -51,6 +53,7 @@ class Ledger:
         self.errors: dict[int, tuple[int, str]] = {}
         self.mismatched: set[tuple[int, int]] = set()
         self.floor: dict[int, int] = {}
+        self.first: dict[int, int] = {}
 
     # -- calls -----------------------------------------------------------------------
     def begin(self, context: int, sig: int, members: list[int]) -> int:
@@ -67,6 +70,14 @@ class Ledger:
         calls[(context, seq)] = sig
         calls.pop((context, seq - RECENT_CALLS), None)
         return seq
+
+    def upcoming(self, context: int) -> int:
+        """The number the next call on ``context`` gets (the same on every rank)."""
+        return self.next.get(context, 0)
+
+    def first_of(self, context: int) -> int:
+        """The number of the first call of the communicator now on ``context``."""
+        return self.first.get(context, 0)
 
     def end(self, context: int, seq: int) -> None:
         """Call ``seq`` on ``context`` is finished."""
@@ -133,7 +144,7 @@ class Ledger:
         ``base`` concerned the context's former communicator and is forgotten; one
         from ``base`` on is early news about the new one (its other members may have
         run, and failed, a collective already) and stays."""
-        self.next[context] = max(base, self.next.get(context, 0))
+        self.next[context] = self.first[context] = max(base, self.next.get(context, 0))
         known = self.errors.get(context)
         if known is not None and known[0] < base:
             del self.errors[context]

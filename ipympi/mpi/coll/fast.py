@@ -28,11 +28,19 @@ Argument checks stay with the calls (``coll/intra.py``, ``coll/reduce.py``), whi
 once and then pick this path or the general one. While tracing, or once a rank
 of the world has died (on a communicator without a board), calls take the general path.
 
-When every rank of the communicator shares this host, its first straight call sets up
-a shared board (:func:`.shmpath.set_up`) and every straight call then runs in
-:mod:`.shmpath` instead of the rounds below: the same calls, numbered and ended by the
-same :class:`Lane`, with no message through the kernel. Ranks never mix the two for
-one call: whether a communicator has a board is decided once, alike on all its ranks.
+When every rank of the communicator shares this host, a straight call sets up a shared
+board (:func:`.shmpath.set_up`) and every straight call then runs in :mod:`.shmpath`
+instead of the rounds below: the same calls, numbered and ended by the same
+:class:`Lane`, with no message through the kernel. Ranks never mix the two for one
+call: whether a communicator has a board is decided alike on all its ranks, at the
+same call. That call is its first straight one when it has more than
+:data:`~ipympi.progress.shmcoll.SMALL` ranks, and otherwise its first straight one
+from its :func:`board_after`-th (5th) collective on (by its number in the engine's
+ledger, alike on every rank, also after a failed cell realigned them): setting a board
+up costs a few calls' time (0.2 ms at 2 ranks, 0.8 ms at 4 on 2 cores), which a
+communicator used for a call or two, then freed, never gets back, while on a small one
+the rounds cost little more than the board (MPICH's shared-memory collectives start
+after a few calls too, ``MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD``).
 On one host the rounds below then serve the board's set-up and the data that a board
 call sends as messages (a Bcast's tree, an Allreduce's recursive doubling); between
 hosts (and with ``IPYMPI_SHM_COLL=0``) they run every straight call.
@@ -41,6 +49,7 @@ hosts (and with ``IPYMPI_SHM_COLL=0``) they run every straight call.
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -59,7 +68,7 @@ from ...core.schedule import Algorithm, signature
 from ...core.wire import HEADER_SIZE, signature_of
 from ...progress.engine import WaitInfo
 from ...progress.operation import RECV, SEND, Operation
-from ...progress.shmcoll import Board
+from ...progress.shmcoll import SMALL, Board
 from . import shmpath
 from .runner import CollOp, check_reported, comm_label
 
@@ -73,6 +82,7 @@ __all__ = [
     "barrier",
     "bcast",
     "bcast_object",
+    "board_after",
     "gather",
     "reduce",
     "scatter",
@@ -85,6 +95,17 @@ _monotonic = time.monotonic
 BARRIER = signature("Barrier")
 _signature = functools.lru_cache(maxsize=1024)(signature)
 _NOTHING: list[Any] = []  # what a local step of an algorithm receives
+BOARD_AFTER = 5  # a small communicator's collective from which one sets up its board
+
+
+def board_after(size: int) -> int:
+    """From which collective on (1 for the first) a straight call sets up the board of
+    a communicator of ``size`` ranks on one host: the first above :data:`SMALL` ranks,
+    else the :data:`BOARD_AFTER`-th (``IPYMPI_SHM_COLL_AFTER=n``: the n-th; every rank
+    sees the same environment)."""
+    if size > SMALL:
+        return 1
+    return max(1, int(os.environ.get("IPYMPI_SHM_COLL_AFTER", BOARD_AFTER)))
 
 
 class _Got:
@@ -111,6 +132,7 @@ class Lane:
         "__weakref__",
         "asked",
         "board",
+        "board_from",
         "call",
         "comm",
         "context",
@@ -148,6 +170,11 @@ class Lane:
         # The communicator's shared board (``progress.shmcoll``): None until its first
         # straight call decides, False when it has none.
         self.board: Any = None
+        # The number of the communicator's first collective that may set its board up
+        # (board_after), when it may have one: its collectives are numbered from
+        # first_of, alike on every rank.
+        first = engine.ledger.first_of(self.context)
+        self.board_from = first + board_after(size) - 1
         self.idle: Any = None  # what a wait on the board does between sleeps
         self.asked = False  # whether this call asked the rank it waits for (CHECK)
 
@@ -377,7 +404,8 @@ def _path(
     released, nothing begun) for the general path: while tracing, or once a rank of
     the world has died on a communicator without a board (a wait on the board notices
     dead members itself). The communicator's first straight call makes its lane, and
-    sets the board up (:func:`.shmpath.set_up`, which begins the call). ``board_ok``,
+    one that may run on a board, from its :func:`board_after`-th collective on, sets
+    the board up (:func:`.shmpath.set_up`, which begins the call). ``board_ok``,
     ``rounds_ok``: whether this call may run on a board, and without one (facts of
     its arguments, alike on every rank)."""
     engine = impl.engine
@@ -393,7 +421,7 @@ def _path(
         if isinstance(board, Board):  # the common case: set up already
             lane.start(comm, call, sig, board)
             return lane, board
-        if board is None:
+        if board is None and engine.ledger.upcoming(lane.context) >= lane.board_from:
             made = shmpath.set_up(lane, comm, call, sig)
             if made is not None:
                 return lane, made
