@@ -138,6 +138,8 @@ def test_a_small_communicator_gets_its_board_from_its_fifth_collective(monkeypat
     assert fast.board_after(SMALL + 1) == 1  # its rounds cost more than a board
     monkeypatch.setenv("IPYMPI_SHM_COLL_AFTER", "2")
     assert fast.board_after(4) == 2 and fast.board_after(SMALL + 1) == 1
+    monkeypatch.setenv("IPYMPI_SHM_COLL_AFTER", "soon")
+    assert fast.board_after(4) == 5
 
 
 BOARD_FROM_THE_FIFTH = """

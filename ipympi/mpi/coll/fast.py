@@ -105,7 +105,10 @@ def board_after(size: int) -> int:
     sees the same environment)."""
     if size > SMALL:
         return 1
-    return max(1, int(os.environ.get("IPYMPI_SHM_COLL_AFTER", BOARD_AFTER)))
+    try:
+        return max(1, int(os.environ.get("IPYMPI_SHM_COLL_AFTER", BOARD_AFTER)))
+    except ValueError:  # not a number: the default
+        return BOARD_AFTER
 
 
 class _Got:
@@ -167,8 +170,8 @@ class Lane:
         self.call = ""
         self.seq = self.sig = self.rounds = 0
         self.peer = -1
-        # The communicator's shared board (``progress.shmcoll``): None until its first
-        # straight call decides, False when it has none.
+        # The communicator's shared board (``progress.shmcoll``): None until a straight
+        # call decides (from board_from on), False when it has none.
         self.board: Any = None
         # The number of the communicator's first collective that may set its board up
         # (board_after), when it may have one: its collectives are numbered from
