@@ -347,3 +347,29 @@ def test_the_shared_barrier_takes_an_interrupted_arrival_back() -> None:
     finally:
         first.close()
         second.close()
+
+
+def test_the_shared_barrier_calls_between_while_it_looks() -> None:
+    """``between`` runs among the looks (a fence reads its socket there while frames
+    are awaited); here its first call is what brings the other process."""
+    import threading
+
+    first = HostMutexes.create(2)
+    second = HostMutexes.open(first.name, 2)
+    first.unlink()
+    calls: list[int] = []
+    others: list[threading.Thread] = []
+
+    def between() -> None:
+        if not calls:
+            others.append(threading.Thread(target=second.barrier, args=(1, lambda: None)))
+            others[0].start()
+        calls.append(1)
+
+    try:
+        first.barrier(0, lambda: None, between)
+        others[0].join(10)
+        assert calls and first._epoch == second._epoch == 1
+    finally:
+        first.close()
+        second.close()

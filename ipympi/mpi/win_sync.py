@@ -200,7 +200,10 @@ class WinSynchronization:
         """The barrier of ``Fence`` through the window's shared counters (see the
         module docstring). Past its first looks the rank reports itself blocked in
         ``Win.Fence`` (hang reports, the controller's status queries), and a rank of
-        the window that died ends the wait with ``ERR_OTHER``."""
+        the window that died ends the wait with ``ERR_OTHER``. While an operation in
+        flight awaits a frame (``Engine.awaits_frames``: a posted receive whose sender
+        may wait for this rank's answer), its looks read the socket now and then, as a
+        wait on a board does; once it sleeps, the progress thread reads it."""
         mutexes = impl.mutexes
         assert mutexes is not None
         engine = PROCESS.engine
@@ -223,8 +226,16 @@ class WinSynchronization:
                     ERR_OTHER, f"Fence: rank {dead} of the window has died (it never fenced)"
                 )
 
+        def between() -> None:
+            if engine is not None and engine.awaits_frames():
+                engine.enter()
+                try:
+                    engine.poll_once()
+                finally:
+                    engine.leave()
+
         try:
-            mutexes.barrier(impl.rank, slow)
+            mutexes.barrier(impl.rank, slow, between)
         finally:
             if blocked and engine is not None:
                 engine.shared.blocked.pop(me, None)

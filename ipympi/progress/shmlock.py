@@ -51,7 +51,7 @@ from typing import Any, Callable
 
 from .shm import Segment, process_alive
 
-__all__ = ["ORPHANED", "SLICE", "SPINS", "HostMutexes"]
+__all__ = ["LOOKS_BETWEEN", "ORPHANED", "SLICE", "SPINS", "HostMutexes"]
 
 SLICE = 0.05  # seconds a waiter sleeps before it looks at the holder again
 ORPHANED = 1.0  # seconds a held mutex may show no holder before a dead peer is blamed
@@ -59,6 +59,7 @@ ORPHANED = 1.0  # seconds a held mutex may show no holder before a dead peer is 
 # CPU, more than a receive's 45 (``transport.SPIN_TRIES``), as a fence after a large
 # copy often waits for a peer still copying, and waking from a sleep costs tens of us.
 SPINS = 200
+LOOKS_BETWEEN = 16  # looks at a barrier between two calls of its ``between``
 _SEMAPHORE = 1  # SemLock kind: a counting semaphore
 _BELL_MAX = 2**31 - 1  # a doorbell counts rings up to SEM_VALUE_MAX
 _STRIDE = 64  # bytes between two processes' barrier counters: one cache line each
@@ -228,11 +229,14 @@ class HostMutexes:
             fcntl.lockf(fd, fcntl.LOCK_UN, 8, 8 * index, os.SEEK_SET)
 
     # -- the barrier ----------------------------------------------------------------------
-    def barrier(self, me: int, slow: Callable[[], None]) -> None:
+    def barrier(
+        self, me: int, slow: Callable[[], None], between: Callable[[], None] | None = None
+    ) -> None:
         """Arrive at the next barrier as process ``me`` of the ``n`` and return once all
-        arrived (see the module docstring). The wait looks :data:`SPINS` times, then
-        sleeps on ``me``'s doorbell in slices of :data:`SLICE` seconds, calling ``slow()``
-        before each (it may raise, as an interrupt may: the arrival is then taken back,
+        arrived (see the module docstring). The wait looks :data:`SPINS` times, calling
+        ``between()`` (when given) after every :data:`LOOKS_BETWEEN`, then sleeps on
+        ``me``'s doorbell in slices of :data:`SLICE` seconds, calling ``slow()`` before
+        each (either may raise, as an interrupt may: the arrival is then taken back,
         unless every process had arrived)."""
         arrivals, arrived = self._arrivals, self._arrived
         epoch = self._epoch + 1
@@ -253,6 +257,8 @@ class HostMutexes:
                 if spins:
                     spins -= 1
                     _sched_yield()
+                    if between is not None and not spins % LOOKS_BETWEEN:
+                        between()
                     continue
                 slow()
                 self._drain(me)
