@@ -405,7 +405,7 @@ class PeerProtocol:
                 )
             self._reply(payload.wsource, FIN, payload.msgid)
         else:
-            self.rdv[(payload.wsource, payload.msgid)] = (op, env, target, 0)
+            self.rdv[key] = (op, env, target, 0)
             self._reply(payload.wsource, CTS, payload.msgid)
 
     def _part_copied(self, key: tuple[int, int], split: _Split) -> None:
@@ -415,11 +415,8 @@ class PeerProtocol:
         if split.pending:
             return
         del self.splits[key]
-        if split.unread:  # the sender sends it all in DATA frames
-            self.rdv[key] = (split.op, split.env, split.target, 0)
-            self._reply(key[0], CTS, key[1])
-            return
-        self.fetched(split.op, split.env, split.target, True)
+        # as one whole read, now: a part unread asks for the whole message in DATA frames
+        self.fetched(split.op, split.env, split.target, not split.unread)
 
     def put_done(self, wdest: int, msgid: int, written: bool) -> None:
         """The answer to a :class:`Put` (this rank sends message ``msgid``)."""
