@@ -133,8 +133,8 @@ def test_a_reader_asleep_on_its_socket_is_nudged_by_the_write(pair, whole: bool)
     first.begin(3)
     second.begin(3)
     writer = threading.Timer(0.15, first.publish, (3, 7, b"x", _no_idle))
+    start = time.monotonic()  # before the timer starts: the wait lasts at least 0.15 s
     writer.start()
-    start = time.monotonic()
     if whole:
         second.publish(3, 7, b"y", _no_idle)
         second.wait_all(3, _no_idle)
