@@ -177,7 +177,8 @@ class Board:
 
     Create it on one rank with :meth:`create`, pass :attr:`name` to the others, which
     :meth:`open` it; once all have it open, the creator calls :meth:`unlink`. Then
-    :meth:`begin`, :meth:`publish`, :meth:`slot_ready`, :meth:`wait_slot` and
+    :meth:`begin`, :meth:`publish` (:attr:`post` for data that fits), :attr:`look` (a
+    slot's data when it is there as expected), :meth:`slot_ready`, :meth:`wait_slot` and
     :meth:`read` run the calls; :meth:`close` when the communicator goes.
     """
 
@@ -246,6 +247,58 @@ class Board:
         self.socket_sleep: Callable[[], Callable[[], None] | None] | None = None
         self.nudge: Callable[[int], None] | None = None
         self.clear_upto = -(1 << 62)  # every rank has started this collective or later
+        self.post, self.look = self._bind()
+
+    def _bind(self) -> tuple[Callable[..., None], Callable[..., memoryview | None]]:
+        """The board's two busiest steps, :meth:`post` and :meth:`look`, as functions
+        bound to its memory: every small collective runs them, and a closure's variables
+        cost less to read than the board's attributes (a call's time is a few dozen
+        such reads)."""
+        board, words, mem, last = self, self.words, self.mem, self._last
+        mine, slots = self._slot[self.rank], self._slot
+        flag_bytes, no_flags = self.flag_bytes, self._no_flags
+        acquire, release = _fence_lock.acquire, _fence_lock.release
+
+        def post(
+            seq: int, sig: int, data: Any, nbytes: int, idle: Callable[[], None], total: int = -1
+        ) -> None:
+            """Write this rank's slot of collective ``seq``: signature ``sig`` and the
+            ``nbytes`` bytes of ``data`` (at most :data:`SLOT_DATA`), or, when ``total``
+            is given, the mark :data:`OVERFLOW` with ``total`` as the data's size and
+            ``data`` as a note that says where the data is; once no rank reads the
+            slot's previous content (``idle`` as in :meth:`wait_slot`), then wake the
+            ranks that wait for it."""
+            if board.clear_upto < seq - last:
+                board._wait_started(seq - last, idle)
+            head = mine[seq & last]
+            words[head + 1] = sig
+            if total < 0:
+                words[head + 2] = words[head + 3] = nbytes
+            else:
+                words[head + 2] = OVERFLOW
+                words[head + 3] = total
+            if nbytes:
+                start = 8 * head + HEADER
+                mem[start : start + nbytes] = data
+            words[head] = seq + 1  # 0: never written
+            acquire()  # notify(seq), without its call in the common case
+            release()
+            if flag_bytes != no_flags:
+                board._wake_waiters(seq)
+
+        def look(rank: int, seq: int, sig: int, nbytes: int) -> memoryview | None:
+            """``rank``'s data of collective ``seq`` (a view of the board, valid as
+            :meth:`read`'s), if its slot is written, of signature ``sig``, with exactly
+            ``nbytes`` bytes in it; else None, and the caller takes the long way (a
+            wait, data that went another way, or the error of a call or size that
+            does not match)."""
+            head = slots[rank][seq & last]
+            if words[head] != seq + 1 or words[head + 1] != sig or words[head + 2] != nbytes:
+                return None
+            start = 8 * head + HEADER
+            return mem[start : start + nbytes]
+
+        return post, look
 
     @classmethod
     def create(cls, rank: int, size: int, job_dir: str | None = None) -> Board:
@@ -303,25 +356,12 @@ class Board:
         """Write this rank's slot of collective ``seq`` (``sig``, and ``data`` if it fits
         in :data:`SLOT_DATA` bytes, else the mark :data:`OVERFLOW`, and ``note``: the
         data goes another way) once no rank reads its previous content, then wake the
-        ranks that wait for it."""
-        last = self._last
-        if self.clear_upto < seq - last:
-            self._wait_started(seq - last, idle)
-        words = self.words
-        head = self._slot[self.rank][seq & last]
+        ranks that wait for it (:meth:`post`)."""
         nbytes = len(data) if type(data) is bytes else data.nbytes  # type: ignore[union-attr]
-        words[head + 1] = sig
-        words[head + 3] = nbytes
         if nbytes > SLOT_DATA:
-            words[head + 2] = OVERFLOW
-            data, nbytes = note, len(note)  # the slot holds the note alone
+            self.post(seq, sig, note, len(note), idle, nbytes)
         else:
-            words[head + 2] = nbytes
-        if nbytes:
-            start = 8 * head + HEADER
-            self.mem[start : start + nbytes] = data
-        words[head] = seq + 1  # 0: never written
-        self.notify(seq)
+            self.post(seq, sig, data, nbytes, idle)
 
     def reach(self, seq: int, step: int) -> None:
         """Say that this rank has reached step ``step`` (1 .. :data:`STEPS` - 1) of
@@ -357,20 +397,23 @@ class Board:
         """Wake the ranks that sleep until this rank writes (or until any rank does),
         and, when this rank's write of collective ``seq`` completed it (every slot
         written), those that sleep until it is complete."""
-        _fence_lock.acquire()  # fence(), without the call: this runs in every call
-        _fence_lock.release()
+        fence()
         if self.flag_bytes != self._no_flags:
-            me = self.rank + 1
-            flags = self.flags
-            waiting_all = False
-            for r in range(self.size):
-                flag = flags[r]
-                if flag in (me, ANY):
-                    self.wake(r)
-                elif flag == COMPLETE:
-                    waiting_all = True
-            if waiting_all and seq >= 0 and self.missing(seq, everyone=True) < 0:
-                self.ring_shared()
+            self._wake_waiters(seq)
+
+    def _wake_waiters(self, seq: int) -> None:
+        """:meth:`notify`'s wake-ups, once its fence is done and some flag is set."""
+        me = self.rank + 1
+        flags = self.flags
+        waiting_all = False
+        for r in range(self.size):
+            flag = flags[r]
+            if flag in (me, ANY):
+                self.wake(r)
+            elif flag == COMPLETE:
+                waiting_all = True
+        if waiting_all and seq >= 0 and self.missing(seq, everyone=True) < 0:
+            self.ring_shared()
 
     def wake(self, rank: int) -> None:
         """Wake ``rank`` where it sleeps: on its bell, or on its socket (:attr:`nudge`)."""

@@ -300,7 +300,7 @@ def _wait_all(lane: Any, board: Board) -> None:
         board.wait_all(lane.seq, lane.idle)
 
 
-def _end(lane: Any, board: Board, large: list[Operation]) -> None:
+def _end(lane: Any, board: Board, large: Sequence[Operation] = ()) -> None:
     """End the call. Every rank writes its slot in every call (if only to say which
     call it is in) and, at the end, compares the slots already written: of two ranks in
     different calls, at least one sees the other's (each write is fenced before its
@@ -346,17 +346,22 @@ def bcast(lane: Any, board: Board, root: int, mem: Any) -> None:
     another size gets the general path's error instead of waiting on a path the root
     did not take."""
     nbytes = mem.nbytes
+    seq, sig = lane.seq, lane.sig
     if nbytes > EAGER_LIMIT:
         _bcast_large(lane, board, root, mem)
     elif lane.rank == root:
-        board.publish(lane.seq, lane.sig, mem, lane.idle)
+        board.publish(seq, sig, mem, lane.idle)
         if nbytes > board.capacity:
             lane.bcast_rounds(root, mem)
     else:
-        board.publish(lane.seq, lane.sig, b"", lane.idle)  # which call this rank is in
-        fits = nbytes <= board.capacity
-        _take(lane, board, root, nbytes, mem, tree=not fits, fits=fits)
-    _end(lane, board, [])
+        board.post(seq, sig, b"", 0, lane.idle)  # which call this rank is in
+        data = board.look(root, seq, sig, nbytes)
+        if data is not None:
+            mem[:] = data
+        else:  # not there yet, or not as expected
+            fits = nbytes <= board.capacity
+            _take(lane, board, root, nbytes, mem, tree=not fits, fits=fits)
+    _end(lane, board)
 
 
 def _bcast_large(lane: Any, board: Board, root: int, mem: Any) -> None:
@@ -478,12 +483,15 @@ def gather(lane: Any, board: Board, root: int, block: Any, out: Any) -> None:
     if lane.rank != root:
         large = _put(lane, board, block, (root,))
     else:
-        board.publish(lane.seq, lane.sig, b"", lane.idle)
+        seq, sig, look = lane.seq, lane.sig, board.look
+        board.post(seq, sig, b"", 0, lane.idle)
         for r in range(lane.size):
-            if r == root:
-                out[r * n : (r + 1) * n] = block
+            part = out[r * n : (r + 1) * n]
+            data = block if r == root else look(r, seq, sig, n)
+            if data is not None:
+                part[:] = data
             else:
-                _take(lane, board, r, n, out[r * n : (r + 1) * n])
+                _take(lane, board, r, n, part)
     _end(lane, board, large)
 
 
@@ -496,22 +504,31 @@ def scatter(lane: Any, board: Board, root: int, src: Any, block: Any) -> None:
         large = _put(lane, board, src, parts)
         block[:] = src[me * n : (me + 1) * n]
     else:
-        board.publish(lane.seq, lane.sig, b"", lane.idle)
-        if n * lane.size > board.capacity:
+        seq, sig, whole = lane.seq, lane.sig, n * lane.size
+        board.post(seq, sig, b"", 0, lane.idle)
+        if whole > board.capacity:
             _take(lane, board, root, n, block)
         else:
-            block[:] = _take(lane, board, root, n * lane.size)[me * n : (me + 1) * n]
+            data = board.look(root, seq, sig, whole)
+            if data is None:
+                data = _take(lane, board, root, whole)
+            block[:] = data[me * n : (me + 1) * n]
     _end(lane, board, large)
 
 
 def allgather(lane: Any, board: Board, block: Any, out: Any) -> None:
     """Every rank publishes its block and copies every other's into ``out``."""
-    me, n = lane.rank, block.nbytes
+    me, n, seq, sig, look = lane.rank, block.nbytes, lane.seq, lane.sig, board.look
     large = _put(lane, board, block, lane.others)
     _wait_all(lane, board)
     out[me * n : (me + 1) * n] = block
     for r in lane.others:
-        _take(lane, board, r, n, out[r * n : (r + 1) * n])
+        part = out[r * n : (r + 1) * n]
+        data = look(r, seq, sig, n)
+        if data is not None:
+            part[:] = data
+        else:
+            _take(lane, board, r, n, part)
     _end(lane, board, large)
 
 
@@ -525,12 +542,16 @@ def alltoall(
     large = _put(lane, board, whole, ((r, sends[r]) for r in lane.others))
     _wait_all(lane, board)
     recvs[me][:] = sends[me]
-    overflow = n * size > board.capacity
+    seq, sig, look, whole = lane.seq, lane.sig, board.look, n * size
+    overflow = whole > board.capacity
     for r in lane.others:
         if overflow:
             _take(lane, board, r, n, recvs[r])
-        else:
-            recvs[r][:] = _take(lane, board, r, n * size)[me * n : (me + 1) * n]
+            continue
+        data = look(r, seq, sig, whole)
+        if data is None:
+            data = _take(lane, board, r, whole)
+        recvs[r][:] = data[me * n : (me + 1) * n]
     _end(lane, board, large)
 
 
@@ -711,7 +732,7 @@ def _combined(
     decode, combine, nbytes = (values.codec or (None, values.decode, values.combine, None))[1:]
     if nbytes is None:
         nbytes = values.nbytes
-    me = lane.rank
+    me, seq, sig, look = lane.rank, lane.seq, lane.sig, board.look
     # this rank's own array as it is (a fresh copy, combined into), unless its bytes are
     # still being sent (they did not fit in the slot)
     own = arrays and len(data) <= board.capacity
@@ -729,6 +750,7 @@ def _combined(
         elif r == me:
             other = decode(memoryview(data))
         else:
-            other = decode(_take(lane, board, r, nbytes, fits=fits))
+            got = None if nbytes is None else look(r, seq, sig, nbytes)
+            other = decode(_take(lane, board, r, nbytes, fits=fits) if got is None else got)
         acc = other if r == 0 else combine(acc, other)
     return acc
