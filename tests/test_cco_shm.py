@@ -419,6 +419,78 @@ def test_bcast_on_the_board_takes_every_buffer_form(run_mpi, size: int) -> None:
     assert_ok(run_mpi(size, mpi_program(prelude, BCAST_FORMS), timeout=50), size)
 
 
+PLAIN_ARRAYS = """
+from ipympi.mpi.coll import fast
+comm.Barrier()  # the board is set up
+impl = comm._live()
+ledger = impl.engine.ledger
+context = impl.lane.context
+
+
+def handled(call, *args):
+    # whether the shortcut did the call (None) or left it untouched (GENERAL: the
+    # call not numbered, so the general parsing then does all of it)
+    before = ledger.upcoming(context)
+    got = call(comm, impl, *args)
+    assert got is None or (got is fast.GENERAL and ledger.upcoming(context) == before)
+    return got is None
+
+
+for root in range(size):
+    # plain whole arrays of any shape and predefined type: one step on the board
+    mine = (np.arange(6, dtype=np.int16) + 10 * rank).reshape(2, 3)
+    out = np.full((size, 2, 3), -1, dtype=np.int16)
+    assert handled(fast.gather_arrays, mine, out if rank == root else None, root)
+    if rank == root:
+        assert out.tolist() == [(np.arange(6) + 10 * r).reshape(2, 3).tolist() for r in range(size)]
+    every = np.arange(3 * size, dtype=np.float32) + root
+    got = np.zeros(3, dtype=np.float32)
+    assert handled(fast.scatter_arrays, every if rank == root else None, got, root)
+    assert got.tolist() == list(every[3 * rank : 3 * rank + 3]), got
+    buf = np.arange(5.0) if rank == root else np.zeros(5)
+    assert handled(fast.bcast_array, buf, root)
+    assert buf.tolist() == list(np.arange(5.0))
+# the blocks' types may differ between send and receive buffers: only bytes count, as
+# in the general parsing
+both = np.zeros(size, dtype=np.int64)
+assert handled(fast.allgather_arrays, np.array([rank], dtype=np.uint64), both)
+assert both.tolist() == list(range(size))
+sends = np.array([100 * rank + r for r in range(size)], dtype=np.int32)
+recvs = np.zeros(size, dtype=np.float32)
+assert handled(fast.alltoall_arrays, sends, recvs)
+assert recvs.view(np.int32).tolist() == [100 * r + rank for r in range(size)]
+# anything else goes the general way, nothing done: a root not a plain rank, a
+# receive buffer of another size or not writable, memory that is not contiguous, a
+# block larger than a slot, blocks that do not split evenly
+ro = np.zeros(size)
+ro.flags.writeable = False
+for call, args in (
+    (fast.bcast_array, (np.zeros(2), np.int64(0))),
+    (fast.bcast_array, (np.zeros(4)[::2], 0)),
+    (fast.gather_arrays, (np.zeros(1), np.zeros(size + 1), 0)),
+    (fast.gather_arrays, (np.zeros(1), ro, 0)),
+    (fast.gather_arrays, (np.zeros(5000), np.zeros(5000 * size), 0)),
+    (fast.scatter_arrays, (np.zeros(size), np.zeros(2), 0)),
+    (fast.allgather_arrays, (np.zeros(1), np.zeros(size)[::-1])),
+    (fast.alltoall_arrays, (np.zeros(size + 1), np.zeros(size + 1))),
+    (fast.alltoall_arrays, (np.zeros(size), np.zeros(2 * size))),
+):
+    if call in (fast.gather_arrays, fast.scatter_arrays) and rank != 0:
+        continue  # the root's own buffer of blocks matters at the root alone
+    assert not handled(call, *args), (call, args)
+comm.Barrier()
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("size", [2, 3])
+def test_plain_arrays_go_to_the_board_in_one_step_and_anything_else_the_general_way(
+    run_mpi, size: int
+) -> None:
+    proc = run_mpi(size, mpi_program(MPI_PRELUDE, PLAIN_ARRAYS), timeout=50)
+    assert_ok(proc, size)
+
+
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("size", [2, 3])
 def test_sizes_that_differ_across_a_slot_s_size_raise_on_every_rank(run_mpi, size: int) -> None:

@@ -35,6 +35,8 @@ __all__ = [
 class CommHandle(Protocol):
     """A communicator handle: its state, its error handler, new handles of its class."""
 
+    _impl: CommImpl | None  # its state (None: a null or freed handle; see ``_live``)
+
     def _live(self) -> CommImpl: ...
 
     def _raise(self, exc: MPIException, call: str, code: int | None = None) -> NoReturn: ...

@@ -119,7 +119,7 @@ class PointToPoint(SendRecv):
         goes through the argument checks of :mod:`ipympi.mpi.args`, which convert
         as mpi4py does or raise.
         """
-        impl = self._impl or self._live()  # type: ignore[attr-defined]
+        impl = self._impl or self._live()
         if (
             type(dest) is int
             and type(tag) is int
@@ -131,7 +131,7 @@ class PointToPoint(SendRecv):
 
     def _recv_checked(self, call: str, source: Any, tag: Any) -> tuple[CommImpl, int, int]:
         """The communicator's state, and ``source`` and ``tag`` checked for a receive."""
-        impl = self._impl or self._live()  # type: ignore[attr-defined]
+        impl = self._impl or self._live()
         if (
             type(source) is int
             and type(tag) is int

@@ -44,6 +44,16 @@ after a few calls too, ``MPIR_CVAR_POSIX_NUM_COLLS_THRESHOLD``).
 On one host the rounds below then serve the board's set-up and the data that a board
 call sends as messages (a Bcast's tree, an Allreduce's recursive doubling); between
 hosts (and with ``IPYMPI_SHM_COLL=0``) they run every straight call.
+
+Once a communicator has its board, the commonest calls skip the general parsing and
+:func:`_path`: a blocking Bcast, Gather, Scatter, Allgather or Alltoall of plain whole
+numpy arrays whose blocks fit in a slot, with a root that is a plain rank, is
+recognized by :func:`bcast_array` and the other ``*_arrays`` functions and run by
+:func:`_on_board` (take the engine, begin the call, run the same :mod:`.shmpath`
+function); anything else they leave untouched (:data:`GENERAL`) for the general way.
+With more ranks than cores a call's time is its Python steps' time several times
+over, so every layer it skips counts (Scatter of one float64 at 2 ranks 10.6 -> 7.6
+us, at 4 ranks 21.2 -> 16.7).
 """
 
 from __future__ import annotations
@@ -62,6 +72,7 @@ from ...core.algorithms import (
     gather_binomial,
     scatter_binomial,
 )
+from ...core.lazynumpy import np
 from ...core.matching import ExactQueue
 from ...core.reductions import Values, allreduce_recursive_doubling
 from ...core.schedule import Algorithm, signature
@@ -69,6 +80,7 @@ from ...core.wire import HEADER_SIZE, signature_of
 from ...progress.engine import WaitInfo
 from ...progress.operation import RECV, SEND, Operation
 from ...progress.shmcoll import SMALL, Board
+from ..buffers import ndarray_bytes
 from . import shmpath
 from .runner import CollOp, check_reported, comm_label
 
@@ -76,16 +88,21 @@ __all__ = [
     "GENERAL",
     "Lane",
     "allgather",
+    "allgather_arrays",
     "allreduce",
     "allreduce_direct",
     "alltoall",
+    "alltoall_arrays",
     "barrier",
     "bcast",
+    "bcast_array",
     "bcast_object",
     "board_after",
     "gather",
+    "gather_arrays",
     "reduce",
     "scatter",
+    "scatter_arrays",
 ]
 
 # What the calls return when they must take the general path.
@@ -286,7 +303,7 @@ class Lane:
 
     def finish(self) -> None:
         """End the call: a message of it still queued means the ranks disagree."""
-        if not self.queue:  # nothing of this context waits: nothing left over
+        if not self.queue.keys:  # nothing of this context waits: nothing left over
             self.engine.ledger.end(self.context, self.seq)
             return
         leftover = self.engine.end_collective(self.context, self.seq)
@@ -397,6 +414,128 @@ class Lane:
         rounds = 1 if self.board else self.rounds
         call = f"{self.call} (collective #{self.seq}, round {rounds})"
         return WaitInfo(call, comm_label(self.comm), self.peer, self.seq)
+
+
+def _on_board(lane: Lane, comm: Any, call: str, sig: int, run: Any, *args: Any) -> Any:
+    """``run(lane, board, *args)`` as a call on ``lane``'s board (taken, begun and
+    released here: the few steps of :func:`_path` that a board call needs), for a call
+    whose arguments were recognized as the common case; its result, or
+    :data:`GENERAL` (nothing done) while tracing."""
+    board = lane.board
+    engine = lane.engine
+    engine.enter()
+    try:
+        if engine.tracer is not None or engine.transport is None or lane.board is not board:
+            return GENERAL
+        lane.start(comm, call, sig, board)
+        return run(lane, board, *args)
+    finally:
+        _release(engine)
+
+
+def _lane_with_board(impl: Any, root: Any = 0) -> Lane | None:
+    """The communicator's lane when it has its board and ``root`` is a plain rank of it
+    (the common case that the ``*_arrays`` calls below recognize), else None."""
+    lane = impl.lane
+    if lane is None or not lane.board or type(root) is not int or not 0 <= root < impl.size:
+        return None
+    return lane
+
+
+def _blocks(array: Any, size: int, nbytes: int, writable: bool) -> memoryview | None:
+    """The bytes of ``array`` (a numpy array) when it is a plain whole array of
+    ``size`` blocks of ``nbytes`` bytes each (what the general parsing reads as such:
+    ``bufforms.blocks``), else None."""
+    if type(array) is not np.ndarray or array.size % size:
+        return None
+    mem = ndarray_bytes(array, writable)
+    return mem if mem is not None and mem.nbytes == nbytes * size else None
+
+
+def bcast_array(comm: Any, impl: Any, buf: Any, root: Any) -> Any:
+    """A blocking Bcast of ``buf``, a numpy array, on a communicator that has its board,
+    without the general parsing when it is a plain whole array and ``root`` a plain
+    rank: None, or :data:`GENERAL` (nothing done: the call takes the general way)."""
+    lane = _lane_with_board(impl, root)
+    if lane is None:
+        return GENERAL
+    mem = ndarray_bytes(buf, root != lane.rank)
+    if mem is None:
+        return GENERAL
+    sig = _signature("Bcast", root)
+    return _on_board(lane, comm, "Bcast", sig, shmpath.bcast, root, mem)
+
+
+def gather_arrays(comm: Any, impl: Any, sendbuf: Any, recvbuf: Any, root: Any) -> Any:
+    """A blocking Gather of ``sendbuf``, a numpy array, as :func:`bcast_array` does
+    (at the root, ``recvbuf`` must be a plain array of one such block per rank)."""
+    lane = _lane_with_board(impl, root)
+    if lane is None:
+        return GENERAL
+    block = ndarray_bytes(sendbuf, False)
+    if block is None or block.nbytes > lane.board.capacity:
+        return GENERAL
+    out = None
+    if lane.rank == root:
+        out = _blocks(recvbuf, lane.size, block.nbytes, True)
+        if out is None:
+            return GENERAL
+    sig = _signature("Gather", root)
+    return _on_board(lane, comm, "Gather", sig, shmpath.gather, root, block, out)
+
+
+def scatter_arrays(comm: Any, impl: Any, sendbuf: Any, recvbuf: Any, root: Any) -> Any:
+    """A blocking Scatter into ``recvbuf``, a numpy array, as :func:`bcast_array` does
+    (at the root, ``sendbuf`` must be a plain array of one such block per rank)."""
+    lane = _lane_with_board(impl, root)
+    if lane is None:
+        return GENERAL
+    block = ndarray_bytes(recvbuf, True)
+    if block is None or block.nbytes * lane.size > lane.board.capacity:
+        return GENERAL
+    src = None
+    if lane.rank == root:
+        src = _blocks(sendbuf, lane.size, block.nbytes, False)
+        if src is None:
+            return GENERAL
+    sig = _signature("Scatter", root)
+    return _on_board(lane, comm, "Scatter", sig, shmpath.scatter, root, src, block)
+
+
+def allgather_arrays(comm: Any, impl: Any, sendbuf: Any, recvbuf: Any) -> Any:
+    """A blocking Allgather of ``sendbuf``, a numpy array, into ``recvbuf``, a plain
+    array of one such block per rank, as :func:`bcast_array` does."""
+    lane = _lane_with_board(impl)
+    if lane is None:
+        return GENERAL
+    block = ndarray_bytes(sendbuf, False)
+    if block is None or block.nbytes > lane.board.capacity:
+        return GENERAL
+    out = _blocks(recvbuf, lane.size, block.nbytes, True)
+    if out is None:
+        return GENERAL
+    sig = _signature("Allgather", 0)
+    return _on_board(lane, comm, "Allgather", sig, shmpath.allgather, block, out)
+
+
+def alltoall_arrays(comm: Any, impl: Any, sendbuf: Any, recvbuf: Any) -> Any:
+    """A blocking Alltoall of ``sendbuf``, a numpy array of one block per rank, into
+    ``recvbuf``, one of the same size, as :func:`bcast_array` does."""
+    lane = _lane_with_board(impl)
+    if lane is None:
+        return GENERAL
+    size = lane.size
+    whole = ndarray_bytes(sendbuf, False)
+    if whole is None or sendbuf.size % size or whole.nbytes > lane.board.capacity:
+        return GENERAL
+    n = whole.nbytes // size
+    out = _blocks(recvbuf, size, n, True)
+    if out is None:
+        return GENERAL
+    sends = [whole[r * n : (r + 1) * n] for r in range(size)]
+    recvs = [out[r * n : (r + 1) * n] for r in range(size)]
+    sig = _signature("Alltoall", 0)
+    return _on_board(lane, comm, "Alltoall", sig, shmpath.alltoall, sends, recvs)
 
 
 def _path(

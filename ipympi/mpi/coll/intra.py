@@ -137,7 +137,13 @@ class Collectives(CommMixin):
     @mpi_call
     def Bcast(self, buf: Any, root: int = 0) -> None:
         """Broadcast ``buf`` from ``root`` to every rank."""
-        self._bcast("Bcast", buf, root, BLOCKING)
+        impl = self._impl
+        if (
+            impl is None
+            or type(buf) is not np.ndarray
+            or fast.bcast_array(self, impl, buf, root) is fast.GENERAL
+        ):
+            self._bcast("Bcast", buf, root, BLOCKING)
 
     @mpi_call
     def Ibcast(self, buf: Any, root: int = 0) -> Request:
@@ -204,7 +210,13 @@ class Collectives(CommMixin):
     @mpi_call
     def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Gather equal blocks from every rank into ``recvbuf`` at ``root``, in rank order."""
-        self._gather("Gather", sendbuf, recvbuf, root, BLOCKING, v=False)
+        impl = self._impl
+        if (
+            impl is None
+            or type(sendbuf) is not np.ndarray
+            or fast.gather_arrays(self, impl, sendbuf, recvbuf, root) is fast.GENERAL
+        ):
+            self._gather("Gather", sendbuf, recvbuf, root, BLOCKING, v=False)
 
     @mpi_call
     def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
@@ -290,7 +302,13 @@ class Collectives(CommMixin):
     @mpi_call
     def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
         """Send the i-th block of ``sendbuf`` at ``root`` to rank i."""
-        self._scatter("Scatter", sendbuf, recvbuf, root, BLOCKING, v=False)
+        impl = self._impl
+        if (
+            impl is None
+            or type(recvbuf) is not np.ndarray
+            or fast.scatter_arrays(self, impl, sendbuf, recvbuf, root) is fast.GENERAL
+        ):
+            self._scatter("Scatter", sendbuf, recvbuf, root, BLOCKING, v=False)
 
     @mpi_call
     def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
@@ -379,7 +397,13 @@ class Collectives(CommMixin):
     @mpi_call
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
         """Every rank receives every rank's block, in rank order."""
-        self._allgather("Allgather", sendbuf, recvbuf, BLOCKING, v=False)
+        impl = self._impl
+        if (
+            impl is None
+            or type(sendbuf) is not np.ndarray
+            or fast.allgather_arrays(self, impl, sendbuf, recvbuf) is fast.GENERAL
+        ):
+            self._allgather("Allgather", sendbuf, recvbuf, BLOCKING, v=False)
 
     @mpi_call
     def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
@@ -431,7 +455,13 @@ class Collectives(CommMixin):
     @mpi_call
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
         """Rank i sends its j-th block to rank j, which stores it as its i-th block."""
-        self._alltoall("Alltoall", "Alltoall", sendbuf, recvbuf, BLOCKING)
+        impl = self._impl
+        if (
+            impl is None
+            or type(sendbuf) is not np.ndarray
+            or fast.alltoall_arrays(self, impl, sendbuf, recvbuf) is fast.GENERAL
+        ):
+            self._alltoall("Alltoall", "Alltoall", sendbuf, recvbuf, BLOCKING)
 
     @mpi_call
     def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
