@@ -241,3 +241,34 @@ def test_modes_cancel_and_proc_null(run_mpi, n: int) -> None:
         req.Free()
     """
     assert_ok(run_mpi(n, program(body)), n)
+
+
+@pytest.mark.parametrize("n", [2])
+def test_a_plain_handle_of_a_persistent_request_is_the_same_request(run_mpi, n: int) -> None:
+    # mpi4py allows Request(preq): a plain MPI.Request handle of the same persistent
+    # request, equal to it, which sees it started and deactivates it by completing
+    body = """
+    buf = np.zeros(3)
+    preq = comm.Send_init(np.arange(3.0), nxt, 5) if rank == 0 else comm.Recv_init(buf, prv, 5)
+    view = Request(preq)
+    assert type(view) is Request and view == preq and view and view.handle == preq.handle
+    assert Prequest(view) == preq and type(Prequest(view)) is Prequest
+    st = dirty()
+    assert view.Test(st) and is_empty(st) and view  # inactive: at once, and it stays
+    for it in range(3):
+        buf[:] = 0
+        preq.Start()
+        if it == 0:
+            view.Wait()  # the activation started through the other handle
+        elif it == 1:
+            Request.Waitall([view])
+        else:
+            while not view.Test():
+                pass
+        assert rank == 0 or buf.tolist() == [0.0, 1.0, 2.0], (it, buf)
+        assert preq.Test() and view  # deactivated, not freed: it starts again
+    view.Free()
+    assert not view and view == MPI.REQUEST_NULL
+    preq.Free()
+    """
+    assert_ok(run_mpi(n, program(body)), n)

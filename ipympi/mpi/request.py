@@ -16,6 +16,7 @@ the engine.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any, Callable, ClassVar
 
@@ -42,23 +43,51 @@ __all__ = ["REQUEST_NULL", "Prequest", "Request"]
 
 class _Persistent:
     """A persistent request, shared by its handles: how to start it (``start()``
-    returns the new operation) and its current operation (``None``: inactive)."""
+    returns the new operation) and its current operation (``None``: inactive).
 
-    __slots__ = ("__weakref__", "op", "start")
+    Its plain ``MPI.Request`` handles (``Request(preq)``, as mpi4py allows: the same
+    request, seen through the base class) keep its current operation in their own
+    ``_op``, as every request does; :meth:`set_op` keeps them up to date."""
+
+    __slots__ = ("__weakref__", "op", "start", "views")
 
     def __init__(self, start: Callable[[], Operation]) -> None:
         self.start = start
         self.op: Operation | None = None
+        self.views: list[weakref.ref[Request]] = []  # its plain handles (handles have no hash)
+
+    def set_op(self, op: Operation | None) -> None:
+        """Make ``op`` the current operation (``None``: inactive), in every handle."""
+        self.op = op
+        if self.views:
+            for ref in self.views:
+                view = ref()
+                if view is not None:
+                    view._op = op
+
+    def add_view(self, request: Request) -> None:
+        """``request``, a plain handle, refers to this persistent request from now on."""
+        self.views = [ref for ref in self.views if ref() is not None]
+        self.views.append(weakref.ref(request))
+        request._op = self.op
+
+    def drop_view(self, request: Request) -> None:
+        """``request`` no longer refers to this persistent request (it was freed)."""
+        self.views = [ref for ref in self.views if ref() is not None and ref() is not request]
 
 
 class Request(MultipleCompletion, Handle):
     """Handle of a nonblocking communication.
 
-    ``Request(req)`` is a new handle to ``req``'s operation; for a persistent
-    ``req``, to its current activation.
+    ``Request(req)`` is a new handle to ``req``'s request: for a persistent ``req``, a
+    plain handle of the same persistent request (equal to ``req``), which sees it
+    started and completed, and which completes and so deactivates it.
     """
 
-    __slots__ = ("_op",)
+    # the current operation (None: a null or inactive request), and the persistent
+    # request it belongs to (None: a request of one operation)
+    __slots__ = ("_op", "_persist")
+    _persist: _Persistent | None
     _mpi_kind = Kind("Request", 11, ERR_REQUEST, None)
     # Operation kind -> the handle class of its requests (``Grequest`` for ``GREQ``),
     # for the subclasses that give ``op_kind``.
@@ -73,17 +102,21 @@ class Request(MultipleCompletion, Handle):
     def _of(cls, op: Operation) -> Request:
         req = object.__new__(cls)
         req._op = op
+        req._persist = None
         return req
 
     # -- identity ------------------------------------------------------------
     def _target(self) -> Any:
-        return self._op
+        persist = self._persist
+        return self._op if persist is None else persist
 
     def _become(self, target: Any) -> None:
-        self._op = target
-
-    def _copy(self, other: Handle) -> None:
-        self._op = other._op  # type: ignore[attr-defined]
+        if isinstance(target, _Persistent):
+            self._persist = target
+            target.add_view(self)
+        else:
+            self._op = target
+            self._persist = None
 
     @classmethod
     def _class_for(cls, target: Any) -> type:
@@ -93,17 +126,24 @@ class Request(MultipleCompletion, Handle):
         return Request._by_kind.get(target.kind, Request)
 
     def __bool__(self) -> bool:
-        return self._op is not None
+        return self._op is not None or self._persist is not None
 
     def __repr__(self) -> str:
         if not self:
             return "<MPI.REQUEST_NULL>"
+        if self._persist is not None:
+            state = "active" if self._op is not None else "inactive"
+            return f"<MPI.{type(self).__name__} of a persistent request, {state}>"
         return f"<MPI.{type(self).__name__} {self._op!r}>"
 
     # -- completion internals ------------------------------------------------
     def _completed(self) -> None:
         """After completion: free a plain request, deactivate a persistent one."""
-        self._op = None
+        persist = self._persist
+        if persist is None:
+            self._op = None
+        else:
+            persist.set_op(None)
 
     def _raise_if_failed(self, op: Operation) -> None:
         if op.error and not op.cancelled:
@@ -195,6 +235,12 @@ class Request(MultipleCompletion, Handle):
     def Free(self) -> None:
         """Release the handle; the communication itself still completes."""
         op = self._op
+        persist = self._persist
+        if persist is not None:  # a handle of a persistent request: it goes
+            persist.drop_view(self)
+            self._persist = None
+            self._op = None
+            return
         if op is None:
             raise MPIException(ERR_REQUEST, "Free: the request is REQUEST_NULL")
         # A started send or posted receive stays referenced by the engine until
@@ -229,7 +275,7 @@ class Prequest(PartitionedMethods, Request):
     operation still completes).
     """
 
-    __slots__ = ("_persist",)
+    __slots__ = ()
 
     @classmethod
     def _persistent(cls, start: Callable[[], Operation]) -> Prequest:
@@ -243,9 +289,6 @@ class Prequest(PartitionedMethods, Request):
     def _become(self, target: Any) -> None:
         self._persist = target
 
-    def _copy(self, other: Handle) -> None:
-        self._persist = other._target()
-
     @property
     def _op(self) -> Operation | None:
         """The current operation of the persistent request (``None``: inactive)."""
@@ -254,7 +297,9 @@ class Prequest(PartitionedMethods, Request):
 
     @_op.setter
     def _op(self, op: Operation | None) -> None:
-        self._persist.op = op
+        persist = self._persist
+        assert persist is not None, "a freed persistent request has no operation"
+        persist.set_op(op)
 
     def __bool__(self) -> bool:
         return self._persist is not None
@@ -266,7 +311,7 @@ class Prequest(PartitionedMethods, Request):
             raise MPIException(ERR_REQUEST, "Start: the request is null")
         if persist.op is not None:
             raise MPIException(ERR_REQUEST, "Start: the request is already active")
-        persist.op = persist.start()
+        persist.set_op(persist.start())
 
     def start(self) -> None:
         self.Start()
