@@ -342,8 +342,12 @@ class Board:
     def begin(self, seq: int) -> None:
         """Say that this rank has started collective ``seq`` (a writer waiting to reuse
         its slot learns it at the next :meth:`notify`). Every rank begins one before
-        any rank writes a slot: the last collective of the board's set-up."""
+        any rank writes a slot: the last collective of the board's set-up. Until the
+        board's name is gone, it also removes the name once every rank has begun one
+        (:meth:`unlink_once_mapped`)."""
         self.words[self._started[self.rank]] = seq + 1
+        if self.named:
+            self.unlink_once_mapped()
 
     def publish(
         self,

@@ -212,7 +212,8 @@ class Lane:
     def start(self, comm: Any, call: str, sig: int, board: Board | None = None) -> None:
         """Begin a call (the engine held): number it in the engine's collective
         ledger, as :class:`CollOp` does, tell observers that it waits, and when it
-        runs on ``board``, say so there (:meth:`on_board`)."""
+        runs on ``board``, say so there (every rank does before any writes its slot:
+        :meth:`~ipympi.progress.shmcoll.Board.begin`)."""
         engine = self.engine
         ledger = engine.ledger
         if ledger.errors:  # a mismatch reported after this rank left that call
@@ -223,18 +224,11 @@ class Lane:
         self.sig = sig
         self.rounds = 0
         self.peer = -1
+        self.asked = False
         engine.waiting = self.waits
         engine.waiting_since = _monotonic()
         if board is not None:
-            self.on_board(board)
-
-    def on_board(self, board: Board) -> None:
-        """The call begun runs on ``board``: every rank says so there before any
-        writes its slot (:meth:`~ipympi.progress.shmcoll.Board.begin`)."""
-        self.asked = False
-        board.begin(self.seq)
-        if board.named:
-            board.unlink_once_mapped()
+            board.begin(self.seq)
 
     def run(self, algorithm: Algorithm) -> Any:
         """Run ``algorithm`` (a generator of ``core.algorithms`` or ``core.reductions``,
@@ -430,7 +424,8 @@ def _on_board(lane: Lane, comm: Any, call: str, sig: int, run: Any, *args: Any) 
         lane.start(comm, call, sig, board)
         return run(lane, board, *args)
     finally:
-        _release(engine)
+        engine.waiting = None  # _release's two steps, without its call
+        engine.leave()
 
 
 def _lane_with_board(impl: Any, root: Any = 0) -> Lane | None:

@@ -77,7 +77,7 @@ def set_up(
     boards work here), riding on the call being made, in its own number (so that
     numbering and reports stay as without boards): rank 0 creates the board and sends
     its name down the call's broadcast tree; every rank opens it, and the call then
-    runs on the board (:meth:`.fast.Lane.on_board`). The name goes as soon as
+    runs on the board (:meth:`~ipympi.progress.shmcoll.Board.begin`). The name goes as soon as
     every rank has started a call on the board: the rank that sees it removes it
     (:meth:`~ipympi.progress.shmcoll.Board.unlink_once_mapped`). When rank 0 cannot
     create one, the name is empty and the broadcast counts as a collective of its
@@ -128,7 +128,7 @@ def set_up(
     board.socket_sleep = functools.partial(_socket_sleep, engine, nap)
     board.nudge = functools.partial(_nudge, engine, lane.world)
     engine.wake_hooks.append(board.ring_self)
-    lane.on_board(board)  # the call has its number: it goes on on the board
+    board.begin(lane.seq)  # the call has its number: it goes on on the board
     return board
 
 
