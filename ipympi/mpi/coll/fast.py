@@ -578,22 +578,66 @@ def _release(engine: Any) -> None:
     engine.leave()
 
 
-def barrier(comm: Any, impl: Any, call: str) -> Any:
-    """Dissemination barrier (``barrier_dissemination``'s rounds); None, or
-    :data:`GENERAL` when the call must take the general path."""
-    got = _path(impl, comm, call, BARRIER)
+def _straight(
+    impl: Any,
+    comm: Any,
+    call: str,
+    sig: int,
+    on_board: Any,
+    rounds: Any,
+    *args: Any,
+    board_ok: bool = True,
+) -> Any:
+    """A straight call: ``on_board(lane, board, *args)`` on the communicator's board
+    (:func:`_on_board` once it has one), else ``rounds(lane, *args)`` (None: the call
+    needs a board; ``board_ok``: whether it may have one), begun, ended
+    (:meth:`Lane.finish`) and released here; the call's result, or :data:`GENERAL`
+    (nothing done) when it must take the general path (:func:`_path`)."""
+    lane = impl.lane
+    if board_ok and lane is not None and lane.board:
+        return _on_board(lane, comm, call, sig, on_board, *args)
+    got = _path(impl, comm, call, sig, board_ok, rounds is not None)
     if got is None:
         return GENERAL
     lane, board = got
     try:
         if board is not None:
-            shmpath.barrier(lane, board)
-            return None
-        lane.run(barrier_dissemination(lane.rank, lane.size))
+            return on_board(lane, board, *args)
+        result = rounds(lane, *args)
         lane.finish()
+        return result
     finally:
         _release(lane.engine)
-    return None
+
+
+# What each call's rounds run without a board (the algorithms of ``core.algorithms``
+# and ``core.reductions``, as the general path runs them).
+
+
+def _barrier_rounds(lane: Lane) -> None:
+    lane.run(barrier_dissemination(lane.rank, lane.size))
+
+
+def _gather_rounds(lane: Lane, root: int, block: memoryview, out: memoryview | None) -> None:
+    lane.run(gather_binomial(lane.rank, lane.size, root, block, out))
+
+
+def _scatter_rounds(lane: Lane, root: int, src: memoryview | None, block: memoryview) -> None:
+    lane.run(scatter_binomial(lane.rank, lane.size, root, src, block))
+
+
+def _allgather_rounds(lane: Lane, block: memoryview, out: memoryview) -> None:
+    lane.run(allgather_bruck(lane.rank, lane.size, block, out))
+
+
+def _alltoall_rounds(lane: Lane, sends: Sequence[memoryview], recvs: Sequence[memoryview]) -> None:
+    lane.run(alltoallw_pairwise(lane.rank, lane.size, sends, recvs))
+
+
+def barrier(comm: Any, impl: Any, call: str) -> Any:
+    """Dissemination barrier (``barrier_dissemination``'s rounds); None, or
+    :data:`GENERAL` when the call must take the general path."""
+    return _straight(impl, comm, call, BARRIER, shmpath.barrier, _barrier_rounds)
 
 
 def bcast(
@@ -603,19 +647,9 @@ def bcast(
     :data:`GENERAL`. ``rounds_ok``: whether the rounds may run it without a board (a
     large broadcast between hosts takes the general path's scatter-allgather, while on
     one host, where a message is one copy, the tree is faster), alike on every rank."""
-    got = _path(impl, comm, call, _signature("Bcast", root), rounds_ok=rounds_ok)
-    if got is None:
-        return GENERAL
-    lane, board = got
-    try:
-        if board is not None:
-            shmpath.bcast(lane, board, root, mem)
-            return None
-        lane.bcast_rounds(root, mem)
-        lane.finish()
-    finally:
-        _release(lane.engine)
-    return None
+    rounds = Lane.bcast_rounds if rounds_ok else None
+    sig = _signature("Bcast", root)
+    return _straight(impl, comm, call, sig, shmpath.bcast, rounds, root, mem)
 
 
 def gather(
@@ -624,19 +658,8 @@ def gather(
     """Binomial gather of equal blocks (``gather_binomial``'s rounds): ``block`` is
     this rank's, ``out`` (the root's) receives every rank's in rank order; None,
     or :data:`GENERAL`."""
-    got = _path(impl, comm, call, _signature("Gather", root))
-    if got is None:
-        return GENERAL
-    lane, board = got
-    try:
-        if board is not None:
-            shmpath.gather(lane, board, root, block, out)
-            return None
-        lane.run(gather_binomial(lane.rank, lane.size, root, block, out))
-        lane.finish()
-    finally:
-        _release(lane.engine)
-    return None
+    sig = _signature("Gather", root)
+    return _straight(impl, comm, call, sig, shmpath.gather, _gather_rounds, root, block, out)
 
 
 def scatter(
@@ -645,37 +668,15 @@ def scatter(
     """Binomial scatter of equal blocks (``scatter_binomial``'s rounds) from ``src``
     (the root's, every rank's block in rank order) into ``block``; None, or
     :data:`GENERAL`."""
-    got = _path(impl, comm, call, _signature("Scatter", root))
-    if got is None:
-        return GENERAL
-    lane, board = got
-    try:
-        if board is not None:
-            shmpath.scatter(lane, board, root, src, block)
-            return None
-        lane.run(scatter_binomial(lane.rank, lane.size, root, src, block))
-        lane.finish()
-    finally:
-        _release(lane.engine)
-    return None
+    sig = _signature("Scatter", root)
+    return _straight(impl, comm, call, sig, shmpath.scatter, _scatter_rounds, root, src, block)
 
 
 def allgather(comm: Any, impl: Any, call: str, block: memoryview, out: memoryview) -> Any:
     """Bruck's allgather (``allgather_bruck``'s rounds) of ``block`` into ``out``
     (every rank's block, in rank order); None, or :data:`GENERAL`."""
-    got = _path(impl, comm, call, _signature("Allgather", 0))
-    if got is None:
-        return GENERAL
-    lane, board = got
-    try:
-        if board is not None:
-            shmpath.allgather(lane, board, block, out)
-            return None
-        lane.run(allgather_bruck(lane.rank, lane.size, block, out))
-        lane.finish()
-    finally:
-        _release(lane.engine)
-    return None
+    sig = _signature("Allgather", 0)
+    return _straight(impl, comm, call, sig, shmpath.allgather, _allgather_rounds, block, out)
 
 
 def alltoall(
@@ -687,38 +688,28 @@ def alltoall(
     recvs: Sequence[memoryview],
 ) -> Any:
     """The pairwise exchange of ``alltoallw_pairwise`` (``sends[r]``/``recvs[r]``:
-    the blocks for/from rank r); None, or :data:`GENERAL`."""
-    got = _path(impl, comm, call, _signature(kind, 0), kind == "Alltoall")
-    if got is None:
-        return GENERAL
-    lane, board = got
-    try:
-        if board is not None:
-            shmpath.alltoall(lane, board, sends, recvs)
-            return None
-        lane.run(alltoallw_pairwise(lane.rank, lane.size, sends, recvs))
-        lane.finish()
-    finally:
-        _release(lane.engine)
-    return None
+    the blocks for/from rank r); None, or :data:`GENERAL`. Only Alltoall's equal
+    blocks go on a board."""
+    sig = _signature(kind, 0)
+    return _straight(
+        impl,
+        comm,
+        call,
+        sig,
+        shmpath.alltoall,
+        _alltoall_rounds,
+        sends,
+        recvs,
+        board_ok=kind == "Alltoall",
+    )
 
 
 def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value: Any) -> Any:
     """Recursive-doubling allreduce (``allreduce_recursive_doubling``'s rounds);
     returns the result (a new object, or an array of ``values``), or
     :data:`GENERAL`."""
-    got = _path(impl, comm, call, _signature(kind, 0))
-    if got is None:
-        return GENERAL
-    lane, board = got
-    try:
-        if board is not None:
-            return shmpath.allreduce(lane, board, values, value)
-        acc = lane.allreduce_rounds(values, value)
-        lane.finish()
-    finally:
-        _release(lane.engine)
-    return acc
+    sig = _signature(kind, 0)
+    return _straight(impl, comm, call, sig, shmpath.allreduce, Lane.allreduce_rounds, values, value)
 
 
 def allreduce_direct(comm: Any, impl: Any, call: str, values: Values, src: Any, out: Any) -> Any:
@@ -726,7 +717,7 @@ def allreduce_direct(comm: Any, impl: Any, call: str, values: Values, src: Any, 
     reads the others' memory (:func:`.shmpath.allreduce_direct`): the result (``out``),
     or :data:`GENERAL` without a board."""
     sig = _signature("Allreduce", 0)
-    return _board_call(impl, comm, call, sig, shmpath.allreduce_direct, values, src, out)
+    return _straight(impl, comm, call, sig, shmpath.allreduce_direct, None, values, src, out)
 
 
 def reduce(
@@ -735,23 +726,11 @@ def reduce(
     """Reduce (``kind``: or lower-case reduce) through the communicator's board (root:
     the result; others: None), or :data:`GENERAL` without one (the general path's tree)."""
     sig = _signature(kind, root)
-    return _board_call(impl, comm, call, sig, shmpath.reduce, root, values, value)
+    return _straight(impl, comm, call, sig, shmpath.reduce, None, root, values, value)
 
 
 def bcast_object(comm: Any, impl: Any, root: int, data: bytes | None) -> Any:
     """Lower-case bcast's pickle through the communicator's board (its bytes on every
     rank), or :data:`GENERAL` without one."""
     sig = _signature("bcast", root)
-    return _board_call(impl, comm, "bcast", sig, shmpath.bcast_object, root, data)
-
-
-def _board_call(impl: Any, comm: Any, call: str, sig: int, run: Any, *args: Any) -> Any:
-    """``run(lane, board, *args)`` on the board, or :data:`GENERAL` without one."""
-    got = _path(impl, comm, call, sig, rounds_ok=False)
-    if got is None:
-        return GENERAL
-    lane, board = got
-    try:
-        return run(lane, board, *args)
-    finally:
-        _release(lane.engine)
+    return _straight(impl, comm, "bcast", sig, shmpath.bcast_object, None, root, data)
