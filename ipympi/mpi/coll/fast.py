@@ -51,9 +51,10 @@ numpy arrays whose blocks fit in a slot, with a root that is a plain rank, is
 recognized by :func:`bcast_array` and the other ``*_arrays`` functions and run by
 :func:`_on_board` (take the engine, begin the call, run the same :mod:`.shmpath`
 function); anything else they leave untouched (:data:`GENERAL`) for the general way.
-With more ranks than cores a call's time is its Python steps' time several times
-over, so every layer it skips counts (Scatter of one float64 at 2 ranks 10.6 -> 7.6
-us, at 4 ranks 21.2 -> 16.7).
+A call's time is mostly its Python steps (about 0.1 us per function call, and with
+more ranks than cores each rank's steps count several times over), so every layer it
+skips counts: Scatter of one float64 at 2 ranks 11.2 -> 8.0 us, at 4 ranks 22.7 ->
+15.6 (``benchmarks/collectives.py``, medians).
 """
 
 from __future__ import annotations
