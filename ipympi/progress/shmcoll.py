@@ -177,9 +177,9 @@ class Board:
 
     Create it on one rank with :meth:`create`, pass :attr:`name` to the others, which
     :meth:`open` it; once all have it open, the creator calls :meth:`unlink`. Then
-    :meth:`begin`, :meth:`publish` (:attr:`post` for data that fits), :attr:`look` (a
-    slot's data when it is there as expected), :meth:`slot_ready`, :meth:`wait_slot` and
-    :meth:`read` run the calls; :meth:`close` when the communicator goes.
+    :meth:`begin`, :attr:`publish`, :attr:`look` (a slot's data when it is there as
+    expected), :meth:`slot_ready`, :meth:`wait_slot` and :meth:`read` run the calls;
+    :meth:`close` when the communicator goes.
     """
 
     def __init__(self, segment: Segment, rank: int, size: int) -> None:
@@ -247,10 +247,10 @@ class Board:
         self.socket_sleep: Callable[[], Callable[[], None] | None] | None = None
         self.nudge: Callable[[int], None] | None = None
         self.clear_upto = -(1 << 62)  # every rank has started this collective or later
-        self.post, self.look = self._bind()
+        self.publish, self.look = self._bind()
 
     def _bind(self) -> tuple[Callable[..., None], Callable[..., memoryview | None]]:
-        """The board's two busiest steps, :meth:`post` and :meth:`look`, as functions
+        """The board's two busiest steps, :attr:`publish` and :attr:`look`, as functions
         bound to its memory: every small collective runs them, and a closure's variables
         cost less to read than the board's attributes (a call's time is a few dozen
         such reads)."""
@@ -259,24 +259,24 @@ class Board:
         flag_bytes, no_flags = self.flag_bytes, self._no_flags
         acquire, release = _fence_lock.acquire, _fence_lock.release
 
-        def post(
-            seq: int, sig: int, data: Any, nbytes: int, idle: Callable[[], None], total: int = -1
+        def publish(
+            seq: int, sig: int, data: Any, idle: Callable[[], None], note: bytes = b""
         ) -> None:
-            """Write this rank's slot of collective ``seq``: signature ``sig`` and the
-            ``nbytes`` bytes of ``data`` (at most :data:`SLOT_DATA`), or, when ``total``
-            is given, the mark :data:`OVERFLOW` with ``total`` as the data's size and
-            ``data`` as a note that says where the data is; once no rank reads the
-            slot's previous content (``idle`` as in :meth:`wait_slot`), then wake the
-            ranks that wait for it."""
+            """Write this rank's slot of collective ``seq`` (``sig``, and ``data`` if it
+            fits in :data:`SLOT_DATA` bytes, else the mark :data:`OVERFLOW`, and ``note``:
+            the data goes another way) once no rank reads its previous content
+            (``idle`` as in :meth:`wait_slot`), then wake the ranks that wait for it."""
             if board.clear_upto < seq - last:
                 board._wait_started(seq - last, idle)
             head = mine[seq & last]
+            nbytes = len(data) if type(data) is bytes else data.nbytes
             words[head + 1] = sig
-            if total < 0:
-                words[head + 2] = words[head + 3] = nbytes
-            else:
+            words[head + 3] = nbytes
+            if nbytes > SLOT_DATA:
                 words[head + 2] = OVERFLOW
-                words[head + 3] = total
+                data, nbytes = note, len(note)  # the slot holds the note alone
+            else:
+                words[head + 2] = nbytes
             if nbytes:
                 start = 8 * head + HEADER
                 mem[start : start + nbytes] = data
@@ -298,7 +298,7 @@ class Board:
             start = 8 * head + HEADER
             return mem[start : start + nbytes]
 
-        return post, look
+        return publish, look
 
     @classmethod
     def create(cls, rank: int, size: int, job_dir: str | None = None) -> Board:
@@ -348,24 +348,6 @@ class Board:
         self.words[self._started[self.rank]] = seq + 1
         if self.named:
             self.unlink_once_mapped()
-
-    def publish(
-        self,
-        seq: int,
-        sig: int,
-        data: memoryview | bytes,
-        idle: Callable[[], None],
-        note: bytes = b"",
-    ) -> None:
-        """Write this rank's slot of collective ``seq`` (``sig``, and ``data`` if it fits
-        in :data:`SLOT_DATA` bytes, else the mark :data:`OVERFLOW`, and ``note``: the
-        data goes another way) once no rank reads its previous content, then wake the
-        ranks that wait for it (:meth:`post`)."""
-        nbytes = len(data) if type(data) is bytes else data.nbytes  # type: ignore[union-attr]
-        if nbytes > SLOT_DATA:
-            self.post(seq, sig, note, len(note), idle, nbytes)
-        else:
-            self.post(seq, sig, data, nbytes, idle)
 
     def reach(self, seq: int, step: int) -> None:
         """Say that this rank has reached step ``step`` (1 .. :data:`STEPS` - 1) of

@@ -354,7 +354,7 @@ def bcast(lane: Any, board: Board, root: int, mem: Any) -> None:
         if nbytes > board.capacity:
             lane.bcast_rounds(root, mem)
     else:
-        board.post(seq, sig, b"", 0, lane.idle)  # which call this rank is in
+        board.publish(seq, sig, b"", lane.idle)  # which call this rank is in
         data = board.look(root, seq, sig, nbytes)
         if data is not None:
             mem[:] = data
@@ -484,7 +484,7 @@ def gather(lane: Any, board: Board, root: int, block: Any, out: Any) -> None:
         large = _put(lane, board, block, (root,))
     else:
         seq, sig, look = lane.seq, lane.sig, board.look
-        board.post(seq, sig, b"", 0, lane.idle)
+        board.publish(seq, sig, b"", lane.idle)
         for r in range(lane.size):
             part = out[r * n : (r + 1) * n]
             data = block if r == root else look(r, seq, sig, n)
@@ -505,7 +505,7 @@ def scatter(lane: Any, board: Board, root: int, src: Any, block: Any) -> None:
         block[:] = src[me * n : (me + 1) * n]
     else:
         seq, sig, whole = lane.seq, lane.sig, n * lane.size
-        board.post(seq, sig, b"", 0, lane.idle)
+        board.publish(seq, sig, b"", lane.idle)
         if whole > board.capacity:
             _take(lane, board, root, n, block)
         else:
