@@ -50,6 +50,17 @@ def test_demos_that_check_themselves_pass(demodir: str) -> None:
 
 
 @pytest.mark.timeout(120)
+def test_init_fini_finds_the_error_handlers_that_rc_errors_asks_for(demodir: str) -> None:
+    # init-fini/test_0.py checks the handler of the predefined communicators, a
+    # session, a window and a file under each setting of mpi4py.rc.errors
+    settings = [f"errors={mode}" for mode in ("default", "exception", "abort", "fatal")]
+    runs = _run(demodir, *(Demo("init-fini/test_0.py", 2, args=(s,), timeout=60) for s in settings))
+    for setting, run in zip(settings, runs):
+        assert run.status == 0, (setting, run.text())
+        assert not any(run.outputs.values()), (setting, run.text())
+
+
+@pytest.mark.timeout(120)
 def test_demos_print_what_they_compute(demodir: str) -> None:
     hello, cpi, futures = _run(
         demodir,

@@ -199,3 +199,41 @@ def test_init_after_a_session(run_mpi, n: int) -> None:
     print(f"OK {rank}", flush=True)
     """
     assert_ok(run_mpi(n, NO_INIT_PRELUDE + __import__("textwrap").dedent(body)), n)
+
+
+@pytest.mark.parametrize(
+    ("errors", "handler"),
+    [
+        ("exception", "ERRORS_RETURN"),
+        ("default", "ERRORS_ARE_FATAL"),  # MPI's default (files: FILE_NULL's)
+        ("fatal", "ERRORS_ARE_FATAL"),
+        ("abort", "ERRORS_ABORT"),
+    ],
+)
+def test_rc_errors_gives_sessions_and_files_their_default_handler(
+    run_mpi, errors: str, handler: str
+) -> None:
+    # as mpi4py does: a session opened without a handler and the predefined
+    # communicators get the handler mpi4py.rc.errors asks for, and so does every file
+    # opened, whatever FILE_NULL's, but with "default", where files get FILE_NULL's
+    # (ERRORS_RETURN unless set); FILE_NULL's own stays ERRORS_RETURN until set
+    opened = "ERRORS_ARE_FATAL" if errors == "default" else handler  # after the Set below
+    body = f"""
+    session = MPI.Session.Init()
+    assert session.Get_errhandler() == MPI.{handler}, session.Get_errhandler()
+    session.Finalize()
+    assert comm.Get_errhandler() == MPI.{handler}
+    assert MPI.FILE_NULL.Get_errhandler() == MPI.ERRORS_RETURN
+    f = MPI.File.Open(MPI.COMM_SELF, os.devnull, MPI.MODE_WRONLY)
+    first = MPI.ERRORS_RETURN if "{errors}" == "default" else MPI.{handler}
+    assert f.Get_errhandler() == first, f.Get_errhandler()
+    f.Close()
+    MPI.FILE_NULL.Set_errhandler(MPI.ERRORS_ARE_FATAL)
+    f = MPI.File.Open(MPI.COMM_SELF, os.devnull, MPI.MODE_WRONLY)
+    assert f.Get_errhandler() == MPI.{opened}
+    f.Close()
+    MPI.FILE_NULL.Set_errhandler(MPI.ERRORS_RETURN)
+    """
+    prelude = "import os\n" + MPI_PRELUDE
+    proc = run_mpi(2, mpi_program(prelude, body), env={"IPYMPI_RC_ERRORS": errors})
+    assert_ok(proc, 2)

@@ -8,7 +8,8 @@ views and data representations from :mod:`~ipympi.mpi.file_view`.
 
 Errors go through the file's error handler; calls not tied to an open file (``Open``,
 ``Delete``) through ``FILE_NULL``'s, which is ``ERRORS_RETURN`` until the program sets
-another (the standard's default for files).
+another (the standard's default for files). A file opened gets ``FILE_NULL``'s handler
+when ``mpi4py.rc.errors`` is "default", else the one it asks for, as in mpi4py.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ from .file_access import FileAccess
 from .file_view import View, native_view, os_error
 from .info import INFO_NULL, Info
 from .process import PROCESS
+from .rc import setting
+from .runtime import default_errhandler
 
 __all__ = ["FILE_NULL", "File"]
 
@@ -101,7 +104,7 @@ class FileImpl:
         self.fd = fd
         self.comm = comm  # the private duplicate of the communicator
         self.shared = shared
-        self.errhandler: Errhandler = Errhandler(_FILE_NULL_DEFAULTS.errhandler)
+        self.errhandler: Errhandler = Errhandler(_opened_errhandler())
         self.hints: dict[str, str] = dict(_DEFAULT_HINTS)
         self.hints["cb_nodes"] = str(comm.Get_size())
         self.atomic = False
@@ -127,6 +130,15 @@ class _FileNullDefaults:
     (``ERRORS_RETURN`` until set), which also handles ``File.Open``'s errors."""
 
     errhandler: Errhandler = ERRORS_RETURN
+
+
+def _opened_errhandler() -> Errhandler:
+    """The error handler of a file just opened: with ``mpi4py.rc.errors`` "default",
+    ``FILE_NULL``'s (the standard's rule); else the one it asks for ("exception":
+    ``ERRORS_RETURN``, "abort", "fatal"), as mpi4py sets it on every file it opens."""
+    if setting("errors") == "default":
+        return _FILE_NULL_DEFAULTS.errhandler
+    return default_errhandler()
 
 
 _FILE_NULL_DEFAULTS = _FileNullDefaults()

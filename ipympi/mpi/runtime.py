@@ -179,7 +179,7 @@ def start_engine() -> None:
     engine = Engine(rank, base + size, transport)
     PROCESS.engine = engine
     PROCESS.world_ranks = list(range(base, base + size))
-    handler = _default_errhandler()
+    handler = default_errhandler()
     _PREDEFINED[:] = [
         CommImpl(
             engine, WORLD_CONTEXT, PROCESS.world_ranks, rank - base, "MPI_COMM_WORLD", handler, True
@@ -241,8 +241,12 @@ def _wait_for_peers(transport: Any, size: int) -> list[str]:
     )
 
 
-def _default_errhandler() -> Errhandler:
-
+def default_errhandler() -> Errhandler:
+    """The error handler that ``mpi4py.rc.errors`` (``ipympi.rc.errors``) gives the
+    predefined communicators, new windows, sessions opened without one and (but with
+    "default") files, as mpi4py does: ``ERRORS_RETURN`` for "exception" (the default),
+    ``ERRORS_ARE_FATAL`` for "default" (MPI's own default) and "fatal", ``ERRORS_ABORT``
+    for "abort"."""
     errors = setting("errors")
     if errors in ("fatal", "default"):
         return ERRORS_ARE_FATAL

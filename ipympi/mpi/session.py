@@ -91,9 +91,11 @@ class Session(ErrhandlerMethods, Handle):
     # -- starting and ending ---------------------------------------------------------
     @classmethod
     def Init(cls, info: Any = INFO_NULL, errhandler: Any = None) -> Any:
-        """A new session with the hints of ``info`` and ``errhandler`` (default
-        ``ERRORS_RETURN``); joins the other ranks if MPI is not running yet."""
-        handler = ERRORS_RETURN if errhandler is None else errhandler
+        """A new session with the hints of ``info`` and ``errhandler`` (by default the
+        one ``rc.errors`` gives, ``ERRORS_RETURN`` unless set otherwise, as in mpi4py:
+        :func:`~ipympi.mpi.runtime.default_errhandler`); joins the other ranks if MPI is
+        not running yet."""
+        handler = _runtime.default_errhandler() if errhandler is None else errhandler
         if not isinstance(handler, Errhandler):
             raise TypeError(f"Init: expected an MPI.Errhandler, got {type(handler).__name__}")
         session = object.__new__(cls)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errhandling import Errhandler
 from .memory import buffer
-from .runtime import _default_errhandler
+from .runtime import default_errhandler
 
 if TYPE_CHECKING:
     from ..progress.shm import Segment
@@ -110,7 +110,7 @@ class WinImpl:
         self.flavor = flavor
         self.info = {**_DEFAULT_INFO, **info}
         self.name = ""
-        self.errhandler: Any = Errhandler(_default_errhandler())
+        self.errhandler: Any = Errhandler(default_errhandler())
         self.attrs: dict[int, Any] = {}
         self.memory: buffer = buffer()  # this rank's window memory
         self.disp_unit = 1
