@@ -126,8 +126,9 @@ class FileImpl:
 
 
 class _FileNullDefaults:
-    """What ``FILE_NULL`` holds: the error handler of files opened from now on
-    (``ERRORS_RETURN`` until set), which also handles ``File.Open``'s errors."""
+    """What ``FILE_NULL`` holds: its error handler (``ERRORS_RETURN`` until set), which
+    handles ``File.Open``'s errors and, with ``rc.errors`` "default", is the handler
+    of files opened from now on (:func:`_opened_errhandler`)."""
 
     errhandler: Errhandler = ERRORS_RETURN
 
