@@ -247,13 +247,15 @@ class Board:
         self.socket_sleep: Callable[[], Callable[[], None] | None] | None = None
         self.nudge: Callable[[int], None] | None = None
         self.clear_upto = -(1 << 62)  # every rank has started this collective or later
-        self.publish, self.look = self._bind()
+        self.publish, self.look, self.notify = self._bind()
 
-    def _bind(self) -> tuple[Callable[..., None], Callable[..., memoryview | None]]:
-        """The board's two busiest steps, :attr:`publish` and :attr:`look`, as functions
-        bound to its memory: every small collective runs them, and a closure's variables
-        cost less to read than the board's attributes (a call's time is a few dozen
-        such reads)."""
+    def _bind(
+        self,
+    ) -> tuple[Callable[..., None], Callable[..., memoryview | None], Callable[..., None]]:
+        """The board's busiest steps, :attr:`publish`, :attr:`look` and :attr:`notify`
+        (which every write ends with), as functions bound to its memory: every small
+        collective runs them, and a closure's variables cost less to read than the
+        board's attributes (a call's time is a few dozen such reads)."""
         board, words, mem, last = self, self.words, self.mem, self._last
         mine, slots = self._slot[self.rank], self._slot
         flag_bytes, no_flags = self.flag_bytes, self._no_flags
@@ -281,7 +283,13 @@ class Board:
                 start = 8 * head + HEADER
                 mem[start : start + nbytes] = data
             words[head] = seq + 1  # 0: never written
-            acquire()  # notify(seq), without its call in the common case
+            notify(seq)
+
+        def notify(seq: int = -1) -> None:
+            """Wake the ranks that sleep until this rank writes (or until any rank
+            does), and, when this rank's write of collective ``seq`` completed it
+            (every slot written), those that sleep until it is complete."""
+            acquire()  # fence(), bound: every write runs it
             release()
             if flag_bytes != no_flags:
                 board._wake_waiters(seq)
@@ -298,7 +306,7 @@ class Board:
             start = 8 * head + HEADER
             return mem[start : start + nbytes]
 
-        return publish, look
+        return publish, look, notify
 
     @classmethod
     def create(cls, rank: int, size: int, job_dir: str | None = None) -> Board:
@@ -341,7 +349,7 @@ class Board:
     # -- writing ----------------------------------------------------------------------
     def begin(self, seq: int) -> None:
         """Say that this rank has started collective ``seq`` (a writer waiting to reuse
-        its slot learns it at the next :meth:`notify`). Every rank begins one before
+        its slot learns it at the next :attr:`notify`). Every rank begins one before
         any rank writes a slot: the last collective of the board's set-up. Until the
         board's name is gone, it also removes the name once every rank has begun one
         (:meth:`unlink_once_mapped`)."""
@@ -379,16 +387,8 @@ class Board:
         start = 8 * self._slot[rank][seq & self._last] + HEADER
         return self.mem[start : start + nbytes]
 
-    def notify(self, seq: int = -1) -> None:
-        """Wake the ranks that sleep until this rank writes (or until any rank does),
-        and, when this rank's write of collective ``seq`` completed it (every slot
-        written), those that sleep until it is complete."""
-        fence()
-        if self.flag_bytes != self._no_flags:
-            self._wake_waiters(seq)
-
     def _wake_waiters(self, seq: int) -> None:
-        """:meth:`notify`'s wake-ups, once its fence is done and some flag is set."""
+        """:attr:`notify`'s wake-ups, once its fence is done and some flag is set."""
         me = self.rank + 1
         flags = self.flags
         waiting_all = False

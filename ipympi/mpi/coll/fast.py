@@ -425,8 +425,7 @@ def _on_board(lane: Lane, comm: Any, call: str, sig: int, run: Any, *args: Any) 
         lane.start(comm, call, sig, board)
         return run(lane, board, *args)
     finally:
-        engine.waiting = None  # _release's two steps, without its call
-        engine.leave()
+        _release(engine)
 
 
 def _lane_with_board(impl: Any, root: Any = 0) -> Lane | None:
