@@ -74,8 +74,8 @@ def fetch_sdist(version: str, cache: str) -> str:
             "download",
             "--quiet",
             "--no-deps",
-            "--no-binary",
-            ":all:",
+            "--no-binary",  # mpi4py's sdist; its build tools as wheels (built from
+            "mpi4py",  # source they take minutes)
             "--dest",
             download,
             f"mpi4py=={version}",
