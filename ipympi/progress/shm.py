@@ -28,9 +28,12 @@ import errno
 import fcntl
 import mmap
 import os
+import platform
 import re
 import secrets
+import sys
 import tempfile
+import threading
 import time
 
 from ..core.lazynumpy import np
@@ -39,17 +42,40 @@ from .largebuf import buffer_address
 __all__ = [
     "STALE_AFTER",
     "Segment",
+    "fence",
     "note_in",
     "noted",
     "process_alive",
     "reap_stale",
     "segment_folder",
+    "total_store_order",
 ]
 
 STALE_AFTER = 60.0  # seconds: a segment's name older than this, its creator gone, is stale
 # what :meth:`Segment.create` names segments: prefix, creator's pid, 16 hex digits
 _NAME = re.compile(r"ipympi(?:-[a-z]+)?-(\d+)-[0-9a-f]{16}")
 _reaped = False  # whether this process has reaped its folder
+
+
+def total_store_order() -> bool:
+    """Whether plain loads and stores to shared memory may serve as a protocol here:
+    Linux on x86-64, whose processors keep stores in order and loads in order (a load
+    may pass an earlier store only: hence :func:`fence`), and where a native aligned
+    8-byte store from Python (a ``memoryview`` cast to ``"q"``) is one store."""
+    return sys.platform == "linux" and platform.machine() in ("x86_64", "AMD64")
+
+
+# What fence() acquires and releases (bound by the busiest callers themselves).
+fence_lock = threading.Lock()
+
+
+def fence() -> None:
+    """A full memory fence: a store before it is seen by other processors before a load
+    after it is done (Dekker's case, which x86 otherwise allows). CPython acquires and
+    releases a ``threading.Lock`` with atomic read-modify-write instructions, which x86
+    orders as full fences."""
+    fence_lock.acquire()
+    fence_lock.release()
 
 
 def noted(path: str) -> str:
@@ -201,6 +227,13 @@ class Segment:
             os.unlink(self.name)
         except FileNotFoundError:
             pass
+
+    def drop_fd(self) -> None:
+        """Close the file descriptor and keep the mapping: for a segment that takes no
+        locks (a rank may map hundreds, and descriptors are counted)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
     def close(self) -> None:
         """Unmap and close (releasing this process's locks). Views of :attr:`array`

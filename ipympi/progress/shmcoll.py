@@ -70,14 +70,11 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
-import sys
-import threading
 import time
 from typing import Any, Callable
 
 from ..core.lazynumpy import np
-from .shm import Segment, note_in
+from .shm import Segment, fence, fence_lock, note_in, total_store_order
 from .transport import cores
 
 __all__ = [
@@ -138,7 +135,7 @@ def available() -> bool:
     global _libc
     if os.environ.get("IPYMPI_SHM_COLL", "1") == "0":
         return False
-    if sys.platform != "linux" or platform.machine() not in ("x86_64", "AMD64"):
+    if not total_store_order():
         return False
     if _libc is None:
         try:
@@ -146,15 +143,6 @@ def available() -> bool:
         except OSError:
             return False
     return True
-
-
-_fence_lock = threading.Lock()
-
-
-def fence() -> None:
-    """A full memory fence (see the module's docstring)."""
-    _fence_lock.acquire()
-    _fence_lock.release()
 
 
 def depth(size: int) -> int:
@@ -259,7 +247,7 @@ class Board:
         board, words, mem, last = self, self.words, self.mem, self._last
         mine, slots = self._slot[self.rank], self._slot
         flag_bytes, no_flags = self.flag_bytes, self._no_flags
-        acquire, release = _fence_lock.acquire, _fence_lock.release
+        acquire, release = fence_lock.acquire, fence_lock.release
 
         def publish(
             seq: int, sig: int, data: Any, idle: Callable[[], None], note: bytes = b""
