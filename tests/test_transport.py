@@ -12,7 +12,10 @@ pytestmark = pytest.mark.timeout(30)
 
 @pytest.fixture
 def pair(tmp_path):
+    """Two ranks' transports, sockets only (their rings: ``test_p2p_ring.py``)."""
     ranks = [Transport(rank, str(tmp_path), None) for rank in range(2)]
+    for transport in ranks:
+        transport.ring_after = 0
     yield ranks
     for transport in ranks:
         transport.close(linger_ms=0)

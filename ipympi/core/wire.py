@@ -59,7 +59,17 @@ Kinds:
   these frames to the service registered for the kind (``Engine.services``).
 * ``WAKE``: nothing to handle. A thread of the rank that finds the engine taken by
   a thread blocked reading the socket sends it to the rank's own socket, so that
-  the reader wakes up and lets it in (see ``Engine.enter``).
+  the reader wakes up and lets it in (see ``Engine.enter``). A rank that wrote a
+  frame into a shared ring sends it too, when the receiver may be asleep.
+* ``RING``: from now on the sender writes its frames to this rank into a shared
+  ring whenever they fit, instead of the socket; the payload is the ring's name
+  (UTF-8), ``value`` its bytes of records. The transports at both ends deal with it
+  (``progress.shmring``).
+
+Flags above ``HELPS`` belong to the transport: ``RINGED`` marks a frame that went
+by socket while its sender had a ring to the receiver (the receiving transport
+orders it after what the ring holds, and clears the flag before anything above
+sees the frame).
 
 Packing and unpacking are pure functions; sockets live in ``progress.transport``.
 """
@@ -86,6 +96,8 @@ __all__ = [
     "PEER_DEAD",
     "PUT",
     "PUT_DONE",
+    "RING",
+    "RINGED",
     "RMA",
     "RMA_EXTRA",
     "RTS",
@@ -114,7 +126,8 @@ __all__ = [
     RMA,
     PUT,
     PUT_DONE,
-) = range(1, 16)
+    RING,
+) = range(1, 17)
 KIND_NAMES = {
     EAGER: "EAGER",
     RTS: "RTS",
@@ -131,10 +144,12 @@ KIND_NAMES = {
     RMA: "RMA",
     PUT: "PUT",
     PUT_DONE: "PUT_DONE",
+    RING: "RING",
 }
 
 SYNC = 0x01
 HELPS = 0x02
+RINGED = 0x80  # the transport's (see the module's docstring)
 
 # The ids (``wsource``) of processes of other jobs start here: no job has this many
 # processes (``progress.transport`` maps them to the other job's sockets).

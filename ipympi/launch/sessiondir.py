@@ -52,8 +52,9 @@ PREFIX = "ipympi-"
 OWNER_FILE = "owner"
 SHM_NOTE = "shm-"  # a rank's note of the shared-memory files it maps: shm-<rank>
 SHM_DIR = "/dev/shm"
-# what MPICH's shared-memory files are called, and ipympi's boards (``progress.shmcoll``)
-SHM_PREFIXES = ("mpich_shm_", "ipympi-coll-")
+# what MPICH's shared-memory files are called, ipympi's boards (``progress.shmcoll``) and rings
+# (``progress.shmring``)
+SHM_PREFIXES = ("mpich_shm_", "ipympi-coll-", "ipympi-ring-")
 _MAX_IPC_PATH = 100  # sun_path is 108 bytes on Linux, 104 on macOS
 
 _made: set[str] = set()  # directories this process made and has not removed (a set

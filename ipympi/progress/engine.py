@@ -51,7 +51,7 @@ from ..core.protocol import (
     SendData,
     TraceArrived,
 )
-from ..core.wire import DATA, EAGER, PEER_DEAD, WAKE
+from ..core.wire import DATA, EAGER, PEER_DEAD, RING, WAKE
 from . import tracing as _trace
 from .largebuf import VmReader, buffer_address, remote_copy
 from .operation import Operation
@@ -83,13 +83,12 @@ class Engine:
         self.protocol = PeerProtocol(rank, size, self.pid, buffer_address)
         self.actions = self.protocol.actions
         self.matcher = self.protocol.matcher
-        self.transport = transport
-        # None only without a transport: then every message is to this rank itself.
-        self._send = cast(
-            "Callable[[int, bytes], None]", transport.send if transport is not None else None
-        )
+        # None only without a transport: then every message is to this rank itself
+        # (:meth:`attach` sets these three).
+        self.transport: Transport | None = None
+        self._send = cast("Callable[[int, bytes], None]", None)
         # Whether a rank shares this host (its memory can be read directly).
-        self._same_host = transport.same_host if transport is not None else _everywhere
+        self._same_host: Callable[[int], bool] = _everywhere
         self.lock = threading.RLock()
         # The threads waiting with the engine released (``progress.sharing``).
         self.shared = Sharing(self.lock)
@@ -142,7 +141,7 @@ class Engine:
         # called with the engine held, by whichever thread drives the socket.
         self.services: dict[int, Callable[[bytes, memoryview | None], None]] = {}
         if transport is not None:
-            transport.quiet = self._on_quiet
+            self.attach(transport)
 
     @property
     def size(self) -> int:
@@ -569,7 +568,7 @@ class Engine:
             if self.wanted or self.shared.blocked:  # other threads in MPI: one reads for all
                 self._await_queued(queue, context, source, tag)
                 return None
-            if transport.pending or transport.tcp is not None:
+            if transport.pending or transport.tcp is not None or transport.ringed:
                 frame = transport.recv()
             else:  # Transport.recv, inlined: look a few times, then sleep
                 spins = transport.spins
@@ -675,10 +674,14 @@ class Engine:
             self._perform()
 
     def attach(self, transport: Transport) -> None:
-        """Use ``transport`` from now on: a singleton that starts processes gets one."""
+        """Use ``transport`` from now on (a singleton that starts processes gets one
+        late)."""
         self.transport = transport
         self._send = transport.send
         self._same_host = transport.same_host
+        transport.quiet = self._on_quiet
+        # a peer's shared ring to this rank (``progress.shmring``): the transport's
+        self.services[RING] = lambda frame, _data: transport.attach(frame)
 
     def grow(self, size: int) -> None:
         """Know of ``size`` processes at least: processes started later (``Comm.Spawn``)

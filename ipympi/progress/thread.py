@@ -189,6 +189,9 @@ class ProgressThread(threading.Thread):
         # besides the inputs, what the poller watches
         others = [transport.bell_r] + ([transport.ctl] if transport.ctl is not None else [])
         while not self._stop_requested and engine.wanted == 0:
+            if transport.ringed and not transport.may_sleep():  # frames in the rings
+                engine.poll_once(False)
+                continue
             if transport.has_output:
                 # Frames queued for full peers go once a peer has room (its socket is
                 # writable again), every few milliseconds at the latest.

@@ -17,6 +17,14 @@ blocks on a slow receiver, as with MPICH for small messages.
 The session directory is private (mode 0700, created by the launcher), so no
 other local user can send a frame to a rank.
 
+A rank that sends many frames to a peer of its host makes a *ring* to it
+(:mod:`~ipympi.progress.shmring`): shared memory that its frames go through without
+a system call on either side, as long as they fit. The ring keeps the pair's frames
+in order with those that still go by socket, and a writer wakes a reader that may be
+asleep with a ``WAKE`` frame, so every wait on the socket keeps working as long as it
+looks at the rings first (:meth:`Transport.has_input`); a blocked receive looks at
+rings and socket in turn, as it looks at the socket alone before any ring exists.
+
 Processes of another job of the same user on this host (connected by ``Accept``/
 ``Connect`` or ``Comm.Join``, see :mod:`ipympi.mpi.jobs`) are *foreign* peers: ids
 from :data:`~ipympi.core.wire.FOREIGN_BASE` up, which no process of a job ever has, each
@@ -58,7 +66,10 @@ from typing import Any, Callable
 import zmq
 
 from ..core import control as _control
-from ..core.wire import FOREIGN_BASE
+from ..core.wire import FOREIGN_BASE, HEADER_SIZE, RING, RINGED, WAKE
+from ..core.wire import pack as pack_header
+from .shm import fence
+from .shmring import RingIn, RingOut, capacity, ring_after
 from .tcp import CHUNK as TCP_CHUNK
 from .tcp import Received, TcpLink
 
@@ -89,6 +100,9 @@ SPIN_TRIES = 45
 # then ends without a wake-up from sleep, which cost 50-60 us more per message.
 SPIN_TRIES_ALONE = 1500
 
+# Looks at the rings per look at the socket, of a rank with a core of its own that waits.
+RING_LOOKS = 8
+
 # A receive that has waited this long (ms) with nothing coming in calls ``Transport.quiet``
 # (once per receive): long enough that a normal wait rarely gets there, short
 # enough that the engine's question about a silent collective mismatch gets its
@@ -102,6 +116,14 @@ _PEER_GONE = frozenset({errno.ECONNREFUSED, errno.ENOTCONN})
 
 _WSOURCE = struct.Struct("<i")  # the sender field of a frame's header, at WSOURCE_AT
 WSOURCE_AT = 16
+FLAGS_AT = 1
+_RING_SIZE = struct.Struct("<Q")  # a RING frame's ``value``: the ring's bytes of records
+RING_SIZE_AT = 32
+
+
+def _flagged(frame: bytes, flags: int) -> bytes:
+    """``frame`` with its header's flags byte set to ``flags``."""
+    return b"".join((frame[:FLAGS_AT], bytes((flags,)), frame[FLAGS_AT + 1 :]))
 
 
 def cores() -> int:
@@ -185,6 +207,20 @@ class Transport:
         self._tcp_turn = False  # alternate which input is read first, so neither starves
         self._either: zmq.Poller | None = None  # the data socket and the tcp inbox together
         self._input_or_wake: Callable[[int], Any] | None = None  # see wait_input
+        # Shared rings (``progress.shmring``): after this many frames to a peer of this
+        # host by socket, a ring to it (0: never).
+        self.ring_after = ring_after()
+        self.ring_size = capacity(here)  # bytes of records of this rank's rings
+        self.socket_frames: dict[int, int] = {}  # peer -> frames sent by socket, until a ring
+        self.rings_out: dict[int, RingOut] = {}  # peer -> the ring this rank writes to it
+        self.rings_in: dict[int, RingIn] = {}  # peer -> the ring it writes to this rank
+        self._rings: list[RingIn] = []  # the values of rings_in, looked at in turn
+        self._holds: list[Callable[[], bool]] = []  # their ``holds``
+        self._turn = 0  # which ring to look at first (none starves)
+        self.ringed = False  # whether a peer announced a ring (frames may come flagged)
+        self._looking = False  # what the rings say: this rank looks at them before a sleep
+        self.ready: deque[bytes] = deque()  # frames taken from rings, delivered first
+        self._wake_frame = pack_header(WAKE, 0, 0, 0, 0, 0, rank, os.getpid(), 0, 0)
 
     def same_host(self, wrank: int) -> bool:
         """Whether world rank ``wrank`` runs on this host (its memory can be read directly)."""
@@ -208,14 +244,48 @@ class Transport:
         return sock
 
     def send(self, wrank: int, frame: bytes) -> None:
-        """Send one frame to world rank ``wrank`` (queued if it has no room now)."""
-        if wrank in self.remote:
+        """Send one frame to world rank ``wrank``: into its ring if it has one and the
+        frame fits, else by socket (queued if it has no room now)."""
+        ring = self.rings_out.get(wrank)
+        if ring is not None:
+            if ring.put(frame):
+                if ring.must_wake():
+                    self.poke(wrank, self._wake_frame)
+                return
+            ring.sent += 1  # by socket, flagged: see progress.shmring
+            frame = _flagged(frame, frame[FLAGS_AT] | RINGED)
+        elif wrank in self.remote:
             assert self.tcp is not None
             self.tcp.send(wrank, frame)
             return
-        if self.foreign and wrank in self.foreign:
+        elif self.foreign and wrank in self.foreign:
             me = self.foreign[wrank][1]
             frame = b"".join((frame[:WSOURCE_AT], me, frame[WSOURCE_AT + _WSOURCE.size :]))
+        elif self.ring_after and wrank != self.rank and wrank < FOREIGN_BASE:
+            count = self.socket_frames.get(wrank, 0) + 1
+            self.socket_frames[wrank] = count
+            if count >= self.ring_after:
+                self._socket_send(wrank, frame)
+                self._make_ring(wrank)
+                return
+        self._socket_send(wrank, frame)
+
+    def _make_ring(self, wrank: int) -> None:
+        """Make a ring to world rank ``wrank`` (on this host) and announce it."""
+        del self.socket_frames[wrank]
+        try:
+            ring = RingOut.create(self.session_dir, self.ring_size)
+        except OSError:
+            self.ring_after = 0  # no room for rings here: sockets only
+            return
+        name = ring.name.encode()
+        header = pack_header(RING, 0, 0, 0, 0, 0, self.rank, os.getpid(), 0, ring.size)
+        self._socket_send(wrank, header + name)
+        self.rings_out[wrank] = ring
+
+    def _socket_send(self, wrank: int, frame: bytes) -> None:
+        """Send ``frame`` on the socket connected to ``wrank`` (on this host), or queue it
+        behind the frames that wait for room there."""
         queue = self.pending.get(wrank)
         if queue is None:
             sock = self.peers.get(wrank) or self._peer(wrank)
@@ -317,6 +387,125 @@ class Transport:
     def has_output(self) -> bool:
         return bool(self.pending)
 
+    # -- rings ---------------------------------------------------------------
+    def attach(self, frame: bytes) -> None:
+        """A peer's ``RING`` frame: map the ring it announces and take its frames from
+        there from now on (if it cannot be mapped, the peer's frames keep coming by
+        socket: it writes nothing into a ring this rank has not mapped)."""
+        self.ringed = True
+        wsource = _WSOURCE.unpack_from(frame, WSOURCE_AT)[0]
+        try:
+            size = _RING_SIZE.unpack_from(frame, RING_SIZE_AT)[0]
+            ring = RingIn.open(bytes(frame[HEADER_SIZE:]).decode(), size)
+        except (OSError, UnicodeDecodeError, ValueError):
+            return
+        old = self.rings_in.get(wsource)
+        if old is not None:
+            while (earlier := old.take()) is not None:
+                self.ready.append(earlier)
+            old.close()
+        ring.look(self._looking)
+        self.rings_in[wsource] = ring
+        self._rings = list(self.rings_in.values())
+        self._holds = [ring.holds for ring in self._rings]
+
+    def has_input(self) -> bool:
+        """Whether a frame waits in a ring (or was taken from one)."""
+        return bool(self.ready) or any(ring.holds() for ring in self._rings)
+
+    def may_sleep(self) -> bool:
+        """Whether a wait may sleep on the socket now: tells the rings that writers must
+        wake this rank from now on, fences, and looks at them a last time (see
+        ``progress.shmring``). Every wait that sleeps on the socket asks it first, once
+        peers may have rings to this rank; when it says no, the wait reads instead."""
+        if self._looking:
+            self._looking = False
+            for ring in self._rings:
+                ring.look(False)
+        fence()
+        return not self.has_input()
+
+    def _awake(self) -> None:
+        """Tell the rings that this rank looks at them before any sleep: writers need
+        not wake it (until :meth:`may_sleep`)."""
+        if not self._looking:
+            self._looking = True
+            for ring in self._rings:
+                ring.look(True)
+
+    def _from_rings(self) -> bytes | None:
+        """The next frame from the rings (those taken already first), or None."""
+        if self.ready:
+            return self.ready.popleft()
+        rings = self._rings
+        count = len(rings)
+        turn = self._turn
+        for i in range(count):
+            frame = rings[(turn + i) % count].take()
+            if frame is not None:
+                self._turn = (turn + i + 1) % count
+                return frame
+        return None
+
+    def _arrived(self, frame: Received) -> Received:
+        """A frame just read off the socket, once peers may have rings to this rank: a
+        flagged one comes after what its sender's ring holds, and loses its flag."""
+        if type(frame) is not bytes or not frame[FLAGS_AT] & RINGED:
+            return frame
+        frame = _flagged(frame, frame[FLAGS_AT] & ~RINGED)
+        ring = self.rings_in.get(_WSOURCE.unpack_from(frame, WSOURCE_AT)[0])
+        if ring is None:
+            return frame
+        ready = self.ready
+        while (earlier := ring.take()) is not None:
+            ready.append(earlier)
+        ring.took_flagged()
+        if not ready:
+            return frame
+        ready.append(frame)
+        return ready.popleft()
+
+    def _look_around(self) -> Received | None:
+        """Look at the rings and the socket in turn, as :meth:`recv` looks at the
+        socket alone, giving the core away in between; None when nothing came. A rank
+        with a core of its own looks at the rings :data:`RING_LOOKS` times per look at
+        the socket (a system call)."""
+        if self.ready:
+            return self.ready.popleft()
+        readable, from_rings, holds = self.readable, self._from_rings, self._holds
+        looks = RING_LOOKS if self.alone else 1
+        for _ in range(self.spins):
+            for _ in range(looks):
+                for ring_holds in holds:
+                    if ring_holds():
+                        return from_rings()
+            if readable(0):
+                return self._arrived(self.data.recv(MAX_FRAME))
+            os.sched_yield()
+        return None
+
+    def _recv_ringed(self) -> Received:
+        """:meth:`recv` once peers may have rings to this rank."""
+        self._awake()
+        if not self.pending and self.tcp is None:
+            frame = self._look_around()
+            if frame is not None:
+                return frame
+        quiet_at = time.monotonic() + QUIET_MS / 1000 if self.quiet is not None else None
+        while True:
+            frame = self.recv_nowait()
+            if frame is not None:
+                return frame
+            if not self.may_sleep():
+                continue
+            if self.pending:
+                events = self.room_poller().poll(RETRY_MS)
+            else:
+                events = self._inputs_poller().poll(QUIET_MS if quiet_at is not None else -1)
+            if not events and quiet_at is not None and time.monotonic() > quiet_at:
+                quiet_at = None
+                self.quiet()  # type: ignore[misc]
+
     # -- receiving -----------------------------------------------------------
     def recv(self) -> Received:
         """Wait for the next frame, sending queued frames meanwhile.
@@ -324,6 +513,8 @@ class Transport:
         A large message's chunk from another host comes as (header frame, data).
         When nothing has come in for ``QUIET_MS``, it calls :attr:`quiet` (once).
         """
+        if self.ringed:
+            return self._recv_ringed()
         if self.tcp is not None:
             return self._recv_either()
         if not self.pending:
@@ -371,6 +562,8 @@ class Transport:
         at most): for a wait that reads nothing from this transport (on a shared board)
         while frames wait, so that they go as soon as their peers take them, as they do
         while :meth:`recv` waits. The caller then retries them (:meth:`flush`)."""
+        if self.ringed and not self.may_sleep():
+            return
         self.room_poller().poll(RETRY_MS)
 
     def _recv_either(self) -> Received:
@@ -391,6 +584,8 @@ class Transport:
 
     def wait(self, timeout: float) -> None:
         """Wait until a frame may have come in, at most ``timeout`` seconds."""
+        if self.ringed and not self.may_sleep():
+            return
         ms = max(1, int(timeout * 1000))
         if self.tcp is None:
             self.readable(ms)
@@ -404,6 +599,8 @@ class Transport:
         back and reads. While frames wait for room at full peers it also returns
         when one has room, and every few milliseconds, so that they are retried.
         """
+        if self.ringed and not self.may_sleep():
+            return
         if self.pending:
             self.room_poller(self.wake_r).poll(RETRY_MS)
             self._drain_wake()
@@ -444,13 +641,18 @@ class Transport:
         """The next frame if one is waiting, else None (also retries queued sends)."""
         if self.pending:
             self.flush()
+        if self.ringed:
+            frame = self._from_rings()
+            if frame is not None:
+                return frame
         tcp = self.tcp
         if tcp is not None:
             self._tcp_turn = not self._tcp_turn
             if self._tcp_turn and (received := tcp.recv_nowait()) is not None:
                 return received
         try:
-            return self.data.recv(MAX_FRAME, socket.MSG_DONTWAIT)
+            frame = self.data.recv(MAX_FRAME, socket.MSG_DONTWAIT)
+            return self._arrived(frame) if self.ringed else frame
         except BlockingIOError:
             pass
         return tcp.recv_nowait() if tcp is not None and not self._tcp_turn else None
@@ -501,6 +703,12 @@ class Transport:
         for sock in self.peers.values():
             sock.close()
         self.peers.clear()
+        for ring in (*self.rings_out.values(), *self.rings_in.values()):
+            ring.close()
+        self.rings_out.clear()
+        self.rings_in.clear()
+        self._rings = []
+        self._holds = []
         self.pending.clear()
         if self.tcp is not None:
             self.tcp.close(linger_ms)
