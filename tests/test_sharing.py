@@ -196,3 +196,63 @@ def test_a_lower_case_collective_holds_the_lock_of_its_name() -> None:
         assert comm.inside == ["a"]  # kept out while the lock is held
     thread.join(5)
     assert comm.inside == ["a", "b"] and not lock.locked()
+
+
+class _Bell:
+    """Stands in for a transport's sleep on its socket: :meth:`wait_input` sleeps until
+    :meth:`wake`, at most 5 s (a wake-up that never came is noted)."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.missed: list[int] = []
+
+    def wait_input(self) -> None:
+        if not self.event.wait(5):
+            self.missed.append(threading.get_ident())
+        self.event.clear()
+
+    def wake(self) -> None:
+        self.event.set()
+
+
+@pytest.mark.timeout(30)
+def test_a_reader_that_handles_the_next_readers_message_wakes_it() -> None:
+    # Reader A comes back from the socket and waits for the engine; meanwhile this
+    # thread takes the engine, becomes the reader and sleeps on the socket; A then
+    # handles this thread's message, and must wake it (not only the followers).
+    lock = threading.RLock()
+    sharing = Sharing(lock)
+    bell = _Bell()
+    done = {"a": False, "b": False}
+
+    def poll(block: bool) -> bool:
+        reader = sharing.reader
+        if reader is not None and reader != threading.get_ident() and not done["b"]:
+            done["b"] = True  # the message of the thread that reads the socket now
+            return True
+        return False
+
+    def deadlock() -> None:
+        raise AssertionError("not a deadlock")
+
+    errors: list[BaseException] = []
+
+    def a() -> None:
+        with lock:
+            try:
+                sharing.wait(lambda: done["a"], (None, 0.0), bell, poll, deadlock)
+            except BaseException as exc:
+                errors.append(exc)
+
+    thread = threading.Thread(target=a)
+    thread.start()
+    _until(lambda: sharing.reader == thread.ident)  # A sleeps on the socket
+    with lock:
+        bell.wake()  # A lets the socket go, and waits for the engine this thread holds
+        _until(lambda: sharing.reader is None)
+        sharing.wait(lambda: done["b"], (None, 0.0), bell, poll, deadlock)
+        done["a"] = True
+        sharing.hand_on(bell)  # type: ignore[arg-type]
+    thread.join(10)
+    assert not thread.is_alive() and not errors
+    assert bell.missed == []  # nobody slept through a message handled for it

@@ -140,7 +140,10 @@ class Sharing:
                         if saved:
                             lock._acquire_restore(saved[0])
                     if poll(False):
-                        cond.notify_all()
+                        # Another thread may have become the reader while this one took
+                        # the engine back, and sleep on the socket: what was just handled
+                        # may be its message, so wake it too, not only the followers.
+                        self.hand_on(transport)
         finally:
             del blocked[me]
             cond.notify_all()  # a follower becomes the reader, or sees its wait over
