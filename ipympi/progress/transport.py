@@ -215,7 +215,7 @@ class Transport:
         self.rings_out: dict[int, RingOut] = {}  # peer -> the ring this rank writes to it
         self.rings_in: dict[int, RingIn] = {}  # peer -> the ring it writes to this rank
         self._rings: list[RingIn] = []  # the values of rings_in, looked at in turn
-        self._holds: list[Callable[[], bool]] = []  # their ``holds``
+        self._looks_at: list[tuple[Callable[[], bool], Callable[[], bytes | None]]] = []
         self._turn = 0  # which ring to look at first (none starves)
         self.ringed = False  # whether a peer announced a ring (frames may come flagged)
         self._looking = False  # what the rings say: this rank looks at them before a sleep
@@ -407,7 +407,7 @@ class Transport:
         ring.look(self._looking)
         self.rings_in[wsource] = ring
         self._rings = list(self.rings_in.values())
-        self._holds = [ring.holds for ring in self._rings]
+        self._looks_at = [(ring.holds, ring.take) for ring in self._rings]
 
     def has_input(self) -> bool:
         """Whether a frame waits in a ring (or was taken from one)."""
@@ -470,15 +470,16 @@ class Transport:
         socket alone, giving the core away in between; None when nothing came. A rank
         with a core of its own looks at the rings :data:`RING_LOOKS` times per look at
         the socket (a system call)."""
-        if self.ready:
-            return self.ready.popleft()
-        readable, from_rings, holds = self.readable, self._from_rings, self._holds
+        frame = self._from_rings()  # what waits already, the rings in turn
+        if frame is not None:
+            return frame
+        readable, looks_at = self.readable, self._looks_at
         looks = RING_LOOKS if self.alone else 1
         for _ in range(self.spins):
             for _ in range(looks):
-                for ring_holds in holds:
-                    if ring_holds():
-                        return from_rings()
+                for holds, take in looks_at:
+                    if holds() and (frame := take()) is not None:
+                        return frame
             if readable(0):
                 return self._arrived(self.data.recv(MAX_FRAME))
             os.sched_yield()
@@ -486,7 +487,8 @@ class Transport:
 
     def _recv_ringed(self) -> Received:
         """:meth:`recv` once peers may have rings to this rank."""
-        self._awake()
+        if not self._looking:
+            self._awake()
         if not self.pending and self.tcp is None:
             frame = self._look_around()
             if frame is not None:
@@ -708,7 +710,7 @@ class Transport:
         self.rings_out.clear()
         self.rings_in.clear()
         self._rings = []
-        self._holds = []
+        self._looks_at = []
         self.pending.clear()
         if self.tcp is not None:
             self.tcp.close(linger_ms)
