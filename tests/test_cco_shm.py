@@ -614,6 +614,54 @@ def test_a_large_allreduce_on_one_host_reads_the_other_ranks_memory(run_mpi, siz
     assert_ok(run_mpi(size, mpi_program(MPI_PRELUDE, DIRECT), timeout=80), size)
 
 
+INTO = """
+from ipympi.mpi.coll import shmpath
+into = []  # the Allreduces combined from the board into the output
+inner = shmpath.allreduce_into
+shmpath.allreduce_into = lambda *args: (into.append(1), inner(*args))[1]
+comm.Barrier()  # the board is set up
+calls = 0
+rng = np.random.default_rng(rank)
+user = MPI.Op.Create(lambda a, b, t: None, commute=True)
+for n in (0, 2, 1024, 2047, 3000):  # 3000 float64 do not fit in a slot
+    for dtype, op, fold in (
+        ("d", MPI.SUM, np.add), ("d", MPI.MIN, np.minimum), ("d", MPI.MAX, np.maximum),
+        ("f", MPI.PROD, np.multiply), ("i", MPI.BXOR, np.bitwise_xor),
+        ("q", MPI.SUM, np.add), ("?", MPI.LOR, np.logical_or),
+    ):
+        # signed zeros and ties: a min or max of equal values keeps the left one's bits
+        mine = rng.choice([-0.0, 0.0, 1.5, -2.25, 3.0], n).astype(dtype)
+        every = comm.allgather(mine)
+        want = every[0].copy()
+        for other in every[1:]:  # rank order, left to right
+            want = fold(want, other)
+        out = np.full(n, 7, dtype)
+        comm.Allreduce(mine, out, op=op)
+        assert out.tobytes() == want.astype(dtype).tobytes(), (n, dtype, out, want)
+        inplace = mine.copy()
+        comm.Allreduce(MPI.IN_PLACE, inplace, op=op)
+        assert inplace.tobytes() == out.tobytes(), (n, dtype)
+        calls += 2
+# explicit forms of the buffers, a part of a larger receive buffer
+out = np.zeros(10)
+comm.Allreduce([np.full(8, rank + 1.0), MPI.DOUBLE], [out, 8, MPI.DOUBLE], op=MPI.SUM)
+assert list(out) == [size * (size + 1) / 2] * 8 + [0, 0], out
+calls += 1
+# a user's operation gets copies, the general way
+comm.Allreduce(np.ones(4), np.zeros(4), op=user)
+user.Free()
+assert len(into) == calls, (len(into), calls)
+"""
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_a_small_allreduce_of_arrays_combines_from_the_board_into_the_output(
+    run_mpi, size: int
+) -> None:
+    assert_ok(run_mpi(size, mpi_program(MPI_PRELUDE, INTO), timeout=80), size)
+
+
 @pytest.mark.timeout(60)
 def test_a_large_allreduce_without_memory_reads_takes_the_rounds_or_fails_on_every_rank(
     run_mpi,

@@ -712,6 +712,20 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
     return _straight(impl, comm, call, sig, shmpath.allreduce, Lane.allreduce_rounds, values, value)
 
 
+def allreduce_into(comm: Any, impl: Any, call: str, values: Values, src: Any, out: Any) -> Any:
+    """An Allreduce of arrays with a commutative op, combined from the communicator's
+    board straight into ``out`` (:func:`.shmpath.allreduce_into`): the result
+    (``out``), or without a board the recursive doubling's (a new array)."""
+    sig = _signature("Allreduce", 0)
+    return _straight(
+        impl, comm, call, sig, shmpath.allreduce_into, _allreduce_copy_rounds, values, src, out
+    )
+
+
+def _allreduce_copy_rounds(lane: Lane, values: Values, src: Any, out: Any) -> Any:
+    return lane.allreduce_rounds(values, src.copy())
+
+
 def allreduce_direct(comm: Any, impl: Any, call: str, values: Values, src: Any, out: Any) -> Any:
     """A large Allreduce of arrays through the communicator's board, where each rank
     reads the others' memory (:func:`.shmpath.allreduce_direct`): the result (``out``),

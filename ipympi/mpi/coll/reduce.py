@@ -247,6 +247,11 @@ class Reductions(CollectiveMixin):
             if ring:  # on one host: each rank reads the others' memory
                 src, out = args.direct()
                 result = fast.allreduce_direct(self, impl, call, args.values, src, out)
+            elif not args.scalar and args.op._is_predefined():
+                # combined into the output from the other ranks' data where it lies (a
+                # user's function might write into its input: it gets copies as before)
+                src, out = args.direct()
+                result = fast.allreduce_into(self, impl, call, args.values, src, out)
             else:
                 result = fast.allreduce(self, impl, call, "Allreduce", args.values, args.fresh())
             if result is not fast.GENERAL:

@@ -609,6 +609,39 @@ def allreduce(lane: Any, board: Board, values: Values, value: Any) -> Any:
     return acc
 
 
+def allreduce_into(lane: Any, board: Board, values: ArrayValues, src: Any, out: Any) -> Any:
+    """An Allreduce of arrays with a predefined op (``src``: this rank's contribution,
+    ``out``: where its result goes, both contiguous 1-D arrays of one type; the same
+    memory with IN_PLACE): every rank publishes ``src``, then combines every rank's
+    slot, read where it lies, in rank order (``((v_0 op v_1) op v_2) ...``, the same
+    bits as every other path) straight into ``out``: each step copies the next rank's
+    data into the array that takes the step's result (``out`` or, from 3 ranks, one
+    other array in turn, so that the last step lands in ``out``), with no copy of the
+    contribution and no array per rank, as :func:`allreduce` makes. Returns ``out``;
+    data larger than a slot go :func:`allreduce`'s way."""
+    nbytes = src.nbytes
+    if nbytes > board.capacity:
+        return allreduce(lane, board, values, src.copy())
+    board.publish(lane.seq, lane.sig, values.wire(src), lane.idle)
+    _wait_all(lane, board)
+    seq, sig, look, size = lane.seq, lane.sig, board.look, lane.size
+    views = []
+    for r in range(size):  # each slot's call and size are checked as it is read
+        data = look(r, seq, sig, nbytes)
+        views.append(_take(lane, board, r, nbytes, fits=True) if data is None else data)
+    if nbytes:  # after publish: with IN_PLACE, out was this rank's contribution
+        spare = np.empty_like(out) if size > 2 else out
+        acc = np.frombuffer(views[0], dtype=src.dtype)
+        for k in range(1, size):
+            step = out if (size - 1 - k) % 2 == 0 else spare
+            memoryview(step).cast("B")[:] = views[k]
+            acc = values.combine(acc, step)  # step = acc op v_k
+        if size == 1:
+            memoryview(out).cast("B")[:] = views[0]
+    _end(lane, board, [])
+    return out
+
+
 # What the slot of a large Allreduce tells (:func:`allreduce_direct`): the rank's pid, the
 # addresses of its contribution and of its result, and whether it can read other ranks'
 # memory (1) or not (0).
