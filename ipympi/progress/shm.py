@@ -173,9 +173,11 @@ class Segment:
         return self._array
 
     @classmethod
-    def create(cls, size: int, prefix: str = "ipympi") -> Segment:
+    def create(cls, size: int, prefix: str = "ipympi", job_dir: str | None = None) -> Segment:
         """A new segment of ``size`` zeroed bytes under a fresh, unguessable name (the
-        first in a process reaps the folder's stale names first).
+        first in a process reaps the folder's stale names first), noted in ``job_dir``
+        when given (:func:`note_in`), so that the name goes with the job however it ends,
+        even before the other ranks have mapped it.
 
         Raises ``OSError`` (``ENOSPC``) when the folder has less room than ``size``: its
         pages are only taken when first written, and a write that finds no room ends
@@ -200,11 +202,17 @@ class Segment:
                 continue
         try:
             os.ftruncate(fd, size)
-            return cls(name, fd, size)
+            segment = cls(name, fd, size)
         except BaseException:
             os.close(fd)
             os.unlink(name)
             raise
+        if job_dir is not None:
+            try:
+                note_in(job_dir, f"shm-{prefix}-{os.getpid()}", name)
+            except OSError:
+                pass  # the name still goes once every rank has mapped the segment
+        return segment
 
     @classmethod
     def open(cls, name: str, size: int) -> Segment:

@@ -74,7 +74,7 @@ import time
 from typing import Any, Callable
 
 from ..core.lazynumpy import np
-from .shm import Segment, fence, fence_lock, note_in, total_store_order
+from .shm import Segment, fence, fence_lock, total_store_order
 from .transport import cores
 
 __all__ = [
@@ -298,15 +298,8 @@ class Board:
 
     @classmethod
     def create(cls, rank: int, size: int, job_dir: str | None = None) -> Board:
-        """A new board; noted in ``job_dir`` (when given) so that its name goes with the
-        job however it ends, even before every rank has mapped it."""
-        board = cls(Segment.create(board_bytes(size), prefix="ipympi-coll"), rank, size)
-        if job_dir is not None:
-            try:
-                note_in(job_dir, f"shm-coll-{os.getpid()}", board.name)
-            except OSError:
-                pass  # the name still goes once every rank has mapped the board
-        return board
+        """A new board, noted in ``job_dir`` (when given: see :meth:`Segment.create`)."""
+        return cls(Segment.create(board_bytes(size), "ipympi-coll", job_dir), rank, size)
 
     @classmethod
     def open(cls, name: str, rank: int, size: int) -> Board:

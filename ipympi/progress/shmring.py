@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import os
 
-from .shm import Segment, fence, note_in, total_store_order
+from .shm import Segment, fence, total_store_order
 
 __all__ = [
     "CAPACITY",
@@ -121,17 +121,12 @@ class RingOut(_Ring):
 
     @classmethod
     def create(cls, job_dir: str | None, size: int = CAPACITY) -> RingOut:
-        """A new ring of ``size`` bytes of records, noted in ``job_dir`` (when given);
-        the reader has not mapped it yet (``seen`` is -1), so nothing goes into it
-        before it has."""
-        ring = cls(Segment.create(_DATA + size, prefix="ipympi-ring"), size)
+        """A new ring of ``size`` bytes of records, noted in ``job_dir`` (when given:
+        see :meth:`Segment.create`); the reader has not mapped it yet (``seen`` is -1),
+        so nothing goes into it before it has."""
+        ring = cls(Segment.create(_DATA + size, "ipympi-ring", job_dir), size)
         ring.segment.drop_fd()
         ring.words[_SEEN] = -1
-        if job_dir is not None:
-            try:
-                note_in(job_dir, f"shm-ring-{os.getpid()}", ring.name)
-            except OSError:
-                pass  # the name still goes once the reader has mapped the ring
         return ring
 
     def put(self, frame: bytes) -> bool:
