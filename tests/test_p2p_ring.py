@@ -18,7 +18,7 @@ import random
 import pytest
 from conftest import MPI_PRELUDE, assert_ok, mpi_program
 
-from ipympi.core.wire import EAGER, RING, WAKE, pack
+from ipympi.core.wire import EAGER, FOREIGN_BASE, RING, WAKE, pack
 from ipympi.progress import shmring
 from ipympi.progress.shm import total_store_order
 from ipympi.progress.shmring import CAPACITY, RING_AFTER, RingIn, RingOut
@@ -192,6 +192,21 @@ def test_a_sleeping_reader_is_woken_by_a_write(transports) -> None:
     assert receiver.readable(5000)  # a sleep on the socket ends at once
     assert receiver.has_input() and not receiver.may_sleep()
     assert _read(receiver, sender) == _frame(2, 1)
+
+
+def test_a_ring_frame_that_names_no_ring_of_this_job_is_dropped(transports, tmp_path) -> None:
+    _, receiver = transports
+    victim = tmp_path / "victim"
+    victim.write_text("kept")
+    ring = RingOut.create(None)  # a real ring, announced by a process of another job
+    try:
+        for path, wsource in ((str(victim), 0), (ring.name, FOREIGN_BASE)):
+            receiver.attach(pack(RING, 0, 0, 0, 0, 0, wsource, 0, 0, CAPACITY) + path.encode())
+        assert victim.read_text() == "kept" and os.path.exists(ring.name)
+        assert not receiver.rings_in
+    finally:
+        ring.segment.unlink()
+        ring.close()
 
 
 # -- real ranks ------------------------------------------------------------------------

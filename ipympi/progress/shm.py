@@ -43,6 +43,7 @@ __all__ = [
     "STALE_AFTER",
     "Segment",
     "fence",
+    "is_segment",
     "note_in",
     "noted",
     "process_alive",
@@ -91,6 +92,15 @@ def note_in(directory: str, note: str, path: str) -> None:
     job's ``directory``, which removes it with the job however the job ends."""
     with open(os.path.join(directory, note), "a") as out:
         out.write(noted(path))
+
+
+def is_segment(path: str, prefix: str) -> bool:
+    """Whether ``path`` names a segment that :meth:`Segment.create` would make with
+    ``prefix`` here (what a rank checks before it maps, and removes, a name another
+    rank sent it)."""
+    folder, name = os.path.split(path)
+    match = _NAME.fullmatch(name)
+    return match is not None and name.startswith(prefix + "-") and folder == segment_folder()
 
 
 def segment_folder() -> str:

@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import os
 
-from .shm import Segment, fence, total_store_order
+from .shm import Segment, fence, is_segment, total_store_order
 
 __all__ = [
     "CAPACITY",
@@ -79,6 +79,7 @@ _SEEN = _TAIL + 1
 _LOOKING = _TAIL + 2
 _DATA = 2 * _LINE  # byte offset of the records
 _SKIP = -1  # a record's length word: the next record is at the start
+_PREFIX = "ipympi-ring"  # of the rings' names
 
 
 def capacity(ranks_here: int) -> int:
@@ -124,7 +125,7 @@ class RingOut(_Ring):
         """A new ring of ``size`` bytes of records, noted in ``job_dir`` (when given:
         see :meth:`Segment.create`); the reader has not mapped it yet (``seen`` is -1),
         so nothing goes into it before it has."""
-        ring = cls(Segment.create(_DATA + size, "ipympi-ring", job_dir), size)
+        ring = cls(Segment.create(_DATA + size, _PREFIX, job_dir), size)
         ring.segment.drop_fd()
         ring.words[_SEEN] = -1
         return ring
@@ -169,9 +170,10 @@ class RingIn(_Ring):
     @classmethod
     def open(cls, name: str, size: int) -> RingIn:
         """Map the ring of ``size`` bytes of records a peer announced, remove its name,
-        and tell the writer it may write."""
-        if size <= 0 or size % 8:
-            raise ValueError(f"a ring of {size} bytes")
+        and tell the writer it may write. ``ValueError`` for a name that is not a
+        ring's."""
+        if size <= 0 or size % 8 or not is_segment(name, _PREFIX):
+            raise ValueError(f"not a ring: {name!r} of {size} bytes")
         segment = Segment.open(name, _DATA + size)
         segment.unlink()
         segment.drop_fd()

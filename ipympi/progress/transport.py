@@ -391,9 +391,13 @@ class Transport:
     def attach(self, frame: bytes) -> None:
         """A peer's ``RING`` frame: map the ring it announces and take its frames from
         there from now on (if it cannot be mapped, the peer's frames keep coming by
-        socket: it writes nothing into a ring this rank has not mapped)."""
+        socket: it writes nothing into a ring this rank has not mapped). Only a rank
+        of this job on this host makes rings to this one: from anyone else the frame
+        is dropped, and so is one that names no ring."""
         self.ringed = True
         wsource = _WSOURCE.unpack_from(frame, WSOURCE_AT)[0]
+        if wsource >= FOREIGN_BASE or wsource in self.remote or wsource == self.rank:
+            return
         try:
             size = _RING_SIZE.unpack_from(frame, RING_SIZE_AT)[0]
             ring = RingIn.open(bytes(frame[HEADER_SIZE:]).decode(), size)
