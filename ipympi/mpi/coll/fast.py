@@ -713,7 +713,7 @@ def allreduce(comm: Any, impl: Any, call: str, kind: str, values: Values, value:
 
 
 def allreduce_into(comm: Any, impl: Any, call: str, values: Values, src: Any, out: Any) -> Any:
-    """An Allreduce of arrays with a commutative op, combined from the communicator's
+    """An Allreduce of arrays with a predefined op, combined from the communicator's
     board straight into ``out`` (:func:`.shmpath.allreduce_into`): the result
     (``out``), or without a board the recursive doubling's (a new array)."""
     sig = _signature("Allreduce", 0)
