@@ -636,8 +636,6 @@ def allreduce_into(lane: Any, board: Board, values: ArrayValues, src: Any, out: 
             step = out if (size - 1 - k) % 2 == 0 else spare
             memoryview(step).cast("B")[:] = views[k]
             acc = values.combine(acc, step)  # step = acc op v_k
-        if size == 1:
-            memoryview(out).cast("B")[:] = views[0]
     _end(lane, board, [])
     return out
 
