@@ -104,6 +104,7 @@ __all__ = [
     "RTS_EXTRA",
     "SYNC",
     "WAKE",
+    "WAKE_FRAME",
     "Header",
     "pack",
     "signature_of",
@@ -193,6 +194,10 @@ def pack(
 def unpack(frame: bytes | memoryview) -> Header:
     """Unpack the header at the start of ``frame``."""
     return Header._make(HEADER.unpack_from(frame))
+
+
+# A whole ``WAKE`` frame (nothing in it matters): what wakes a rank that reads its socket.
+WAKE_FRAME = pack(WAKE, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 def signature_of(frame: bytes | memoryview) -> int:

@@ -51,7 +51,7 @@ from ..core.protocol import (
     SendData,
     TraceArrived,
 )
-from ..core.wire import DATA, EAGER, PEER_DEAD, RING, WAKE
+from ..core.wire import DATA, EAGER, PEER_DEAD, RING, WAKE_FRAME
 from . import tracing as _trace
 from .largebuf import VmReader, buffer_address, remote_copy
 from .operation import Operation
@@ -67,8 +67,6 @@ IDLE_HANDOFF = 0.002
 _pack_header = wire.HEADER.pack
 _unpack_header = wire.HEADER.unpack_from
 _sched_yield = os.sched_yield
-# Sent to the rank's own socket to wake a thread blocked reading it (see ``enter``).
-_WAKE_FRAME = _pack_header(WAKE, 0, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 class Engine:
@@ -169,7 +167,7 @@ class Engine:
                 if transport is not None:
                     transport.ring()
                     if self.waiting is not None:
-                        transport.send_to_self(_WAKE_FRAME)
+                        transport.send_to_self(WAKE_FRAME)
                 for hook in self.wake_hooks:
                     hook()
                 self.lock.acquire()
@@ -209,9 +207,9 @@ class Engine:
         if transport is None:
             return
         if wrank == self.rank:
-            transport.send_to_self(_WAKE_FRAME)
+            transport.send_to_self(WAKE_FRAME)
         else:
-            transport.poke(wrank, _WAKE_FRAME)
+            transport.poke(wrank, WAKE_FRAME)
 
     def waiting_info(self) -> WaitInfo | None:
         """What the rank is blocked on right now, or None: the first of

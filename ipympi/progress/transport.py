@@ -66,8 +66,9 @@ from typing import Any, Callable
 import zmq
 
 from ..core import control as _control
-from ..core.wire import FOREIGN_BASE, HEADER_SIZE, RING, RINGED, WAKE
+from ..core.wire import FOREIGN_BASE, HEADER_SIZE, RING, RINGED, WAKE_FRAME
 from ..core.wire import pack as pack_header
+from ..core.wire import unpack as unpack_header
 from .shm import fence
 from .shmring import RingIn, RingOut, capacity, ring_after
 from .tcp import CHUNK as TCP_CHUNK
@@ -117,8 +118,6 @@ _PEER_GONE = frozenset({errno.ECONNREFUSED, errno.ENOTCONN})
 _WSOURCE = struct.Struct("<i")  # the sender field of a frame's header, at WSOURCE_AT
 WSOURCE_AT = 16
 FLAGS_AT = 1
-_RING_SIZE = struct.Struct("<Q")  # a RING frame's ``value``: the ring's bytes of records
-RING_SIZE_AT = 32
 
 
 def _flagged(frame: bytes, flags: int) -> bytes:
@@ -220,7 +219,6 @@ class Transport:
         self.ringed = False  # whether a peer announced a ring (frames may come flagged)
         self._looking = False  # what the rings say: this rank looks at them before a sleep
         self.ready: deque[bytes] = deque()  # frames taken from rings, delivered first
-        self._wake_frame = pack_header(WAKE, 0, 0, 0, 0, 0, rank, os.getpid(), 0, 0)
 
     def same_host(self, wrank: int) -> bool:
         """Whether world rank ``wrank`` runs on this host (its memory can be read directly)."""
@@ -250,7 +248,7 @@ class Transport:
         if ring is not None:
             if ring.put(frame):
                 if ring.must_wake():
-                    self.poke(wrank, self._wake_frame)
+                    self.poke(wrank, WAKE_FRAME)
                 return
             ring.sent += 1  # by socket, flagged: see progress.shmring
             frame = _flagged(frame, frame[FLAGS_AT] | RINGED)
@@ -395,12 +393,12 @@ class Transport:
         of this job on this host makes rings to this one: from anyone else the frame
         is dropped, and so is one that names no ring."""
         self.ringed = True
-        wsource = _WSOURCE.unpack_from(frame, WSOURCE_AT)[0]
+        header = unpack_header(frame)  # ``value``: the ring's bytes of records
+        wsource = header.wsource
         if wsource >= FOREIGN_BASE or wsource in self.remote or wsource == self.rank:
             return
         try:
-            size = _RING_SIZE.unpack_from(frame, RING_SIZE_AT)[0]
-            ring = RingIn.open(bytes(frame[HEADER_SIZE:]).decode(), size)
+            ring = RingIn.open(bytes(frame[HEADER_SIZE:]).decode(), header.value)
         except (OSError, UnicodeDecodeError, ValueError):
             return
         old = self.rings_in.get(wsource)
