@@ -429,11 +429,10 @@ class Transport:
 
     def _awake(self) -> None:
         """Tell the rings that this rank looks at them before any sleep: writers need
-        not wake it (until :meth:`may_sleep`)."""
-        if not self._looking:
-            self._looking = True
-            for ring in self._rings:
-                ring.look(True)
+        not wake it (until :meth:`may_sleep`); the caller checked it did not say so."""
+        self._looking = True
+        for ring in self._rings:
+            ring.look(True)
 
     def _from_rings(self) -> bytes | None:
         """The next frame from the rings (those taken already first), or None."""
