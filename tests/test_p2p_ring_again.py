@@ -21,6 +21,7 @@ import test_p2p_nonblocking
 import test_p2p_probe
 import test_p2p_progress
 import test_threads
+from test_p2p_ring import run_mpi  # noqa: F401  (the fixture: a ring from the first frame)
 
 from ipympi.progress.shm import total_store_order
 
@@ -36,16 +37,6 @@ MODULES: tuple[ModuleType, ...] = (
     test_threads,
     test_launcher_deadlock,
 )
-
-
-@pytest.fixture
-def run_mpi(run_mpi):
-    """Jobs whose ranks make a ring to a peer with their first frame to it."""
-
-    def run(*args, env=None, **kwargs):
-        return run_mpi(*args, env={"IPYMPI_SHM_P2P_AFTER": "1", **(env or {})}, **kwargs)
-
-    return run
 
 
 def _collect() -> None:
